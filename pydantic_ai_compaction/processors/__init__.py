@@ -1,0 +1,25 @@
+"""Strategies, one per module. Each proposes a layout; the runtime validates and applies it."""
+
+from pydantic_ai_compaction.processors.fork import FORK_MARKER, Fork, ForkVariant
+from pydantic_ai_compaction.processors.native import NATIVE_MARKER, Native
+from pydantic_ai_compaction.processors.none import NoCompaction
+from pydantic_ai_compaction.processors.pipeline import Pipeline
+from pydantic_ai_compaction.processors.reassert import Reassert
+from pydantic_ai_compaction.processors.reset import ResetToCheckpoint
+from pydantic_ai_compaction.processors.summary import SUMMARY_MARKER, StatelessSummary
+from pydantic_ai_compaction.processors.switch import Switch
+
+__all__ = [
+    'FORK_MARKER',
+    'NATIVE_MARKER',
+    'SUMMARY_MARKER',
+    'Fork',
+    'ForkVariant',
+    'Native',
+    'NoCompaction',
+    'Pipeline',
+    'Reassert',
+    'ResetToCheckpoint',
+    'StatelessSummary',
+    'Switch',
+]

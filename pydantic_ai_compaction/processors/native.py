@@ -1,0 +1,63 @@
+"""`Native`: the provider compacts the conversation itself; an emulation where it cannot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic_ai.tools import AgentDepsT
+
+from pydantic_ai_compaction.protocols.types import Proposal, ProviderSummary, Summary
+from pydantic_ai_compaction.runtime import compactor
+from pydantic_ai_compaction.runtime.apply import assemble
+from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
+from pydantic_ai_compaction.runtime.context import CompactionContext
+from pydantic_ai_compaction.runtime.segment import ConversationView
+
+NATIVE_MARKER = '[pydantic-ai-compaction: native compaction request]'
+"""First line of the emulation's prompt."""
+
+NATIVE_PROMPT = f"""{NATIVE_MARKER}
+Compact this conversation. Write a summary that replaces all of the conversation above and lets you
+continue the task without it: instructions in force, facts gathered, progress, next step. Answer with the
+summary only; do not call tools."""
+
+
+@dataclass
+class Native(ConfiguredCompaction[AgentDepsT]):
+    """Provider-side compaction through `Model.compact_messages` (OpenAI Responses, Anthropic).
+
+    Models without it get an emulation: the same model, in the same conversation, compacts the
+    whole of it into an opaque summary. The boundary record's `variant` says which ran
+    (`provider` or `emulated`).
+
+    Example:
+        ```python
+        agent = Agent('openai-responses:gpt-5.2', capabilities=[Native(trigger=Trigger(fraction=0.5))])
+        ```
+    """
+
+    emulate: bool = True
+    """Fall back to the emulation when the model has no provider compaction. `False` raises instead (a fallback layout)."""
+
+    @property
+    def strategy_name(self) -> str:
+        """Name recorded in boundary records."""
+        return 'native'
+
+    async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
+        """Everything but protected and unfinished exchanges is replaced by the compaction."""
+        finished = assemble(view, {exchange.id for exchange in view.exchanges if not exchange.unfinished})
+        try:
+            response = await compactor.provider_compact(ctx, finished)
+        except NotImplementedError:
+            if not self.emulate:
+                return Proposal.failed('unsupported', f'{ctx.model.model_name} has no provider compaction', variant='provider')
+        else:
+            return Proposal(summary=ProviderSummary(response), variant='provider')
+        settings, parameters = compactor.text_only(ctx)
+        messages = compactor.with_appended_prompt(view.messages, NATIVE_PROMPT)
+        reply = await compactor.request(ctx, messages, settings=settings, parameters=parameters)
+        text = compactor.response_text(reply)
+        if not text:
+            return Proposal.failed('empty', 'the model returned no compaction text', variant='emulated')
+        return Proposal(summary=Summary(text), variant='emulated')

@@ -1,0 +1,74 @@
+"""`Reassert`: after any compaction, restate every instruction change verbatim before the current exchange.
+
+A model that still *knows* a changed rule after compaction does not always *apply* it (seed study:
+9 of 15 failed native runs broke a rule they could recite). Restating the change next to the work
+in progress is cheap and closes most of that gap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pydantic_ai.tools import AgentDepsT
+
+from pydantic_ai_compaction.protocols.types import CompactionState, Proposal
+from pydantic_ai_compaction.runtime.capability import CompactionCapability, RuntimeSettings
+from pydantic_ai_compaction.runtime.context import CompactionContext
+from pydantic_ai_compaction.runtime.instructions import InstructionSources, gather_instructions
+from pydantic_ai_compaction.runtime.segment import ConversationView
+
+
+@dataclass
+class Reassert(CompactionCapability[AgentDepsT]):
+    """Wrap any strategy; its compactions also restate instruction changes verbatim.
+
+    The restatement replaces the previous one (never duplicates it) and carries changes whose
+    original text an earlier compaction removed. Only user prompts after the first and tool-output
+    lines carrying a configured marker count: unmarked text is never restated.
+
+    Example:
+        ```python
+        agent = Agent(model, capabilities=[Reassert(Native(trigger=Trigger(fraction=0.5)),
+                                                    sources=InstructionSources(markers=('CHANGE:',)))])
+        ```
+    """
+
+    inner: CompactionCapability[AgentDepsT]
+    """The strategy that compacts; its trigger and settings apply."""
+
+    sources: InstructionSources = field(default_factory=InstructionSources)
+    """Which texts count as instruction changes."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.inner, CompactionCapability):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f'Reassert.inner must be a compaction strategy, got {type(self.inner).__name__}.')
+        if not isinstance(self.sources, InstructionSources):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f'Reassert.sources must be InstructionSources, got {type(self.sources).__name__}.')
+
+    @property
+    def strategy_name(self) -> str:
+        """`reassert+<inner>`."""
+        return f'reassert+{self.inner.strategy_name}'
+
+    @property
+    def runtime(self) -> RuntimeSettings:
+        """The inner strategy's settings."""
+        return self.inner.runtime
+
+    @property
+    def acts_on_crossing(self) -> bool:
+        """As the inner strategy."""
+        return self.inner.acts_on_crossing
+
+    def resolve(self, state: CompactionState) -> CompactionCapability[AgentDepsT]:
+        """Reassert around whichever strategy the inner composition picks."""
+        chosen = self.inner.resolve(state)
+        return self if chosen is self.inner else replace(self, inner=chosen)
+
+    async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
+        """The inner proposal plus the instruction changes to restate."""
+        restate = gather_instructions(view, self.sources)
+        proposal = await self.inner.propose(view, ctx)
+        extra: dict[str, Any] = dict(proposal.extra)
+        return replace(proposal, restate=restate, extra=extra)

@@ -1,0 +1,108 @@
+"""Layout application: the only place a history is rebuilt.
+
+Kept messages are reused as the same objects whenever a whole message is kept, so nothing a
+provider already cached changes; fragments of merged requests are rebuilt with
+`dataclasses.replace`, never edited in place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from pydantic_ai.messages import (
+    CompactionPart,
+    ModelMessage,
+    ModelRequest,
+    TextContent,
+    UserPromptPart,
+)
+
+from pydantic_ai_compaction.protocols.types import METADATA_KEY, Exchange, Layout, ProviderSummary, Summary
+from pydantic_ai_compaction.runtime.segment import RESTATEMENT_MARK, ConversationView, fragment, message_stamp
+
+RESTATEMENT_HEADER = 'Instructions restated verbatim from earlier in this conversation (latest last):'
+"""First line of a restatement, so the model reads the list as a record, not a new request."""
+
+
+def stamped(message: ModelMessage, exchange_id: str) -> ModelMessage:
+    """*message* carrying *exchange_id* in its metadata (the same object when it already does)."""
+    if message_stamp(message) == exchange_id:
+        return message
+    metadata: dict[str, Any] = {**(message.metadata or {}), METADATA_KEY: {'exchange': exchange_id}}
+    return replace(message, metadata=metadata)
+
+
+def exchange_messages(view: ConversationView, exchange: Exchange, *, position: int) -> list[ModelMessage]:
+    """The messages of *exchange*, its first one stamped with its id (the opening needs no stamp)."""
+    out = [fragment(view.messages, ref) for ref in exchange.refs]
+    if position > 0 and out and exchange.kind != 'boundary':
+        out[0] = stamped(out[0], exchange.id)
+    return out
+
+
+def assemble(view: ConversationView, keep: set[str]) -> list[ModelMessage]:
+    """The kept exchanges' messages, in order, stamped; nothing inserted."""
+    out: list[ModelMessage] = []
+    for position, exchange in enumerate(view.exchanges):
+        if exchange.id in keep:
+            out.extend(exchange_messages(view, exchange, position=position))
+    return out
+
+
+def boundary_message(summary: Summary | ProviderSummary | None, record: dict[str, Any], note: str) -> ModelMessage:
+    """The message holding the one `CompactionPart` a compaction leaves, with its record in metadata."""
+    if isinstance(summary, ProviderSummary):
+        parts = [
+            replace(part, metadata={**(part.metadata or {}), METADATA_KEY: record})
+            if isinstance(part, CompactionPart)
+            else part
+            for part in summary.response.parts
+        ]
+        return replace(summary.response, parts=parts)
+    text = summary.text if summary is not None else note
+    return ModelRequest(parts=[CompactionPart(content=text, metadata={METADATA_KEY: record})])
+
+
+def restatement_message(texts: tuple[str, ...]) -> ModelRequest:
+    """A user-role request restating instruction texts verbatim, marked so the next compaction replaces it."""
+    body = '\n'.join([RESTATEMENT_HEADER, *(f'- {text}' for text in texts)])
+    return ModelRequest(parts=[UserPromptPart([TextContent(body, metadata={METADATA_KEY: RESTATEMENT_MARK})])])
+
+
+def apply_layout(
+    view: ConversationView, layout: Layout, record: dict[str, Any], *, note: str = ''
+) -> tuple[list[ModelMessage], int]:
+    """Build the compacted history. Returns it with the index of the new boundary message.
+
+    The boundary takes the place of the last dropped exchange, so everything kept before it stays
+    before it and the summary reads in chronological order; restated instructions go right before
+    the exchange in progress, replacing any earlier restatement.
+    """
+    keep = set(layout.keep)
+    positions = {exchange.id: index for index, exchange in enumerate(view.exchanges)}
+    dropped_positions = [positions[exchange_id] for exchange_id in layout.dropped]
+    unfinished = view.unfinished
+    unfinished_position = positions[unfinished.id] if unfinished is not None else len(view.exchanges)
+    if dropped_positions:
+        boundary_at = max(dropped_positions) + 1
+    else:
+        boundary_at = unfinished_position
+    boundary_at = min(boundary_at, unfinished_position)
+
+    out: list[ModelMessage] = []
+    boundary_index = -1
+    for position, exchange in enumerate([*view.exchanges, None]):
+        if position == boundary_at:
+            boundary_index = len(out)
+            out.append(boundary_message(layout.summary, record, note))
+        if position == unfinished_position and layout.restate:
+            out.append(restatement_message(layout.restate))
+        if exchange is None:
+            break
+        if exchange.id not in keep:
+            continue
+        if layout.restate and exchange.kind == 'restatement':
+            continue
+        out.extend(exchange_messages(view, exchange, position=position))
+    return out, boundary_index

@@ -1,0 +1,220 @@
+"""The capability every strategy is: trigger check before each model request, then the runtime.
+
+Strategies subclass `CompactionCapability` and implement `propose`; they never touch the message
+list. The same object also satisfies harness's `CompactionStrategy` protocol through `compact`, so it
+can be a tier of `TieredCompaction` / `FallbackCompaction` or be driven by `compact_now`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import UserError
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai.tools import AgentDepsT, RunContext
+
+from pydantic_ai_compaction.protocols.types import CompactionEvent, CompactionState, Proposal
+from pydantic_ai_compaction.runtime.context import CompactionContext
+from pydantic_ai_compaction.runtime.engine import Outcome, run_compaction
+from pydantic_ai_compaction.runtime.events import EventObserver, emit
+from pydantic_ai_compaction.runtime.retry import RetryPolicy
+from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, our_record
+from pydantic_ai_compaction.runtime.trigger import DEFAULT_TRIGGER, Trigger
+from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import ModelRequestContext
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """The runtime knobs a strategy carries."""
+
+    trigger: Trigger
+    protect: ProtectPredicate | None
+    retry: RetryPolicy
+    fallback_keep: int
+    observer: EventObserver | None
+
+
+def count_compactions(messages: Sequence[ModelMessage]) -> int:
+    """Compactions this library recorded in *messages*."""
+    return sum(1 for message in messages for part in message.parts if our_record(part) is not None)
+
+
+@dataclass
+class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
+    """Base of every strategy: a pydantic-ai capability that compacts before model requests."""
+
+    @property
+    @abstractmethod
+    def strategy_name(self) -> str:
+        """Name recorded in boundary records and reports."""
+
+    @property
+    @abstractmethod
+    def runtime(self) -> RuntimeSettings:
+        """Trigger, protection, retries and fallback this strategy runs with."""
+
+    @abstractmethod
+    async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
+        """Suggest a layout; see `pydantic_ai_compaction.protocols.Strategy`."""
+
+    def resolve(self, state: CompactionState) -> CompactionCapability[AgentDepsT]:
+        """The strategy that acts in *state*; composition (`Switch`) overrides this."""
+        del state
+        return self
+
+    @property
+    def acts_on_crossing(self) -> bool:
+        """`False` for a baseline that only records crossings."""
+        return True
+
+    async def before_model_request(
+        self,
+        ctx: RunContext[AgentDepsT],
+        request_context: ModelRequestContext,
+    ) -> ModelRequestContext:
+        """Compact the persisted history when the trigger is crossed; otherwise do nothing."""
+        messages = list(request_context.messages)
+        compacted = await self.maybe_compact(
+            messages,
+            ctx,
+            model=request_context.model,
+            model_settings=request_context.model_settings,
+            parameters=request_context.model_request_parameters,
+        )
+        if compacted is None:
+            return request_context
+        ctx.messages[:] = compacted
+        return replace(request_context, messages=list(compacted))
+
+    async def maybe_compact(
+        self,
+        messages: list[ModelMessage],
+        ctx: RunContext[Any],
+        *,
+        model: Model,
+        model_settings: Any,
+        parameters: ModelRequestParameters,
+    ) -> list[ModelMessage] | None:
+        """The compacted history if this request crosses the trigger, else `None`."""
+        tokens = self._measure(messages, parameters)
+        state = CompactionState(count_compactions(messages), tokens, ctx.run_step, len(messages))
+        chosen = self.resolve(state)
+        settings = chosen.runtime
+        crossing = settings.trigger.check(tokens, len(messages), model)
+        if crossing is None:
+            return None
+        if not chosen.acts_on_crossing:
+            emit(
+                CompactionEvent('ignored', chosen.strategy_name, crossing.tokens, None, len(messages), len(messages)),
+                ctx.tracer,
+                settings.observer,
+            )
+            return None
+        cctx = CompactionContext(
+            run=ctx,
+            model=model,
+            model_settings=model_settings,
+            parameters=parameters,
+            retry=settings.retry,
+            trigger_tokens=crossing.tokens,
+        )
+        outcome = await self._run(chosen, messages, cctx, settings)
+        return outcome.messages if outcome is not None else None
+
+    async def compact(self, messages: list[ModelMessage], ctx: RunContext[AgentDepsT]) -> list[ModelMessage]:
+        """Compact unconditionally (harness `CompactionStrategy` protocol: tiers, `compact_now`)."""
+        model = ctx.model
+        if not isinstance(model, Model):
+            raise UserError(f'{self.strategy_name} compaction needs a request-response model, got {type(model).__name__}.')
+        state = CompactionState(count_compactions(messages), 0, ctx.run_step, len(messages))
+        chosen = self.resolve(state)
+        settings = chosen.runtime
+        if not chosen.acts_on_crossing:
+            return messages
+        cctx = CompactionContext(
+            run=ctx,
+            model=model,
+            model_settings=None,
+            parameters=ModelRequestParameters(),
+            retry=settings.retry,
+        )
+        outcome = await self._run(chosen, list(messages), cctx, settings)
+        return outcome.messages if outcome is not None else messages
+
+    def _measure(self, messages: list[ModelMessage], parameters: ModelRequestParameters) -> int:
+        # Measured once per request, before a composition picks its branch, with this capability's
+        # own trigger (its tokenizer, if any); the branch's trigger then judges the same number.
+        return self.runtime.trigger.measure(messages, parameters)
+
+    @staticmethod
+    async def _run(
+        chosen: CompactionCapability[Any],
+        messages: list[ModelMessage],
+        cctx: CompactionContext,
+        settings: RuntimeSettings,
+    ) -> Outcome | None:
+        try:
+            outcome = await run_compaction(
+                chosen, messages, cctx, protect=settings.protect, fallback_keep=settings.fallback_keep
+            )
+        except Exception as error:  # compaction must never fail a run; a runtime bug leaves the history as it was
+            warnings.warn(
+                f'{chosen.strategy_name} compaction failed and left the history unchanged: {error!r}',
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
+        emit(
+            CompactionEvent(
+                'compacted',
+                chosen.strategy_name,
+                cctx.trigger_tokens,
+                outcome.record,
+                len(messages),
+                len(outcome.messages),
+                tuple(outcome.messages),
+            ),
+            cctx.run.tracer,
+            settings.observer,
+        )
+        return outcome
+
+
+@dataclass
+class ConfiguredCompaction(CompactionCapability[AgentDepsT], ABC):
+    """A strategy that carries its own trigger and runtime settings (every leaf strategy)."""
+
+    trigger: Trigger = field(default=DEFAULT_TRIGGER, kw_only=True)
+    """When to compact. Defaults to the seed study's 18,000 estimated tokens."""
+
+    protect: ProtectPredicate | None = field(default=None, kw_only=True)
+    """Extra exchanges to always keep, besides g0, earlier boundaries and pinned content."""
+
+    retry: RetryPolicy = field(default_factory=RetryPolicy, kw_only=True)
+    """Retries for transient errors of any model call the strategy makes."""
+
+    fallback_keep: int = field(default=DEFAULT_FALLBACK_KEEP, kw_only=True)
+    """Exchanges the fallback layout keeps when a proposal is malformed."""
+
+    observer: EventObserver | None = field(default=None, kw_only=True)
+    """Called with every `CompactionEvent` (compactions and ignored crossings)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.trigger, Trigger):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f'trigger must be a Trigger, got {type(self.trigger).__name__}.')
+        if self.fallback_keep < 1:
+            raise ValueError(f'fallback_keep must be at least 1, got {self.fallback_keep!r}.')
+
+    @property
+    def runtime(self) -> RuntimeSettings:
+        """Trigger, protection, retries and fallback this strategy runs with."""
+        return RuntimeSettings(self.trigger, self.protect, self.retry, self.fallback_keep, self.observer)

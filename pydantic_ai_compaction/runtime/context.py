@@ -1,0 +1,39 @@
+"""What a strategy gets besides the view: model access, accounting and the retry policy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai.settings import ModelSettings
+from pydantic_ai.tools import RunContext
+
+from pydantic_ai_compaction.protocols.types import CompactorUsage
+from pydantic_ai_compaction.runtime.retry import RetryPolicy
+
+
+@dataclass
+class CompactionContext:
+    """Everything a strategy may use to build a proposal."""
+
+    run: RunContext[Any]
+    """The agent run's context (deps, usage, tracer, run step)."""
+
+    model: Model
+    """The model the request being compacted is going to."""
+
+    model_settings: ModelSettings | None
+    """That request's settings."""
+
+    parameters: ModelRequestParameters
+    """That request's tool definitions, output mode and instruction parts."""
+
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """How model calls made for compaction are retried."""
+
+    usage: CompactorUsage = field(default_factory=CompactorUsage)
+    """Usage of the model calls made for this compaction (also added to the run's usage)."""
+
+    trigger_tokens: int | None = None
+    """What the trigger measured, or `None` when compaction was forced (`compact`, `replay`)."""

@@ -1,0 +1,44 @@
+"""Tool call / return pairing: the invariant a provider rejects a request over."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
+
+from pydantic_ai_compaction.runtime.segment import _answers_call  # pyright: ignore[reportPrivateUsage]
+
+
+def pairing_problems(messages: Sequence[ModelMessage]) -> list[str]:
+    """Every way *messages* breaks pairing; empty when each call has one return after it and each return its call.
+
+    Calls in the final message may still be unanswered: that is a run waiting for its tools.
+    """
+    problems: list[str] = []
+    open_calls: dict[str, int] = {}
+    answered: set[str] = set()
+    for index, message in enumerate(messages):
+        if isinstance(message, ModelResponse):
+            for part in message.parts:
+                if isinstance(part, ToolCallPart):
+                    open_calls[part.tool_call_id] = index
+            continue
+        assert isinstance(message, ModelRequest)
+        for part in message.parts:
+            call_id = _answers_call(part)
+            if call_id is None:
+                continue
+            if call_id in open_calls:
+                del open_calls[call_id]
+                answered.add(call_id)
+            elif call_id in answered:
+                problems.append(f'tool call {call_id!r} answered twice (message {index})')
+            else:
+                problems.append(f'tool return {call_id!r} has no call before it (message {index})')
+    last = len(messages) - 1
+    problems.extend(
+        f'tool call {call_id!r} has no return (message {index})'
+        for call_id, index in open_calls.items()
+        if index != last
+    )
+    return problems

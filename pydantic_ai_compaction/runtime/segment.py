@@ -1,0 +1,391 @@
+"""Segmentation: a message list becomes an ordered list of exchanges with stable ids.
+
+An exchange is the smallest unit that can be dropped without breaking a provider's rules: a
+response together with every part of a later request that answers its tool calls (parallel calls
+and retries included), a user turn, an earlier compaction boundary, or a restatement. Links between
+a call and its return form a graph; any exchange whose span covers another's start is merged with
+it, so a deferred return that arrives several messages later keeps the whole span together.
+
+Requests are split at part level because pydantic-ai merges consecutive requests when a history
+is passed to a new run: a request can then hold tool returns for one exchange, a boundary, and a
+user prompt for the next.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+from pydantic_ai.messages import (
+    CompactionPart,
+    ModelMessage,
+    ModelRequest,
+    ModelRequestPart,
+    ModelResponse,
+    RetryFeedbackPart,
+    RetryPromptPart,  # pyright: ignore[reportDeprecated]
+    TextContent,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai_harness.compaction import estimate_message_tokens, estimate_token_count, is_pinned
+
+from pydantic_ai_compaction.protocols.types import METADATA_KEY, Exchange, ExchangeKind, PartRef
+
+ProtectPredicate = Callable[[Exchange, list[ModelMessage]], bool]
+"""User hook: return `True` to protect an exchange (it receives the exchange and its messages)."""
+
+RESTATEMENT_MARK = 'restatement'
+"""Value under `METADATA_KEY` in the `TextContent.metadata` of a `Reassert` restatement."""
+
+_ID_PATTERN = re.compile(r'^g(\d+)$')
+
+
+def exchange_number(exchange_id: str) -> int | None:
+    """The number in an exchange id (`g12` → 12), or `None` when it is not one."""
+    match = _ID_PATTERN.match(exchange_id)
+    return int(match.group(1)) if match else None
+
+
+def our_record(part: object) -> dict[str, Any] | None:
+    """The boundary record this library stored on a `CompactionPart`, or `None`."""
+    if not isinstance(part, CompactionPart) or not isinstance(part.metadata, dict):
+        return None
+    record = part.metadata.get(METADATA_KEY)  # pyright: ignore[reportUnknownMemberType]
+    return record if isinstance(record, dict) else None  # pyright: ignore[reportUnknownVariableType]
+
+
+def is_restatement(part: object) -> bool:
+    """Whether *part* is a restatement `Reassert` wrote."""
+    if not isinstance(part, UserPromptPart) or isinstance(part.content, str):
+        return False
+    return any(
+        isinstance(item, TextContent)
+        and isinstance(item.metadata, dict)
+        and item.metadata.get(METADATA_KEY) == RESTATEMENT_MARK  # pyright: ignore[reportUnknownMemberType]
+        for item in part.content
+    )
+
+
+def message_stamp(message: ModelMessage) -> str | None:
+    """The exchange id stamped on a message's metadata, if any."""
+    metadata = message.metadata
+    if not isinstance(metadata, dict):
+        return None
+    entry = metadata.get(METADATA_KEY)
+    if isinstance(entry, dict):
+        value = entry.get('exchange')  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _answers_call(part: ModelRequestPart) -> str | None:
+    """The tool call id a request part answers, if it answers one."""
+    if isinstance(part, ToolReturnPart):
+        return part.tool_call_id
+    if isinstance(part, RetryPromptPart) and part.tool_name is not None:  # pyright: ignore[reportDeprecated]
+        return part.tool_call_id
+    return None
+
+
+@dataclass
+class _Unit:
+    kind: ExchangeKind
+    parts: dict[int, list[int]] = field(default_factory=dict[int, list[int]])
+    """message index → part indices (sorted)."""
+    stamp: str | None = None
+
+    def add(self, message_index: int, part_index: int) -> None:
+        self.parts.setdefault(message_index, []).append(part_index)
+
+    def start(self) -> tuple[int, int]:
+        first = min(self.parts)
+        return first, min(self.parts[first])
+
+    def end(self) -> tuple[int, int]:
+        last = max(self.parts)
+        return last, max(self.parts[last])
+
+
+@dataclass(frozen=True)
+class ConversationView:
+    """A segmented history: what strategies read and the runtime validates against."""
+
+    messages: tuple[ModelMessage, ...]
+    """The history, unchanged."""
+
+    exchanges: tuple[Exchange, ...]
+    """Its exchanges, in order."""
+
+    next_id: int
+    """The next exchange number to hand out."""
+
+    by_id: dict[str, Exchange] = field(default_factory=dict[str, Exchange], compare=False)
+    """Exchanges keyed by id."""
+
+    def __post_init__(self) -> None:
+        self.by_id.update({exchange.id: exchange for exchange in self.exchanges})
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        """Exchange ids in order."""
+        return tuple(exchange.id for exchange in self.exchanges)
+
+    @property
+    def unfinished(self) -> Exchange | None:
+        """The exchange in progress, if the history has one."""
+        last = self.exchanges[-1] if self.exchanges else None
+        return last if last is not None and last.unfinished else None
+
+    @property
+    def tokens(self) -> int:
+        """Sum of the exchanges' estimated tokens (instructions and tool definitions excluded)."""
+        return sum(exchange.tokens for exchange in self.exchanges)
+
+    def messages_of(self, exchange: Exchange) -> list[ModelMessage]:
+        """The messages (or message fragments) that make up *exchange*, in order."""
+        return [fragment(self.messages, ref) for ref in exchange.refs]
+
+    def records(self) -> list[dict[str, Any]]:
+        """Boundary records this library wrote, oldest first."""
+        found: list[dict[str, Any]] = []
+        for message in self.messages:
+            for part in message.parts:
+                record = our_record(part)
+                if record is not None:
+                    found.append(record)
+        return found
+
+
+def fragment(messages: Sequence[ModelMessage], ref: PartRef) -> ModelMessage:
+    """The message a ref points at, narrowed to its parts when the ref names some."""
+    from dataclasses import replace
+
+    index, parts = ref
+    message = messages[index]
+    if parts is None:
+        return message
+    if isinstance(message, ModelRequest):
+        return replace(message, parts=[message.parts[p] for p in parts])
+    return replace(message, parts=[message.parts[p] for p in parts])
+
+
+def segment(messages: Sequence[ModelMessage], protect: ProtectPredicate | None = None) -> ConversationView:
+    """Split *messages* into exchanges with stable ids.
+
+    Args:
+        messages: The history, oldest first.
+        protect: Optional user predicate; exchanges it returns `True` for are always kept.
+    """
+    units = _build_units(messages)
+    groups = _merge_linked(units)
+    next_number, stamped_numbers = _id_counter(messages, units)
+    token_counts = estimate_message_tokens(messages)
+
+    exchanges: list[Exchange] = []
+    used: set[str] = set()
+    for group_index, group in enumerate(groups):
+        merged = _merge_parts(group)
+        first = group[0]
+        kind: ExchangeKind = first.kind
+        if any(unit.kind == 'boundary' for unit in group):
+            kind = 'boundary'
+        if group_index == 0:
+            exchange_id = 'g0'
+        elif first.stamp is not None and first.stamp not in used and exchange_number(first.stamp) is not None:
+            exchange_id = first.stamp
+        else:
+            next_number += 1
+            while next_number in stamped_numbers:
+                next_number += 1
+            exchange_id = f'g{next_number}'
+        used.add(exchange_id)
+        refs = _refs(messages, merged)
+        exchanges.append(
+            Exchange(
+                id=exchange_id,
+                kind=kind,
+                refs=refs,
+                tokens=_tokens(messages, refs, token_counts),
+                protected=_protection(kind, messages, refs, group_index),
+            )
+        )
+
+    exchanges = _mark_unfinished(messages, exchanges)
+    if protect is not None:
+        exchanges = _apply_predicate(messages, exchanges, protect)
+    highest = max([exchange_number(e.id) or 0 for e in exchanges] + [next_number, 0])
+    return ConversationView(messages=tuple(messages), exchanges=tuple(exchanges), next_id=highest + 1)
+
+
+def _build_units(messages: Sequence[ModelMessage]) -> list[_Unit]:
+    units: list[_Unit] = []
+    owner_of_call: dict[str, int] = {}
+    last_response: int | None = None
+    opened = False
+    for index, message in enumerate(messages):
+        if isinstance(message, ModelResponse):
+            boundary = any(isinstance(part, CompactionPart) for part in message.parts)
+            calls = [part for part in message.parts if isinstance(part, ToolCallPart)]
+            kind: ExchangeKind = 'boundary' if boundary else ('tools' if calls else 'response')
+            unit = _Unit(kind, stamp=message_stamp(message) or _boundary_stamp(message))
+            unit.parts[index] = list(range(len(message.parts)))
+            units.append(unit)
+            last_response = len(units) - 1
+            for call in calls:
+                owner_of_call[call.tool_call_id] = last_response
+            continue
+
+        local: dict[ExchangeKind, int] = {}
+        for part_index, part in enumerate(message.parts):
+            call_id = _answers_call(part)
+            if call_id is not None and (owner := owner_of_call.get(call_id, last_response)) is not None:
+                units[owner].add(index, part_index)
+                continue
+            if isinstance(part, RetryFeedbackPart) and last_response is not None:
+                units[last_response].add(index, part_index)
+                continue
+            if isinstance(part, CompactionPart):
+                kind = 'boundary'
+            elif is_restatement(part):
+                kind = 'restatement'
+            else:
+                # The first request's own content is the opening; later user content starts a turn.
+                kind = 'opening' if not opened or 'opening' in local else 'turn'
+                opened = True
+            if kind not in local:
+                units.append(_Unit(kind))
+                local[kind] = len(units) - 1
+            units[local[kind]].add(index, part_index)
+        whole = [position for position in local.values() if len(units[position].parts[index]) == len(message.parts)]
+        for position in whole:
+            units[position].stamp = message_stamp(message)
+        for position in local.values():
+            if units[position].kind == 'boundary' and units[position].stamp is None:
+                units[position].stamp = _boundary_stamp(message)
+    return units
+
+
+def _boundary_stamp(message: ModelMessage) -> str | None:
+    for part in message.parts:
+        record = our_record(part)
+        if record is not None and isinstance(record.get('boundary_id'), str):
+            return record['boundary_id']
+    return None
+
+
+def _merge_linked(units: list[_Unit]) -> list[list[_Unit]]:
+    """Group units whose spans interleave (a deferred return after other units) into one exchange."""
+    graph: nx.Graph[int] = nx.Graph()
+    graph.add_nodes_from(range(len(units)))
+    starts = [unit.start() for unit in units]
+    order = sorted(range(len(units)), key=lambda position: starts[position])
+    reach_end = (-1, -1)
+    reach_owner = -1
+    for position in order:
+        if starts[position] <= reach_end:
+            graph.add_edge(reach_owner, position)
+        end = units[position].end()
+        if end > reach_end:
+            reach_end, reach_owner = end, position
+    components: Iterable[set[int]] = nx.connected_components(graph)
+    groups = [sorted(component, key=lambda position: starts[position]) for component in components]
+    groups.sort(key=lambda group: starts[group[0]])
+    return [[units[position] for position in group] for group in groups]
+
+
+def _merge_parts(group: list[_Unit]) -> dict[int, list[int]]:
+    merged: dict[int, list[int]] = {}
+    for unit in group:
+        for message_index, parts in unit.parts.items():
+            merged.setdefault(message_index, []).extend(parts)
+    return {index: sorted(set(parts)) for index, parts in sorted(merged.items())}
+
+
+def _refs(messages: Sequence[ModelMessage], merged: dict[int, list[int]]) -> tuple[PartRef, ...]:
+    return tuple(
+        (index, None if len(parts) == len(messages[index].parts) else tuple(parts)) for index, parts in merged.items()
+    )
+
+
+def _id_counter(messages: Sequence[ModelMessage], units: list[_Unit]) -> tuple[int, set[int]]:
+    """The highest exchange number ever handed out, from stamps and from boundary records."""
+    stamped = {number for unit in units if unit.stamp and (number := exchange_number(unit.stamp)) is not None}
+    highest = max(stamped, default=0)
+    for message in messages:
+        for part in message.parts:
+            record = our_record(part)
+            if record is None:
+                continue
+            next_id = record.get('next_id')
+            if isinstance(next_id, int):
+                highest = max(highest, next_id - 1)
+            for key in ('kept', 'dropped'):
+                for exchange_id in record.get(key) or ():
+                    if isinstance(exchange_id, str) and (number := exchange_number(exchange_id)) is not None:
+                        highest = max(highest, number)
+    return highest, stamped
+
+
+def _tokens(messages: Sequence[ModelMessage], refs: tuple[PartRef, ...], counts: list[int]) -> int:
+    total = 0
+    for index, parts in refs:
+        if parts is None:
+            total += counts[index]
+            continue
+        message = messages[index]
+        whole = max(estimate_token_count([_without_instructions(message)]), 1)
+        share = estimate_token_count([_without_instructions(fragment(messages, (index, parts)))])
+        total += counts[index] * share // whole
+    return total
+
+
+def _without_instructions(message: ModelMessage) -> ModelMessage:
+    from dataclasses import replace
+
+    if isinstance(message, ModelRequest) and message.instructions:
+        return replace(message, instructions=None)
+    return message
+
+
+def _protection(kind: ExchangeKind, messages: Sequence[ModelMessage], refs: tuple[PartRef, ...], position: int) -> str | None:
+    if kind == 'opening' or position == 0:
+        return 'opening'
+    if kind == 'boundary':
+        return 'boundary'
+    for ref in refs:
+        if any(is_pinned(part) for part in fragment(messages, ref).parts):
+            return 'pinned'
+    return None
+
+
+def _mark_unfinished(messages: Sequence[ModelMessage], exchanges: list[Exchange]) -> list[Exchange]:
+    """The last exchange is in progress when the history ends with a request or with unanswered calls."""
+    if not exchanges or not messages:
+        return exchanges
+    last_message = messages[-1]
+    in_progress = isinstance(last_message, ModelRequest) or any(
+        isinstance(part, ToolCallPart) for part in last_message.parts
+    )
+    if not in_progress:
+        return exchanges
+    from dataclasses import replace
+
+    return [*exchanges[:-1], replace(exchanges[-1], unfinished=True)]
+
+
+def _apply_predicate(
+    messages: Sequence[ModelMessage], exchanges: list[Exchange], protect: ProtectPredicate
+) -> list[Exchange]:
+    from dataclasses import replace
+
+    out: list[Exchange] = []
+    for exchange in exchanges:
+        if exchange.protected is None and protect(exchange, [fragment(messages, ref) for ref in exchange.refs]):
+            exchange = replace(exchange, protected='predicate')
+        out.append(exchange)
+    return out

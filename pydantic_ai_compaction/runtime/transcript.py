@@ -1,0 +1,111 @@
+"""Readable renderings of exchanges: one-line descriptions for the fork, transcripts for summaries."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic_ai.messages import (
+    CompactionPart,
+    ModelMessage,
+    ModelRequest,
+    RetryFeedbackPart,
+    SystemPromptPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai_harness.compaction import is_pinned
+
+from pydantic_ai_compaction.protocols.types import Exchange
+from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement
+
+
+def clip(text: str, limit: int) -> str:
+    """*text* on one line, cut to *limit* characters with an ellipsis."""
+    flat = ' '.join(text.split())
+    return flat if len(flat) <= limit else flat[: max(limit - 1, 0)] + '…'
+
+
+def user_text(part: UserPromptPart) -> str:
+    """The text of a user prompt (non-text items shown by kind)."""
+    if isinstance(part.content, str):
+        return part.content
+    pieces: list[str] = []
+    for item in part.content:
+        if isinstance(item, str):
+            pieces.append(item)
+        elif hasattr(item, 'content') and isinstance(getattr(item, 'content', None), str):
+            pieces.append(str(getattr(item, 'content')))
+        else:
+            pieces.append(f'[{getattr(item, "kind", type(item).__name__)}]')
+    return ''.join(pieces)
+
+
+def return_text(part: ToolReturnPart) -> str:
+    """A tool return's content as the model reads it."""
+    return part.model_response_str()
+
+
+def describe(view: ConversationView, exchange: Exchange, *, limit: int = 100) -> str:
+    """One line saying what an exchange holds, for the fork's exchange list."""
+    messages = view.messages_of(exchange)
+    calls = [part for message in messages if not isinstance(message, ModelRequest) for part in message.parts if isinstance(part, ToolCallPart)]
+    returns = [part for message in messages if isinstance(message, ModelRequest) for part in message.parts if isinstance(part, ToolReturnPart)]
+    if exchange.kind == 'boundary':
+        summaries = [part.content or '(opaque provider compaction)' for message in messages for part in message.parts if isinstance(part, CompactionPart)]
+        return 'earlier compaction: ' + clip(' '.join(summaries), limit)
+    if exchange.kind == 'restatement':
+        return 'restated instructions'
+    if calls:
+        sizes = {part.tool_call_id: len(return_text(part)) for part in returns}
+        rendered = ', '.join(f'{call.tool_name}({clip(call.args_as_json_str(), 60)}) → {sizes.get(call.tool_call_id, 0):,} chars' for call in calls)
+        return clip(rendered, limit)
+    prompts = [user_text(part) for message in messages if isinstance(message, ModelRequest) for part in message.parts if isinstance(part, UserPromptPart)]
+    if exchange.kind in ('opening', 'turn') and prompts:
+        pinned = any(is_pinned(part) for message in messages for part in message.parts)
+        return ('pinned: ' if pinned else 'user: ') + clip(' '.join(prompts), limit)
+    texts = [part.content for message in messages for part in message.parts if isinstance(part, TextPart)]
+    return 'assistant: ' + clip(' '.join(texts), limit)
+
+
+def listing(view: ConversationView, exchanges: Iterable[Exchange] | None = None) -> str:
+    """Every exchange id with its kind, size, flags and a one-line description."""
+    lines: list[str] = []
+    for exchange in exchanges if exchanges is not None else view.exchanges:
+        flags = [exchange.kind, f'~{exchange.tokens:,} tokens']
+        if exchange.protected:
+            flags.append(f'protected: {exchange.protected}')
+        if exchange.unfinished:
+            flags.append('in progress')
+        lines.append(f'{exchange.id} [{", ".join(flags)}] {describe(view, exchange)}')
+    return '\n'.join(lines)
+
+
+def render_messages(messages: Iterable[ModelMessage], *, tool_limit: int | None = None) -> str:
+    """A plain transcript: who said what, tool calls with arguments, tool results with content."""
+    lines: list[str] = []
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, SystemPromptPart):
+                lines.append(f'SYSTEM: {part.content}')
+            elif isinstance(part, UserPromptPart):
+                label = 'RESTATED' if is_restatement(part) else 'USER'
+                lines.append(f'{label}: {user_text(part)}')
+            elif isinstance(part, ToolReturnPart):
+                content = return_text(part)
+                if tool_limit is not None and len(content) > tool_limit:
+                    content = content[:tool_limit] + f'… [{len(content) - tool_limit:,} more chars]'
+                lines.append(f'TOOL RESULT {part.tool_name} ({part.outcome}): {content}')
+            elif isinstance(part, RetryFeedbackPart):
+                lines.append(f'RETRY: {part.model_response()}')
+            elif isinstance(part, CompactionPart):
+                lines.append(f'EARLIER SUMMARY: {part.content or "(opaque provider compaction)"}')
+            elif isinstance(part, TextPart):
+                lines.append(f'ASSISTANT: {part.content}')
+            elif isinstance(part, ToolCallPart):
+                lines.append(f'TOOL CALL {part.tool_name}({part.args_as_json_str()})')
+            elif isinstance(part, ThinkingPart) and part.content:
+                lines.append(f'THINKING: {part.content}')
+    return '\n'.join(lines)

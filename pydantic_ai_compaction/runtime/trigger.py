@@ -1,0 +1,151 @@
+"""The one trigger every strategy shares."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai_harness.compaction import (
+    DEFAULT_CONTEXT_WINDOW,
+    estimate_context_tokens,
+    estimate_token_count,
+    resolve_context_window,
+)
+
+from pydantic_ai_compaction.runtime.segment import message_stamp, our_record
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """A trigger crossing: what was measured and against which limit."""
+
+    reason: Literal['tokens', 'messages']
+    """Which limit was crossed."""
+
+    tokens: int
+    """Estimated tokens of the request about to be sent."""
+
+    threshold: int
+    """The limit that was crossed (tokens or messages, per `reason`)."""
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """When to compact: an estimated token count, a fraction of the model's window, or a message count.
+
+    Tokens are estimated with harness's `estimate_context_tokens`, which anchors on the provider's
+    reported usage of the last response and estimates only what came after it.
+
+    Example:
+        ```python
+        Trigger(tokens=18_000)                        # the seed study's setting
+        Trigger(fraction=0.5)                         # half of the model's window
+        Trigger(fraction=0.5, context_window=128_000) # when the registry does not know the model
+        Trigger(messages=200)
+        ```
+    """
+
+    tokens: int | None = None
+    """Compact when the estimated request exceeds this many tokens."""
+
+    fraction: float | None = None
+    """Compact when the estimate exceeds this fraction of the model's context window, in (0, 1]."""
+
+    context_window: int | None = None
+    """Window to use with `fraction` instead of resolving it from the model."""
+
+    messages: int | None = None
+    """Compact when the history holds more than this many messages."""
+
+    fallback_context_window: int = DEFAULT_CONTEXT_WINDOW
+    """Window assumed with `fraction` when the model's window cannot be resolved."""
+
+    tokenizer: Callable[[str], int] | None = field(default=None, compare=False)
+    """Optional tokenizer for the part of the estimate not covered by provider usage."""
+
+    def __post_init__(self) -> None:
+        if self.tokens is None and self.fraction is None and self.messages is None:
+            raise ValueError('Trigger needs a limit: set `tokens`, `fraction` or `messages`.')
+        if self.tokens is not None and self.fraction is not None:
+            raise ValueError('Trigger: set at most one of `tokens` and `fraction`.')
+        if self.tokens is not None and self.tokens < 1:
+            raise ValueError(f'Trigger.tokens must be a positive integer, got {self.tokens!r}.')
+        if self.fraction is not None and not 0 < self.fraction <= 1:
+            raise ValueError(f'Trigger.fraction must be in (0, 1], got {self.fraction!r}.')
+        if self.messages is not None and self.messages < 1:
+            raise ValueError(f'Trigger.messages must be a positive integer, got {self.messages!r}.')
+        if self.context_window is not None and self.context_window < 1:
+            raise ValueError(f'Trigger.context_window must be positive, got {self.context_window!r}.')
+        if self.context_window is not None and self.fraction is None:
+            raise ValueError('Trigger.context_window only applies together with `fraction`.')
+        if self.fallback_context_window < 1:
+            raise ValueError(f'Trigger.fallback_context_window must be positive, got {self.fallback_context_window!r}.')
+
+    def token_limit(self, model: Model | None) -> int | None:
+        """The token limit for a request to *model*, or `None` when only a message limit is set."""
+        if self.tokens is not None:
+            return self.tokens
+        if self.fraction is None:
+            return None
+        window = self.context_window
+        if window is None and model is not None:
+            window = resolve_context_window(model)
+        return max(1, int((window or self.fallback_context_window) * self.fraction))
+
+    def measure(
+        self, messages: Sequence[ModelMessage], parameters: ModelRequestParameters | None = None
+    ) -> int:
+        """Estimated tokens of the request *messages* would produce.
+
+        Anchored on the last response's reported usage, except right after a compaction: a response
+        kept through a compaction reported the size of the history *before* it, so until the next
+        response arrives the plain estimate is used instead of that stale anchor.
+        """
+        if _anchor_is_stale(messages):
+            return estimate_token_count(messages, self.tokenizer)
+        return estimate_context_tokens(messages, self.tokenizer, model_request_parameters=parameters)
+
+    def crossed(
+        self,
+        messages: Sequence[ModelMessage],
+        model: Model | None,
+        parameters: ModelRequestParameters | None = None,
+    ) -> Crossing | None:
+        """The crossing, or `None` while the history is within every limit."""
+        tokens = self.measure(messages, parameters) if self.tokens or self.fraction else 0
+        return self.check(tokens, len(messages), model)
+
+    def check(self, tokens: int, message_count: int, model: Model | None) -> Crossing | None:
+        """The crossing for an already measured request, or `None` while within every limit."""
+        limit = self.token_limit(model)
+        if limit is not None and tokens > limit:
+            return Crossing('tokens', tokens, limit)
+        if self.messages is not None and message_count > self.messages:
+            return Crossing('messages', tokens, self.messages)
+        return None
+
+
+DEFAULT_TRIGGER = Trigger(tokens=18_000)
+"""The seed study's trigger (an estimated 18K tokens). Tie yours to the model's window in production."""
+
+
+def _anchor_is_stale(messages: Sequence[ModelMessage]) -> bool:
+    """Whether the newest response with usage predates the newest compaction (its usage is pre-compaction)."""
+    anchor_id: str | None = None
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if anchor_id is None:
+            if isinstance(message, ModelResponse) and message.usage.input_tokens:
+                anchor_id = message_stamp(message)
+                if anchor_id is None:
+                    # Never through a compaction: its usage describes the history as it is.
+                    return False
+            continue
+        for part in message.parts:
+            record = our_record(part)
+            if record is not None:
+                return anchor_id in (record.get('kept') or ())
+    return False

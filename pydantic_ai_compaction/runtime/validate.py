@@ -1,0 +1,105 @@
+"""The validator: the runtime, not the model, has the last word on what the next history holds."""
+
+from __future__ import annotations
+
+from pydantic_ai_compaction.protocols.types import Exchange, Layout, Proposal, Summary
+from pydantic_ai_compaction.runtime.segment import ConversationView, our_record
+
+DEFAULT_FALLBACK_KEEP = 4
+"""Exchanges the fallback layout keeps (besides protected and unfinished ones)."""
+
+
+def validate(proposal: Proposal, view: ConversationView, *, fallback_keep: int = DEFAULT_FALLBACK_KEEP) -> Layout:
+    """Turn a proposal into a layout that is always safe to apply.
+
+    Unknown or repeated ids are rejected and reported; protected and unfinished exchanges are kept
+    even when the proposal leaves them out; the kept ids come back in the history's own order. A
+    malformed or empty proposal gives the fallback layout: the last `fallback_keep` exchanges plus
+    everything protected, with a boundary that says what was dropped.
+    """
+    if proposal.malformed is not None:
+        return fallback_layout(view, proposal.malformed, fallback_keep=fallback_keep, restate=proposal.restate)
+
+    accepted: set[str] = set()
+    rejected: list[str] = []
+    for exchange_id in proposal.keep:
+        if exchange_id in accepted or exchange_id not in view.by_id:
+            rejected.append(exchange_id)
+        else:
+            accepted.add(exchange_id)
+
+    superseded = _superseded(view, proposal.supersedes)
+    keep = accepted | {e.id for e in view.exchanges if e.forced and e.id not in superseded}
+    if proposal.summary is None and not proposal.restate and not (accepted - keep_forced(view)):
+        return fallback_layout(view, 'empty', fallback_keep=fallback_keep, rejected=tuple(rejected))
+
+    ordered = tuple(e.id for e in view.exchanges if e.id in keep)
+    dropped = tuple(e.id for e in view.exchanges if e.id not in keep)
+    return Layout(
+        keep=ordered,
+        dropped=dropped,
+        rejected=tuple(rejected),
+        summary=proposal.summary,
+        restate=proposal.restate,
+        fallback_reason=None,
+        superseded=tuple(sorted(superseded, key=lambda i: view.ids.index(i))),
+    )
+
+
+def keep_forced(view: ConversationView) -> set[str]:
+    """Ids the validator keeps whatever a proposal says."""
+    return {exchange.id for exchange in view.exchanges if exchange.forced}
+
+
+def fallback_layout(
+    view: ConversationView,
+    reason: str,
+    *,
+    fallback_keep: int = DEFAULT_FALLBACK_KEEP,
+    rejected: tuple[str, ...] = (),
+    restate: tuple[str, ...] = (),
+) -> Layout:
+    """The layout used when a proposal cannot be: the last exchanges plus everything forced."""
+    tail = {exchange.id for exchange in view.exchanges[-fallback_keep:]} if fallback_keep > 0 else set[str]()
+    keep = tail | keep_forced(view)
+    ordered = tuple(e.id for e in view.exchanges if e.id in keep)
+    dropped_exchanges = [e for e in view.exchanges if e.id not in keep]
+    return Layout(
+        keep=ordered,
+        dropped=tuple(e.id for e in dropped_exchanges),
+        rejected=rejected,
+        summary=Summary(fallback_note(dropped_exchanges, reason)),
+        restate=restate,
+        fallback_reason=reason,
+    )
+
+
+def fallback_note(dropped: list[Exchange], reason: str) -> str:
+    """The boundary text of a fallback: what was removed, so the model knows it is gone."""
+    if not dropped:
+        return f'[Context compaction fell back ({reason}); nothing was removed.]'
+    tokens = sum(exchange.tokens for exchange in dropped)
+    span = dropped[0].id if len(dropped) == 1 else f'{dropped[0].id}–{dropped[-1].id}'
+    return (
+        f'[Context compaction fell back ({reason}): {len(dropped)} earlier exchange(s) ({span}, about {tokens:,} '
+        'tokens) were removed without a summary. Re-read any source you still need.]'
+    )
+
+
+def _superseded(view: ConversationView, strategy: str | None) -> set[str]:
+    """Boundaries written by *strategy* that its new proposal replaces."""
+    if strategy is None:
+        return set()
+    out: set[str] = set()
+    for exchange in view.exchanges:
+        if exchange.kind != 'boundary' or exchange.unfinished:
+            continue
+        records = [
+            record
+            for message in view.messages_of(exchange)
+            for part in message.parts
+            if (record := our_record(part)) is not None
+        ]
+        if records and all(record.get('strategy') == strategy for record in records):
+            out.add(exchange.id)
+    return out

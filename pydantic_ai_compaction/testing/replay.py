@@ -1,0 +1,44 @@
+"""`replay`: compact a recorded history offline with any strategy, as the agent would have."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_ai.models import Model
+from pydantic_ai.usage import RunUsage
+from pydantic_ai_harness.compaction import CompactionStrategy, compact_now
+
+
+def load_history(source: Sequence[ModelMessage] | str | bytes | Path) -> list[ModelMessage]:
+    """Messages from a list, a JSON string/bytes (`ModelMessagesTypeAdapter` format) or a JSON file."""
+    if isinstance(source, Path):
+        return ModelMessagesTypeAdapter.validate_json(source.read_bytes())
+    if isinstance(source, str | bytes):
+        return ModelMessagesTypeAdapter.validate_json(source)
+    return list(source)
+
+
+async def replay(
+    strategy: CompactionStrategy[Any],
+    messages: Sequence[ModelMessage] | str | bytes | Path,
+    *,
+    model: Model | str,
+    deps: Any = None,
+    usage: RunUsage | None = None,
+) -> list[ModelMessage]:
+    """Compact *messages* once with *strategy*, whatever its trigger says (through harness `compact_now`).
+
+    Args:
+        strategy: Any of our strategies, or any harness `CompactionStrategy`.
+        messages: The recorded history (messages, JSON, or a path to a JSON file).
+        model: The model compaction calls go to (a `FunctionModel` or `TestModel` offline).
+        deps: Dependencies for strategies that read them (a custom checkpoint).
+        usage: Usage to add the compaction's model calls to.
+    """
+    history = load_history(messages)
+    if deps is None:
+        return await compact_now(strategy, history, model=model, usage=usage)
+    return await compact_now(strategy, history, model=model, deps=deps, usage=usage)
