@@ -97,6 +97,9 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
 
     async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
         """Ask the fork, then parse its reply for the variant."""
+        if self.variant == 'fixed' and sum(not exchange.forced for exchange in view.exchanges) <= self.fixed_keep:
+            # Everything droppable is among the exchanges `fixed` keeps: no call, no compaction.
+            return Proposal(keep=view.ids, variant='fixed')
         settings, parameters = compactor.text_only(ctx)
         messages = compactor.with_appended_prompt(view.messages, self.prompt(view))
         response = await compactor.request(ctx, messages, model=self.model, settings=settings, parameters=parameters)

@@ -70,7 +70,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             summary=Summary(render_checkpoint(entries, instructions)),
             supersedes=self.strategy_name,
             variant='default',
-            extra={'checkpoint_entries': entries},
+            extra={'checkpoint_entries': entries, 'instructions': list(instructions)},
         )
 
     def tool_entries(self, view: ConversationView) -> list[str]:

@@ -14,7 +14,7 @@ FORK_JSON_SCHEMA: dict[str, Any] = {
         'keep': {
             'description': 'Exchange ids to keep verbatim, e.g. ["g0", "g7"].',
             'type': 'array',
-            'items': {'type': 'string', 'pattern': '^g[0-9]+$'},
+            'items': {'type': 'string'},
             'maxItems': 10_000,
         },
         'summary': {

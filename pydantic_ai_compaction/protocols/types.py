@@ -270,7 +270,7 @@ class CompactionEvent:
     """Reported to `observer` callbacks and as an OpenTelemetry span."""
 
     kind: Literal['compacted', 'ignored']
-    """`compacted` when the history changed; `ignored` when a trigger crossing was deliberately left alone."""
+    """`compacted` when the history changed; `ignored` when a crossing was left alone (see `reason`)."""
 
     strategy: str
     """Strategy name."""
@@ -289,3 +289,6 @@ class CompactionEvent:
 
     history: tuple[ModelMessage, ...] = ()
     """The history after the event (for `compacted`), so observers can snapshot it."""
+
+    reason: str | None = None
+    """Why a crossing was ignored: `baseline` (`NoCompaction`) or `nothing to drop` (all exchanges forced)."""

@@ -114,7 +114,10 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
             return None
         if not chosen.acts_on_crossing:
             emit(
-                CompactionEvent('ignored', chosen.strategy_name, crossing.tokens, None, len(messages), len(messages)),
+                CompactionEvent(
+                    'ignored', chosen.strategy_name, crossing.tokens, None, len(messages), len(messages),
+                    reason='baseline',
+                ),
                 ctx.tracer,
                 settings.observer,
             )
@@ -171,6 +174,16 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
                 f'{chosen.strategy_name} compaction failed and left the history unchanged: {error!r}',
                 RuntimeWarning,
                 stacklevel=2,
+            )
+            return None
+        if outcome is None:
+            emit(
+                CompactionEvent(
+                    'ignored', chosen.strategy_name, cctx.trigger_tokens, None, len(messages), len(messages),
+                    reason='nothing to drop',
+                ),
+                cctx.run.tracer,
+                settings.observer,
             )
             return None
         emit(

@@ -36,11 +36,20 @@ async def run_compaction(
     *,
     protect: ProtectPredicate | None = None,
     fallback_keep: int = DEFAULT_FALLBACK_KEEP,
-) -> Outcome:
-    """Compact *messages* with *strategy*. Never raises for a model or proposal failure."""
+) -> Outcome | None:
+    """Compact *messages* with *strategy*. Never raises for a model or proposal failure.
+
+    Returns `None` when there is nothing to remove: every exchange is protected or in progress (no
+    model is called), or a valid proposal keeps everything (no boundary is written).
+    """
     view = segment(messages, protect)
+    if all(exchange.forced for exchange in view.exchanges):
+        return None
     proposal, left_out = await _propose(strategy, view, ctx)
     layout = validate(proposal, view, fallback_keep=fallback_keep)
+    if layout.fallback_reason is None and not layout.dropped and not layout.restate:
+        # A valid proposal that keeps everything: writing a boundary would only add tokens.
+        return None
     outcome = _build(strategy, view, layout, proposal, ctx, left_out)
     if problems := pairing_problems(outcome.messages):
         # Segmentation keeps pairs inside exchanges, so this is a last line of defence: keep every

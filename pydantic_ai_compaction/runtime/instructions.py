@@ -53,6 +53,8 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
     found: list[str] = []
     for record in view.records():
         found.extend(text for text in record.get('restated') or () if isinstance(text, str))
+        extra = record.get('extra') or {}
+        found.extend(text for text in extra.get('instructions') or () if isinstance(text, str))
     for exchange in view.exchanges:
         if exchange.kind in ('opening', 'boundary', 'restatement'):
             continue

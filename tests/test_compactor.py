@@ -1,0 +1,83 @@
+"""Model calls made for compaction: transient retries, context-overflow retry, usage accounting."""
+
+from __future__ import annotations
+
+from pydantic_ai.exceptions import ModelContextWindowExceededError, ModelHTTPError
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import RequestUsage, RunUsage
+
+from pydantic_ai_compaction import Fork, RetryPolicy, StatelessSummary
+from pydantic_ai_compaction.runtime import our_record
+from pydantic_ai_compaction.testing import replay
+
+from .support import fork_json, recorded_history
+
+NO_WAIT = RetryPolicy(attempts=3, initial_wait=0, max_wait=0)
+
+
+def record_of(messages: list[ModelMessage]) -> dict[str, object]:
+    return next(r for m in messages for p in m.parts if (r := our_record(p)) is not None)
+
+
+async def test_transient_errors_are_retried_and_usage_counts_once() -> None:
+    attempts: list[int] = []
+
+    def flaky(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ModelHTTPError(status_code=429, model_name='test', body='slow down')
+        if len(attempts) == 2:
+            raise TimeoutError('read timed out')
+        return ModelResponse(parts=[TextPart(fork_json(['g5']))], usage=RequestUsage(input_tokens=900, output_tokens=50))
+
+    usage = RunUsage()
+    out = await replay(Fork(retry=NO_WAIT), recorded_history(), model=FunctionModel(flaky), usage=usage)
+    record = record_of(out)
+    assert len(attempts) == 3
+    assert record['fallback_reason'] is None
+    assert record['compactor_usage'] == {
+        'requests': 1, 'failed_attempts': 2, 'input_tokens': 900, 'output_tokens': 50,
+        'cache_read_tokens': 0, 'cache_write_tokens': 0,
+    }
+    assert (usage.requests, usage.input_tokens, usage.output_tokens) == (1, 900, 50)
+
+
+async def test_non_transient_errors_are_not_retried() -> None:
+    attempts: list[int] = []
+
+    def unauthorized(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        attempts.append(1)
+        raise ModelHTTPError(status_code=401, model_name='test', body='bad key')
+
+    out = await replay(StatelessSummary(retry=NO_WAIT), recorded_history(), model=FunctionModel(unauthorized))
+    assert len(attempts) == 1
+    assert record_of(out)['fallback_reason'] == 'compactor_error'
+
+
+async def test_context_overflow_retries_once_without_the_oldest_unprotected_exchanges() -> None:
+    seen: list[int] = []
+
+    def small_window(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = sum(isinstance(p, ToolReturnPart) for m in messages for p in m.parts)
+        seen.append(returns)
+        if returns > 4:
+            raise ModelContextWindowExceededError('test', 'maximum context length exceeded')
+        return ModelResponse(parts=[TextPart(fork_json(['g4']))])
+
+    out = await replay(Fork(retry=NO_WAIT), recorded_history(), model=FunctionModel(small_window))
+    record = record_of(out)
+    assert seen == [6, 3]  # no transient retry of the overflow; one retry with a smaller view
+    assert record['view_reduced'] == ['g1', 'g2', 'g3']  # about half the droppable tokens
+    assert record['fallback_reason'] is None
+    assert record['kept'] == ['g0', 'g4', 'g6']
+
+
+async def test_overflow_that_persists_gives_the_fallback() -> None:
+    def never_fits(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise ModelHTTPError(status_code=400, model_name='test', body={'error': {'code': 'context_length_exceeded'}})
+
+    out = await replay(Fork(retry=NO_WAIT), recorded_history(), model=FunctionModel(never_fits))
+    record = record_of(out)
+    assert record['fallback_reason'] == 'context_overflow'
+    assert record['kept'] == ['g0', 'g3', 'g4', 'g5', 'g6']

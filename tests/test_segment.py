@@ -1,0 +1,160 @@
+"""Segmentation: exchange boundaries, protection, stable and never-reused ids."""
+
+from __future__ import annotations
+
+from pydantic_ai.messages import (
+    CompactionPart,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
+from pydantic_ai_compaction import CompactionEvent, Fork, Trigger, segment
+from pydantic_ai_compaction.runtime import apply_layout, our_record, pairing_problems, validate
+from pydantic_ai_compaction.protocols import Proposal, Summary
+
+from .support import ScriptedAgentModel, audit_agent, fork_json, recorded_history
+
+
+def call(tool_call_id: str, name: str = 'read_log') -> ToolCallPart:
+    return ToolCallPart(name, {'index': 1}, tool_call_id=tool_call_id)
+
+
+def ret(tool_call_id: str, content: str = 'ok', name: str = 'read_log') -> ToolReturnPart:
+    return ToolReturnPart(name, content, tool_call_id=tool_call_id)
+
+
+OPENING = ModelRequest(parts=[SystemPromptPart('sys'), UserPromptPart('go')])
+
+
+def shape(messages: list[ModelMessage]) -> list[tuple[str, str, tuple[object, ...]]]:
+    return [(e.id, e.kind, e.refs) for e in segment(messages).exchanges]
+
+
+def test_parallel_calls_and_their_returns_form_one_exchange() -> None:
+    messages: list[ModelMessage] = [
+        OPENING,
+        ModelResponse(parts=[ThinkingPart('plan', signature='sig'), call('a'), call('b')]),
+        ModelRequest(parts=[ret('a'), ret('b')]),
+        ModelResponse(parts=[TextPart('done')]),
+        ModelRequest(parts=[UserPromptPart('now lowercase')]),
+    ]
+    assert shape(messages) == [
+        ('g0', 'opening', ((0, None),)),
+        ('g1', 'tools', ((1, None), (2, None))),
+        ('g2', 'response', ((3, None),)),
+        ('g3', 'turn', ((4, None),)),
+    ]
+    view = segment(messages)
+    assert [e.id for e in view.exchanges if e.unfinished] == ['g3']
+    assert view.by_id['g0'].protected == 'opening'
+
+
+def test_a_retried_call_and_its_retry_are_separate_droppable_exchanges() -> None:
+    messages: list[ModelMessage] = [
+        OPENING,
+        ModelResponse(parts=[call('a')]),
+        ModelRequest(parts=[ToolReturnPart('read_log', 'bad index', tool_call_id='a', outcome='retried')]),
+        ModelResponse(parts=[call('b')]),
+        ModelRequest(parts=[ret('b')]),
+    ]
+    assert [(e.id, e.refs) for e in segment(messages).exchanges] == [
+        ('g0', ((0, None),)),
+        ('g1', ((1, None), (2, None))),
+        ('g2', ((3, None), (4, None))),
+    ]
+
+
+def test_a_deferred_return_keeps_the_whole_span_together() -> None:
+    messages: list[ModelMessage] = [
+        OPENING,
+        ModelResponse(parts=[call('slow'), call('fast')]),
+        ModelRequest(parts=[ret('fast')]),
+        ModelResponse(parts=[call('next')]),
+        ModelRequest(parts=[ret('next'), ret('slow')]),
+        ModelResponse(parts=[call('last')]),
+        ModelRequest(parts=[ret('last')]),
+    ]
+    view = segment(messages)
+    assert [(e.id, e.refs) for e in view.exchanges] == [
+        ('g0', ((0, None),)),
+        ('g1', ((1, None), (2, None), (3, None), (4, None))),
+        ('g2', ((5, None), (6, None))),
+    ]
+    layout = validate(Proposal(keep=(), summary=Summary('s')), view)
+    out, _ = apply_layout(view, layout, {'strategy': 't'})
+    assert pairing_problems(out) == []
+
+
+def test_a_merged_request_is_split_at_part_level() -> None:
+    # pydantic-ai merges consecutive requests when a history is passed to a new run.
+    boundary = CompactionPart(content='summary', metadata={'pydantic_ai_compaction': {'boundary_id': 'g7', 'next_id': 8}})
+    merged = ModelRequest(parts=[SystemPromptPart('sys'), UserPromptPart('go'), boundary])
+    messages: list[ModelMessage] = [
+        merged,
+        ModelResponse(parts=[call('a')]),
+        ModelRequest(parts=[ret('a'), UserPromptPart('and now lowercase')]),
+    ]
+    view = segment(messages)
+    assert [(e.id, e.kind, e.refs, e.protected) for e in view.exchanges] == [
+        ('g0', 'opening', ((0, (0, 1)),), 'opening'),
+        ('g7', 'boundary', ((0, (2,)),), 'boundary'),
+        ('g8', 'tools', ((1, None), (2, (0,))), None),
+        ('g9', 'turn', ((2, (1,)),), None),
+    ]
+    assert view.next_id == 10
+
+
+def test_ids_survive_compaction_and_are_never_reused() -> None:
+    history = recorded_history()
+    view = segment(history)
+    assert view.ids == ('g0', 'g1', 'g2', 'g3', 'g4', 'g5', 'g6')
+    layout = validate(Proposal(keep=('g4',), summary=Summary('s')), view)
+    out, _ = apply_layout(view, layout, {'strategy': 'fork', 'boundary_id': 'g7', 'next_id': 8})
+    after = segment(out)
+    assert [e.id for e in after.exchanges] == ['g0', 'g4', 'g7', 'g6']
+    # New exchanges continue after the highest id ever handed out, even though g5 is gone.
+    out.append(ModelResponse(parts=[call('z')]))
+    out.append(ModelRequest(parts=[ret('z')]))
+    assert segment(out).ids[-1] == 'g8'
+
+
+def test_ids_stay_stable_across_runs_that_continue_a_compacted_history() -> None:
+    events: list[CompactionEvent] = []
+
+    def keep_newest(messages: list[ModelMessage], kind: str) -> str:
+        ids = [e.id for e in segment(messages[:-1] + [messages[-1]]).exchanges if e.kind == 'tools']
+        return fork_json(ids[-1:])
+
+    script = ScriptedAgentModel(logs=4, compactor=keep_newest)
+    agent = audit_agent(script, [Fork(trigger=Trigger(tokens=3_000), observer=events.append)])
+    first = agent.run_sync('Audit logs 0-3.')
+    ids_before = segment(first.all_messages()).ids
+    script.step = 0
+    second = agent.run_sync('Audit them again.', message_history=first.all_messages())
+    ids_after = segment(second.all_messages()).ids
+    # The history was merged at the start of the second run (g0 with the first boundary);
+    # every exchange still present keeps its id, and later ids are all new.
+    survivors = [i for i in ids_before if i in ids_after]
+    assert survivors and survivors == [i for i in ids_after if i in ids_before]
+    new_ids = [int(i[1:]) for i in ids_after if i not in ids_before]
+    assert min(new_ids) > max(int(i[1:]) for i in ids_before)
+    records = [r for m in second.all_messages() for p in m.parts if (r := our_record(p))]
+    assert len({r['boundary_id'] for r in records}) == len(records)
+    assert pairing_problems(second.all_messages()) == []
+
+
+def test_user_predicate_protects_exchanges() -> None:
+    history = recorded_history()
+
+    def protect_index_two(exchange: object, messages: list[ModelMessage]) -> bool:
+        return any(isinstance(p, ToolCallPart) and p.args_as_dict() == {'index': 2} for m in messages for p in m.parts)
+
+    view = segment(history, protect_index_two)
+    assert [e.id for e in view.exchanges if e.protected == 'predicate'] == ['g3']
