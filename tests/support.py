@@ -44,7 +44,12 @@ def last_prompt(messages: list[ModelMessage]) -> str:
 
 def fork_json(keep: list[str], rules: list[str] | None = None) -> str:
     """A schema-valid fork JSON reply."""
-    summary = {'rules': rules or ['ignore legacy'], 'facts': ['inc-1 api sev 3'], 'progress': 'reading', 'next_step': 'next log'}
+    summary = {
+        'rules': rules or ['ignore legacy'],
+        'facts': ['inc-1 api sev 3'],
+        'progress': 'reading',
+        'next_step': 'next log',
+    }
     return json.dumps({'keep': keep, 'summary': summary})
 
 
@@ -66,7 +71,10 @@ class ScriptedAgentModel:
         for marker, kind in ((FORK_MARKER, 'fork'), (SUMMARY_MARKER, 'summary'), (NATIVE_MARKER, 'native')):
             if marker in prompt:
                 self.calls.append(kind)
-                return ModelResponse(parts=[TextPart(self.compactor(messages, kind))], usage=RequestUsage(input_tokens=100, output_tokens=20))
+                return ModelResponse(
+                    parts=[TextPart(self.compactor(messages, kind))],
+                    usage=RequestUsage(input_tokens=100, output_tokens=20),
+                )
         self.calls.append('agent')
         index = self.step
         self.step += 1
@@ -110,6 +118,8 @@ def recorded_history(steps: int = 6, *, lines: int = 40) -> list[ModelMessage]:
         if index == 3:
             content = 'CHANGE: report ids in lowercase\n' + content
         messages.append(
-            ModelRequest(parts=[ToolReturnPart('read_log', content, tool_call_id=f'c{index}', timestamp=T0)], timestamp=T0)
+            ModelRequest(
+                parts=[ToolReturnPart('read_log', content, tool_call_id=f'c{index}', timestamp=T0)], timestamp=T0
+            )
         )
     return messages

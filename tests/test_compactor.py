@@ -29,7 +29,9 @@ async def test_transient_errors_are_retried_and_usage_counts_once() -> None:
             raise ModelHTTPError(status_code=429, model_name='test', body='slow down')
         if len(attempts) == 2:
             raise TimeoutError('read timed out')
-        return ModelResponse(parts=[TextPart(fork_json(['g5']))], usage=RequestUsage(input_tokens=900, output_tokens=50))
+        return ModelResponse(
+            parts=[TextPart(fork_json(['g5']))], usage=RequestUsage(input_tokens=900, output_tokens=50)
+        )
 
     usage = RunUsage()
     out = await replay(Fork(retry=NO_WAIT), recorded_history(), model=FunctionModel(flaky), usage=usage)
@@ -37,8 +39,12 @@ async def test_transient_errors_are_retried_and_usage_counts_once() -> None:
     assert len(attempts) == 3
     assert record['fallback_reason'] is None
     assert record['compactor_usage'] == {
-        'requests': 1, 'failed_attempts': 2, 'input_tokens': 900, 'output_tokens': 50,
-        'cache_read_tokens': 0, 'cache_write_tokens': 0,
+        'requests': 1,
+        'failed_attempts': 2,
+        'input_tokens': 900,
+        'output_tokens': 50,
+        'cache_read_tokens': 0,
+        'cache_write_tokens': 0,
     }
     assert (usage.requests, usage.input_tokens, usage.output_tokens) == (1, 900, 50)
 

@@ -72,7 +72,12 @@ def test_marked_changes_are_restated_once_before_the_exchange_in_progress() -> N
         assert event.record is not None and event.record.restated == (MARKED,)
     # The log that carried the change was dropped long ago, yet the change is still restated.
     final = result.all_messages()
-    assert not any(MARKED in str(getattr(p, 'content', '')) for m in final for p in m.parts if not is_restatement(p) and not our_record(p))
+    assert not any(
+        MARKED in str(getattr(p, 'content', ''))
+        for m in final
+        for p in m.parts
+        if not is_restatement(p) and not our_record(p)
+    )
     assert len(restatements(final)) == 1
     assert pairing_problems(final) == []
 
@@ -127,7 +132,9 @@ def test_reset_renders_a_custom_checkpoint_from_deps() -> None:
         return f'Incidents so far: {", ".join(ctx.deps.incidents)}; {len(view.exchanges)} exchanges before reset.'
 
     script = ScriptedAgentModel(logs=6)
-    agent = Agent(script.model(), deps_type=AuditState, capabilities=[ResetToCheckpoint(checkpoint=checkpoint, trigger=TRIGGER)])
+    agent = Agent(
+        script.model(), deps_type=AuditState, capabilities=[ResetToCheckpoint(checkpoint=checkpoint, trigger=TRIGGER)]
+    )
 
     @agent.tool
     def read_log(ctx: RunContext[AuditState], index: int) -> str:  # pyright: ignore[reportUnusedFunction]

@@ -42,7 +42,9 @@ def make(name: str, events: list[CompactionEvent]) -> Any:
         'fork-json': lambda: Fork(trigger=TRIGGER, variant='json', observer=observe),
         'fork-free': lambda: Fork(trigger=TRIGGER, variant='free', observer=observe),
         'fork-fixed': lambda: Fork(trigger=TRIGGER, variant='fixed', observer=observe),
-        'reassert': lambda: Reassert(Native(trigger=TRIGGER, observer=observe), sources=InstructionSources(markers=('CHANGE:',))),
+        'reassert': lambda: Reassert(
+            Native(trigger=TRIGGER, observer=observe), sources=InstructionSources(markers=('CHANGE:',))
+        ),
         'reset': lambda: ResetToCheckpoint(trigger=TRIGGER, observer=observe),
     }[name]()
 
@@ -106,5 +108,7 @@ def test_no_compaction_records_the_crossings_it_ignores() -> None:
     assert len(result.all_messages()) == 1 + 2 * 6 + 1
     assert events and all(event.kind == 'ignored' and event.record is None for event in events)
     # Once past the trigger, every later request is a crossing.
-    assert [event.trigger_tokens is not None and event.trigger_tokens > 3_000 for event in events] == [True] * len(events)
+    assert [event.trigger_tokens is not None and event.trigger_tokens > 3_000 for event in events] == [True] * len(
+        events
+    )
     assert not any(our_record(p) for m in result.all_messages() for p in m.parts)

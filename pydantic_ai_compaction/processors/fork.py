@@ -44,16 +44,20 @@ Protected and in-progress exchanges are kept whatever you answer.
 
 _JSON_FORMAT = """Choose which exchanges must stay verbatim (only what you will need to read again word for word)
 and summarize everything else. Answer with one JSON object and nothing else:
-{{"keep": ["g3", ...], "summary": {{"rules": ["every instruction in force, latest wording, changes included"],
-"facts": ["facts later steps need, with exact values"], "progress": "what is done", "next_step": "the very next action"}}}}"""
+{{"keep": ["g3", ...], "summary": {{
+  "rules": ["every instruction in force, latest wording, changes included"],
+  "facts": ["facts later steps need, with exact values"],
+  "progress": "what is done", "next_step": "the very next action"}}}}"""
 
 _FREE_FORMAT = """Choose which exchanges must stay verbatim (only what you will need to read again word for word)
 and summarize everything else. Answer in this form:
 KEEP: g3, g7            (or KEEP: none)
-<your summary: every instruction in force with its latest wording, facts with exact values, progress, next step>"""
+<your summary: every instruction in force with its latest wording, facts with exact values,
+progress, next step>"""
 
-_FIXED_FORMAT = """The two most recent exchanges stay verbatim. Summarize everything else for yourself: every instruction
-in force with its latest wording, facts with exact values, progress and the next step. Answer with the summary only."""
+_FIXED_FORMAT = """The {count} most recent finished exchange(s) stay verbatim. Summarize everything else for yourself:
+every instruction in force with its latest wording, facts with exact values, progress and the next step.
+Answer with the summary only."""
 
 
 @dataclass
@@ -92,7 +96,9 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
 
     def prompt(self, view: ConversationView) -> str:
         """The message appended to the conversation."""
-        body = {'json': _JSON_FORMAT, 'free': _FREE_FORMAT, 'fixed': _FIXED_FORMAT}[self.variant]
+        body = {'json': _JSON_FORMAT, 'free': _FREE_FORMAT, 'fixed': _FIXED_FORMAT.format(count=self.fixed_keep)}[
+            self.variant
+        ]
         return _INTRO.format(marker=FORK_MARKER, variant=self.variant, listing=listing(view)) + '\n' + body
 
     async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
@@ -136,7 +142,7 @@ def _parse_json(reply: str) -> Proposal:
         data: Any = orjson.loads(text[start : end + 1])
     except (orjson.JSONDecodeError, RecursionError) as error:
         return Proposal.failed('unparseable', str(error)[:300], variant='json')
-    errors = sorted(_VALIDATOR.iter_errors(data), key=lambda error: list(error.absolute_path))
+    errors = sorted(_VALIDATOR.iter_errors(data), key=lambda error: list(error.absolute_path))  # pyright: ignore[reportUnknownMemberType]
     if errors:
         first = errors[0]
         where = '/'.join(str(step) for step in first.absolute_path) or '(root)'

@@ -37,7 +37,7 @@ class Native(ConfiguredCompaction[AgentDepsT]):
     """
 
     emulate: bool = True
-    """Fall back to the emulation when the model has no provider compaction. `False` raises instead (a fallback layout)."""
+    """Use the emulation when the model has no provider compaction; `False` gives the fallback layout instead."""
 
     @property
     def strategy_name(self) -> str:
@@ -51,7 +51,9 @@ class Native(ConfiguredCompaction[AgentDepsT]):
             response = await compactor.provider_compact(ctx, finished)
         except NotImplementedError:
             if not self.emulate:
-                return Proposal.failed('unsupported', f'{ctx.model.model_name} has no provider compaction', variant='provider')
+                return Proposal.failed(
+                    'unsupported', f'{ctx.model.model_name} has no provider compaction', variant='provider'
+                )
         else:
             return Proposal(summary=ProviderSummary(response), variant='provider')
         settings, parameters = compactor.text_only(ctx)

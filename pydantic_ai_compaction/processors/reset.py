@@ -14,7 +14,7 @@ from pydantic_ai_compaction.protocols.types import Proposal, Summary
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.instructions import InstructionSources, gather_instructions
-from pydantic_ai_compaction.runtime.segment import ConversationView
+from pydantic_ai_compaction.runtime.segment import ConversationView, str_dict
 from pydantic_ai_compaction.runtime.transcript import clip, return_text
 
 CheckpointFn = Callable[[RunContext[Any], ConversationView], str]
@@ -78,7 +78,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         entries: list[str] = []
         for record in view.records():
             if record.get('strategy') == self.strategy_name:
-                extra = record.get('extra') or {}
+                extra = str_dict(record.get('extra'))
                 entries.extend(str(entry) for entry in extra.get('checkpoint_entries') or ())
         for exchange in view.exchanges:
             if exchange.unfinished or exchange.kind != 'tools':

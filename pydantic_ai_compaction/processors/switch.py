@@ -37,7 +37,9 @@ class Switch(CompactionCapability[AgentDepsT]):
             raise TypeError('Switch.when must be a callable taking a CompactionState.')
         for name in ('then', 'otherwise'):
             if not isinstance(getattr(self, name), CompactionCapability):
-                raise TypeError(f'Switch.{name} must be a compaction strategy, got {type(getattr(self, name)).__name__}.')
+                raise TypeError(
+                    f'Switch.{name} must be a compaction strategy, got {type(getattr(self, name)).__name__}.'
+                )
 
     @property
     def strategy_name(self) -> str:

@@ -84,11 +84,7 @@ def apply_layout(
     dropped_positions = [positions[exchange_id] for exchange_id in layout.dropped]
     unfinished = view.unfinished
     unfinished_position = positions[unfinished.id] if unfinished is not None else len(view.exchanges)
-    if dropped_positions:
-        boundary_at = max(dropped_positions) + 1
-    else:
-        boundary_at = unfinished_position
-    boundary_at = min(boundary_at, unfinished_position)
+    boundary_at = min(max(dropped_positions) + 1 if dropped_positions else unfinished_position, unfinished_position)
 
     out: list[ModelMessage] = []
     boundary_index = -1

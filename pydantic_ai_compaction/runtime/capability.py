@@ -11,7 +11,7 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import UserError
@@ -115,7 +115,12 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         if not chosen.acts_on_crossing:
             emit(
                 CompactionEvent(
-                    'ignored', chosen.strategy_name, crossing.tokens, None, len(messages), len(messages),
+                    'ignored',
+                    chosen.strategy_name,
+                    crossing.tokens,
+                    None,
+                    len(messages),
+                    len(messages),
                     reason='baseline',
                 ),
                 ctx.tracer,
@@ -137,7 +142,9 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         """Compact unconditionally (harness `CompactionStrategy` protocol: tiers, `compact_now`)."""
         model = ctx.model
         if not isinstance(model, Model):
-            raise UserError(f'{self.strategy_name} compaction needs a request-response model, got {type(model).__name__}.')
+            raise UserError(
+                f'{self.strategy_name} compaction needs a request-response model, got {type(model).__name__}.'
+            )
         state = CompactionState(count_compactions(messages), 0, ctx.run_step, len(messages))
         chosen = self.resolve(state)
         settings = chosen.runtime
@@ -145,7 +152,7 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
             return messages
         cctx = CompactionContext(
             run=ctx,
-            model=model,
+            model=cast('Model[Any]', model),
             model_settings=None,
             parameters=ModelRequestParameters(),
             retry=settings.retry,
@@ -179,7 +186,12 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         if outcome is None:
             emit(
                 CompactionEvent(
-                    'ignored', chosen.strategy_name, cctx.trigger_tokens, None, len(messages), len(messages),
+                    'ignored',
+                    chosen.strategy_name,
+                    cctx.trigger_tokens,
+                    None,
+                    len(messages),
+                    len(messages),
                     reason='nothing to drop',
                 ),
                 cctx.run.tracer,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pydantic_ai.messages import ModelRequest, ToolReturnPart, UserPromptPart
 from pydantic_ai_harness.compaction import is_pinned
 
-from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement
+from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, str_dict
 from pydantic_ai_compaction.runtime.transcript import return_text, user_text
 
 
@@ -27,7 +27,8 @@ class InstructionSources:
     """Treat every user prompt after the opening one as an instruction change."""
 
     markers: Sequence[str | re.Pattern[str]] = field(default_factory=tuple[str | re.Pattern[str], ...])
-    """A tool-output line is an instruction change when it contains one of these strings or matches one of these patterns."""
+    """A tool-output line is an instruction change when it contains one of these strings or matches one of
+    these patterns."""
 
     def __post_init__(self) -> None:
         for marker in self.markers:
@@ -53,7 +54,7 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
     found: list[str] = []
     for record in view.records():
         found.extend(text for text in record.get('restated') or () if isinstance(text, str))
-        extra = record.get('extra') or {}
+        extra = str_dict(record.get('extra'))
         found.extend(text for text in extra.get('instructions') or () if isinstance(text, str))
     for exchange in view.exchanges:
         if exchange.kind in ('opening', 'boundary', 'restatement'):

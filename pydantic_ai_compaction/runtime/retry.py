@@ -15,7 +15,14 @@ from pydantic_ai.exceptions import (
     ModelUnavailableError,
 )
 
-_OVERFLOW_WORDS = ('context length', 'context window', 'context_length', 'too long', 'maximum context', 'too many tokens')
+_OVERFLOW_WORDS = (
+    'context length',
+    'context window',
+    'context_length',
+    'too long',
+    'maximum context',
+    'too many tokens',
+)
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,8 @@ def is_transient(error: BaseException) -> bool:
     if is_context_overflow(error):
         return False
     if isinstance(
-        error, ModelRateLimitError | ModelServerError | ModelUnavailableError | ModelConnectionError | ModelRequestTimeout
+        error,
+        ModelRateLimitError | ModelServerError | ModelUnavailableError | ModelConnectionError | ModelRequestTimeout,
     ):
         return True
     if isinstance(error, ModelHTTPError):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import networkx as nx
 from pydantic_ai.messages import (
@@ -51,12 +51,17 @@ def exchange_number(exchange_id: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def str_dict(value: object) -> dict[str, Any]:
+    """*value* if it is a dict (metadata read back from storage), else an empty dict."""
+    return cast('dict[str, Any]', value) if isinstance(value, dict) else {}
+
+
 def our_record(part: object) -> dict[str, Any] | None:
     """The boundary record this library stored on a `CompactionPart`, or `None`."""
-    if not isinstance(part, CompactionPart) or not isinstance(part.metadata, dict):
+    if not isinstance(part, CompactionPart):
         return None
-    record = part.metadata.get(METADATA_KEY)  # pyright: ignore[reportUnknownMemberType]
-    return record if isinstance(record, dict) else None  # pyright: ignore[reportUnknownVariableType]
+    record = str_dict(part.metadata).get(METADATA_KEY)
+    return str_dict(record) if isinstance(record, dict) else None  # pyright: ignore[reportUnknownArgumentType]
 
 
 def is_restatement(part: object) -> bool:
@@ -64,23 +69,15 @@ def is_restatement(part: object) -> bool:
     if not isinstance(part, UserPromptPart) or isinstance(part.content, str):
         return False
     return any(
-        isinstance(item, TextContent)
-        and isinstance(item.metadata, dict)
-        and item.metadata.get(METADATA_KEY) == RESTATEMENT_MARK  # pyright: ignore[reportUnknownMemberType]
+        isinstance(item, TextContent) and str_dict(item.metadata).get(METADATA_KEY) == RESTATEMENT_MARK
         for item in part.content
     )
 
 
 def message_stamp(message: ModelMessage) -> str | None:
     """The exchange id stamped on a message's metadata, if any."""
-    metadata = message.metadata
-    if not isinstance(metadata, dict):
-        return None
-    entry = metadata.get(METADATA_KEY)
-    if isinstance(entry, dict):
-        value = entry.get('exchange')  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-        return value if isinstance(value, str) else None
-    return None
+    value = str_dict(str_dict(message.metadata).get(METADATA_KEY)).get('exchange')
+    return value if isinstance(value, str) else None
 
 
 def _answers_call(part: ModelRequestPart) -> str | None:
@@ -352,7 +349,9 @@ def _without_instructions(message: ModelMessage) -> ModelMessage:
     return message
 
 
-def _protection(kind: ExchangeKind, messages: Sequence[ModelMessage], refs: tuple[PartRef, ...], position: int) -> str | None:
+def _protection(
+    kind: ExchangeKind, messages: Sequence[ModelMessage], refs: tuple[PartRef, ...], position: int
+) -> str | None:
     if kind == 'opening' or position == 0:
         return 'opening'
     if kind == 'boundary':

@@ -10,6 +10,7 @@ from pydantic_ai.messages import (
     ModelRequest,
     RetryFeedbackPart,
     SystemPromptPart,
+    TextContent,
     TextPart,
     ThinkingPart,
     ToolCallPart,
@@ -36,8 +37,8 @@ def user_text(part: UserPromptPart) -> str:
     for item in part.content:
         if isinstance(item, str):
             pieces.append(item)
-        elif hasattr(item, 'content') and isinstance(getattr(item, 'content', None), str):
-            pieces.append(str(getattr(item, 'content')))
+        elif isinstance(item, TextContent):
+            pieces.append(item.content)
         else:
             pieces.append(f'[{getattr(item, "kind", type(item).__name__)}]')
     return ''.join(pieces)
@@ -51,18 +52,44 @@ def return_text(part: ToolReturnPart) -> str:
 def describe(view: ConversationView, exchange: Exchange, *, limit: int = 100) -> str:
     """One line saying what an exchange holds, for the fork's exchange list."""
     messages = view.messages_of(exchange)
-    calls = [part for message in messages if not isinstance(message, ModelRequest) for part in message.parts if isinstance(part, ToolCallPart)]
-    returns = [part for message in messages if isinstance(message, ModelRequest) for part in message.parts if isinstance(part, ToolReturnPart)]
+    calls = [
+        part
+        for message in messages
+        if not isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, ToolCallPart)
+    ]
+    returns = [
+        part
+        for message in messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, ToolReturnPart)
+    ]
     if exchange.kind == 'boundary':
-        summaries = [part.content or '(opaque provider compaction)' for message in messages for part in message.parts if isinstance(part, CompactionPart)]
+        summaries = [
+            part.content or '(opaque provider compaction)'
+            for message in messages
+            for part in message.parts
+            if isinstance(part, CompactionPart)
+        ]
         return 'earlier compaction: ' + clip(' '.join(summaries), limit)
     if exchange.kind == 'restatement':
         return 'restated instructions'
     if calls:
         sizes = {part.tool_call_id: len(return_text(part)) for part in returns}
-        rendered = ', '.join(f'{call.tool_name}({clip(call.args_as_json_str(), 60)}) → {sizes.get(call.tool_call_id, 0):,} chars' for call in calls)
+        rendered = ', '.join(
+            f'{call.tool_name}({clip(call.args_as_json_str(), 60)}) → {sizes.get(call.tool_call_id, 0):,} chars'
+            for call in calls
+        )
         return clip(rendered, limit)
-    prompts = [user_text(part) for message in messages if isinstance(message, ModelRequest) for part in message.parts if isinstance(part, UserPromptPart)]
+    prompts = [
+        user_text(part)
+        for message in messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, UserPromptPart)
+    ]
     if exchange.kind in ('opening', 'turn') and prompts:
         pinned = any(is_pinned(part) for message in messages for part in message.parts)
         return ('pinned: ' if pinned else 'user: ') + clip(' '.join(prompts), limit)

@@ -95,9 +95,7 @@ class Trigger:
             window = resolve_context_window(model)
         return max(1, int((window or self.fallback_context_window) * self.fraction))
 
-    def measure(
-        self, messages: Sequence[ModelMessage], parameters: ModelRequestParameters | None = None
-    ) -> int:
+    def measure(self, messages: Sequence[ModelMessage], parameters: ModelRequestParameters | None = None) -> int:
         """Estimated tokens of the request *messages* would produce.
 
         Anchored on the last response's reported usage, except right after a compaction: a response

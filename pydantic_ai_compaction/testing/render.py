@@ -65,6 +65,10 @@ def render(messages: Sequence[ModelMessage], *, width: int = DEFAULT_WIDTH) -> s
     return '\n'.join(lines) + '\n'
 
 
+def _block(text: str) -> str:
+    return ''.join('\n' + ' ' * 10 + '| ' + line for line in text.splitlines())
+
+
 def _id_order(exchange_id: str) -> int:
     return int(exchange_id[1:]) if exchange_id[1:].isdigit() else -1
 
@@ -74,11 +78,14 @@ def _render_part(part: Any, width: int, call_name: Any) -> str:
         return f'system ({len(part.content)}): {_clip(part.content, width)}'
     if isinstance(part, UserPromptPart):
         text = user_text(part)
-        kind = 'restatement' if is_restatement(part) else 'user'
-        return f'{kind} ({len(text)}): {_clip(text, width)}'
+        if is_restatement(part):
+            return f'restatement ({len(text)}):' + _block(text)
+        return f'user ({len(text)}): {_clip(text, width)}'
     if isinstance(part, ToolReturnPart):
         text = part.model_response_str()
-        return f'return {call_name(part.tool_call_id)} {part.tool_name} {part.outcome} ({len(text)}): {_clip(text, width)}'
+        return (
+            f'return {call_name(part.tool_call_id)} {part.tool_name} {part.outcome} ({len(text)}): {_clip(text, width)}'
+        )
     if isinstance(part, RetryFeedbackPart):
         text = part.model_response()
         return f'retry-feedback ({len(text)}): {_clip(text, width)}'
@@ -91,8 +98,9 @@ def _render_part(part: Any, width: int, call_name: Any) -> str:
         signed = ' signed' if part.signature else ''
         return f'thinking{signed} ({len(part.content)}): {_clip(part.content, width)}'
     if isinstance(part, CompactionPart):
+        # What a compaction wrote is the point of a snapshot, so it is shown whole.
         content = part.content or ''
-        line = f'compaction ({len(content)}): {_clip(content, width)}'
+        line = f'compaction ({len(content)}):' + (_block(content) if content else ' (opaque provider data)')
         record = our_record(part)
         if record is not None:
             line += '\n' + ' ' * 10 + _render_record(record)

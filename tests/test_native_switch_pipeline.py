@@ -1,0 +1,125 @@
+"""Native (provider and emulated), Switch and Pipeline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic_ai.messages import CompactionPart, ModelMessage, ModelResponse
+from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.models.function import FunctionModel
+from pydantic_ai.usage import RequestUsage
+
+from pydantic_ai_compaction import (
+    CompactionEvent,
+    Fork,
+    Native,
+    Pipeline,
+    Reassert,
+    ResetToCheckpoint,
+    StatelessSummary,
+    Switch,
+    Trigger,
+)
+from pydantic_ai_compaction.runtime import our_record, pairing_problems, segment
+
+from .support import ScriptedAgentModel, audit_agent, fork_json
+
+TRIGGER = Trigger(tokens=3_000)
+
+
+class CompactingModel(FunctionModel):
+    """A FunctionModel whose provider compacts conversations itself, like OpenAI Responses."""
+
+    compacted: list[int]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.compacted = []
+
+    async def compact_messages(
+        self, request_context: ModelRequestContext, *, instructions: str | None = None
+    ) -> ModelResponse:
+        self.compacted.append(len(request_context.messages))
+        part = CompactionPart(
+            content=None, id='cmp_1', provider_name='function', provider_details={'encrypted_content': 'xyz'}
+        )
+        return ModelResponse(
+            parts=[part],
+            usage=RequestUsage(input_tokens=500, output_tokens=40),
+            model_name='compactor',
+            provider_name='function',
+        )
+
+
+def test_native_uses_provider_compaction_when_the_model_has_it() -> None:
+    events: list[CompactionEvent] = []
+    script = ScriptedAgentModel(logs=8)
+    model = CompactingModel(script)
+    from pydantic_ai import Agent
+
+    agent = Agent(model, capabilities=[Native(trigger=TRIGGER, observer=events.append)])
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        from .support import log_text
+
+        return log_text(index)
+
+    result = agent.run_sync('Audit.')
+    compactions = [e for e in events if e.kind == 'compacted']
+    assert len(compactions) >= 3 and len(model.compacted) == len(compactions)
+    assert 'native' not in script.calls  # no emulation request was made
+    for event in compactions:
+        assert event.record is not None and event.record.variant == 'provider'
+        assert event.record.compactor_usage.input_tokens == 500
+        history = list(event.history)
+        provider_parts = [p for m in history for p in m.parts if isinstance(p, CompactionPart) and p.provider_name]
+        # The provider's part is kept as sent, with our record added to its (model-invisible) metadata.
+        assert all(p.provider_details == {'encrypted_content': 'xyz'} for p in provider_parts)
+        assert our_record(provider_parts[-1])['boundary_id'] == event.record.boundary_id  # pyright: ignore[reportOptionalSubscript]
+        assert pairing_problems(history) == []
+    assert result.output == 'report: done'
+
+
+def test_native_emulation_reports_its_variant() -> None:
+    events: list[CompactionEvent] = []
+    script = ScriptedAgentModel(logs=6)
+    audit_agent(script, [Native(trigger=TRIGGER, observer=events.append)]).run_sync('Audit.')
+    variants = {e.record.variant for e in events if e.record}
+    assert variants == {'emulated'} and script.calls.count('native') == len([e for e in events if e.record])
+
+
+def test_switch_picks_by_state() -> None:
+    events: list[CompactionEvent] = []
+
+    def reply(messages: list[ModelMessage], kind: str) -> str:
+        return fork_json([]) if kind == 'fork' else 'summary of the logs'
+
+    script = ScriptedAgentModel(logs=10, compactor=reply)
+    switch = Switch(
+        when=lambda state: state.compactions < 2,
+        then=Reassert(Native(trigger=TRIGGER, observer=events.append)),
+        otherwise=Fork(trigger=TRIGGER, observer=events.append),
+    )
+    result = audit_agent(script, [switch]).run_sync('Audit.')
+    strategies = [e.record.strategy for e in events if e.record]
+    assert strategies[:2] == ['reassert+native', 'reassert+native']
+    assert set(strategies[2:]) == {'fork'} and len(strategies) >= 3
+    assert pairing_problems(result.all_messages()) == []
+
+
+def test_pipeline_runs_each_step_on_its_own_trigger() -> None:
+    script = ScriptedAgentModel(logs=10, compactor=lambda messages, kind: 'summary of the logs')
+    pipeline = Pipeline(
+        [
+            ResetToCheckpoint(trigger=Trigger(tokens=3_000), excerpt_chars=0),
+            StatelessSummary(trigger=Trigger(tokens=3_000)),
+        ]
+    )
+    result = audit_agent(script, [pipeline]).run_sync('Audit.')
+    records = [r for m in result.all_messages() for p in m.parts if (r := our_record(p))]
+    # After a reset only forced exchanges remain, so the summary step has nothing to do.
+    assert {r['strategy'] for r in records} == {'reset'}
+    assert 'summary' not in script.calls
+    kinds = [e.kind for e in segment(result.all_messages()).exchanges]
+    assert kinds[:2] == ['opening', 'boundary']

@@ -1,0 +1,64 @@
+"""One snapshot per strategy and variant on a fixed recorded history (readable `.txt` files)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from pydantic_ai_compaction import (
+    Fork,
+    InstructionSources,
+    Native,
+    NoCompaction,
+    Reassert,
+    ResetToCheckpoint,
+    StatelessSummary,
+)
+from pydantic_ai_compaction.processors import FORK_MARKER, NATIVE_MARKER, SUMMARY_MARKER
+from pydantic_ai_compaction.testing import render, replay
+
+from .support import fork_json, last_prompt, recorded_history
+
+
+def compactor(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    prompt = last_prompt(messages)
+    if FORK_MARKER in prompt and 'variant=json' in prompt:
+        text = fork_json(['g4', 'g2'], rules=['ignore service legacy', 'CHANGE: report ids in lowercase'])
+    elif FORK_MARKER in prompt and 'variant=free' in prompt:
+        text = 'KEEP: g4\nRules: ignore legacy; ids lowercase (changed in log 3). Logs 0-4 read; next: log 5.'
+    elif FORK_MARKER in prompt:
+        text = 'Logs 0-3 read, all clean. Ids now lowercase (log 3). Next: log 5.'
+    elif SUMMARY_MARKER in prompt or NATIVE_MARKER in prompt:
+        text = 'Logs 0-4 read; no incidents; ids must be lowercase since log 3.'
+    else:
+        raise AssertionError(f'unexpected request: {prompt[:80]!r}')
+    return ModelResponse(parts=[TextPart(text)])
+
+
+MARKERS = InstructionSources(markers=('CHANGE:',))
+
+STRATEGIES: dict[str, Any] = {
+    'none': NoCompaction(),
+    'native': Native(),
+    'summary': StatelessSummary(),
+    'fork-json': Fork(variant='json'),
+    'fork-free': Fork(variant='free'),
+    'fork-fixed': Fork(variant='fixed'),
+    'reassert-native': Reassert(Native(), sources=MARKERS),
+    'reset': ResetToCheckpoint(sources=MARKERS, excerpt_chars=40),
+}
+
+
+@pytest.mark.parametrize('name', list(STRATEGIES))
+async def test_compaction_output(name: str, compaction_snapshot: Any) -> None:
+    out = await replay(STRATEGIES[name], recorded_history(), model=FunctionModel(compactor))
+    assert out == compaction_snapshot
+
+
+def test_render_is_stable_and_numbers_tool_calls() -> None:
+    text = render(recorded_history(2))
+    assert text == render(recorded_history(2))
+    assert 'call call1 read_log {"index":0}' in text and 'return call2 read_log success' in text

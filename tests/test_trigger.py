@@ -1,0 +1,102 @@
+"""The shared trigger, and configuration errors raised at construction."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.test import TestModel
+from pydantic_ai_harness.compaction import estimate_context_tokens, estimate_token_count
+
+from pydantic_ai_compaction import (
+    Fork,
+    InstructionSources,
+    Proposal,
+    Reassert,
+    ResetToCheckpoint,
+    RetryPolicy,
+    StatelessSummary,
+    Summary,
+    Switch,
+    Trigger,
+    segment,
+    validate,
+)
+from pydantic_ai_compaction.processors import Pipeline
+from pydantic_ai_compaction.runtime import apply_layout
+
+from .support import recorded_history
+
+
+@pytest.mark.parametrize(
+    ('build', 'message'),
+    [
+        (lambda: Trigger(), 'Trigger needs a limit'),
+        (lambda: Trigger(tokens=0), 'Trigger.tokens must be a positive integer'),
+        (lambda: Trigger(tokens=-5), 'Trigger.tokens must be a positive integer'),
+        (lambda: Trigger(fraction=0), r'Trigger.fraction must be in \(0, 1\]'),
+        (lambda: Trigger(fraction=1.5), r'Trigger.fraction must be in \(0, 1\]'),
+        (lambda: Trigger(tokens=10, fraction=0.5), 'at most one of `tokens` and `fraction`'),
+        (lambda: Trigger(messages=0), 'Trigger.messages must be a positive integer'),
+        (lambda: Trigger(tokens=10, context_window=1000), 'context_window only applies together with `fraction`'),
+        (lambda: Trigger(fraction=0.5, context_window=0), 'Trigger.context_window must be positive'),
+        (lambda: Fork(variant='yaml'), "Fork.variant must be 'json', 'free' or 'fixed'"),  # pyright: ignore[reportArgumentType]
+        (lambda: Fork(fallback_keep=0), 'fallback_keep must be at least 1'),
+        (lambda: StatelessSummary(keep_recent=-1), 'StatelessSummary.keep_recent must not be negative'),
+        (lambda: ResetToCheckpoint(excerpt_chars=-1), 'ResetToCheckpoint.excerpt_chars must not be negative'),
+        (lambda: RetryPolicy(attempts=0), 'RetryPolicy.attempts must be at least 1'),
+        (lambda: InstructionSources(markers=('  ',)), 'markers must not contain empty strings'),
+        (lambda: Pipeline([]), 'Pipeline.steps must name at least one strategy'),
+    ],
+)
+def test_bad_configuration_fails_at_construction_naming_the_field(build: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        build()  # pyright: ignore[reportCallIssue]
+
+
+@pytest.mark.parametrize(
+    ('build', 'message'),
+    [
+        (lambda: Reassert('native'), 'Reassert.inner must be a compaction strategy'),  # pyright: ignore[reportArgumentType]
+        (lambda: Fork(trigger=18_000), 'trigger must be a Trigger'),  # pyright: ignore[reportArgumentType]
+        (
+            lambda: Switch(when=lambda s: True, then=Fork(), otherwise=None),
+            'Switch.otherwise must be a compaction strategy',
+        ),  # pyright: ignore[reportArgumentType]
+    ],
+)
+def test_wrong_types_fail_at_construction(build: object, message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        build()  # pyright: ignore[reportCallIssue]
+
+
+def test_limits() -> None:
+    history = recorded_history()
+    tokens = estimate_context_tokens(history)
+    assert Trigger(tokens=tokens - 1).crossed(history, None) is not None
+    assert Trigger(tokens=tokens).crossed(history, None) is None
+    crossing = Trigger(messages=len(history) - 1).crossed(history, None)
+    assert crossing is not None and crossing.reason == 'messages'
+    assert Trigger(fraction=0.5, context_window=2 * tokens + 2).crossed(history, None) is None
+    assert Trigger(fraction=0.5, context_window=2 * tokens - 2).crossed(history, None) is not None
+
+
+def test_fraction_resolves_the_model_window() -> None:
+    model = TestModel(profile={'context_window': 10_000})  # pyright: ignore[reportArgumentType]
+    assert Trigger(fraction=0.25).token_limit(model) == 2_500
+    assert Trigger(fraction=0.25, context_window=4_000).token_limit(model) == 1_000
+    assert Trigger(fraction=0.5, fallback_context_window=1_000).token_limit(None) == 500
+
+
+def test_a_kept_response_with_pre_compaction_usage_is_not_used_as_anchor() -> None:
+    history = recorded_history()
+    view = segment(history)
+    layout = validate(Proposal(keep=(), summary=Summary('short summary')), view)
+    compacted, _ = apply_layout(
+        view, layout, {'strategy': 'fork', 'boundary_id': 'g7', 'next_id': 8, 'kept': list(layout.keep)}
+    )
+    anchored = estimate_context_tokens(compacted)  # anchors on usage reported before compaction
+    measured = Trigger(tokens=1).measure(compacted)
+    assert measured == estimate_token_count(compacted) < anchored
+    # Once a new response arrives, its usage is trusted again.
+    fresh: list[ModelMessage] = [*history]
+    assert Trigger(tokens=1).measure(fresh) == estimate_context_tokens(fresh)
