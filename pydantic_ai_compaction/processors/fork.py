@@ -37,7 +37,8 @@ _MAX_REPLY_CHARS = 2_000_000
 _INTRO = """{marker} variant={variant}
 Your context is about to be compacted. Pause the task: do not call tools and do not answer the task now.
 The exchanges of this conversation so far are listed below (id, kind, estimated size, content).
-Protected and in-progress exchanges are kept whatever you answer.
+Protected and in-progress exchanges are kept whatever you answer; earlier summaries stay in place,
+so do not repeat what they already say.
 
 {listing}
 """

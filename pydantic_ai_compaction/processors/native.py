@@ -28,7 +28,8 @@ class Native(ConfiguredCompaction[AgentDepsT]):
 
     Models without it get an emulation: the same model, in the same conversation, compacts the
     whole of it into an opaque summary. The boundary record's `variant` says which ran
-    (`provider` or `emulated`).
+    (`provider` or `emulated`). Like a provider's compaction, each one covers the whole
+    conversation, its own earlier compactions included, so it replaces them.
 
     Example:
         ```python
@@ -55,11 +56,11 @@ class Native(ConfiguredCompaction[AgentDepsT]):
                     'unsupported', f'{ctx.model.model_name} has no provider compaction', variant='provider'
                 )
         else:
-            return Proposal(summary=ProviderSummary(response), variant='provider')
+            return Proposal(summary=ProviderSummary(response), supersedes=self.strategy_name, variant='provider')
         settings, parameters = compactor.text_only(ctx)
         messages = compactor.with_appended_prompt(view.messages, NATIVE_PROMPT)
         reply = await compactor.request(ctx, messages, settings=settings, parameters=parameters)
         text = compactor.response_text(reply)
         if not text:
             return Proposal.failed('empty', 'the model returned no compaction text', variant='emulated')
-        return Proposal(summary=Summary(text), variant='emulated')
+        return Proposal(summary=Summary(text), supersedes=self.strategy_name, variant='emulated')

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pydantic_ai.tools import AgentDepsT
 
 from pydantic_ai_compaction.protocols.types import CompactionState, Proposal
-from pydantic_ai_compaction.runtime.capability import CompactionCapability, RuntimeSettings, count_compactions
+from pydantic_ai_compaction.runtime.capability import CompactionCapability, RuntimeSettings
 from pydantic_ai_compaction.runtime.context import CompactionContext
-from pydantic_ai_compaction.runtime.segment import ConversationView
+from pydantic_ai_compaction.runtime.segment import ConversationView, compactions_so_far
 
 
 @dataclass
@@ -58,5 +58,5 @@ class Switch(CompactionCapability[AgentDepsT]):
 
     async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
         """Delegate to the branch for the view's state (when driven directly)."""
-        state = CompactionState(count_compactions(view.messages), view.tokens, ctx.run.run_step, len(view.messages))
+        state = CompactionState(compactions_so_far(view.messages), view.tokens, ctx.run.run_step, len(view.messages))
         return await self.resolve(state).propose(view, ctx)

@@ -190,6 +190,9 @@ class CompactionRecord:
     next_id: int
     """The next exchange number to hand out, so ids are never reused."""
 
+    sequence: int
+    """This compaction's number in the conversation (1 for the first), kept even when boundaries are replaced."""
+
     tokens_before: int
     """Estimated tokens of the history before (character heuristic, as harness's span reports)."""
 
@@ -233,6 +236,7 @@ class CompactionRecord:
             'variant': self.variant,
             'boundary_id': self.boundary_id,
             'next_id': self.next_id,
+            'sequence': self.sequence,
             'tokens_before': self.tokens_before,
             'tokens_after': self.tokens_after,
             'trigger_tokens': self.trigger_tokens,

@@ -5,14 +5,19 @@ from pydantic_ai_compaction.runtime.capability import (
     CompactionCapability,
     ConfiguredCompaction,
     RuntimeSettings,
-    count_compactions,
 )
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.engine import Outcome, run_compaction, shrink
 from pydantic_ai_compaction.runtime.events import SPAN_NAME, EventObserver, emit
 from pydantic_ai_compaction.runtime.pairing import pairing_problems
 from pydantic_ai_compaction.runtime.retry import RetryPolicy, is_context_overflow, is_transient
-from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, our_record, segment
+from pydantic_ai_compaction.runtime.segment import (
+    ConversationView,
+    ProtectPredicate,
+    compactions_so_far,
+    our_record,
+    segment,
+)
 from pydantic_ai_compaction.runtime.trigger import DEFAULT_TRIGGER, Crossing, Trigger
 from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP, fallback_layout, validate
 
@@ -33,7 +38,7 @@ __all__ = [
     'Trigger',
     'apply_layout',
     'assemble',
-    'count_compactions',
+    'compactions_so_far',
     'emit',
     'fallback_layout',
     'is_context_overflow',

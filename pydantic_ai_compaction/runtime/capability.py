@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -24,7 +23,7 @@ from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.engine import Outcome, run_compaction
 from pydantic_ai_compaction.runtime.events import EventObserver, emit
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
-from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, our_record
+from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, compactions_so_far
 from pydantic_ai_compaction.runtime.trigger import DEFAULT_TRIGGER, Trigger
 from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP
 
@@ -41,11 +40,6 @@ class RuntimeSettings:
     retry: RetryPolicy
     fallback_keep: int
     observer: EventObserver | None
-
-
-def count_compactions(messages: Sequence[ModelMessage]) -> int:
-    """Compactions this library recorded in *messages*."""
-    return sum(1 for message in messages for part in message.parts if our_record(part) is not None)
 
 
 @dataclass
@@ -106,7 +100,7 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
     ) -> list[ModelMessage] | None:
         """The compacted history if this request crosses the trigger, else `None`."""
         tokens = self._measure(messages, parameters)
-        state = CompactionState(count_compactions(messages), tokens, ctx.run_step, len(messages))
+        state = CompactionState(compactions_so_far(messages), tokens, ctx.run_step, len(messages))
         chosen = self.resolve(state)
         settings = chosen.runtime
         crossing = settings.trigger.check(tokens, len(messages), model)
@@ -145,7 +139,7 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
             raise UserError(
                 f'{self.strategy_name} compaction needs a request-response model, got {type(model).__name__}.'
             )
-        state = CompactionState(count_compactions(messages), 0, ctx.run_step, len(messages))
+        state = CompactionState(compactions_so_far(messages), 0, ctx.run_step, len(messages))
         chosen = self.resolve(state)
         settings = chosen.runtime
         if not chosen.acts_on_crossing:

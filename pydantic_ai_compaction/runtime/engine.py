@@ -14,7 +14,7 @@ from pydantic_ai_compaction.runtime.apply import apply_layout, assemble, boundar
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.pairing import pairing_problems
 from pydantic_ai_compaction.runtime.retry import is_context_overflow
-from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, segment
+from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, compactions_so_far, segment
 from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP, fallback_layout, validate
 
 
@@ -110,6 +110,7 @@ def _build(
         variant=proposal.variant,
         boundary_id=boundary_id,
         next_id=view.next_id + 1,
+        sequence=compactions_so_far(view.messages) + 1,
         tokens_before=estimate_token_count(view.messages),
         tokens_after=0,
         trigger_tokens=ctx.trigger_tokens,

@@ -64,6 +64,18 @@ def our_record(part: object) -> dict[str, Any] | None:
     return str_dict(record) if isinstance(record, dict) else None  # pyright: ignore[reportUnknownArgumentType]
 
 
+def compactions_so_far(messages: Sequence[ModelMessage]) -> int:
+    """Compactions this library made in the conversation, counting those whose boundary was later replaced."""
+    count = 0
+    for message in messages:
+        for part in message.parts:
+            record = our_record(part)
+            if record is not None:
+                sequence = record.get('sequence')
+                count = max(count + 1, sequence if isinstance(sequence, int) else 0)
+    return count
+
+
 def is_restatement(part: object) -> bool:
     """Whether *part* is a restatement `Reassert` wrote."""
     if not isinstance(part, UserPromptPart) or isinstance(part.content, str):

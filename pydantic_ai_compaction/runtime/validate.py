@@ -100,6 +100,12 @@ def _superseded(view: ConversationView, strategy: str | None) -> set[str]:
             for part in message.parts
             if (record := our_record(part)) is not None
         ]
-        if records and all(record.get('strategy') == strategy for record in records):
+        if records and all(_written_by(record, strategy) for record in records):
             out.add(exchange.id)
     return out
+
+
+def _written_by(record: dict[str, object], strategy: str) -> bool:
+    """Whether *strategy* wrote a record, alone or wrapped (`reassert+native` was written by `native`)."""
+    name = record.get('strategy')
+    return isinstance(name, str) and (name == strategy or name.endswith(f'+{strategy}'))
