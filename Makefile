@@ -4,17 +4,23 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint format clean
+.PHONY: install demo quickstart costsim test lint format clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev,evals]'
 	touch $(STAMP)
 
 install: $(STAMP)  ## Create .venv and install the package with pinned dependencies.
 
-demo: $(STAMP)  ## Run the offline demo.
+demo: $(STAMP)  ## The incident-audit benchmark on the offline reference model: table + plots in out/.
+	$(BIN)/pai-compaction bench incident --sizes 8 20 --seeds 101-103 --variants owner lowercase scope --out out
+
+quickstart: $(STAMP)  ## Six strategies on one small tool loop, side by side.
 	$(BIN)/python examples/quickstart.py
+
+costsim: $(STAMP)  ## Reasoning-retention cost policies on a cached prefix.
+	$(BIN)/pai-compaction costsim
 
 test: $(STAMP)  ## Run the test suite.
 	$(BIN)/python -m pytest -q
@@ -29,4 +35,4 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis out

@@ -91,10 +91,13 @@ def test_user_prompts_after_the_opening_are_restated() -> None:
     script.step = 0
     third = agent.run_sync('Also skip service payments.', message_history=second.all_messages())
     records = [r for m in third.all_messages() for p in m.parts if (r := our_record(p))]
-    # Later prompts are instruction changes, restated in order and once each; the first prompt is
-    # the opening, which is always kept and never restated.
-    assert records[-1]['restated'] == ['Now report ids in lowercase.', 'Also skip service payments.']
+    # Earlier prompts are instruction changes, restated in order and once each. The prompt being
+    # worked on is kept verbatim (it is protected), and the first prompt is the opening: neither
+    # is restated.
+    assert records[-1]['restated'] == ['Now report ids in lowercase.']
     assert all('Audit logs 0-2.' not in r['restated'] for r in records)
+    kept_prompts = [p.content for m in third.all_messages() for p in m.parts if isinstance(p, UserPromptPart)]
+    assert 'Also skip service payments.' in kept_prompts
 
 
 def test_reset_keeps_opening_checkpoint_and_exchange_in_progress() -> None:

@@ -56,7 +56,7 @@ def test_parallel_calls_and_their_returns_form_one_exchange() -> None:
     assert view.by_id['g0'].protected == 'opening'
 
 
-def test_a_retried_call_and_its_retry_are_separate_droppable_exchanges() -> None:
+def test_a_retried_call_and_the_call_that_retries_it_stay_one_exchange() -> None:
     messages: list[ModelMessage] = [
         OPENING,
         ModelResponse(parts=[call('a')]),
@@ -66,8 +66,7 @@ def test_a_retried_call_and_its_retry_are_separate_droppable_exchanges() -> None
     ]
     assert [(e.id, e.refs) for e in segment(messages).exchanges] == [
         ('g0', ((0, None),)),
-        ('g1', ((1, None), (2, None))),
-        ('g2', ((3, None), (4, None))),
+        ('g1', ((1, None), (2, None), (3, None), (4, None))),
     ]
 
 
@@ -108,8 +107,10 @@ def test_a_merged_request_is_split_at_part_level() -> None:
         ('g0', 'opening', ((0, (0, 1)),), 'opening'),
         ('g7', 'boundary', ((0, (2,)),), 'boundary'),
         ('g8', 'tools', ((1, None), (2, (0,))), None),
-        ('g9', 'turn', ((2, (1,)),), None),
+        ('g9', 'turn', ((2, (1,)),), 'current_turn'),
     ]
+    # The last request carries the returns of g8 and the user's new turn: both are in progress.
+    assert [e.id for e in view.exchanges if e.unfinished] == ['g8', 'g9']
     assert view.next_id == 10
 
 

@@ -7,11 +7,11 @@ agent itself would send, a provider's prompt cache can serve the fork's prefix.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-import orjson
 from jsonschema import Draft202012Validator
 from pydantic_ai.models import Model
 from pydantic_ai.tools import AgentDepsT
@@ -31,7 +31,7 @@ FORK_MARKER = '[pydantic-ai-compaction: fork request]'
 
 _VALIDATOR = Draft202012Validator(FORK_JSON_SCHEMA)
 _KEEP_LINE = re.compile(r'^\s*KEEP\s*:\s*(?P<ids>.*)$', re.IGNORECASE | re.MULTILINE)
-_ID = re.compile(r'g\d+')
+_ID = re.compile(r'\bg\d+\b')
 _MAX_REPLY_CHARS = 2_000_000
 
 _INTRO = """{marker} variant={variant}
@@ -136,13 +136,9 @@ def _parse_json(reply: str) -> Proposal:
     if text.startswith('```'):
         text = text.strip('`')
         text = text[text.find('\n') + 1 :] if '\n' in text else text
-    start, end = text.find('{'), text.rfind('}')
-    if start < 0 or end <= start:
-        return Proposal.failed('unparseable', 'no JSON object in the reply', variant='json')
-    try:
-        data: Any = orjson.loads(text[start : end + 1])
-    except (orjson.JSONDecodeError, RecursionError) as error:
-        return Proposal.failed('unparseable', str(error)[:300], variant='json')
+    data, error = _first_json_object(text)
+    if data is None:
+        return Proposal.failed('unparseable', error, variant='json')
     errors = sorted(_VALIDATOR.iter_errors(data), key=lambda error: list(error.absolute_path))  # pyright: ignore[reportUnknownMemberType]
     if errors:
         first = errors[0]
@@ -154,10 +150,30 @@ def _parse_json(reply: str) -> Proposal:
         return Proposal.failed('empty', 'empty keep list and empty summary', variant='json')
     return Proposal(
         keep=tuple(data['keep']),
-        summary=Summary(text_summary, structured=summary),
+        summary=Summary(text_summary, structured=summary) if text_summary.strip() else None,
         variant='json',
         extra={'structured_summary': summary},
     )
+
+
+def _first_json_object(text: str) -> tuple[Any, str]:
+    """The first JSON object in *text* (prose or fences around it allowed), or `None` and why not."""
+    decoder = json.JSONDecoder()
+    error = 'no JSON object in the reply'
+    position = text.find('{')
+    attempts = 0
+    # Bounded: a reply full of braces must not turn parsing quadratic.
+    while position >= 0 and attempts < 64:
+        attempts += 1
+        try:
+            data, _ = decoder.raw_decode(text, position)
+        except (ValueError, RecursionError) as problem:
+            error = str(problem)[:300]
+        else:
+            if isinstance(data, dict):
+                return cast('dict[str, Any]', data), ''
+        position = text.find('{', position + 1)
+    return None, error
 
 
 def render_structured(summary: dict[str, Any]) -> str:

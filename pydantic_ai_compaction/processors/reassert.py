@@ -61,6 +61,11 @@ class Reassert(CompactionCapability[AgentDepsT]):
         """As the inner strategy."""
         return self.inner.acts_on_crossing
 
+    @property
+    def uses_state(self) -> bool:
+        """As the inner strategy."""
+        return self.inner.uses_state
+
     def resolve(self, state: CompactionState) -> CompactionCapability[AgentDepsT]:
         """Reassert around whichever strategy the inner composition picks."""
         chosen = self.inner.resolve(state)

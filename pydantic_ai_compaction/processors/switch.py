@@ -51,6 +51,11 @@ class Switch(CompactionCapability[AgentDepsT]):
         """The `then` branch's settings (used to measure; the chosen branch's trigger decides)."""
         return self.then.runtime
 
+    @property
+    def uses_state(self) -> bool:
+        """Always: the predicate reads it."""
+        return True
+
     def resolve(self, state: CompactionState) -> CompactionCapability[AgentDepsT]:
         """The branch for *state*, itself resolved."""
         branch = self.then if self.when(state) else self.otherwise

@@ -14,6 +14,7 @@ from pydantic_ai.messages import (
     CompactionPart,
     ModelMessage,
     ModelRequest,
+    ModelResponse,
     TextContent,
     UserPromptPart,
 )
@@ -34,10 +35,17 @@ def stamped(message: ModelMessage, exchange_id: str) -> ModelMessage:
 
 
 def exchange_messages(view: ConversationView, exchange: Exchange, *, position: int) -> list[ModelMessage]:
-    """The messages of *exchange*, its first one stamped with its id (the opening needs no stamp)."""
+    """The messages of *exchange*, stamped with its id (the opening needs no stamp).
+
+    The first message carries the id; every response does too, so the trigger can tell a response
+    that predates a compaction (its usage describes the history before it) from a new one.
+    """
     out = [fragment(view.messages, ref) for ref in exchange.refs]
-    if position > 0 and out and exchange.kind != 'boundary':
-        out[0] = stamped(out[0], exchange.id)
+    if position > 0 and exchange.kind != 'boundary':
+        out = [
+            stamped(message, exchange.id) if index == 0 or isinstance(message, ModelResponse) else message
+            for index, message in enumerate(out)
+        ]
     return out
 
 
@@ -82,8 +90,8 @@ def apply_layout(
     keep = set(layout.keep)
     positions = {exchange.id: index for index, exchange in enumerate(view.exchanges)}
     dropped_positions = [positions[exchange_id] for exchange_id in layout.dropped]
-    unfinished = view.unfinished
-    unfinished_position = positions[unfinished.id] if unfinished is not None else len(view.exchanges)
+    in_progress = [index for index, exchange in enumerate(view.exchanges) if exchange.unfinished]
+    unfinished_position = in_progress[0] if in_progress else len(view.exchanges)
     boundary_at = min(max(dropped_positions) + 1 if dropped_positions else unfinished_position, unfinished_position)
 
     out: list[ModelMessage] = []

@@ -16,6 +16,7 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT, RunContext
 
 from pydantic_ai_compaction.protocols.types import CompactionEvent, CompactionState, Proposal
@@ -40,6 +41,7 @@ class RuntimeSettings:
     retry: RetryPolicy
     fallback_keep: int
     observer: EventObserver | None
+    reraise: bool = False
 
 
 @dataclass
@@ -70,6 +72,11 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         """`False` for a baseline that only records crossings."""
         return True
 
+    @property
+    def uses_state(self) -> bool:
+        """Whether `resolve` reads the `CompactionState` (compositions); others skip computing it."""
+        return False
+
     async def before_model_request(
         self,
         ctx: RunContext[AgentDepsT],
@@ -77,13 +84,19 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
     ) -> ModelRequestContext:
         """Compact the persisted history when the trigger is crossed; otherwise do nothing."""
         messages = list(request_context.messages)
-        compacted = await self.maybe_compact(
-            messages,
-            ctx,
-            model=request_context.model,
-            model_settings=request_context.model_settings,
-            parameters=request_context.model_request_parameters,
-        )
+        try:
+            compacted = await self.maybe_compact(
+                messages,
+                ctx,
+                model=request_context.model,
+                model_settings=request_context.model_settings,
+                parameters=request_context.model_request_parameters,
+            )
+        except Exception as error:  # a user predicate or trigger bug must not end the run
+            warnings.warn(
+                f'{self.strategy_name} compaction was skipped for this request: {error!r}', RuntimeWarning, stacklevel=2
+            )
+            return request_context
         if compacted is None:
             return request_context
         ctx.messages[:] = compacted
@@ -99,11 +112,18 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         parameters: ModelRequestParameters,
     ) -> list[ModelMessage] | None:
         """The compacted history if this request crosses the trigger, else `None`."""
-        tokens = self._measure(messages, parameters)
-        state = CompactionState(compactions_so_far(messages), tokens, ctx.run_step, len(messages))
-        chosen = self.resolve(state)
+        # Below the trigger this is all that runs: one token estimate (skipped for a message-count
+        # trigger) and, only for compositions that decide on it, the state.
+        tokens: int | None = None
+        chosen: CompactionCapability[Any] = self
+        if self.uses_state:
+            tokens = self.runtime.trigger.measure(messages, parameters)
+            chosen = self.resolve(CompactionState(compactions_so_far(messages), tokens, ctx.run_step, len(messages)))
         settings = chosen.runtime
-        crossing = settings.trigger.check(tokens, len(messages), model)
+        trigger = settings.trigger
+        if tokens is None:
+            tokens = trigger.measure(messages, parameters) if trigger.measures_tokens else 0
+        crossing = trigger.check(tokens, len(messages), model)
         if crossing is None:
             return None
         if not chosen.acts_on_crossing:
@@ -147,17 +167,12 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         cctx = CompactionContext(
             run=ctx,
             model=cast('Model[Any]', model),
-            model_settings=None,
+            model_settings=cast('ModelSettings | None', ctx.model_settings),
             parameters=ModelRequestParameters(),
             retry=settings.retry,
         )
-        outcome = await self._run(chosen, list(messages), cctx, settings)
+        outcome = await self._run(chosen, list(messages), cctx, settings, raise_errors=settings.reraise)
         return outcome.messages if outcome is not None else messages
-
-    def _measure(self, messages: list[ModelMessage], parameters: ModelRequestParameters) -> int:
-        # Measured once per request, before a composition picks its branch, with this capability's
-        # own trigger (its tokenizer, if any); the branch's trigger then judges the same number.
-        return self.runtime.trigger.measure(messages, parameters)
 
     @staticmethod
     async def _run(
@@ -165,6 +180,8 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         messages: list[ModelMessage],
         cctx: CompactionContext,
         settings: RuntimeSettings,
+        *,
+        raise_errors: bool = False,
     ) -> Outcome | None:
         try:
             outcome = await run_compaction(
@@ -177,6 +194,8 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
                 stacklevel=2,
             )
             return None
+        if raise_errors and outcome is not None and outcome.error is not None:
+            raise outcome.error
         if outcome is None:
             emit(
                 CompactionEvent(
@@ -227,6 +246,11 @@ class ConfiguredCompaction(CompactionCapability[AgentDepsT], ABC):
     observer: EventObserver | None = field(default=None, kw_only=True)
     """Called with every `CompactionEvent` (compactions and ignored crossings)."""
 
+    reraise_in_compact: bool = field(default=False, kw_only=True)
+    """When driven through `compact()` (harness tiers, `compact_now`), raise the compactor's error
+    instead of applying the fallback layout, so harness `FallbackCompaction` can try its next strategy.
+    Inside the agent's own trigger path the fallback always applies: compaction never fails a run."""
+
     def __post_init__(self) -> None:
         if not isinstance(self.trigger, Trigger):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f'trigger must be a Trigger, got {type(self.trigger).__name__}.')
@@ -236,4 +260,6 @@ class ConfiguredCompaction(CompactionCapability[AgentDepsT], ABC):
     @property
     def runtime(self) -> RuntimeSettings:
         """Trigger, protection, retries and fallback this strategy runs with."""
-        return RuntimeSettings(self.trigger, self.protect, self.retry, self.fallback_keep, self.observer)
+        return RuntimeSettings(
+            self.trigger, self.protect, self.retry, self.fallback_keep, self.observer, self.reraise_in_compact
+        )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart, repair_messages
 from pydantic_ai.models import Model, ModelRequestContext, ModelRequestParameters, infer_model
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RequestUsage
@@ -61,11 +61,14 @@ async def request(
     """
     target = resolve_model(model, ctx)
     params = parameters if parameters is not None else ModelRequestParameters()
+    # What the agent graph does before every request: provider adapters refuse parts (retry
+    # feedback, tool-search and instruction bookkeeping) they expect to have been prepared.
+    prepared = target.prepare_messages(repair_messages(list(messages)), params)
     response: ModelResponse | None = None
     try:
         async for attempt in _retrying(ctx):
             with attempt:
-                response = await target.request(list(messages), settings, params)
+                response = await target.request(prepared, settings, params)
     except BaseException:
         ctx.usage.failed_attempts += 1
         raise
@@ -102,19 +105,12 @@ def response_text(response: ModelResponse) -> str:
 def text_only(ctx: CompactionContext) -> tuple[ModelSettings, ModelRequestParameters]:
     """Settings and parameters for a request in the conversation that must answer in text.
 
-    The tool definitions stay, so the prefix matches the agent's own requests and the provider's
-    cache can serve it; `tool_choice='none'` asks for text where the provider supports it.
+    Every tool definition stays, output tools included, so the prefix matches the agent's own
+    requests and the provider's cache can serve it; `tool_choice='none'` asks for text where the
+    provider supports it, and text output is allowed whatever the agent's output type.
     """
     settings: ModelSettings = {**(ctx.model_settings or {}), 'tool_choice': 'none'}
-    parameters = replace(
-        ctx.parameters,
-        output_mode='text',
-        output_tools=[],
-        output_object=None,
-        allow_text_output=True,
-        prompted_output_template=None,
-    )
-    return settings, parameters
+    return settings, replace(ctx.parameters, allow_text_output=True)
 
 
 def with_appended_prompt(messages: Sequence[ModelMessage], prompt: str) -> list[ModelMessage]:

@@ -28,6 +28,9 @@ class Outcome:
     record: CompactionRecord
     """What happened."""
 
+    error: Exception | None = None
+    """The compactor's exception behind a fallback, if one raised."""
+
 
 async def run_compaction(
     strategy: Strategy,
@@ -45,11 +48,15 @@ async def run_compaction(
     view = segment(messages, protect)
     if all(exchange.forced for exchange in view.exchanges):
         return None
-    proposal, left_out = await _propose(strategy, view, ctx)
+    proposal, left_out, error = await _propose(strategy, view, ctx)
     layout = validate(proposal, view, fallback_keep=fallback_keep)
     if layout.fallback_reason is None and not layout.dropped and not layout.restate:
-        # A valid proposal that keeps everything: writing a boundary would only add tokens.
-        return None
+        # A valid proposal that keeps everything while the request is over the limit: the runtime
+        # has the last word and falls back, unless even the fallback would remove nothing (then a
+        # boundary would only add tokens).
+        layout = fallback_layout(view, 'kept_all', fallback_keep=fallback_keep)
+        if not layout.dropped:
+            return None
     outcome = _build(strategy, view, layout, proposal, ctx, left_out)
     if problems := pairing_problems(outcome.messages):
         # Segmentation keeps pairs inside exchanges, so this is a last line of defence: keep every
@@ -57,26 +64,27 @@ async def run_compaction(
         keep_all = fallback_layout(view, 'pairing', fallback_keep=len(view.exchanges))
         keep_all = replace(keep_all, restate=layout.restate)
         outcome = _build(strategy, view, keep_all, replace(proposal, detail='; '.join(problems)), ctx, left_out)
-    return outcome
+    return replace(outcome, error=error)
 
 
 async def _propose(
     strategy: Strategy, view: ConversationView, ctx: CompactionContext
-) -> tuple[Proposal, tuple[str, ...]]:
+) -> tuple[Proposal, tuple[str, ...], Exception | None]:
     """Ask for a proposal; on a context overflow, ask once more with the oldest unprotected exchanges left out."""
     try:
-        return await strategy.propose(view, ctx), ()
+        return await strategy.propose(view, ctx), (), None
     except Exception as error:
         if not is_context_overflow(error):
-            return Proposal.failed('compactor_error', _describe(error)), ()
+            return Proposal.failed('compactor_error', _describe(error)), (), error
+        first_error = error
     reduced, left_out = shrink(view)
     if not left_out:
-        return Proposal.failed('context_overflow', 'nothing left to leave out of the compactor view'), ()
+        return Proposal.failed('context_overflow', 'nothing left to leave out of the compactor view'), (), first_error
     try:
-        return await strategy.propose(reduced, ctx), left_out
+        return await strategy.propose(reduced, ctx), left_out, None
     except Exception as error:
         reason = 'context_overflow' if is_context_overflow(error) else 'compactor_error'
-        return Proposal.failed(reason, _describe(error)), left_out
+        return Proposal.failed(reason, _describe(error)), left_out, error
 
 
 def shrink(view: ConversationView) -> tuple[ConversationView, tuple[str, ...]]:

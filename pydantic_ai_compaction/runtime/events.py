@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +24,10 @@ def emit(event: CompactionEvent, tracer: Tracer | None, observer: EventObserver 
             if span.is_recording():
                 span.set_attributes(_attributes(event))
     if observer is not None:
-        observer(event)
+        try:
+            observer(event)
+        except Exception as error:  # an observer's bug must not fail the run it observes
+            warnings.warn(f'compaction observer raised {error!r}', RuntimeWarning, stacklevel=2)
 
 
 def _attributes(event: CompactionEvent) -> dict[str, Any]:

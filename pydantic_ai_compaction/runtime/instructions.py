@@ -63,7 +63,9 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
             if not isinstance(message, ModelRequest):
                 continue
             for part in message.parts:
-                if isinstance(part, UserPromptPart) and sources.user_prompts and not exchange.unfinished:
+                # The turn in progress is kept verbatim anyway: restating it would only repeat it.
+                in_progress = exchange.unfinished or exchange.protected == 'current_turn'
+                if isinstance(part, UserPromptPart) and sources.user_prompts and not in_progress:
                     if not is_restatement(part) and not is_pinned(part):
                         text = user_text(part).strip()
                         if text:

@@ -65,15 +65,21 @@ def our_record(part: object) -> dict[str, Any] | None:
 
 
 def compactions_so_far(messages: Sequence[ModelMessage]) -> int:
-    """Compactions this library made in the conversation, counting those whose boundary was later replaced."""
-    count = 0
-    for message in messages:
-        for part in message.parts:
+    """Compactions this library made in the conversation, counting those whose boundary was later replaced.
+
+    Scans backwards: the newest record carries the running count, so the scan usually stops early.
+    """
+    without_sequence = 0
+    for message in reversed(messages):
+        for part in reversed(message.parts):
             record = our_record(part)
-            if record is not None:
-                sequence = record.get('sequence')
-                count = max(count + 1, sequence if isinstance(sequence, int) else 0)
-    return count
+            if record is None:
+                continue
+            sequence = record.get('sequence')
+            if isinstance(sequence, int):
+                return sequence + without_sequence
+            without_sequence += 1
+    return without_sequence
 
 
 def is_restatement(part: object) -> bool:
@@ -225,6 +231,7 @@ def segment(messages: Sequence[ModelMessage], protect: ProtectPredicate | None =
         )
 
     exchanges = _mark_unfinished(messages, exchanges)
+    exchanges = _protect_current_turn(exchanges)
     if protect is not None:
         exchanges = _apply_predicate(messages, exchanges, protect)
     highest = max([exchange_number(e.id) or 0 for e in exchanges] + [next_number, 0])
@@ -235,48 +242,71 @@ def _build_units(messages: Sequence[ModelMessage]) -> list[_Unit]:
     units: list[_Unit] = []
     owner_of_call: dict[str, int] = {}
     last_response: int | None = None
-    opened = False
+    retrying: int | None = None
+    opening: int | None = None
     for index, message in enumerate(messages):
         if isinstance(message, ModelResponse):
             boundary = any(isinstance(part, CompactionPart) for part in message.parts)
             calls = [part for part in message.parts if isinstance(part, ToolCallPart)]
-            kind: ExchangeKind = 'boundary' if boundary else ('tools' if calls else 'response')
-            unit = _Unit(kind, stamp=message_stamp(message) or _boundary_stamp(message))
-            unit.parts[index] = list(range(len(message.parts)))
-            units.append(unit)
-            last_response = len(units) - 1
+            if retrying is not None and not boundary:
+                # The model's answer to a retry belongs with the call it retries.
+                position = retrying
+                units[position].kind = 'tools' if calls or units[position].kind == 'tools' else units[position].kind
+            else:
+                kind: ExchangeKind = 'boundary' if boundary else ('tools' if calls else 'response')
+                units.append(_Unit(kind, stamp=message_stamp(message) or _boundary_stamp(message)))
+                position = len(units) - 1
+            units[position].parts[index] = list(range(len(message.parts)))
+            last_response = position
             for call in calls:
-                owner_of_call[call.tool_call_id] = last_response
+                owner_of_call[call.tool_call_id] = position
             continue
 
-        local: dict[ExchangeKind, int] = {}
+        retries_only = bool(message.parts)
+        run_kind: ExchangeKind | None = None
+        owned: list[int] = []
         for part_index, part in enumerate(message.parts):
             call_id = _answers_call(part)
             if call_id is not None and (owner := owner_of_call.get(call_id, last_response)) is not None:
                 units[owner].add(index, part_index)
+                retries_only = retries_only and _is_retry(part)
                 continue
             if isinstance(part, RetryFeedbackPart) and last_response is not None:
                 units[last_response].add(index, part_index)
                 continue
+            retries_only = False
             if isinstance(part, CompactionPart):
                 kind = 'boundary'
             elif is_restatement(part):
                 kind = 'restatement'
+            elif opening is None or (run_kind == 'opening' and units[opening].parts.get(index)):
+                # The first request's own content (up to any boundary merged into it) is the opening.
+                kind = 'opening'
             else:
-                # The first request's own content is the opening; later user content starts a turn.
-                kind = 'opening' if not opened or 'opening' in local else 'turn'
-                opened = True
-            if kind not in local:
+                kind = 'turn'
+            if kind != run_kind:
                 units.append(_Unit(kind))
-                local[kind] = len(units) - 1
-            units[local[kind]].add(index, part_index)
-        whole = [position for position in local.values() if len(units[position].parts[index]) == len(message.parts)]
-        for position in whole:
-            units[position].stamp = message_stamp(message)
-        for position in local.values():
-            if units[position].kind == 'boundary' and units[position].stamp is None:
-                units[position].stamp = _boundary_stamp(message)
+                owned.append(len(units) - 1)
+                if kind == 'opening':
+                    opening = len(units) - 1
+                run_kind = kind
+            units[owned[-1]].add(index, part_index)
+        retrying = last_response if retries_only and last_response is not None else None
+        for position in owned:
+            unit = units[position]
+            if len(unit.parts[index]) == len(message.parts):
+                unit.stamp = message_stamp(message)
+            if unit.kind == 'boundary' and unit.stamp is None:
+                unit.stamp = _boundary_stamp(message)
     return units
+
+
+def _is_retry(part: ModelRequestPart) -> bool:
+    """A return that asks the model to call again rather than delivering a result."""
+    return (isinstance(part, ToolReturnPart) and part.outcome == 'retried') or isinstance(
+        part,
+        RetryPromptPart,  # pyright: ignore[reportDeprecated]
+    )
 
 
 def _boundary_stamp(message: ModelMessage) -> str | None:
@@ -375,18 +405,32 @@ def _protection(
 
 
 def _mark_unfinished(messages: Sequence[ModelMessage], exchanges: list[Exchange]) -> list[Exchange]:
-    """The last exchange is in progress when the history ends with a request or with unanswered calls."""
+    """The exchanges in progress: every one that owns part of the last message.
+
+    That is the response whose returns the current request carries together with that request, a new
+    user turn, both when a request carries returns and new user content, or a response still waiting
+    for its tool results (or suspended).
+    """
     if not exchanges or not messages:
-        return exchanges
-    last_message = messages[-1]
-    in_progress = isinstance(last_message, ModelRequest) or any(
-        isinstance(part, ToolCallPart) for part in last_message.parts
-    )
-    if not in_progress:
         return exchanges
     from dataclasses import replace
 
-    return [*exchanges[:-1], replace(exchanges[-1], unfinished=True)]
+    last = len(messages) - 1
+    in_progress = {position for position, e in enumerate(exchanges) if any(ref[0] == last for ref in e.refs)}
+    return [replace(e, unfinished=True) if p in in_progress else e for p, e in enumerate(exchanges)]
+
+
+def _protect_current_turn(exchanges: list[Exchange]) -> list[Exchange]:
+    """The latest user turn is what the agent is working on: dropping it would lose the question itself."""
+    from dataclasses import replace
+
+    for index in range(len(exchanges) - 1, -1, -1):
+        exchange = exchanges[index]
+        if exchange.kind in ('turn', 'opening'):
+            if exchange.protected is None:
+                exchanges = [*exchanges[:index], replace(exchange, protected='current_turn'), *exchanges[index + 1 :]]
+            break
+    return exchanges
 
 
 def _apply_predicate(

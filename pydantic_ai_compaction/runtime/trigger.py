@@ -84,6 +84,11 @@ class Trigger:
         if self.fallback_context_window < 1:
             raise ValueError(f'Trigger.fallback_context_window must be positive, got {self.fallback_context_window!r}.')
 
+    @property
+    def measures_tokens(self) -> bool:
+        """Whether a token limit is set (a message-count trigger needs no estimate)."""
+        return self.tokens is not None or self.fraction is not None
+
     def token_limit(self, model: Model | None) -> int | None:
         """The token limit for a request to *model*, or `None` when only a message limit is set."""
         if self.tokens is not None:
@@ -113,7 +118,7 @@ class Trigger:
         parameters: ModelRequestParameters | None = None,
     ) -> Crossing | None:
         """The crossing, or `None` while the history is within every limit."""
-        tokens = self.measure(messages, parameters) if self.tokens or self.fraction else 0
+        tokens = self.measure(messages, parameters) if self.measures_tokens else 0
         return self.check(tokens, len(messages), model)
 
     def check(self, tokens: int, message_count: int, model: Model | None) -> Crossing | None:
@@ -137,6 +142,9 @@ def _anchor_is_stale(messages: Sequence[ModelMessage]) -> bool:
         message = messages[index]
         if anchor_id is None:
             if isinstance(message, ModelResponse) and message.usage.input_tokens:
+                if any(our_record(part) is not None for part in message.parts):
+                    # A provider's compaction: its usage is the compaction call's, not this history's.
+                    return True
                 anchor_id = message_stamp(message)
                 if anchor_id is None:
                     # Never through a compaction: its usage describes the history as it is.

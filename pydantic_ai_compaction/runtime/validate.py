@@ -94,13 +94,11 @@ def _superseded(view: ConversationView, strategy: str | None) -> set[str]:
     for exchange in view.exchanges:
         if exchange.kind != 'boundary' or exchange.unfinished:
             continue
-        records = [
-            record
-            for message in view.messages_of(exchange)
-            for part in message.parts
-            if (record := our_record(part)) is not None
-        ]
-        if records and all(_written_by(record, strategy) for record in records):
+        parts = [part for message in view.messages_of(exchange) for part in message.parts]
+        records = [record for part in parts if (record := our_record(part)) is not None]
+        # Only a boundary made of nothing but our own records can be replaced: anything else in it
+        # (a provider's text, merged-in user content) is not the strategy's to drop.
+        if records and len(records) == len(parts) and all(_written_by(record, strategy) for record in records):
             out.add(exchange.id)
     return out
 

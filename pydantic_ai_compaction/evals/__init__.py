@@ -1,0 +1,1 @@
+"""Evaluation harness: tasks, reference model, runner, statistics, cost and reports."""

@@ -1,0 +1,289 @@
+"""The reference model: an offline, deterministic `FunctionModel` that plays a task and answers compactions.
+
+Every decision uses only what is literally visible in the messages it receives: raw tool output,
+summaries, restated instructions, checkpoints. It never invents: what it cannot see, it does not
+know. Compaction requests (fork, stateless summary, native emulation, harness's summarizer) get
+valid, extractive replies within a stated token budget, so information can really be lost. Usage
+is reported for every request, with cache reads and writes from a prefix-cache simulator.
+
+Results obtained with it measure information flow and cost, not LLM behaviour.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import orjson
+from pydantic_ai.messages import (
+    CompactionPart,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    ModelResponsePart,
+    SystemPromptPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import RequestUsage
+
+from pydantic_ai_compaction.evals.reference.cache import PrefixCacheSimulator
+from pydantic_ai_compaction.processors.fork import FORK_MARKER
+from pydantic_ai_compaction.processors.native import NATIVE_MARKER
+from pydantic_ai_compaction.processors.summary import SUMMARY_MARKER
+from pydantic_ai_compaction.runtime.transcript import user_text
+
+RequestKind = Literal['agent', 'fork', 'summary', 'native', 'harness-summary', 'probe']
+
+DISCLAIMER = 'Reference-model results measure information flow and cost, not LLM behaviour.'
+"""Printed with every report made from reference-model runs."""
+
+CHARS_PER_TOKEN = 4
+_HARNESS_SUMMARY = re.compile(r'<messages>.*</messages>', re.DOTALL)
+_LISTING_LINE = re.compile(r'^(g\d+) \[(\w+)[^\]]*\] (.*)$', re.MULTILINE)
+
+
+def tokens(text: str) -> int:
+    """Estimated tokens of *text* (the same 4-characters heuristic the trigger uses)."""
+    return len(text) // CHARS_PER_TOKEN
+
+
+class Player(Protocol):
+    """The task-specific half of the reference model."""
+
+    def act(self, messages: Sequence[ModelMessage], visible: str, info: AgentInfo) -> list[ModelResponsePart]:
+        """The agent's next step: a tool call, the final report, or an answer."""
+        ...
+
+    def facts(self, text: str) -> list[str]:
+        """Fact lines an extractive summary of *text* keeps, oldest first, each readable on its own."""
+        ...
+
+    def rules(self, visible: str) -> list[str]:
+        """Instruction changes visible in *visible*, verbatim."""
+        ...
+
+    def progress(self, visible: str) -> tuple[str, str]:
+        """`(progress, next step)` as the player can tell them from *visible*."""
+        ...
+
+    def verbatim(self, text: str) -> bool:
+        """Whether an exchange with this content is worth keeping verbatim (the fork's choice)."""
+        ...
+
+
+def part_text(part: object) -> str:
+    """The text a part puts in front of the model."""
+    if isinstance(part, SystemPromptPart):
+        return part.content
+    if isinstance(part, UserPromptPart):
+        return user_text(part)
+    if isinstance(part, ToolReturnPart):
+        return part.model_response_str()
+    if isinstance(part, CompactionPart):
+        return part.content or ''
+    if isinstance(part, TextPart):
+        return part.content
+    if isinstance(part, ThinkingPart):
+        return part.content
+    if isinstance(part, ToolCallPart):
+        return f'{part.tool_name}({part.args_as_json_str()})'
+    return ''
+
+
+def visible_text(messages: Sequence[ModelMessage]) -> str:
+    """Everything the model can read in a request, in order."""
+    return '\n'.join(text for message in messages for part in message.parts if (text := part_text(part)))
+
+
+def request_kind(messages: Sequence[ModelMessage], info: AgentInfo) -> RequestKind:
+    """Which kind of request this is, from the text of the last request."""
+    last = messages[-1]
+    prompt = '\n'.join(part_text(part) for part in last.parts if isinstance(part, UserPromptPart))
+    if FORK_MARKER in prompt:
+        return 'fork'
+    if SUMMARY_MARKER in prompt:
+        return 'summary'
+    if NATIVE_MARKER in prompt:
+        return 'native'
+    if _HARNESS_SUMMARY.search(prompt) and not info.function_tools:
+        return 'harness-summary'
+    if not info.output_tools and not info.function_tools:
+        return 'probe'
+    return 'agent'
+
+
+@dataclass
+class RequestLog:
+    """One request the reference model answered."""
+
+    kind: RequestKind
+    input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+
+
+@dataclass
+class ReferenceModel:
+    """A deterministic model for one conversation (one run): a player plus compaction replies."""
+
+    player: Player
+    """The task-specific policy."""
+
+    summary_budget: int = 500
+    """Token budget of every summary it writes; facts beyond it are left out, oldest first."""
+
+    cache: PrefixCacheSimulator = field(default_factory=PrefixCacheSimulator)
+    """Prefix cache shared by every request of the conversation."""
+
+    log: list[RequestLog] = field(default_factory=list[RequestLog])
+    """Every request answered, in order."""
+
+    def __post_init__(self) -> None:
+        if self.summary_budget < 1:
+            raise ValueError(f'summary_budget must be positive, got {self.summary_budget!r}')
+
+    def model(self) -> FunctionModel:
+        """The pydantic-ai model to give an `Agent`."""
+        return FunctionModel(self.respond, model_name='reference')
+
+    def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        """Answer one request."""
+        kind = request_kind(messages, info)
+        if kind == 'fork':
+            parts: list[ModelResponsePart] = [TextPart(self._fork(messages))]
+        elif kind in ('summary', 'harness-summary'):
+            prompt = visible_text(messages[-1:])
+            parts = [TextPart(self._extract(prompt))]
+        elif kind == 'native':
+            parts = [TextPart(self._extract(visible_text(messages[:-1]) + '\n' + _without_prompt(messages[-1])))]
+        else:
+            parts = self.player.act(messages, visible_text(messages), info)
+        return ModelResponse(parts=parts, usage=self._usage(kind, messages, info, parts), model_name='reference')
+
+    def _usage(
+        self, kind: RequestKind, messages: Sequence[ModelMessage], info: AgentInfo, parts: Sequence[ModelResponsePart]
+    ) -> RequestUsage:
+        blocks: list[tuple[str, int]] = []
+        if info.instructions:
+            blocks.append((f'instructions:{info.instructions}', tokens(info.instructions)))
+        tool_defs = [
+            {'name': tool.name, 'description': tool.description, 'parameters': tool.parameters_json_schema}
+            for tool in (*info.function_tools, *info.output_tools)
+        ]
+        if tool_defs:
+            encoded = orjson.dumps(tool_defs).decode()
+            blocks.append((f'tools:{encoded}', tokens(encoded)))
+        for message in messages:
+            for part in message.parts:
+                text = part_text(part)
+                blocks.append((f'{message.kind}:{type(part).__name__}:{text}', max(tokens(text), 1)))
+        outcome = self.cache.account(blocks)
+        output = sum(max(tokens(part_text(part)), 1) for part in parts)
+        self.log.append(
+            RequestLog(kind, outcome.input_tokens, outcome.cache_read_tokens, outcome.cache_write_tokens, output)
+        )
+        return RequestUsage(
+            input_tokens=outcome.input_tokens,
+            cache_read_tokens=outcome.cache_read_tokens,
+            cache_write_tokens=outcome.cache_write_tokens,
+            output_tokens=output,
+        )
+
+    def _extract(self, text: str) -> str:
+        """An extractive summary of *text*: rules, progress, then facts newest first, within budget."""
+        rules = self.player.rules(text)
+        progress, next_step = self.player.progress(text)
+        head = [*rules, progress, f'Next step: {next_step}']
+        return '\n'.join([*head, *self._facts(text, budget=self.summary_budget - tokens('\n'.join(head)))])
+
+    def _facts(self, text: str, *, budget: int) -> list[str]:
+        rules = set(self.player.rules(text))
+        facts = list(dict.fromkeys(fact for fact in self.player.facts(text) if fact not in rules))
+        kept: list[str] = []
+        used = 0
+        for line in reversed(facts):
+            cost = tokens(line) + 1
+            if used + cost > budget:
+                break
+            kept.append(line)
+            used += cost
+        return list(reversed(kept))
+
+    def _fork(self, messages: Sequence[ModelMessage]) -> str:
+        prompt = _fork_prompt(messages[-1])
+        conversation = visible_text(messages[:-1]) + '\n' + _without_prompt(messages[-1])
+        variant = re.search(r'variant=(\w+)', prompt)
+        variant_name = variant.group(1) if variant else 'json'
+        # Earlier summaries stay in place, so the fork summarizes what they do not already hold.
+        raw = _raw_text(messages)
+        rules = self.player.rules(conversation)
+        progress, next_step = self.player.progress(conversation)
+        head_tokens = tokens('\n'.join([*rules, progress, next_step]))
+        facts = self._facts(raw, budget=self.summary_budget - head_tokens)
+        keep = self._verbatim_ids(messages, prompt)
+        if variant_name == 'json':
+            summary = {'rules': rules, 'facts': facts, 'progress': progress, 'next_step': next_step}
+            return orjson.dumps({'keep': keep, 'summary': summary}).decode()
+        text = '\n'.join([*rules, progress, f'Next step: {next_step}', *facts])
+        if variant_name == 'free':
+            return f'KEEP: {", ".join(keep) if keep else "none"}\n{text}'
+        return text
+
+    def _verbatim_ids(self, messages: Sequence[ModelMessage], prompt: str) -> list[str]:
+        """Listed tool exchanges whose result the player wants verbatim, matched by the call shown in the listing."""
+        returns: dict[str, str] = {}
+        calls: dict[str, str] = {}
+        for message in messages:
+            for part in message.parts:
+                if isinstance(part, ToolCallPart):
+                    calls[part.tool_call_id] = f'{part.tool_name}({part.args_as_json_str()}'
+                elif isinstance(part, ToolReturnPart):
+                    returns[part.tool_call_id] = part.model_response_str()
+        keep: list[str] = []
+        for match in _LISTING_LINE.finditer(prompt):
+            exchange_id, kind, description = match.groups()
+            if kind != 'tools':
+                continue
+            for call_id, call in calls.items():
+                if description.startswith(call[:40]) and self.player.verbatim(returns.get(call_id, '')):
+                    keep.append(exchange_id)
+                    break
+        return keep
+
+
+def _fork_prompt(message: ModelMessage) -> str:
+    return '\n'.join(
+        part_text(p) for p in message.parts if isinstance(p, UserPromptPart) and FORK_MARKER in part_text(p)
+    )
+
+
+def _without_prompt(message: ModelMessage) -> str:
+    """The last request's text without an appended compaction prompt."""
+    markers = (FORK_MARKER, NATIVE_MARKER, SUMMARY_MARKER)
+    return '\n'.join(
+        part_text(part)
+        for part in message.parts
+        if not (isinstance(part, UserPromptPart) and any(marker in part_text(part) for marker in markers))
+    )
+
+
+def _raw_text(messages: Sequence[ModelMessage]) -> str:
+    """Visible text without earlier summaries (they are kept in place by the runtime)."""
+    chunks: list[str] = []
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, CompactionPart):
+                continue
+            if isinstance(part, UserPromptPart) and FORK_MARKER in part_text(part):
+                continue
+            if isinstance(message, ModelRequest) or isinstance(part, TextPart):
+                chunks.append(part_text(part))
+    return '\n'.join(chunks)

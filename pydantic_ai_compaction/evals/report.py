@@ -1,0 +1,188 @@
+"""Tables and plots rebuilt from JSONL records alone: no model calls, nothing else read."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from pydantic_ai_compaction.evals.cost import REFERENCE_PRICES, CostRange, PriceTable, UsageTotals, cost, prices_for
+from pydantic_ai_compaction.evals.reference.model import DISCLAIMER
+from pydantic_ai_compaction.evals.stats import compare, holm
+
+Record = dict[str, Any]
+
+
+def write_records(records: Iterable[Record], path: Path) -> None:
+    """Append records to a JSONL file (one run per line)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open('ab') as handle:
+        for record in records:
+            handle.write(orjson.dumps(record) + b'\n')
+
+
+def read_records(path: Path) -> list[Record]:
+    """Every record in a JSONL file."""
+    with path.open('rb') as handle:
+        return [orjson.loads(line) for line in handle if line.strip()]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One strategy's line in a table."""
+
+    strategy: str
+    runs: int
+    missing: int
+    passed: int
+    applied: tuple[int, int]
+    probe: tuple[int, int]
+    requests: float
+    peak_prompt: float
+    final_prompt: float
+    cumulative_input: float
+    cost: CostRange
+    compactor_tokens: float
+    p_one_sided: float | None = None
+    p_holm: float | None = None
+    interval: tuple[float, float] | None = None
+
+
+def prices_of(model: str, override: PriceTable | None = None) -> PriceTable:
+    """Prices for a record's model: an explicit table, the reference table, or genai-prices."""
+    if override is not None:
+        return override
+    if model == 'reference':
+        return REFERENCE_PRICES
+    found = prices_for(model)
+    if found is None:
+        raise ValueError(f'no prices known for {model!r}; pass an explicit price table')
+    return found
+
+
+def usage_totals(record: Record) -> UsageTotals:
+    """Everything a run sent and received, compactor calls included."""
+    requests: list[dict[str, Any]] = list(record.get('requests') or [])
+    return UsageTotals(
+        input_tokens=sum(r['input_tokens'] for r in requests),
+        cache_read_tokens=sum(r['cache_read_tokens'] for r in requests),
+        cache_write_tokens=sum(r['cache_write_tokens'] for r in requests),
+        output_tokens=sum(r['output_tokens'] for r in requests),
+        cache_detail=all(r.get('cache_detail', True) for r in requests),
+    )
+
+
+def agent_prompts(record: Record) -> list[int]:
+    """Input tokens of each agent request, in order (the prompt-size curve)."""
+    requests: list[dict[str, Any]] = list(record.get('requests') or [])
+    return [r['input_tokens'] for r in requests if r['kind'] == 'agent']
+
+
+def _median(values: Sequence[float]) -> float:
+    return float(statistics.median(values)) if values else 0.0
+
+
+def build_rows(records: Sequence[Record], *, baseline: str | None, prices: PriceTable | None = None) -> list[Row]:
+    """One row per strategy, with paired statistics against *baseline* (pairs by seed and variant)."""
+    by_strategy: dict[str, list[Record]] = defaultdict(list)
+    for record in records:
+        by_strategy[record['strategy']].append(record)
+    base = {(r['seed'], r['variant']): r for r in by_strategy.get(baseline or '', []) if r['status'] == 'ok'}
+    rows: list[Row] = []
+    for strategy, group in by_strategy.items():
+        ok = [r for r in group if r['status'] == 'ok']
+        costs = [cost(usage_totals(r), prices_of(r['model'], prices)) for r in ok]
+        applied = [r['applied'] for r in ok if r['applied'] is not None]
+        probes = [r['probe'] for r in ok if r['probe'] is not None]
+        row = Row(
+            strategy=strategy,
+            runs=len(group),
+            missing=len(group) - len(ok),
+            passed=sum(1 for r in ok if r['passed']),
+            applied=(sum(1 for a in applied if a), len(applied)),
+            probe=(sum(1 for p in probes if p), len(probes)),
+            requests=_median([len(r['requests']) for r in ok]),
+            peak_prompt=_median([max(agent_prompts(r), default=0) for r in ok]),
+            final_prompt=_median([(agent_prompts(r) or [0])[-1] for r in ok]),
+            cumulative_input=_median([usage_totals(r).input_tokens for r in ok]),
+            cost=CostRange(_median([c.low for c in costs]), _median([c.high for c in costs])),
+            compactor_tokens=_median(
+                [
+                    sum(q['input_tokens'] + q['output_tokens'] for q in r['requests'] if q['kind'] == 'compactor')
+                    for r in ok
+                ]
+            ),
+        )
+        pairs = [
+            (bool(r['passed']), bool(base[key]['passed'])) for r in ok if (key := (r['seed'], r['variant'])) in base
+        ]
+        if baseline is not None and strategy != baseline and pairs:
+            comparison = compare([a for a, _ in pairs], [b for _, b in pairs])
+            row = replace(row, p_one_sided=comparison.p_one_sided, interval=comparison.interval)
+        rows.append(row)
+    tested = [row for row in rows if row.p_one_sided is not None]
+    adjusted = holm([row.p_one_sided for row in tested if row.p_one_sided is not None])
+    by_name = {row.strategy: p for row, p in zip(tested, adjusted, strict=True)}
+    return [replace(row, p_holm=by_name.get(row.strategy)) for row in rows]
+
+
+def _fraction(pair: tuple[int, int]) -> str:
+    return f'{pair[0]}/{pair[1]}' if pair[1] else '–'
+
+
+def _money(value: CostRange) -> str:
+    return f'${value.low:.3f}' if abs(value.high - value.low) < 5e-4 else f'${value.low:.3f}–{value.high:.3f}'
+
+
+def markdown_table(rows: Sequence[Row], *, baseline: str | None) -> str:
+    """The table as Markdown."""
+    against = f' vs {baseline}' if baseline else ''
+    header = [
+        'strategy', 'pass', 'applied', 'probe', 'requests', 'peak prompt', 'final prompt', 'cum. input',
+        'cost', 'compactor tok.', f'p one-sided{against}', 'p Holm', '95% CI (points)',
+    ]  # fmt: skip
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + '|'.join('---' for _ in header) + '|']
+    for row in sorted(rows, key=lambda r: (-r.passed / max(r.runs - r.missing, 1), r.cumulative_input)):
+        ok = row.runs - row.missing
+        passed = f'{row.passed}/{ok}' + (f' ({row.missing} missing)' if row.missing else '')
+        interval = f'{row.interval[0] * 100:+.0f} to {row.interval[1] * 100:+.0f}' if row.interval else '–'
+        cells = [
+            row.strategy, passed, _fraction(row.applied), _fraction(row.probe), f'{row.requests:.0f}',
+            f'{row.peak_prompt:,.0f}', f'{row.final_prompt:,.0f}', f'{row.cumulative_input:,.0f}', _money(row.cost),
+            f'{row.compactor_tokens:,.0f}', '–' if row.p_one_sided is None else f'{row.p_one_sided:.3f}',
+            '–' if row.p_holm is None else f'{row.p_holm:.3f}', interval,
+        ]  # fmt: skip
+        lines.append('| ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines)
+
+
+def summarize(records: Sequence[Record], *, baseline: str | None = 'native', prices: PriceTable | None = None) -> str:
+    """Every table (one per task, size and model), as Markdown, from records alone."""
+    groups: dict[tuple[str, int, str], list[Record]] = defaultdict(list)
+    for record in records:
+        groups[(record['task'], record['size'], record['model'])].append(record)
+    sections: list[str] = []
+    for (task, size, model), group in sorted(groups.items()):
+        seeds = sorted({r['seed'] for r in group})
+        variants = sorted({r['variant'] for r in group})
+        title = f'### {task}, size {size}, model {model}'
+        meta = (
+            f'{len(seeds)} seeds × {len(variants)} variant(s) ({", ".join(variants)}); medians per run; '
+            "cost = input, cache reads and writes, output at the model's rates (compactor calls included); "
+            'pairs by seed and variant.'
+        )
+        present = {r['strategy'] for r in group}
+        chosen = baseline if baseline in present else None
+        sections.append(
+            '\n\n'.join(
+                [title, meta, markdown_table(build_rows(group, baseline=chosen, prices=prices), baseline=chosen)]
+            )
+        )
+        if model == 'reference':
+            sections.append(f'_{DISCLAIMER}_')
+    return '\n\n'.join(sections) + '\n'

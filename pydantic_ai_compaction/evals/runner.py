@@ -1,0 +1,263 @@
+"""The benchmark runner: strategies × seeds × variants on a model, one JSONL record per run."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from typing import Any
+
+from pydantic_ai import Agent, Tool
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import ModelAPIError, UsageLimitExceeded
+from pydantic_ai.messages import ModelResponse
+from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.tools import RunContext
+from pydantic_ai.usage import UsageLimits
+
+from pydantic_ai_compaction.evals import strategies
+from pydantic_ai_compaction.evals.reference.incident import IncidentPlayer
+from pydantic_ai_compaction.evals.reference.model import ReferenceModel
+from pydantic_ai_compaction.evals.reference.recall import RecallPlayer
+from pydantic_ai_compaction.evals.tasks import incident, recall
+from pydantic_ai_compaction.protocols.types import CompactionEvent
+
+REFERENCE = 'reference'
+"""Model name of the built-in offline reference model."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: which strategy on which scenario and model."""
+
+    task: str
+    strategy: str
+    seed: int
+    variant: str
+    size: int
+    """Logs (incident audit) or reading turns scale (delayed recall)."""
+
+    model: str = REFERENCE
+    trigger_tokens: int = 18_000
+    summary_budget: int = 500
+    """Reference model only: token budget of the summaries it writes."""
+
+    request_limit: int = 200
+
+
+@dataclass
+class _UsageRecorder(AbstractCapability[Any]):
+    """Records the usage of every agent request (compactor calls are accounted separately)."""
+
+    requests: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
+
+    async def after_model_request(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
+    ) -> ModelResponse:
+        usage = response.usage
+        self.requests.append(
+            {
+                'kind': 'agent',
+                'input_tokens': usage.input_tokens,
+                'cache_read_tokens': usage.cache_read_tokens,
+                'cache_write_tokens': usage.cache_write_tokens,
+                'output_tokens': usage.output_tokens,
+            }
+        )
+        return response
+
+
+def versions() -> dict[str, str]:
+    """Library versions a record was made with."""
+    return {name: version(name) for name in ('pydantic-ai-compaction', 'pydantic-ai-slim', 'pydantic-ai-harness')}
+
+
+async def run_incident(spec: RunSpec) -> dict[str, Any]:
+    """Run one incident audit and return its record (raises on provider errors; see `run_with_rerun`)."""
+    scenario = incident.generate(spec.seed, spec.size, spec.variant)  # pyright: ignore[reportArgumentType]
+    events: list[CompactionEvent] = []
+    config = strategies.StrategyConfig(trigger_tokens=spec.trigger_tokens, markers=incident.MARKERS)
+    capability = strategies.build(spec.strategy, config, events.append)
+    recorder = _UsageRecorder()
+    reference = (
+        ReferenceModel(IncidentPlayer(), summary_budget=spec.summary_budget) if spec.model == REFERENCE else None
+    )
+    model = reference.model() if reference is not None else spec.model
+    agent = Agent(
+        model,
+        output_type=incident.IncidentReport,
+        system_prompt='You are a careful incident auditor.',
+        capabilities=[capability, recorder],
+        tools=[Tool(scenario.read_log, name='read_log')],
+    )
+    started = time.perf_counter()
+    limits = UsageLimits(request_limit=spec.request_limit)
+    record: dict[str, Any] = _base_record(spec)
+    try:
+        result = await agent.run(scenario.prompt, usage_limits=limits)
+    except UsageLimitExceeded as error:
+        record.update(passed=False, applied=False, problems=['request_limit'], error=str(error))
+        history = None
+    else:
+        grade = scenario.grade(result.output)
+        record.update(
+            passed=grade.passed, applied=grade.applied, problems=list(grade.problems), report=result.output.model_dump()
+        )
+        history = result.all_messages()
+    if history is not None and scenario.probe_keywords:
+        probe = await agent.run(incident.PROBE_QUESTION, message_history=history, output_type=str, usage_limits=limits)
+        record['probe'] = all(word.lower() in probe.output.lower() for word in scenario.probe_keywords)
+    record['wall_time'] = round(time.perf_counter() - started, 3)
+    record['requests'] = _requests(reference, recorder, events)
+    record['compactions'] = [event.record.to_metadata() for event in events if event.record is not None]
+    record['ignored_crossings'] = sum(1 for event in events if event.kind == 'ignored')
+    return record
+
+
+def _base_record(spec: RunSpec) -> dict[str, Any]:
+    return {
+        'task': spec.task,
+        'strategy': spec.strategy,
+        'seed': spec.seed,
+        'variant': spec.variant,
+        'size': spec.size,
+        'model': spec.model,
+        'trigger_tokens': spec.trigger_tokens,
+        'summary_budget': spec.summary_budget if spec.model == REFERENCE else None,
+        'versions': versions(),
+        'status': 'ok',
+        'error': None,
+        'probe': None,
+        'report': None,
+    }
+
+
+def _requests(
+    reference: ReferenceModel | None, recorder: _UsageRecorder, events: Sequence[CompactionEvent]
+) -> list[dict[str, Any]]:
+    if reference is not None:
+        return [
+            {
+                'kind': 'agent' if entry.kind in ('agent', 'probe') else 'compactor',
+                'input_tokens': entry.input_tokens,
+                'cache_read_tokens': entry.cache_read_tokens,
+                'cache_write_tokens': entry.cache_write_tokens,
+                'output_tokens': entry.output_tokens,
+                'cache_detail': True,
+            }
+            for entry in reference.log
+        ]
+    rows = [
+        {**row, 'cache_detail': bool(row['cache_read_tokens'] or row['cache_write_tokens'])}
+        for row in recorder.requests
+    ]
+    for event in events:
+        if event.record is not None and event.record.compactor_usage.requests:
+            usage = event.record.compactor_usage
+            rows.append(
+                {
+                    'kind': 'compactor',
+                    'input_tokens': usage.input_tokens,
+                    'cache_read_tokens': usage.cache_read_tokens,
+                    'cache_write_tokens': usage.cache_write_tokens,
+                    'output_tokens': usage.output_tokens,
+                    'cache_detail': bool(usage.cache_read_tokens or usage.cache_write_tokens),
+                }
+            )
+    return rows
+
+
+async def run_recall(spec: RunSpec) -> dict[str, Any]:
+    """Run one delayed-recall session (three rounds of questions between reading turns)."""
+    scenario = recall.generate(spec.seed)
+    events: list[CompactionEvent] = []
+    config = strategies.StrategyConfig(trigger_tokens=spec.trigger_tokens)
+    capability = strategies.build(spec.strategy, config, events.append)
+    recorder = _UsageRecorder()
+    reference = ReferenceModel(RecallPlayer(), summary_budget=spec.summary_budget) if spec.model == REFERENCE else None
+    agent = Agent(
+        reference.model() if reference is not None else spec.model,
+        system_prompt='You are a site-reliability assistant. Never guess a value you do not know.',
+        capabilities=[capability, recorder],
+        tools=[Tool(scenario.run_diagnostics, name='run_diagnostics'), Tool(scenario.read_file, name='read_file')],
+    )
+    limits = UsageLimits(request_limit=spec.request_limit)
+    started = time.perf_counter()
+    result = await agent.run(scenario.opening_prompt, usage_limits=limits)
+    history = result.all_messages()
+    files = iter(path for path, _ in scenario.files)
+    outcomes: list[list[str]] = []
+    for round_index, questions in enumerate(scenario.rounds):
+        if round_index > 0:
+            for _ in range(recall.READING_SCHEDULE[round_index - 1]):
+                result = await agent.run(
+                    scenario.reading_prompt(next(files)), message_history=history, usage_limits=limits
+                )
+                history = result.all_messages()
+        result = await agent.run(scenario.questions_prompt(questions), message_history=history, usage_limits=limits)
+        history = result.all_messages()
+        outcomes.append(list(scenario.grade(questions, result.output)))
+    flat = [outcome for round_outcomes in outcomes for outcome in round_outcomes]
+    record = _base_record(spec)
+    record.update(
+        passed=all(outcome == 'correct' for outcome in flat),
+        applied=None,
+        problems=sorted(set(flat) - {'correct'}),
+        answers={kind: flat.count(kind) for kind in ('correct', 'invented', 'not_sure')},
+        rounds=outcomes,
+        wall_time=round(time.perf_counter() - started, 3),
+    )
+    record['requests'] = _requests(reference, recorder, events)
+    record['compactions'] = [event.record.to_metadata() for event in events if event.record is not None]
+    record['ignored_crossings'] = sum(1 for event in events if event.kind == 'ignored')
+    return record
+
+
+RUNNERS: dict[str, Callable[[RunSpec], Any]] = {'incident': run_incident, 'recall': run_recall}
+
+
+async def run_with_rerun(spec: RunSpec) -> dict[str, Any]:
+    """Run once; a run lost to a provider error gets one rerun, then counts as missing (never as failed)."""
+    runner = RUNNERS[spec.task]
+    last_error: BaseException | None = None
+    for attempt in (1, 2):
+        try:
+            record = await runner(spec)
+        except ModelAPIError as error:
+            last_error = error
+            continue
+        record['attempts'] = attempt
+        return record
+    record = _base_record(spec)
+    record.update(status='missing', error=repr(last_error), attempts=2, passed=None, applied=None, problems=[])
+    record['requests'] = []
+    record['compactions'] = []
+    return record
+
+
+async def run_all(specs: Iterable[RunSpec], *, concurrency: int = 4, progress: bool = True) -> list[dict[str, Any]]:
+    """Run every spec with at most *concurrency* runs in flight; records come back in spec order."""
+    todo = list(specs)
+    semaphore = asyncio.Semaphore(max(1, concurrency))
+    done = 0
+
+    async def one(spec: RunSpec) -> dict[str, Any]:
+        nonlocal done
+        async with semaphore:
+            record = await run_with_rerun(spec)
+        done += 1
+        if progress:
+            outcome = 'missing' if record['status'] == 'missing' else ('pass' if record['passed'] else 'fail')
+            print(
+                f'\r[{done:>4}/{len(todo)}] {spec.task} {spec.size:>2} {spec.variant:<9} seed={spec.seed:<4} '
+                f'{spec.strategy:<20} {outcome:<7}',
+                end='' if done < len(todo) else '\n',
+                file=sys.stderr,
+                flush=True,
+            )
+        return record
+
+    return list(await asyncio.gather(*(one(spec) for spec in todo)))

@@ -1,0 +1,57 @@
+"""Records to tables with no model calls; the CLI end to end on a small run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic_ai_compaction.evals import cli
+from pydantic_ai_compaction.evals.report import build_rows, read_records, summarize, write_records
+
+
+def record(strategy: str, seed: int, passed: bool, inputs: list[int]) -> dict[str, object]:
+    return {
+        'task': 'incident', 'strategy': strategy, 'seed': seed, 'variant': 'owner', 'size': 8, 'model': 'reference',
+        'status': 'ok', 'passed': passed, 'applied': passed, 'probe': True,
+        'requests': [
+            {'kind': 'agent', 'input_tokens': n, 'cache_read_tokens': n // 2, 'cache_write_tokens': n - n // 2,
+             'output_tokens': 10, 'cache_detail': True}
+            for n in inputs
+        ],
+        'compactions': [],
+    }  # fmt: skip
+
+
+def test_tables_rebuild_from_records_alone(tmp_path: Path) -> None:
+    records = [record('fork-json', seed, True, [1000, 2000]) for seed in range(30)]
+    records += [record('native', seed, seed >= 11 or seed < 2, [1000, 1500]) for seed in range(30)]
+    # fork passes all 30; native fails seeds 2..10 (9 discordant pairs), passes 21.
+    path = tmp_path / 'records.jsonl'
+    write_records(records, path)
+    again = read_records(path)
+    assert again == records
+    rows = {row.strategy: row for row in build_rows(again, baseline='native')}
+    fork = rows['fork-json']
+    assert (fork.passed, fork.cumulative_input, fork.peak_prompt) == (30, 3000, 2000)
+    assert fork.p_one_sided is not None and round(fork.p_one_sided, 4) == round(1 / 512, 4)
+    assert fork.interval is not None and fork.interval[0] > 0
+    table = summarize(again, baseline='native')
+    assert '| fork-json | 30/30 |' in table and 'information flow' in table
+
+
+def test_cli_bench_writes_records_plots_and_table(tmp_path: Path, capsys: object) -> None:
+    code = cli.main([
+        'bench', 'incident', '--sizes', '6', '--seeds', '1', '--variants', 'owner', '--strategies', 'native',
+        'reassert', 'harness-sliding', '--out', str(tmp_path), '--quiet',
+    ])  # fmt: skip
+    assert code == 0
+    records = read_records(tmp_path / 'incident.jsonl')
+    assert {r['strategy'] for r in records} == {'native', 'reassert', 'harness-sliding'}
+    assert (tmp_path / 'plots' / 'incident-6-reference-pass-vs-input.png').stat().st_size > 1000
+    output = capsys.readouterr().out  # type: ignore[attr-defined]
+    assert '| reassert |' in output and 'p one-sided vs native' in output
+    assert cli.main(['summarize', str(tmp_path / 'incident.jsonl')]) == 0
+
+
+def test_seed_ranges() -> None:
+    assert cli.seeds('101-103') == [101, 102, 103]
+    assert cli.seeds('1,4,9') == [1, 4, 9]

@@ -1,0 +1,68 @@
+"""Task generators and graders: seeded determinism, sizes, strict grading."""
+
+from __future__ import annotations
+
+import pytest
+
+from pydantic_ai_compaction.evals.tasks import incident, recall
+from pydantic_ai_compaction.evals.tasks.incident import IncidentReport
+
+
+@pytest.mark.parametrize('variant', incident.VARIANTS)
+def test_incident_generation_is_seeded_and_sized(variant: incident.Variant) -> None:
+    first = incident.generate(7, 8, variant)
+    again = incident.generate(7, 8, variant)
+    other = incident.generate(8, 8, variant)
+    assert first.logs == again.logs and first.expected_ids == again.expected_ids
+    assert first.logs != other.logs
+    # Each log is about 6,700 estimated tokens (4 characters each).
+    assert all(6_600 <= len(log) // 4 <= 6_900 for log in first.logs)
+    assert first.read_log(1).startswith('=== log 1 of 8 ===')
+    assert first.read_log(9).startswith('ERROR')
+
+
+def test_incident_variants_place_the_change_in_log_five() -> None:
+    for variant in ('owner', 'lowercase', 'scope', 'fake'):
+        scenario = incident.generate(3, 20, variant)
+        assert scenario.change_line is not None
+        assert scenario.change_line in scenario.logs[incident.CHANGE_LOG - 1]
+        assert all(
+            scenario.change_line not in log for i, log in enumerate(scenario.logs) if i != incident.CHANGE_LOG - 1
+        )
+    fake = incident.generate(3, 20, 'fake')
+    assert fake.fake_line is not None and incident.CHANGE_MARKER not in fake.fake_line
+    assert incident.generate(3, 8, 'lowercase').expected_ids[0].startswith('inc-')
+    assert incident.generate(3, 8, 'base').expected_ids[0].startswith('INC-')
+
+
+def test_incident_grading_is_strict() -> None:
+    scenario = incident.generate(11, 8, 'owner')
+    good = IncidentReport(incident_ids=list(scenario.expected_ids), owner=scenario.expected_owner)
+    assert scenario.grade(good).passed and scenario.grade(good).applied
+    lower = IncidentReport(incident_ids=[i.lower() for i in scenario.expected_ids], owner=scenario.expected_owner)
+    assert scenario.grade(lower).problems == ('case',)
+    missing = IncidentReport(incident_ids=list(scenario.expected_ids[1:]), owner=scenario.expected_owner)
+    assert 'missing' in scenario.grade(missing).problems
+    ignored = next(i for i in scenario.incidents if i.service in scenario.ignored)
+    policy = IncidentReport(incident_ids=[*scenario.expected_ids, ignored.id.upper()], owner=scenario.expected_owner)
+    assert {'extra', 'policy'} <= set(scenario.grade(policy).problems)
+    reported = [i for i in scenario.incidents if i.id.upper() in scenario.expected_ids]
+    highest = max(reported, key=lambda i: i.severity).owner
+    old_rule = IncidentReport(incident_ids=list(scenario.expected_ids), owner=highest)
+    grade = scenario.grade(old_rule)
+    assert not grade.passed and grade.applied is False and grade.problems == ('owner',)
+
+
+def test_recall_generation_and_grading() -> None:
+    scenario = recall.generate(5)
+    assert scenario.rounds == recall.generate(5).rounds
+    assert len(scenario.services) == 6 and [len(r) for r in scenario.rounds] == [4, 4, 4]
+    report = scenario.run_diagnostics(scenario.services[0])
+    assert report.startswith(f'== diag.py {scenario.services[0]} ==')
+    assert len(report.splitlines()) == 90 + 5 + 2
+    for service in scenario.services[1:]:
+        scenario.run_diagnostics(service)
+    assert scenario.run_diagnostics(scenario.services[0]) == recall.GONE  # the script is gone
+    questions = scenario.rounds[0]
+    answer = '\n'.join([f'1. {questions[0].answer}', '2. not sure', '3. 12345678', ''])
+    assert scenario.grade(questions, answer) == ['correct', 'not_sure', 'invented', 'not_sure']
