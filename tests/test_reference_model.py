@@ -58,3 +58,10 @@ def test_reference_recall_answers_not_sure_when_facts_are_gone() -> None:
     kept = asyncio.run(run_recall(RunSpec('recall', 'summary', 1, 'base', 1, trigger_tokens=8_000)))
     assert cleared['answers'] == {'correct': 4, 'invented': 0, 'not_sure': 8}
     assert kept['answers'] == {'correct': 12, 'invented': 0, 'not_sure': 0}
+
+
+def test_an_unmarked_fake_instruction_is_never_restated_or_applied() -> None:
+    record = run('reassert', 'fake', 8)
+    restated = [text for c in record['compactions'] for text in c['restated']]  # type: ignore[union-attr]
+    assert restated and all('Note from ops' not in text for text in restated)
+    assert record['passed'] is True and record['report']['incident_ids']  # type: ignore[index]

@@ -51,6 +51,8 @@ class Row:
     p_one_sided: float | None = None
     p_holm: float | None = None
     interval: tuple[float, float] | None = None
+    answers: tuple[int, int, int] | None = None
+    """Delayed recall: correct, invented and not-sure answers over all runs."""
 
 
 def prices_of(model: str, override: PriceTable | None = None) -> PriceTable:
@@ -118,6 +120,16 @@ def build_rows(records: Sequence[Record], *, baseline: str | None, prices: Price
                 ]
             ),
         )
+        answered = [r['answers'] for r in ok if r.get('answers')]
+        if answered:
+            row = replace(
+                row,
+                answers=(
+                    sum(a['correct'] for a in answered),
+                    sum(a['invented'] for a in answered),
+                    sum(a['not_sure'] for a in answered),
+                ),
+            )
         pairs = [
             (bool(r['passed']), bool(base[key]['passed'])) for r in ok if (key := (r['seed'], r['variant'])) in base
         ]
@@ -146,6 +158,9 @@ def markdown_table(rows: Sequence[Row], *, baseline: str | None) -> str:
         'strategy', 'pass', 'applied', 'probe', 'requests', 'peak prompt', 'final prompt', 'cum. input',
         'cost', 'compactor tok.', f'p one-sided{against}', 'p Holm', '95% CI (points)',
     ]  # fmt: skip
+    with_answers = any(row.answers is not None for row in rows)
+    if with_answers:
+        header.insert(4, 'answers correct/invented/not sure')
     lines = ['| ' + ' | '.join(header) + ' |', '|' + '|'.join('---' for _ in header) + '|']
     for row in sorted(rows, key=lambda r: (-r.passed / max(r.runs - r.missing, 1), r.cumulative_input)):
         ok = row.runs - row.missing
@@ -157,6 +172,8 @@ def markdown_table(rows: Sequence[Row], *, baseline: str | None) -> str:
             f'{row.compactor_tokens:,.0f}', '–' if row.p_one_sided is None else f'{row.p_one_sided:.3f}',
             '–' if row.p_holm is None else f'{row.p_holm:.3f}', interval,
         ]  # fmt: skip
+        if with_answers:
+            cells.insert(4, '/'.join(map(str, row.answers)) if row.answers else '–')
         lines.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 

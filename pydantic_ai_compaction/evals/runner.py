@@ -238,6 +238,18 @@ async def run_with_rerun(spec: RunSpec) -> dict[str, Any]:
     return record
 
 
+def _report_progress(done: int, total: int, spec: RunSpec, record: dict[str, Any]) -> None:
+    """A one-line progress bar on a terminal; a line every tenth of the runs in a log."""
+    outcome = 'missing' if record['status'] == 'missing' else ('pass' if record['passed'] else 'fail')
+    width = 30
+    bar = '#' * (width * done // total) + '.' * (width - width * done // total)
+    line = f'[{bar}] {done}/{total} {spec.task} {spec.size} {spec.variant} seed={spec.seed} {spec.strategy}: {outcome}'
+    if sys.stderr.isatty():
+        print(f'\r{line:<110}', end='' if done < total else '\n', file=sys.stderr, flush=True)
+    elif done == total or done % max(1, total // 10) == 0:
+        print(line, file=sys.stderr, flush=True)
+
+
 async def run_all(specs: Iterable[RunSpec], *, concurrency: int = 4, progress: bool = True) -> list[dict[str, Any]]:
     """Run every spec with at most *concurrency* runs in flight; records come back in spec order."""
     todo = list(specs)
@@ -250,14 +262,7 @@ async def run_all(specs: Iterable[RunSpec], *, concurrency: int = 4, progress: b
             record = await run_with_rerun(spec)
         done += 1
         if progress:
-            outcome = 'missing' if record['status'] == 'missing' else ('pass' if record['passed'] else 'fail')
-            print(
-                f'\r[{done:>4}/{len(todo)}] {spec.task} {spec.size:>2} {spec.variant:<9} seed={spec.seed:<4} '
-                f'{spec.strategy:<20} {outcome:<7}',
-                end='' if done < len(todo) else '\n',
-                file=sys.stderr,
-                flush=True,
-            )
+            _report_progress(done, len(todo), spec, record)
         return record
 
     return list(await asyncio.gather(*(one(spec) for spec in todo)))

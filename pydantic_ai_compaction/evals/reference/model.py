@@ -238,7 +238,11 @@ class ReferenceModel:
         return text
 
     def _verbatim_ids(self, messages: Sequence[ModelMessage], prompt: str) -> list[str]:
-        """Listed tool exchanges whose result the player wants verbatim, matched by the call shown in the listing."""
+        """The newest listed tool exchange whose result the player wants verbatim (at most one).
+
+        Matched by the call shown in the listing. One, because keeping every such exchange can leave
+        nothing to drop while the request is over the limit; the rest goes into the summary.
+        """
         returns: dict[str, str] = {}
         calls: dict[str, str] = {}
         for message in messages:
@@ -256,7 +260,7 @@ class ReferenceModel:
                 if description.startswith(call[:40]) and self.player.verbatim(returns.get(call_id, '')):
                     keep.append(exchange_id)
                     break
-        return keep
+        return keep[-1:]
 
 
 def _fork_prompt(message: ModelMessage) -> str:

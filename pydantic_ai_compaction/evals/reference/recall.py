@@ -23,7 +23,7 @@ from pydantic_ai_compaction.runtime.transcript import user_text
 
 _HEADER = re.compile(r'== diag\.py (\w+) ==')
 _FACT = re.compile(r'^\s*(' + '|'.join(FACT_KEYS) + r') = (.+?)\s*$')
-_ANNOTATED = re.compile(r'^\s*(\w+): (' + '|'.join(FACT_KEYS) + r') = (.+?)\s*$')
+_ANNOTATED = re.compile(r'^\s*(?:[-*] )?(\w+): (' + '|'.join(FACT_KEYS) + r') = (.+?)\s*$')
 _QUESTION = re.compile(r'(\d+)\. What is the (\w+) of service (\w+)\?')
 _READ = re.compile(r'Read (\S+) with read_file')
 _RUN = re.compile(r'these services: ([\w, ]+)\.')
