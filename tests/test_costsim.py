@@ -241,8 +241,8 @@ def test_compare_policies_reports_every_policy_in_order() -> None:
         (lambda: SimulationConfig(reasoning_multiplier=float('nan')), 'SimulationConfig.reasoning_multiplier'),
         (lambda: SimulationConfig(artifact_every=0), 'SimulationConfig.artifact_every must be a positive integer'),
         (lambda: SimulationConfig(steps=3, artifact_every=frozenset({0, 4})), r'outside 1\.\.3: \[0, 4\]'),
-        (lambda: Prices(input=-1, cache_write=0, cache_read=0, output=0), 'Prices.input must be'),
-        (lambda: Prices(input=0, cache_write=0, cache_read=float('inf'), output=0), 'Prices.cache_read must be'),
+        (lambda: Prices(input=-1, cache_write=0, cache_read=0, output=0), 'PriceTable.input must be'),
+        (lambda: Prices(input=0, cache_write=0, cache_read=float('inf'), output=0), 'PriceTable.cache_read must be'),
     ],
 )
 def test_invalid_configuration_is_rejected(build: object, message: str) -> None:

@@ -54,7 +54,7 @@ class PriceTable:
 
 
 REFERENCE_PRICES = PriceTable(input=2.00, cache_read=0.10, cache_write=2.50, output=10.00)
-"""Prices for the offline reference model: the seed study's sheet (`costsim.SONNET_5_5`)."""
+"""Prices for the offline reference model: the seed study's Sonnet 5.5 sheet (also `costsim.SONNET_5_5`)."""
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
+from pydantic_ai_compaction.evals.cost import REFERENCE_PRICES, PriceTable
+
 __all__ = (
     'FABLE_5_1',
     'POLICIES',
@@ -67,33 +69,13 @@ _TOKENS_PER_PRICE_UNIT = 1_000_000
 """Prices are quoted per million tokens."""
 
 
-@dataclass(frozen=True)
-class Prices:
-    """Token prices in US dollars per million tokens."""
+Prices = PriceTable
+"""The simulator prices with the same table as benchmark cost accounting."""
 
-    input: float
-    """Uncached input (only billed when caching is off)."""
-
-    cache_write: float
-    """Input written to the prompt cache."""
-
-    cache_read: float
-    """Input served from the prompt cache."""
-
-    output: float
-    """Output, reasoning included."""
-
-    def __post_init__(self) -> None:
-        for name in ('input', 'cache_write', 'cache_read', 'output'):
-            value: float = getattr(self, name)
-            if not math.isfinite(value) or value < 0:
-                raise ValueError(f'Prices.{name} must be a finite non-negative number, got {value!r}.')
-
-
-SONNET_5_5 = Prices(input=2.00, cache_write=2.50, cache_read=0.10, output=10.00)
+SONNET_5_5 = REFERENCE_PRICES
 """The seed study's default price sheet."""
 
-FABLE_5_1 = Prices(input=10.00, cache_write=12.50, cache_read=0.25, output=50.00)
+FABLE_5_1 = PriceTable(input=10.00, cache_read=0.25, cache_write=12.50, output=50.00)
 """A premium price sheet, where output is dearer relative to cache reads."""
 
 
