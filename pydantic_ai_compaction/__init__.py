@@ -13,11 +13,14 @@ Example:
 """
 
 from pydantic_ai_compaction.processors import (
+    Archive,
     Fork,
     Native,
     NoCompaction,
+    Notes,
     Pipeline,
     Reassert,
+    Recall,
     ResetToCheckpoint,
     StatelessSummary,
     Switch,
@@ -45,11 +48,13 @@ from pydantic_ai_compaction.runtime import (
     validate,
 )
 from pydantic_ai_compaction.runtime.instructions import InstructionSources
+from pydantic_ai_compaction.runtime.stores import InMemoryArchiveStore, PostgresArchiveStore, SQLiteArchiveStore
 
 __version__ = '0.1.0'
 
 __all__ = [
     'METADATA_KEY',
+    'Archive',
     'CompactionCapability',
     'CompactionContext',
     'CompactionEvent',
@@ -60,16 +65,21 @@ __all__ = [
     'ConversationView',
     'Exchange',
     'Fork',
+    'InMemoryArchiveStore',
     'InstructionSources',
     'Layout',
     'Native',
     'NoCompaction',
+    'Notes',
     'Pipeline',
+    'PostgresArchiveStore',
     'Proposal',
     'ProviderSummary',
     'Reassert',
+    'Recall',
     'ResetToCheckpoint',
     'RetryPolicy',
+    'SQLiteArchiveStore',
     'StatelessSummary',
     'Summary',
     'Switch',

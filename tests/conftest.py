@@ -12,3 +12,6 @@ models.ALLOW_MODEL_REQUESTS = False
 @pytest.fixture
 def anyio_backend() -> str:
     return 'asyncio'
+
+
+from .stores import store  # noqa: E402, F401  (the store fixture, parametrized over memory, SQLite, PostgreSQL)

@@ -9,9 +9,10 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai_harness.compaction import estimate_token_count
 
 from pydantic_ai_compaction.protocols.strategy import Strategy
-from pydantic_ai_compaction.protocols.types import CompactionRecord, Layout, Proposal
+from pydantic_ai_compaction.protocols.types import CompactionRecord, Layout, Proposal, Summary
 from pydantic_ai_compaction.runtime.apply import apply_layout, assemble, boundary_message
 from pydantic_ai_compaction.runtime.context import CompactionContext
+from pydantic_ai_compaction.runtime.notes import gather_notes, with_notes
 from pydantic_ai_compaction.runtime.pairing import pairing_problems
 from pydantic_ai_compaction.runtime.retry import is_context_overflow
 from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, compactions_so_far, segment
@@ -133,6 +134,14 @@ def _build(
         extra=dict(proposal.extra),
     )
     note = f'[Context compacted: {len(layout.dropped)} earlier exchange(s) removed.]'
+    notes = gather_notes(view)
+    if notes:
+        # Notes are copied verbatim into every boundary, so no summary, however short, loses them.
+        record = replace(record, extra={**record.extra, 'notes': notes})
+        if isinstance(layout.summary, Summary) or layout.summary is None:
+            text = layout.summary.text if layout.summary is not None else note
+            structured = layout.summary.structured if layout.summary is not None else None
+            layout = replace(layout, summary=Summary(with_notes(text, notes), structured))
     messages, boundary_index = apply_layout(view, layout, record.to_metadata(), note=note)
     # The record states the size of the history it is part of, so measure, then write it once more.
     record = replace(record, tokens_after=estimate_token_count(messages))

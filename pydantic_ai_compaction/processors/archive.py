@@ -1,0 +1,351 @@
+"""`Archive`: the agent forgets tool results on purpose, behind short notes, and can get the originals back.
+
+Every tool result gets a stable id (`r1`, `r2`, ...) when it enters the conversation. The agent calls
+`context_apply` with a batch of `{result_id, note}` items; the runtime checks the whole batch, stores
+the originals, then replaces each result by a stub that keeps its tool call and shows the note and an
+archive reference. `context_recover(ref)` returns the exact original as a new result. Nothing is ever
+re-run, and nothing but tool results can be archived.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from pydantic import BaseModel, Field
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import ModelRetry
+from pydantic_ai.messages import (
+    BinaryContent,
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.tools import AgentDepsT, RunContext
+from pydantic_ai.toolsets import FunctionToolset
+from pydantic_ai_harness.compaction import estimate_token_count
+
+from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, ArchiveStore
+from pydantic_ai_compaction.protocols.types import METADATA_KEY
+from pydantic_ai_compaction.runtime.segment import str_dict
+from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import ModelRequestContext
+
+APPLY_TOOL = 'context_apply'
+RECOVER_TOOL = 'context_recover'
+_RESULT_ID = re.compile(r'^r\d+$')
+
+ARCHIVE_INSTRUCTIONS = """\
+Every tool result carries an id such as [result r7]. Your context is limited, so curate it:
+- when a result has served its purpose (you have drawn the conclusion, or written it down), archive it with
+  context_apply, a short note each saying what it held and what you concluded: [{"result_id": "r7", "note": "..."}];
+- archive in batches, after diagnostic progress, not one result at a time;
+- keep results that are still evidence for an open question;
+- context_recover("a3") brings back the exact original of an archived result whenever you need it again."""
+
+
+class ArchiveItem(BaseModel):
+    """One result to archive."""
+
+    result_id: str = Field(description='The id shown with the result, e.g. "r7".')
+    note: str = Field(description='What the result held and what you concluded from it (one or two lines).')
+
+
+def result_id_of(part: ToolReturnPart) -> str | None:
+    """The id this capability gave a tool result, if any."""
+    value = str_dict(str_dict(part.metadata).get(METADATA_KEY)).get('result_id')
+    return value if isinstance(value, str) else None
+
+
+def archived_ref_of(part: ToolReturnPart) -> str | None:
+    """The archive reference of a stubbed result, if it was archived."""
+    value = str_dict(str_dict(part.metadata).get(METADATA_KEY)).get('archived')
+    return value if isinstance(value, str) else None
+
+
+def _with_marks(part: ToolReturnPart, **marks: str) -> dict[str, Any]:
+    metadata = dict(str_dict(part.metadata))
+    metadata[METADATA_KEY] = {**str_dict(metadata.get(METADATA_KEY)), **marks}
+    return metadata
+
+
+@dataclass
+class _ReminderState:
+    """Per run: when the last reminder fired."""
+
+    reminded: bool = False
+    chars_at_reminder: int = 0
+    images_at_reminder: int = 0
+    user_prompts: int = -1
+
+
+@dataclass
+class Archive(AbstractCapability[AgentDepsT]):
+    """Agent-controlled, reversible forgetting of tool results (`context_apply` / `context_recover`).
+
+    Example:
+        ```python
+        agent = Agent(model, capabilities=[Archive(store=SQLiteArchiveStore('agent.sqlite3'))])
+        ```
+    """
+
+    store: ArchiveStore = field(default_factory=InMemoryArchiveStore)
+    """Where originals are kept (`SQLiteArchiveStore` or `PostgresArchiveStore` in production)."""
+
+    conversation: Callable[[RunContext[AgentDepsT]], str] | None = None
+    """The conversation id entries are filed under; default: the run's `conversation_id`."""
+
+    protect: Callable[[ToolReturnPart], bool] | None = None
+    """Results the agent may not archive (return `True` to protect)."""
+
+    reminder_tokens: int = 40_000
+    """Remind the agent to curate once the request reaches about this many tokens (or holds an image)."""
+
+    reminder_every_chars: int = 20_000
+    """Remind again only after this many more characters of archivable output (or a new image)."""
+
+    instructions: str = ARCHIVE_INSTRUCTIONS
+    """What the agent is taught about curating its context."""
+
+    _state: _ReminderState = field(default_factory=_ReminderState, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.reminder_tokens < 1:
+            raise ValueError(f'Archive.reminder_tokens must be positive, got {self.reminder_tokens!r}.')
+        if self.reminder_every_chars < 1:
+            raise ValueError(f'Archive.reminder_every_chars must be positive, got {self.reminder_every_chars!r}.')
+
+    async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
+        """A copy with its own reminder schedule for this run."""
+        return replace(self, _state=_ReminderState())
+
+    def get_instructions(self) -> str:
+        """Teach the agent when and how to curate."""
+        return self.instructions
+
+    def get_toolset(self) -> FunctionToolset[AgentDepsT]:
+        """`context_apply` and `context_recover`."""
+        # A rejected batch is a retry; leave room for the model to fix a batch more than once.
+        toolset: FunctionToolset[AgentDepsT] = FunctionToolset(max_retries=3)
+        toolset.add_function(self._apply, name=APPLY_TOOL, takes_ctx=True)
+        toolset.add_function(self._recover, name=RECOVER_TOOL, takes_ctx=True)
+        return toolset
+
+    def conversation_id(self, ctx: RunContext[AgentDepsT]) -> str:
+        """The id this conversation's entries are filed under."""
+        if self.conversation is not None:
+            return self.conversation(ctx)
+        return ctx.conversation_id or ctx.run_id or 'default'
+
+    async def before_model_request(
+        self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        """Give new tool results their ids (persisted once, before they are first sent); maybe remind."""
+        numbered = self._number_results(ctx, list(request_context.messages))
+        if numbered is not None:
+            ctx.messages[:] = numbered
+            request_context = replace(request_context, messages=list(numbered))
+        reminder = self._reminder(request_context.messages)
+        if reminder is not None:
+            # Ephemeral: the reminder goes to this request only and is never saved in the history.
+            messages = list(request_context.messages)
+            last = messages[-1]
+            if isinstance(last, ModelRequest):
+                messages[-1] = replace(last, parts=[*last.parts, UserPromptPart(reminder)])
+                request_context = replace(request_context, messages=messages)
+        return request_context
+
+    def _number_results(self, ctx: RunContext[AgentDepsT], messages: list[ModelMessage]) -> list[ModelMessage] | None:
+        todo: list[tuple[int, int]] = []
+        for index, message in enumerate(messages):
+            if isinstance(message, ModelRequest):
+                for part_index, part in enumerate(message.parts):
+                    if type(part) is ToolReturnPart and result_id_of(part) is None and part.outcome != 'retried':
+                        todo.append((index, part_index))
+        if not todo:
+            return None
+        numbers = self.store.next_numbers(self.conversation_id(ctx), 'result', len(todo))
+        out = list(messages)
+        for (index, part_index), number in zip(todo, numbers, strict=True):
+            request = out[index]
+            assert isinstance(request, ModelRequest)
+            part = request.parts[part_index]
+            assert isinstance(part, ToolReturnPart)
+            result_id = f'r{number}'
+            prefix = f'[result {result_id}]\n'
+            marks = {'result_id': result_id}
+            content = part.content
+            if isinstance(content, str):
+                content = prefix + content
+                marks['id_prefix'] = prefix
+            parts = list(request.parts)
+            parts[part_index] = replace(part, content=content, metadata=_with_marks(part, **marks))
+            out[index] = replace(request, parts=parts)
+        return out
+
+    def _reminder(self, messages: list[ModelMessage]) -> str | None:
+        state = self._state
+        prompts = sum(
+            1 for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, UserPromptPart)
+        )
+        if prompts != state.user_prompts:
+            # A new user prompt starts the schedule over.
+            self._state = state = _ReminderState(user_prompts=prompts)
+        eligible = [
+            part
+            for message in messages
+            if isinstance(message, ModelRequest)
+            for part in message.parts
+            if isinstance(part, ToolReturnPart) and result_id_of(part) and not archived_ref_of(part)
+        ]
+        chars = sum(len(part.model_response_str()) for part in eligible)
+        images = sum(_image_count(part.content) for part in eligible)
+        if state.reminded:
+            due = chars - state.chars_at_reminder >= self.reminder_every_chars or images > state.images_at_reminder
+        else:
+            due = images > 0 or estimate_token_count(messages) >= self.reminder_tokens
+        if not due or not eligible:
+            return None
+        self._state = replace(state, reminded=True, chars_at_reminder=chars, images_at_reminder=images)
+        listing = ', '.join(
+            f'{result_id_of(p)} {p.tool_name} ({len(p.model_response_str()):,} chars)' for p in eligible
+        )
+        return (
+            f'[Context check: about {estimate_token_count(messages):,} tokens in context. Results you can archive: '
+            f'{listing}. Archive what you no longer need verbatim with {APPLY_TOOL}, in one batch.]'
+        )
+
+    def _locate(self, messages: list[ModelMessage]) -> dict[str, tuple[int, int, ToolReturnPart]]:
+        found: dict[str, tuple[int, int, ToolReturnPart]] = {}
+        for index, message in enumerate(messages):
+            if isinstance(message, ModelRequest):
+                for part_index, part in enumerate(message.parts):
+                    if isinstance(part, ToolReturnPart) and (result_id := result_id_of(part)) is not None:
+                        found[result_id] = (index, part_index, part)
+        return found
+
+    async def _apply(self, ctx: RunContext[AgentDepsT], items: list[ArchiveItem]) -> str:
+        """Archive tool results behind short notes; context_recover brings the originals back.
+
+        Args:
+            items: The results to archive, each with a note saying what it held and what you concluded.
+        """
+        messages = ctx.messages
+        located = self._locate(messages)
+        calls = {
+            part.tool_call_id: part for message in messages for part in message.parts if isinstance(part, ToolCallPart)
+        }
+        problems: list[str] = []
+        seen: set[str] = set()
+        if not items:
+            problems.append('the batch is empty')
+        for item in items:
+            rid = item.result_id.strip()
+            if rid in seen:
+                problems.append(f'{rid}: listed twice')
+                continue
+            seen.add(rid)
+            where = located.get(rid)
+            if not _RESULT_ID.match(rid) or where is None:
+                problems.append(f'{rid}: no tool result has this id (ids look like r7)')
+            elif archived_ref_of(where[2]) is not None:
+                problems.append(f'{rid}: already archived as {archived_ref_of(where[2])}')
+            elif where[2].tool_name in (APPLY_TOOL, RECOVER_TOOL) or (self.protect and self.protect(where[2])):
+                problems.append(f'{rid}: protected, it cannot be archived')
+            elif not item.note.strip():
+                problems.append(f'{rid}: the note is empty')
+        if problems:
+            raise ModelRetry(
+                'Nothing was archived. Fix the batch and call context_apply again:\n- ' + '\n- '.join(problems)
+            )
+
+        conversation = self.conversation_id(ctx)
+        try:
+            refs = self.store.next_numbers(conversation, 'archive', len(items))
+            now = datetime.now(UTC).isoformat()
+            entries: list[ArchivedResult] = []
+            for item, number in zip(items, refs, strict=True):
+                index, part_index, part = located[item.result_id.strip()]
+                call = calls.get(part.tool_call_id)
+                entries.append(
+                    ArchivedResult(
+                        conversation_id=conversation,
+                        ref=f'a{number}',
+                        result_id=item.result_id.strip(),
+                        tool_name=part.tool_name,
+                        tool_call_id=part.tool_call_id,
+                        args_json=call.args_as_json_str() if call is not None else '{}',
+                        payload=_serialize(_original(part)),
+                        note=item.note.strip(),
+                        created_at=now,
+                    )
+                )
+            # Originals are stored (one transaction) before any stub replaces a result.
+            self.store.put_archived(entries)
+        except ArchiveError as error:
+            raise ModelRetry(f'The archive store failed and nothing was archived: {error}') from error
+
+        for archived in entries:
+            index, part_index, part = located[archived.result_id]
+            request = messages[index]
+            assert isinstance(request, ModelRequest)
+            stub = (
+                f'[result {archived.result_id} archived as {archived.ref}: {archived.note} '
+                f'{RECOVER_TOOL}("{archived.ref}") returns the original.]'
+            )
+            parts = list(request.parts)
+            parts[part_index] = replace(part, content=stub, metadata=_with_marks(part, archived=archived.ref))
+            messages[index] = replace(request, parts=parts)
+        return 'Archived ' + ', '.join(f'{e.result_id} as {e.ref}' for e in entries) + '.'
+
+    async def _recover(self, ctx: RunContext[AgentDepsT], archive_ref: str) -> Any:
+        """Bring back the exact original of an archived result, as a new result.
+
+        Args:
+            archive_ref: The reference shown in the stub, e.g. "a3".
+        """
+        entry = self.store.get_archived(self.conversation_id(ctx), archive_ref.strip())
+        if entry is None:
+            raise ModelRetry(f'No archived result {archive_ref!r} in this conversation.')
+        return _deserialize(entry.payload).content
+
+
+def _original(part: ToolReturnPart) -> ToolReturnPart:
+    """The result as the tool returned it, without the id prefix this capability added."""
+    prefix = str_dict(str_dict(part.metadata).get(METADATA_KEY)).get('id_prefix')
+    if isinstance(prefix, str) and isinstance(part.content, str) and part.content.startswith(prefix):
+        return replace(part, content=part.content[len(prefix) :])
+    return part
+
+
+def _serialize(part: ToolReturnPart) -> bytes:
+    return ModelMessagesTypeAdapter.dump_json([ModelRequest(parts=[part])])
+
+
+def _deserialize(payload: bytes) -> ToolReturnPart:
+    (request,) = ModelMessagesTypeAdapter.validate_json(payload)
+    part = request.parts[0]
+    assert isinstance(part, ToolReturnPart)
+    return part
+
+
+def _image_count(content: object) -> int:
+    if isinstance(content, BinaryContent):
+        return 1 if content.is_image else 0
+    if isinstance(content, list | tuple):
+        return sum(_image_count(item) for item in content)  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+    return 0
+
+
+def args_json(call: ToolCallPart) -> str:
+    """A call's arguments as compact JSON."""
+    return orjson.dumps(call.args_as_dict(), option=orjson.OPT_SORT_KEYS).decode()

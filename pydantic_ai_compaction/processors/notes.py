@@ -1,0 +1,64 @@
+"""`Notes`: the agent writes decisions, rejected approaches and progress when they happen.
+
+Notes are stored, stay in the history as ordinary tool calls, and the runtime copies every note seen
+so far, verbatim, into every later compaction boundary, so no summary can lose them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.tools import AgentDepsT, RunContext
+from pydantic_ai.toolsets import FunctionToolset
+
+from pydantic_ai_compaction.protocols.archive import ArchiveStore, Note, NoteKind
+from pydantic_ai_compaction.runtime.notes import NOTE_TOOL
+from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
+
+NOTES_INSTRUCTIONS = """\
+Write a note with the note tool when something happens that you must not forget, at the moment it happens:
+a decision and why (kind "decision"), an approach you tried and rejected and why ("rejected"), progress
+("progress"), or a fact you will need later ("fact"). Notes survive every compaction verbatim."""
+
+
+@dataclass
+class Notes(AbstractCapability[AgentDepsT]):
+    """The `note(kind, text)` tool.
+
+    Example:
+        ```python
+        agent = Agent(model, capabilities=[Notes(store=store), Fork()])
+        ```
+    """
+
+    store: ArchiveStore = field(default_factory=InMemoryArchiveStore)
+    """Where notes are kept (shared with `Archive` and `Recall` if you like)."""
+
+    conversation: Callable[[RunContext[AgentDepsT]], str] | None = None
+    """The conversation id notes are filed under; default: the run's `conversation_id`."""
+
+    instructions: str = NOTES_INSTRUCTIONS
+    """What the agent is taught about notes."""
+
+    def get_instructions(self) -> str:
+        """When to write a note."""
+        return self.instructions
+
+    def get_toolset(self) -> FunctionToolset[AgentDepsT]:
+        """The `note` tool."""
+        toolset: FunctionToolset[AgentDepsT] = FunctionToolset()
+        toolset.add_function(self._note, name=NOTE_TOOL, takes_ctx=True)
+        return toolset
+
+    async def _note(self, ctx: RunContext[AgentDepsT], kind: NoteKind, text: str) -> str:
+        """Write down a decision, a rejected approach, progress or a fact, verbatim.
+
+        Args:
+            kind: decision, rejected, progress or fact.
+            text: The note, self-contained.
+        """
+        conversation = self.conversation(ctx) if self.conversation else (ctx.conversation_id or ctx.run_id or 'default')
+        self.store.add_note(conversation, Note(kind, text.strip()))
+        return 'Noted.'

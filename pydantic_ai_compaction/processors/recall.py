@@ -1,0 +1,184 @@
+"""`Recall`: search the full log of everything ever sent, including what was cleared, archived or summarized.
+
+Every part is indexed line by line the first time it is about to be sent, with its provenance (the
+tool and arguments of the call it answers, the result id). A query matches words, not phrases, and
+also against the call a line came from, so "media timeout" finds `timeout_ms = 1050` in the output of
+`diag.py media` whose header names media forty lines above. Tool output ranks first.
+
+Put `Recall` before compaction strategies in `capabilities=[...]`: the first capability's
+`before_model_request` runs first, so lines are indexed before anything is removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, cast
+
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import (
+    CompactionPart,
+    ModelMessage,
+    ModelRequest,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.tools import AgentDepsT, RunContext
+from pydantic_ai.toolsets import FunctionToolset
+
+from pydantic_ai_compaction.processors.archive import args_json, result_id_of
+from pydantic_ai_compaction.protocols.archive import ArchiveStore, Hit, LineSource, LogLine
+from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
+from pydantic_ai_compaction.runtime.transcript import user_text
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import ModelRequestContext
+
+RECALL_TOOL = 'recall'
+RECALL_INSTRUCTIONS = """\
+The recall tool searches everything this conversation has seen, including what is no longer in your
+context. When a question needs an exact value you do not see, search for it instead of answering from
+memory; if nothing is found, say you are not sure."""
+
+
+@dataclass
+class Recall(AbstractCapability[AgentDepsT]):
+    """The `recall(query)` tool over the full conversation log.
+
+    Example:
+        ```python
+        store = SQLiteArchiveStore('agent.sqlite3')
+        agent = Agent(model, capabilities=[Recall(store=store), Fork()])
+        ```
+    """
+
+    store: ArchiveStore = field(default_factory=InMemoryArchiveStore)
+    """Where the log is indexed (SQLite FTS5 or PostgreSQL full-text in production)."""
+
+    conversation: Callable[[RunContext[AgentDepsT]], str] | None = None
+    """The conversation id lines are filed under; default: the run's `conversation_id`."""
+
+    limit: int = 8
+    """Lines returned per query."""
+
+    instructions: str = RECALL_INSTRUCTIONS
+    """What the agent is taught about recall."""
+
+    _fingerprints: dict[int, tuple[object, str]] = field(default_factory=dict[int, tuple[object, str]], repr=False)
+
+    def __post_init__(self) -> None:
+        if self.limit < 1:
+            raise ValueError(f'Recall.limit must be positive, got {self.limit!r}.')
+
+    async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
+        """A copy with its own memo of parts already fingerprinted."""
+        return replace(self, _fingerprints={})
+
+    def get_instructions(self) -> str:
+        """When to search."""
+        return self.instructions
+
+    def get_toolset(self) -> FunctionToolset[AgentDepsT]:
+        """The `recall` tool."""
+        toolset: FunctionToolset[AgentDepsT] = FunctionToolset()
+        toolset.add_function(self._recall, name=RECALL_TOOL, takes_ctx=True)
+        return toolset
+
+    def conversation_id(self, ctx: RunContext[AgentDepsT]) -> str:
+        """The id this conversation's lines are filed under."""
+        if self.conversation is not None:
+            return self.conversation(ctx)
+        return ctx.conversation_id or ctx.run_id or 'default'
+
+    async def before_model_request(
+        self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        """Index every part not indexed yet (the request itself is unchanged)."""
+        self.index(self.conversation_id(ctx), request_context.messages)
+        return request_context
+
+    def index(self, conversation_id: str, messages: Sequence[ModelMessage]) -> int:
+        """Add the lines of parts not yet in the log; returns lines added."""
+        calls = {p.tool_call_id: p for m in messages for p in m.parts if isinstance(p, ToolCallPart)}
+        pending: list[tuple[str, object, ModelMessage]] = []
+        for message in messages:
+            for part in message.parts:
+                fingerprint = self._fingerprint(part)
+                if fingerprint is not None:
+                    pending.append((fingerprint, part, message))
+        known = self.store.indexed(conversation_id, [fingerprint for fingerprint, *_ in pending])
+        lines: list[LogLine] = []
+        for fingerprint, part, message in pending:
+            if fingerprint in known:
+                continue
+            lines.extend(_lines(conversation_id, fingerprint, part, message, calls))
+        return self.store.index_lines(lines)
+
+    def _fingerprint(self, part: object) -> str | None:
+        memo = self._fingerprints.get(id(part))
+        if memo is not None and memo[0] is part:
+            return memo[1]
+        text = _text_of(part)
+        if not text:
+            return None
+        key = f'{type(part).__name__}:{getattr(part, "tool_call_id", "")}:{text}'
+        fingerprint = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
+        # Keeping the part referenced makes the id() key safe for the run's duration.
+        self._fingerprints[id(part)] = (part, fingerprint)
+        return fingerprint
+
+    async def _recall(self, ctx: RunContext[AgentDepsT], query: str) -> str:
+        """Search everything this conversation has seen, including what is no longer in context.
+
+        Args:
+            query: A few words, e.g. "media timeout".
+        """
+        hits = self.store.search(self.conversation_id(ctx), query, self.limit)
+        if not hits:
+            return f'No match for {query!r} anywhere in this conversation.'
+        return '\n'.join(_render(hit) for hit in hits)
+
+
+def _render(hit: Hit) -> str:
+    origin = f'{hit.tool_name}({hit.args})' if hit.tool_name else hit.source
+    result = f' {hit.result_id}' if hit.result_id else ''
+    return f'[{origin}{result}, line {hit.line_no}] {hit.text}'
+
+
+def _text_of(part: object) -> str:
+    if isinstance(part, ToolReturnPart):
+        return part.model_response_str()
+    if isinstance(part, UserPromptPart):
+        return user_text(part)
+    if isinstance(part, TextPart | CompactionPart):
+        return part.content or ''
+    return ''
+
+
+def _lines(
+    conversation_id: str, fingerprint: str, part: object, message: ModelMessage, calls: dict[str, ToolCallPart]
+) -> list[LogLine]:
+    text = _text_of(part)
+    source: LineSource
+    tool_name = args = result_id = ''
+    if isinstance(part, ToolReturnPart):
+        returned = cast('ToolReturnPart', part)
+        source = 'tool'
+        call = calls.get(returned.tool_call_id)
+        tool_name = returned.tool_name
+        args = args_json(call) if call is not None else ''
+        result_id = result_id_of(returned) or ''
+    elif isinstance(part, CompactionPart):
+        source = 'summary'
+    elif isinstance(part, UserPromptPart) and isinstance(message, ModelRequest):
+        source = 'user'
+    else:
+        source = 'assistant'
+    return [
+        LogLine(conversation_id, fingerprint, number, line, source, tool_name, args, result_id)
+        for number, line in enumerate(text.splitlines())
+        if line.strip()
+    ]

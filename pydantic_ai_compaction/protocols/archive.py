@@ -1,0 +1,118 @@
+"""Types and protocols of the archive (reversible forgetting), the notes and the recall log."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+NoteKind = Literal['decision', 'rejected', 'progress', 'fact']
+LineSource = Literal['tool', 'user', 'assistant', 'summary', 'note']
+
+
+@dataclass(frozen=True)
+class ArchivedResult:
+    """One archived tool result: everything needed to give the model back the exact original."""
+
+    conversation_id: str
+    ref: str
+    """Archive reference shown in the stub (`a1`, `a2`, ...)."""
+
+    result_id: str
+    """The result's id (`r7`)."""
+
+    tool_name: str
+    tool_call_id: str
+    args_json: str
+    """The call's arguments as JSON."""
+
+    payload: bytes
+    """The original `ToolReturnPart`, serialized by pydantic-ai (text, images and files byte-exact)."""
+
+    note: str
+    """What the agent wrote about it when archiving."""
+
+    created_at: str
+    """ISO 8601 time of archiving."""
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of the full conversation log, with where it came from."""
+
+    conversation_id: str
+    fingerprint: str
+    """Identity of the part the line belongs to, so a part is indexed once however often it is sent."""
+
+    line_no: int
+    text: str
+    source: LineSource
+    tool_name: str = ''
+    args: str = ''
+    result_id: str = ''
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A recall result: one line, with provenance."""
+
+    text: str
+    source: LineSource
+    tool_name: str
+    args: str
+    result_id: str
+    line_no: int
+    score: float
+
+
+@dataclass(frozen=True)
+class Note:
+    """A note the agent wrote (decision, rejected approach, progress, fact)."""
+
+    kind: NoteKind
+    text: str
+
+
+class ArchiveError(RuntimeError):
+    """A store could not complete an operation; nothing was changed."""
+
+
+@runtime_checkable
+class ArchiveStore(Protocol):
+    """Where archived originals, the result-id counter, notes and the recall log live, per conversation.
+
+    A conversation can only ever read its own entries: every method takes the conversation id and
+    every query is filtered by it.
+    """
+
+    def next_numbers(self, conversation_id: str, counter: str, count: int) -> list[int]:
+        """Reserve *count* consecutive numbers of a per-conversation counter (`result`, `archive`)."""
+        ...
+
+    def put_archived(self, entries: Sequence[ArchivedResult]) -> None:
+        """Store a batch atomically: all of it or, on error, none of it (raise `ArchiveError`)."""
+        ...
+
+    def get_archived(self, conversation_id: str, ref: str) -> ArchivedResult | None:
+        """The entry, or `None` when this conversation has no such reference."""
+        ...
+
+    def add_note(self, conversation_id: str, note: Note) -> None:
+        """Append a note."""
+        ...
+
+    def notes(self, conversation_id: str) -> list[Note]:
+        """Every note, oldest first."""
+        ...
+
+    def index_lines(self, lines: Sequence[LogLine]) -> int:
+        """Add lines to the recall log, skipping parts already indexed; returns lines added."""
+        ...
+
+    def indexed(self, conversation_id: str, fingerprints: Sequence[str]) -> set[str]:
+        """Which of these part fingerprints are already in the log."""
+        ...
+
+    def search(self, conversation_id: str, query: str, limit: int = 8) -> list[Hit]:
+        """Lines matching every word of *query* (any word if none match all), tool output first."""
+        ...

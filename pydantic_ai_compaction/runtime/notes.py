@@ -1,0 +1,34 @@
+"""Notes in boundaries: every note seen so far is copied verbatim into each new compaction boundary."""
+
+from __future__ import annotations
+
+from pydantic_ai.messages import ToolCallPart
+
+from pydantic_ai_compaction.runtime.segment import ConversationView, str_dict
+
+NOTE_TOOL = 'note'
+"""Name of the `Notes` capability's tool."""
+
+NOTES_HEADER = 'Notes (verbatim, oldest first):'
+
+
+def gather_notes(view: ConversationView) -> list[str]:
+    """`[kind] text` of every note: those carried by earlier boundaries, then those still in the history."""
+    found: list[str] = []
+    for record in view.records():
+        found.extend(str(note) for note in str_dict(record.get('extra')).get('notes') or ())
+    for message in view.messages:
+        for part in message.parts:
+            if isinstance(part, ToolCallPart) and part.tool_name == NOTE_TOOL:
+                args = str_dict(part.args_as_dict())
+                text = str(args.get('text', '')).strip()
+                if text:
+                    found.append(f'[{args.get("kind", "note")}] {text}')
+    return list(dict.fromkeys(found))
+
+
+def with_notes(text: str, notes: list[str]) -> str:
+    """Boundary text followed by the notes section."""
+    if not notes:
+        return text
+    return '\n\n'.join([text, '\n'.join([NOTES_HEADER, *(f'- {note}' for note in notes)])])

@@ -1,0 +1,99 @@
+"""An in-memory store: for tests and single-process use. Same behaviour as the SQL stores."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Hit, LogLine, Note
+from pydantic_ai_compaction.runtime.stores._query import words
+
+
+@dataclass
+class InMemoryArchiveStore:
+    """Dictionaries behind a lock; a batch is checked whole before anything is written."""
+
+    _counters: dict[tuple[str, str], int] = field(default_factory=dict[tuple[str, str], int])
+    _archived: dict[tuple[str, str], ArchivedResult] = field(default_factory=dict[tuple[str, str], ArchivedResult])
+    _notes: dict[str, list[Note]] = field(default_factory=lambda: defaultdict(list))
+    _lines: dict[str, list[LogLine]] = field(default_factory=lambda: defaultdict(list))
+    _parts: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def next_numbers(self, conversation_id: str, counter: str, count: int) -> list[int]:
+        """Reserve consecutive numbers."""
+        with self._lock:
+            start = self._counters.get((conversation_id, counter), 0)
+            self._counters[(conversation_id, counter)] = start + count
+            return list(range(start + 1, start + count + 1))
+
+    def put_archived(self, entries: Sequence[ArchivedResult]) -> None:
+        """All or nothing."""
+        with self._lock:
+            keys = [(entry.conversation_id, entry.ref) for entry in entries]
+            if len(set(keys)) != len(keys) or any(key in self._archived for key in keys):
+                raise ArchiveError('archive reference already used; nothing was stored')
+            for key, entry in zip(keys, entries, strict=True):
+                self._archived[key] = entry
+
+    def get_archived(self, conversation_id: str, ref: str) -> ArchivedResult | None:
+        """This conversation's entry only."""
+        with self._lock:
+            return self._archived.get((conversation_id, ref))
+
+    def add_note(self, conversation_id: str, note: Note) -> None:
+        """Append."""
+        with self._lock:
+            self._notes[conversation_id].append(note)
+
+    def notes(self, conversation_id: str) -> list[Note]:
+        """Oldest first."""
+        with self._lock:
+            return list(self._notes.get(conversation_id, []))
+
+    def indexed(self, conversation_id: str, fingerprints: Sequence[str]) -> set[str]:
+        """Known fingerprints."""
+        with self._lock:
+            known = self._parts.get(conversation_id, set())
+            return {fingerprint for fingerprint in fingerprints if fingerprint in known}
+
+    def index_lines(self, lines: Sequence[LogLine]) -> int:
+        """Skip parts already indexed."""
+        added = 0
+        with self._lock:
+            fresh: dict[tuple[str, str], bool] = {}
+            for line in lines:
+                key = (line.conversation_id, line.fingerprint)
+                if key not in fresh:
+                    fresh[key] = line.fingerprint not in self._parts[line.conversation_id]
+                if fresh[key]:
+                    self._lines[line.conversation_id].append(line)
+                    added += 1
+            for conversation_id, fingerprint in fresh:
+                self._parts[conversation_id].add(fingerprint)
+        return added
+
+    def search(self, conversation_id: str, query: str, limit: int = 8) -> list[Hit]:
+        """Every word (prefix match) in the line or its call; any word when none match all."""
+        wanted = words(query)
+        if not wanted:
+            return []
+        with self._lock:
+            lines = list(self._lines.get(conversation_id, []))
+        scored: list[tuple[int, int, int, LogLine]] = []
+        for order, line in enumerate(lines):
+            own = words(line.text)
+            context = own + words(f'{line.tool_name} {line.args} {line.result_id}')
+            matched = [w for w in wanted if any(token.startswith(w) for token in context)]
+            if matched:
+                in_line = sum(1 for w in wanted if any(token.startswith(w) for token in own))
+                scored.append((len(matched), in_line, order, line))
+        best = max((count for count, *_ in scored), default=0)
+        pool = [entry for entry in scored if entry[0] == len(wanted)] or [e for e in scored if e[0] == best]
+        pool.sort(key=lambda e: (e[3].source != 'tool', -e[0], -e[1], -e[2]))
+        return [
+            Hit(e[3].text, e[3].source, e[3].tool_name, e[3].args, e[3].result_id, e[3].line_no, float(e[0] + e[1]))
+            for e in pool[:limit]
+        ]

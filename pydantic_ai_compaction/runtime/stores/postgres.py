@@ -1,0 +1,203 @@
+"""A PostgreSQL store (psycopg 3) for many workers: the same tables, full-text search for recall."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Hit, LogLine, Note
+from pydantic_ai_compaction.runtime.stores._query import words
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS pac_counters (
+    conversation_id TEXT NOT NULL, name TEXT NOT NULL, value BIGINT NOT NULL,
+    PRIMARY KEY (conversation_id, name)
+);
+CREATE TABLE IF NOT EXISTS pac_archived (
+    conversation_id TEXT NOT NULL, ref TEXT NOT NULL, result_id TEXT NOT NULL, tool_name TEXT NOT NULL,
+    tool_call_id TEXT NOT NULL, args_json TEXT NOT NULL, payload BYTEA NOT NULL, note TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, ref)
+);
+CREATE TABLE IF NOT EXISTS pac_notes (
+    id BIGSERIAL PRIMARY KEY, conversation_id TEXT NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pac_indexed_parts (
+    conversation_id TEXT NOT NULL, fingerprint TEXT NOT NULL, PRIMARY KEY (conversation_id, fingerprint)
+);
+CREATE TABLE IF NOT EXISTS pac_log (
+    id BIGSERIAL PRIMARY KEY, conversation_id TEXT NOT NULL, text TEXT NOT NULL, context TEXT NOT NULL,
+    source TEXT NOT NULL, tool_name TEXT NOT NULL, args TEXT NOT NULL, result_id TEXT NOT NULL,
+    line_no INTEGER NOT NULL,
+    tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('simple', text || ' ' || context)) STORED
+);
+CREATE INDEX IF NOT EXISTS pac_log_tsv ON pac_log USING GIN (tsv);
+CREATE INDEX IF NOT EXISTS pac_log_conversation ON pac_log (conversation_id);
+"""
+
+
+class PostgresArchiveStore:
+    """Tables prefixed `pac_`; every write is one transaction; reads filter by conversation."""
+
+    def __init__(self, dsn: str) -> None:
+        """Connect and create the tables if needed.
+
+        Args:
+            dsn: A libpq connection string, e.g. `postgresql://user:pass@127.0.0.1/db`.
+        """
+        import psycopg
+
+        self._psycopg = psycopg
+        self._lock = threading.RLock()
+        try:
+            self._db: Any = psycopg.connect(dsn, autocommit=False)
+        except psycopg.Error as error:
+            raise ArchiveError(f'cannot connect to PostgreSQL: {error}') from error
+        with self._lock, self._db.transaction():
+            # Serialize schema creation across workers starting together.
+            self._db.execute('SELECT pg_advisory_xact_lock(7415)')
+            self._db.execute(_SCHEMA)
+        self._db.commit()
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._db.close()
+
+    def _write(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        with self._lock:
+            try:
+                with self._db.transaction():
+                    return self._db.execute(sql, params)
+            finally:
+                self._db.commit()
+
+    def next_numbers(self, conversation_id: str, counter: str, count: int) -> list[int]:
+        """Reserve consecutive numbers atomically (row lock through the upsert)."""
+        with self._lock:
+            with self._db.transaction():
+                row = self._db.execute(
+                    'INSERT INTO pac_counters (conversation_id, name, value) VALUES (%s, %s, %s) '
+                    'ON CONFLICT (conversation_id, name) DO UPDATE SET value = pac_counters.value + EXCLUDED.value '
+                    'RETURNING value',
+                    (conversation_id, counter, count),
+                ).fetchone()
+            self._db.commit()
+        end = int(row[0])
+        return list(range(end - count + 1, end + 1))
+
+    def put_archived(self, entries: Sequence[ArchivedResult]) -> None:
+        """One transaction for the whole batch."""
+        with self._lock:
+            try:
+                with self._db.transaction(), self._db.cursor() as cursor:
+                    cursor.executemany(
+                        'INSERT INTO pac_archived (conversation_id, ref, result_id, tool_name, tool_call_id, '
+                        'args_json, payload, note, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)',
+                        [
+                            (e.conversation_id, e.ref, e.result_id, e.tool_name, e.tool_call_id, e.args_json,
+                             e.payload, e.note, e.created_at)
+                            for e in entries
+                        ],
+                    )  # fmt: skip
+            except self._psycopg.Error as error:
+                raise ArchiveError(f'PostgreSQL archive write failed, nothing was stored: {error}') from error
+            finally:
+                self._db.commit()
+
+    def get_archived(self, conversation_id: str, ref: str) -> ArchivedResult | None:
+        """This conversation's entry only."""
+        with self._lock:
+            row = self._db.execute(
+                'SELECT conversation_id, ref, result_id, tool_name, tool_call_id, args_json, payload, note, created_at '
+                'FROM pac_archived WHERE conversation_id = %s AND ref = %s',
+                (conversation_id, ref),
+            ).fetchone()
+            self._db.commit()
+        if row is None:
+            return None
+        return ArchivedResult(
+            conversation_id=row[0], ref=row[1], result_id=row[2], tool_name=row[3], tool_call_id=row[4],
+            args_json=row[5], payload=bytes(row[6]), note=row[7], created_at=row[8],
+        )  # fmt: skip
+
+    def add_note(self, conversation_id: str, note: Note) -> None:
+        """Append a note."""
+        self._write(
+            'INSERT INTO pac_notes (conversation_id, kind, text) VALUES (%s, %s, %s)',
+            (conversation_id, note.kind, note.text),
+        )
+
+    def notes(self, conversation_id: str) -> list[Note]:
+        """Oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                'SELECT kind, text FROM pac_notes WHERE conversation_id = %s ORDER BY id', (conversation_id,)
+            ).fetchall()
+            self._db.commit()
+        return [Note(kind, text) for kind, text in rows]
+
+    def indexed(self, conversation_id: str, fingerprints: Sequence[str]) -> set[str]:
+        """Known fingerprints."""
+        if not fingerprints:
+            return set()
+        with self._lock:
+            rows = self._db.execute(
+                'SELECT fingerprint FROM pac_indexed_parts WHERE conversation_id = %s AND fingerprint = ANY(%s)',
+                (conversation_id, list(fingerprints)),
+            ).fetchall()
+            self._db.commit()
+        return {row[0] for row in rows}
+
+    def index_lines(self, lines: Sequence[LogLine]) -> int:
+        """Add lines of parts not indexed yet, in one transaction."""
+        if not lines:
+            return 0
+        added = 0
+        with self._lock:
+            with self._db.transaction():
+                fresh: dict[tuple[str, str], bool] = {}
+                rows: list[tuple[Any, ...]] = []
+                for line in lines:
+                    key = (line.conversation_id, line.fingerprint)
+                    if key not in fresh:
+                        inserted = self._db.execute(
+                            'INSERT INTO pac_indexed_parts (conversation_id, fingerprint) VALUES (%s, %s) '
+                            'ON CONFLICT DO NOTHING RETURNING 1',
+                            key,
+                        ).fetchone()
+                        fresh[key] = inserted is not None
+                    if fresh[key]:
+                        rows.append(
+                            (line.conversation_id, line.text, f'{line.tool_name} {line.args} {line.result_id}',
+                             line.source, line.tool_name, line.args, line.result_id, line.line_no)
+                        )  # fmt: skip
+                if rows:
+                    with self._db.cursor() as cursor:
+                        cursor.executemany(
+                            'INSERT INTO pac_log (conversation_id, text, context, source, tool_name, args, result_id, '
+                            'line_no) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)',
+                            rows,
+                        )
+                added = len(rows)
+            self._db.commit()
+        return added
+
+    def search(self, conversation_id: str, query: str, limit: int = 8) -> list[Hit]:
+        """Full-text search over the line and its call; every word, else any word; tool output first."""
+        wanted = words(query)
+        if not wanted:
+            return []
+        for joiner in (' & ', ' | '):
+            tsquery = joiner.join(f'{word}:*' for word in wanted)
+            with self._lock:
+                rows = self._db.execute(
+                    "SELECT text, source, tool_name, args, result_id, line_no, ts_rank(tsv, to_tsquery('simple', %s)) "
+                    "FROM pac_log WHERE conversation_id = %s AND tsv @@ to_tsquery('simple', %s) "
+                    "ORDER BY source <> 'tool', 7 DESC, id DESC LIMIT %s",
+                    (tsquery, conversation_id, tsquery, limit),
+                ).fetchall()
+                self._db.commit()
+            if rows:
+                return [Hit(r[0], r[1], r[2], r[3], r[4], int(r[5]), float(r[6])) for r in rows]
+        return []

@@ -1,0 +1,91 @@
+"""The store contract, on memory, SQLite and PostgreSQL alike."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, LogLine, Note
+
+
+def conversation() -> str:
+    return f'conv-{uuid.uuid4().hex}'
+
+
+def entry(conversation_id: str, ref: str, payload: bytes = b'\x00\xffbinary\n') -> ArchivedResult:
+    return ArchivedResult(
+        conversation_id, ref, 'r1', 'read_file', 'call-1', '{"path": "a"}', payload, 'a note', '2026-01-01'
+    )
+
+
+def test_counters_reserve_consecutive_numbers_per_conversation(store: Any) -> None:
+    a, b = conversation(), conversation()
+    assert store.next_numbers(a, 'result', 3) == [1, 2, 3]
+    assert store.next_numbers(a, 'result', 2) == [4, 5]
+    assert store.next_numbers(a, 'archive', 1) == [1]
+    assert store.next_numbers(b, 'result', 1) == [1]
+
+
+def test_archived_round_trip_is_byte_exact_and_private(store: Any) -> None:
+    a, b = conversation(), conversation()
+    payload = bytes(range(256)) * 3
+    store.put_archived([entry(a, 'a1', payload), entry(a, 'a2')])
+    got = store.get_archived(a, 'a1')
+    assert got is not None and got.payload == payload and got.note == 'a note'
+    assert store.get_archived(b, 'a1') is None  # another conversation cannot read it
+    assert store.get_archived(a, 'a9') is None
+
+
+def test_a_failing_batch_stores_nothing(store: Any) -> None:
+    a = conversation()
+    store.put_archived([entry(a, 'a1')])
+    with pytest.raises(ArchiveError):
+        store.put_archived([entry(a, 'a2'), entry(a, 'a1')])  # a1 exists: the whole batch fails
+    assert store.get_archived(a, 'a2') is None
+
+
+def test_notes_in_order(store: Any) -> None:
+    a = conversation()
+    store.add_note(a, Note('decision', 'use the v2 API'))
+    store.add_note(a, Note('rejected', 'caching the token: it expires'))
+    assert store.notes(a) == [Note('decision', 'use the v2 API'), Note('rejected', 'caching the token: it expires')]
+    assert store.notes(conversation()) == []
+
+
+def report_lines(conversation_id: str) -> list[LogLine]:
+    body = (
+        ['== diag.py media ==']
+        + [f'check disk_{n} ... ok' for n in range(40)]
+        + ['timeout_ms = 1050', 'region = eu-west-2']
+    )
+    return [
+        LogLine(conversation_id, 'part-media', n, text, 'tool', 'run_diagnostics', '{"service": "media"}', 'r4')
+        for n, text in enumerate(body)
+    ] + [LogLine(conversation_id, 'part-user', 0, 'what is the media timeout?', 'user')]
+
+
+def test_recall_matches_words_against_the_line_and_its_call(store: Any) -> None:
+    a = conversation()
+    assert store.index_lines(report_lines(a)) == 44
+    assert store.index_lines(report_lines(a)) == 0  # the same parts are indexed once
+    assert store.indexed(a, ['part-media', 'part-x']) == {'part-media'}
+    hits = store.search(a, 'media timeout')
+    # The header naming media is 40 lines above; the call's argument carries the service.
+    assert hits[0].text == 'timeout_ms = 1050'
+    assert (hits[0].source, hits[0].tool_name, hits[0].result_id, hits[0].line_no) == (
+        'tool',
+        'run_diagnostics',
+        'r4',
+        41,
+    )
+    assert all(hit.source == 'tool' for hit in hits[:-1])  # tool output ranked first
+    assert store.search(conversation(), 'media timeout') == []  # never another conversation's lines
+
+
+def test_recall_falls_back_to_any_word(store: Any) -> None:
+    a = conversation()
+    store.index_lines(report_lines(a))
+    hits = store.search(a, 'region nonexistentword')
+    assert [hit.text for hit in hits] == ['region = eu-west-2']
