@@ -24,6 +24,7 @@ from pydantic_ai_compaction.processors import (
     ResetToCheckpoint,
     StatelessSummary,
     Switch,
+    Tiered,
 )
 from pydantic_ai_compaction.protocols import (
     METADATA_KEY,
@@ -83,6 +84,7 @@ __all__ = [
     'StatelessSummary',
     'Summary',
     'Switch',
+    'Tiered',
     'Trigger',
     '__version__',
     'segment',

@@ -11,6 +11,7 @@ from pydantic_ai_compaction.processors.recall import Recall
 from pydantic_ai_compaction.processors.reset import ResetToCheckpoint
 from pydantic_ai_compaction.processors.summary import SUMMARY_MARKER, StatelessSummary
 from pydantic_ai_compaction.processors.switch import Switch
+from pydantic_ai_compaction.processors.tiered import Tiered
 
 __all__ = [
     'FORK_MARKER',
@@ -29,4 +30,5 @@ __all__ = [
     'ResetToCheckpoint',
     'StatelessSummary',
     'Switch',
+    'Tiered',
 ]

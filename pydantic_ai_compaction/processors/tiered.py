@@ -1,0 +1,307 @@
+"""`Tiered`: compaction as a view. Clear old tool output at 50 %, summarize at 75 %, keep everything.
+
+The persisted history is never changed: only what the model is sent is. The projection is reused
+across requests until the next compaction, so the provider's cached prefix stays stable between
+compactions. Tier 1 turns older tool outputs into one line each (what it was, its size, how to get
+it back), only in batches that save at least 10 % of the window. Tier 2 replaces older exchanges by a
+handoff note the model writes, and *updates* at the next compaction instead of rewriting, followed by
+parts copied by code: the user's messages (newest first, within 5 % of the window) and the notes.
+With `Recall` in front, every cleared or summarized detail stays searchable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import (
+    CompactionPart,
+    ModelMessage,
+    ModelRequest,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import Model
+from pydantic_ai.settings import ModelSettings
+from pydantic_ai.tools import AgentDepsT, RunContext
+from pydantic_ai_harness.compaction import DEFAULT_CONTEXT_WINDOW, estimate_token_count, resolve_context_window
+
+from pydantic_ai_compaction.processors.archive import args_json
+from pydantic_ai_compaction.protocols.types import METADATA_KEY
+from pydantic_ai_compaction.runtime import compactor
+from pydantic_ai_compaction.runtime.context import CompactionContext
+from pydantic_ai_compaction.runtime.notes import gather_notes
+from pydantic_ai_compaction.runtime.retry import RetryPolicy
+from pydantic_ai_compaction.runtime.segment import ConversationView, segment, str_dict
+from pydantic_ai_compaction.runtime.transcript import clip, render_messages, user_text
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import ModelRequestContext
+
+HANDOFF_MARKER = '[pydantic-ai-compaction: handoff note request]'
+"""First line of the handoff-note request."""
+
+HANDOFF_HEADER = (
+    'Handoff note: earlier work in this conversation was compacted. Re-read files before editing them, and use '
+    'recall for exact details (values, ids, error messages) instead of answering from memory.'
+)
+
+HANDOFF_PROMPT = """{marker}
+Write the handoff note that will replace the transcript below, for yourself, under these headings:
+Goal / Done / Decisions / Rejected approaches / Next steps.
+{update}
+<transcript>
+{transcript}
+</transcript>"""
+
+UPDATE_INSTRUCTION = """A previous handoff note exists. UPDATE it: keep what is still true, add what the transcript
+adds, remove what is obsolete. Do not rewrite it from scratch.
+<previous-note>
+{previous}
+</previous-note>"""
+
+CLEARED = 'cleared'
+
+
+@dataclass
+class _Projection:
+    """What the model is sent in place of the first `covers` persisted messages."""
+
+    covers: int = 0
+    messages: list[ModelMessage] = field(default_factory=list[ModelMessage])
+    note: str | None = None
+
+
+@dataclass
+class Tiered(AbstractCapability[AgentDepsT]):
+    """Clear, then summarize, as a request-only view over a history that keeps everything.
+
+    Example:
+        ```python
+        store = SQLiteArchiveStore('agent.sqlite3')
+        agent = Agent(model, capabilities=[Recall(store=store), Notes(store=store), Tiered()])
+        ```
+    """
+
+    context_window: int | None = None
+    """Window in tokens; `None` resolves it from the model (harness `resolve_context_window`)."""
+
+    fallback_context_window: int = DEFAULT_CONTEXT_WINDOW
+    """Window assumed when the model's cannot be resolved."""
+
+    clear_at: float = 0.5
+    """Clear older tool output once the request reaches this fraction of the window."""
+
+    clear_min_saving: float = 0.10
+    """Clear only in batches that save at least this fraction of the window."""
+
+    keep_results: int = 3
+    """Newest tool results that clearing leaves verbatim."""
+
+    summarize_at: float = 0.75
+    """Summarize once the request reaches this fraction of the window..."""
+
+    summarize_max_tokens: int = 200_000
+    """...or this many tokens, whichever comes first."""
+
+    summarize_to: float = 0.40
+    """After summarizing, keep the newest exchanges that fit in this fraction of the window."""
+
+    user_messages_share: float = 0.05
+    """Budget, as a fraction of the window, for the user's messages copied verbatim (newest first)."""
+
+    model: Model | str | None = None
+    """Model that writes the handoff note; `None` uses the request's model."""
+
+    model_settings: ModelSettings | None = None
+    """Settings for the handoff-note call."""
+
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """Retries for the handoff-note call."""
+
+    _projection: _Projection = field(default_factory=_Projection, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ('clear_at', 'clear_min_saving', 'summarize_at', 'summarize_to', 'user_messages_share'):
+            value: float = getattr(self, name)
+            if not 0 < value <= 1:
+                raise ValueError(f'Tiered.{name} must be in (0, 1], got {value!r}.')
+        if not self.summarize_to < self.clear_at <= self.summarize_at:
+            raise ValueError('Tiered thresholds must satisfy summarize_to < clear_at <= summarize_at.')
+        if self.keep_results < 0 or self.summarize_max_tokens < 1:
+            raise ValueError('Tiered.keep_results must not be negative and summarize_max_tokens must be positive.')
+        if self.context_window is not None and self.context_window < 1:
+            raise ValueError(f'Tiered.context_window must be positive, got {self.context_window!r}.')
+
+    async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
+        """A copy with its own projection for this run."""
+        return replace(self, _projection=_Projection())
+
+    def window(self, model: Model | None) -> int:
+        """The context window the fractions apply to."""
+        if self.context_window is not None:
+            return self.context_window
+        resolved = resolve_context_window(model) if model is not None else None
+        return resolved or self.fallback_context_window
+
+    def view(self, persisted: Sequence[ModelMessage]) -> list[ModelMessage]:
+        """What the model is sent: the projection, then everything persisted after it."""
+        projection = self._projection
+        if projection.covers > len(persisted):
+            self._projection = projection = _Projection()
+        return [*projection.messages, *persisted[projection.covers :]] if projection.covers else list(persisted)
+
+    async def before_model_request(
+        self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        """Send the projection; move to the next tier when the projected request crosses its threshold."""
+        persisted = list(request_context.messages)
+        window = self.window(request_context.model)
+        view = self.view(persisted)
+        tokens = estimate_token_count(view)
+        if tokens >= min(self.summarize_at * window, self.summarize_max_tokens):
+            cctx = CompactionContext(
+                run=ctx,
+                model=request_context.model,
+                model_settings=request_context.model_settings,
+                parameters=request_context.model_request_parameters,
+                retry=self.retry,
+            )
+            view = await self._summarize(view, window, cctx)
+            self._projection = replace(self._projection, covers=len(persisted), messages=view)
+        elif tokens >= self.clear_at * window:
+            cleared = self._clear(view, window)
+            if cleared is not None:
+                view = cleared
+                self._projection = replace(self._projection, covers=len(persisted), messages=view)
+        return replace(request_context, messages=view)
+
+    def _clear(self, view: list[ModelMessage], window: int) -> list[ModelMessage] | None:
+        calls = {p.tool_call_id: p for m in view for p in m.parts if isinstance(p, ToolCallPart)}
+        results = [
+            (index, part_index)
+            for index, message in enumerate(view)
+            if isinstance(message, ModelRequest)
+            for part_index, part in enumerate(message.parts)
+            if isinstance(part, ToolReturnPart) and not _is_cleared(part) and part.outcome != 'retried'
+        ]
+        # The newest results and those of the request in progress stay verbatim.
+        last = len(view) - 1
+        older = [(i, p) for i, p in results[: max(len(results) - self.keep_results, 0)] if i != last]
+        if not older:
+            return None
+        out = list(view)
+        saved = 0
+        for index, part_index in older:
+            request = out[index]
+            assert isinstance(request, ModelRequest)
+            part = request.parts[part_index]
+            assert isinstance(part, ToolReturnPart)
+            call = calls.get(part.tool_call_id)
+            content = part.model_response_str()
+            stub = (
+                f'[cleared: output of {part.tool_name}({args_json(call) if call else ""}), {len(content):,} chars, '
+                f'began "{clip(content, 80)}"; use recall or run it again for details]'
+            )
+            saved += (len(content) - len(stub)) // 4
+            metadata = {
+                **str_dict(part.metadata),
+                METADATA_KEY: {**str_dict(str_dict(part.metadata).get(METADATA_KEY)), CLEARED: True},
+            }
+            parts = list(request.parts)
+            parts[part_index] = replace(part, content=stub, metadata=metadata)
+            out[index] = replace(request, parts=parts)
+        if saved < self.clear_min_saving * window:
+            return None  # not worth breaking the cached prefix for
+        return out
+
+    async def _summarize(self, view: list[ModelMessage], window: int, ctx: CompactionContext) -> list[ModelMessage]:
+        segmented = segment(view)
+        keep = _newest_within(segmented, int(self.summarize_to * window))
+        replaced = [e for e in segmented.exchanges if e.id not in keep and not e.unfinished and e.kind != 'opening']
+        transcript = render_messages(
+            (m for e in replaced for m in segmented.messages_of(e) if not _is_our_boundary(m)), tool_limit=2_000
+        )
+        previous = self._projection.note
+        update = UPDATE_INSTRUCTION.format(previous=previous) if previous else ''
+        prompt = HANDOFF_PROMPT.format(marker=HANDOFF_MARKER, update=update, transcript=transcript)
+        try:
+            response = await compactor.request(
+                ctx, [ModelRequest(parts=[UserPromptPart(prompt)])], model=self.model, settings=self.model_settings
+            )
+            note = compactor.response_text(response) or (previous or '')
+        except Exception as error:  # the note is best effort; the copied parts below still carry the essentials
+            note = (previous or '') + f'\n[handoff note could not be updated: {type(error).__name__}]'
+        self._projection = replace(self._projection, note=note)
+        notes = gather_notes(segmented)
+        body = '\n\n'.join(
+            part
+            for part in (
+                HANDOFF_HEADER,
+                note.strip(),
+                _user_messages(view, int(self.user_messages_share * window)),
+                ('Notes (verbatim, oldest first):\n' + '\n'.join(f'- {n}' for n in notes)) if notes else '',
+            )
+            if part
+        )
+        # The notes ride in the boundary's record too, so the next summary still finds them.
+        record = {'strategy': 'tiered', 'handoff': True, 'extra': {'notes': notes}}
+        boundary = ModelRequest(parts=[CompactionPart(content=body, metadata={METADATA_KEY: record})])
+        opening = [m for e in segmented.exchanges if e.kind == 'opening' for m in segmented.messages_of(e)]
+        kept = [
+            m
+            for e in segmented.exchanges
+            if (e.id in keep or e.unfinished) and e.kind != 'opening'
+            for m in segmented.messages_of(e)
+            if not _is_our_boundary(m)
+        ]
+        return [*opening, boundary, *kept]
+
+
+def _is_cleared(part: ToolReturnPart) -> bool:
+    return bool(str_dict(str_dict(part.metadata).get(METADATA_KEY)).get(CLEARED))
+
+
+def _is_our_boundary(message: ModelMessage) -> bool:
+    return any(
+        isinstance(part, CompactionPart) and str_dict(str_dict(part.metadata).get(METADATA_KEY)).get('handoff')
+        for part in message.parts
+    )
+
+
+def _newest_within(view: ConversationView, budget: int) -> set[str]:
+    """Ids of the newest finished exchanges that fit in *budget* tokens together with the unfinished ones."""
+    used = sum(e.tokens for e in view.exchanges if e.unfinished or e.kind == 'opening')
+    keep: set[str] = set()
+    for exchange in reversed(view.exchanges):
+        if exchange.unfinished or exchange.kind in ('opening', 'boundary'):
+            continue
+        if used + exchange.tokens > budget:
+            break
+        keep.add(exchange.id)
+        used += exchange.tokens
+    return keep
+
+
+def _user_messages(view: Sequence[ModelMessage], budget: int) -> str:
+    prompts = [
+        user_text(part)
+        for message in view
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, UserPromptPart)
+    ]
+    chosen: list[str] = []
+    used = 0
+    for prompt in reversed(prompts):
+        cost = len(prompt) // 4 + 1
+        if used + cost > budget:
+            break
+        chosen.append(prompt)
+        used += cost
+    if not chosen:
+        return ''
+    return 'Your user wrote (newest first, verbatim):\n' + '\n'.join(f'- {text}' for text in chosen)

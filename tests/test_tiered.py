@@ -1,0 +1,121 @@
+"""Tiered: a request-only view (clear at 50 %, summarize at 75 %), the log keeps everything."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    CompactionPart,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from pydantic_ai_compaction import Notes
+from pydantic_ai_compaction.processors.tiered import HANDOFF_MARKER, Tiered
+
+from .support import log_text
+
+WINDOW = 10_000
+
+
+def run(
+    tiered: Tiered[Any], steps: int, *, lines: int = 60, note: bool = False
+) -> tuple[list[list[ModelMessage]], list[str], Any]:
+    seen: list[list[ModelMessage]] = []
+    handoff_prompts: list[str] = []
+    state = {'step': 0, 'notes': 0}
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        prompt = ' '.join(str(p.content) for p in messages[-1].parts if isinstance(p, UserPromptPart))
+        if HANDOFF_MARKER in prompt:
+            handoff_prompts.append(prompt)
+            return ModelResponse(parts=[TextPart(f'Goal: audit. Done: {len(handoff_prompts)} handoffs so far.')])
+        seen.append(list(messages))
+        if note and state['notes'] == 0:
+            state['notes'] = 1
+            return ModelResponse(parts=[ToolCallPart('note', {'kind': 'decision', 'text': 'skip legacy logs'})])
+        step = state['step']
+        state['step'] += 1
+        if step >= steps:
+            return ModelResponse(parts=[TextPart('done')])
+        return ModelResponse(parts=[ToolCallPart('read_log', {'index': step})])
+
+    capabilities: list[Any] = [Notes(), tiered] if note else [tiered]
+    agent = Agent(FunctionModel(respond), capabilities=capabilities)
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return log_text(index, lines)
+
+    result = agent.run_sync('Audit the logs, ignore legacy.')
+    return seen, handoff_prompts, result
+
+
+def cleared_count(messages: list[ModelMessage]) -> int:
+    return sum(
+        1
+        for m in messages
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart) and str(p.content).startswith('[cleared:')
+    )
+
+
+def test_clearing_is_a_view_and_the_log_keeps_everything() -> None:
+    seen, handoffs, result = run(Tiered(context_window=WINDOW, summarize_at=1.0), steps=10)
+    assert not handoffs
+    assert cleared_count(seen[-1]) >= 1  # the model was sent one-line stubs...
+    assert cleared_count(result.all_messages()) == 0  # ...while the persisted log kept every output
+    stub = next(
+        p for m in seen[-1] for p in m.parts if isinstance(p, ToolReturnPart) and str(p.content).startswith('[cleared:')
+    )
+    assert 'read_log({"index":0})' in str(stub.content) and 'use recall' in str(stub.content)
+    # Newest results stay verbatim.
+    verbatim = [p for p in seen[-1][-1].parts if isinstance(p, ToolReturnPart)]
+    assert verbatim and not str(verbatim[0].content).startswith('[cleared:')
+
+
+def test_the_projection_is_reused_between_compactions() -> None:
+    seen, _, _ = run(Tiered(context_window=WINDOW, summarize_at=1.0), steps=12)
+    first_cleared = next(i for i, request in enumerate(seen) if cleared_count(request))
+    # The request after a compaction starts with exactly the messages the compaction produced.
+    for earlier, later in zip(seen[first_cleared:], seen[first_cleared + 1 :], strict=False):
+        if cleared_count(later) == cleared_count(earlier):
+            assert later[: len(earlier)] == earlier
+
+
+def test_clearing_only_in_batches_that_save_enough() -> None:
+    seen, _, _ = run(Tiered(context_window=WINDOW, summarize_at=1.0, clear_min_saving=0.9), steps=10)
+    assert all(cleared_count(request) == 0 for request in seen)
+
+
+def test_summarizing_writes_then_updates_the_handoff_note() -> None:
+    seen, handoffs, result = run(
+        Tiered(context_window=WINDOW, clear_at=0.5, summarize_at=0.5, summarize_to=0.2), steps=16, note=True
+    )
+    assert len(handoffs) >= 2
+    assert '<previous-note>' not in handoffs[0]
+    # The second note updates the first instead of rewriting it.
+    assert 'UPDATE it' in handoffs[1] and 'Done: 1 handoffs so far.' in handoffs[1]
+    boundary = next(p for m in seen[-1] for p in m.parts if isinstance(p, CompactionPart))
+    content = boundary.content or ''
+    assert content.startswith('Handoff note:') and 'use recall' in content
+    assert f'Done: {len(handoffs)} handoffs so far.' in content
+    assert '- Audit the logs, ignore legacy.' in content  # user messages, verbatim
+    assert '- [decision] skip legacy logs' in content  # notes, verbatim
+    assert not any(isinstance(p, CompactionPart) for m in result.all_messages() for p in m.parts)
+
+
+def test_bad_thresholds_fail_at_construction() -> None:
+    with pytest.raises(ValueError, match='summarize_to < clear_at <= summarize_at'):
+        Tiered(clear_at=0.8, summarize_at=0.6)
+    with pytest.raises(ValueError, match=r'Tiered.clear_at must be in \(0, 1\]'):
+        Tiered(clear_at=0)
