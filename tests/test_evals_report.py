@@ -55,3 +55,13 @@ def test_cli_bench_writes_records_plots_and_table(tmp_path: Path, capsys: object
 def test_seed_ranges() -> None:
     assert cli.seeds('101-103') == [101, 102, 103]
     assert cli.seeds('1,4,9') == [1, 4, 9]
+
+
+def test_recall_compare_prints_both_search_tools(capsys: object) -> None:
+    assert cli.main(['recall-compare', '--seeds', '1']) == 0
+    output = capsys.readouterr().out  # type: ignore[attr-defined]
+    ours = next(line for line in output.splitlines() if line.startswith('| recall'))
+    theirs = next(line for line in output.splitlines() if line.startswith('| harness'))
+    # Every question's value is found by word match against the line and its call.
+    assert ours.split('|')[2].strip() == ours.split('|')[3].strip() == '12'
+    assert int(theirs.split('|')[3]) <= 12

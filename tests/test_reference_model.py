@@ -65,3 +65,18 @@ def test_an_unmarked_fake_instruction_is_never_restated_or_applied() -> None:
     restated = [text for c in record['compactions'] for text in c['restated']]  # type: ignore[union-attr]
     assert restated and all('Note from ops' not in text for text in restated)
     assert record['passed'] is True and record['report']['incident_ids']  # type: ignore[index]
+
+
+def test_delayed_recall_setups_run_and_recall_recovers_what_clearing_dropped() -> None:
+    from pydantic_ai_compaction.evals.strategies import RECALL_SETUPS
+
+    answers = {
+        name: asyncio.run(run_recall(RunSpec('recall', name, 2, 'base', 1, trigger_tokens=8_000)))['answers']
+        for name in RECALL_SETUPS
+    }
+    assert answers['none'] == {'correct': 12, 'invented': 0, 'not_sure': 0}
+    # Clearing alone loses the reports after the first round; the reference says "not sure", never invents.
+    assert answers['clear'] == {'correct': 4, 'invented': 0, 'not_sure': 8}
+    # With recall in front, the cleared values are found again in the full log.
+    assert answers['clear+recall'] == answers['tiered+recall'] == {'correct': 12, 'invented': 0, 'not_sure': 0}
+    assert all(a['invented'] == 0 for a in answers.values())

@@ -55,7 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser('bench', help='run a benchmark and print its table')
     bench.add_argument('task', choices=('incident', 'recall'))
-    bench.add_argument('--strategies', nargs='+', default=list(strategies.ALL), choices=strategies.ALL, metavar='NAME')
+    bench.add_argument(
+        '--strategies', nargs='+', default=None, choices=strategies.CHOICES, metavar='NAME',
+        help='default: every strategy and harness anchor (incident) or the seven recall setups (recall)',
+    )  # fmt: skip
     bench.add_argument('--seeds', type=seeds, default=seeds('101-103'))
     bench.add_argument('--sizes', nargs='+', type=int, default=[8, 20], help='incident: logs per run')
     bench.add_argument('--variants', nargs='+', default=['owner', 'lowercase', 'scope'], choices=incident.VARIANTS)
@@ -74,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument('--prices', type=price_table, default=None)
     summary.add_argument('--plots', type=Path, default=None, help='also write the PNG plots here')
 
+    compare = commands.add_parser('recall-compare', help='recall against harness ConversationSearch: hits, latency')
+    compare.add_argument('--seeds', type=seeds, default=seeds('1-5'))
+
     sim = commands.add_parser('costsim', help='reasoning-retention cost policies on a cached prefix')
     sim.add_argument('--prices', choices=('sonnet', 'fable'), default='sonnet')
     sim.add_argument('--steps', type=int, default=40)
@@ -87,18 +93,19 @@ def build_parser() -> argparse.ArgumentParser:
 def specs_for(args: argparse.Namespace) -> list[RunSpec]:
     """Every run a `bench` invocation asks for."""
     trigger = args.trigger or DEFAULT_TRIGGERS[args.task]
+    names = args.strategies or list(strategies.ALL if args.task == 'incident' else strategies.RECALL_SETUPS)
     if args.task == 'incident':
         return [
             RunSpec('incident', name, seed, variant, size, args.model, trigger, args.summary_budget)
             for size in args.sizes
             for variant in args.variants
             for seed in args.seeds
-            for name in args.strategies
+            for name in names
         ]
     return [
         RunSpec('recall', name, seed, 'base', 1, args.model, trigger, args.summary_budget)
         for seed in args.seeds
-        for name in args.strategies
+        for name in names
     ]
 
 
@@ -158,6 +165,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(summarize(records, baseline=args.baseline, prices=args.prices))
         if args.plots is not None:
             plot(records, args.plots)
+        return 0
+    if args.command == 'recall-compare':
+        from pydantic_ai_compaction.evals import recall_compare
+
+        print(recall_compare.table(asyncio.run(recall_compare.compare(args.seeds))))
         return 0
     return run_costsim(args)
 

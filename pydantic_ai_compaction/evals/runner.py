@@ -80,7 +80,7 @@ async def run_incident(spec: RunSpec) -> dict[str, Any]:
     scenario = incident.generate(spec.seed, spec.size, spec.variant)  # pyright: ignore[reportArgumentType]
     events: list[CompactionEvent] = []
     config = strategies.StrategyConfig(trigger_tokens=spec.trigger_tokens, markers=incident.MARKERS)
-    capability = strategies.build(spec.strategy, config, events.append)
+    capabilities = strategies.build(spec.strategy, config, events.append)
     recorder = _UsageRecorder()
     reference = (
         ReferenceModel(IncidentPlayer(), summary_budget=spec.summary_budget) if spec.model == REFERENCE else None
@@ -90,7 +90,7 @@ async def run_incident(spec: RunSpec) -> dict[str, Any]:
         model,
         output_type=incident.IncidentReport,
         system_prompt='You are a careful incident auditor.',
-        capabilities=[capability, recorder],
+        capabilities=[*capabilities, recorder],
         tools=[Tool(scenario.read_log, name='read_log')],
     )
     started = time.perf_counter()
@@ -175,13 +175,13 @@ async def run_recall(spec: RunSpec) -> dict[str, Any]:
     scenario = recall.generate(spec.seed)
     events: list[CompactionEvent] = []
     config = strategies.StrategyConfig(trigger_tokens=spec.trigger_tokens)
-    capability = strategies.build(spec.strategy, config, events.append)
+    capabilities = strategies.build(spec.strategy, config, events.append)
     recorder = _UsageRecorder()
     reference = ReferenceModel(RecallPlayer(), summary_budget=spec.summary_budget) if spec.model == REFERENCE else None
     agent = Agent(
         reference.model() if reference is not None else spec.model,
         system_prompt='You are a site-reliability assistant. Never guess a value you do not know.',
-        capabilities=[capability, recorder],
+        capabilities=[*capabilities, recorder],
         tools=[Tool(scenario.run_diagnostics, name='run_diagnostics'), Tool(scenario.read_file, name='read_file')],
     )
     limits = UsageLimits(request_limit=spec.request_limit)

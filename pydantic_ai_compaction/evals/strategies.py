@@ -20,8 +20,11 @@ from pydantic_ai_compaction import (
     Native,
     NoCompaction,
     Reassert,
+    Recall,
     ResetToCheckpoint,
+    SQLiteArchiveStore,
     StatelessSummary,
+    Tiered,
     Trigger,
 )
 from pydantic_ai_compaction.runtime.events import EventObserver
@@ -29,6 +32,9 @@ from pydantic_ai_compaction.runtime.events import EventObserver
 OURS = ('none', 'native', 'summary', 'fork-json', 'fork-free', 'fork-fixed', 'reassert', 'reset')
 HARNESS = ('harness-clear', 'harness-sliding', 'harness-summarizing', 'harness-tiered')
 ALL = OURS + HARNESS
+RECALL_SETUPS = ('none', 'clear', 'clear+recall', 'summary', 'summary+recall', 'tiered', 'tiered+recall')
+"""Seed 001's delayed-recall setups: no compaction, three compaction setups, each without and with recall."""
+CHOICES = tuple(dict.fromkeys(ALL + RECALL_SETUPS))
 
 
 @dataclass(frozen=True)
@@ -46,11 +52,16 @@ class StrategyConfig:
             raise ValueError(f'trigger_tokens must be positive, got {self.trigger_tokens!r}')
 
 
-def build(name: str, config: StrategyConfig, observer: EventObserver | None = None) -> AbstractCapability[Any]:
-    """The capability for a strategy name (see `ALL`)."""
-    if name not in _BUILDERS:
-        raise ValueError(f'unknown strategy {name!r}; choose from {", ".join(ALL)}')
-    return _BUILDERS[name](config, observer)
+def build(name: str, config: StrategyConfig, observer: EventObserver | None = None) -> list[AbstractCapability[Any]]:
+    """The capabilities for a strategy name (see `CHOICES`); `X+recall` puts `Recall` in front of `X`."""
+    base, _, extra = name.partition('+')
+    if base not in _BUILDERS or extra not in ('', 'recall'):
+        raise ValueError(f'unknown strategy {name!r}; choose from {", ".join(CHOICES)}')
+    capability = _BUILDERS[base](config, observer)
+    if extra == 'recall':
+        store = SQLiteArchiveStore(':memory:')
+        return [Recall(store=store, conversation=lambda ctx: 'run'), capability]
+    return [capability]
 
 
 def _trigger(config: StrategyConfig) -> Trigger:
@@ -72,6 +83,8 @@ _BUILDERS: dict[str, _Builder] = {
     'fork-fixed': lambda c, o: Fork(variant='fixed', trigger=_trigger(c), observer=o),
     'reassert': lambda c, o: Reassert(Native(trigger=_trigger(c), observer=o), sources=_sources(c)),
     'reset': lambda c, o: ResetToCheckpoint(trigger=_trigger(c), sources=_sources(c), observer=o),
+    'clear': lambda c, o: Tiered(context_window=2 * c.trigger_tokens, summarize=False, clear_min_saving=0.05),
+    'tiered': lambda c, o: Tiered(context_window=2 * c.trigger_tokens, clear_min_saving=0.05),
     'harness-clear': lambda c, o: ClearToolResults(max_tokens=c.trigger_tokens),
     'harness-sliding': lambda c, o: SlidingWindowCompaction(
         max_tokens=c.trigger_tokens, keep_tokens=c.trigger_tokens // 3

@@ -101,6 +101,9 @@ class Tiered(AbstractCapability[AgentDepsT]):
     keep_results: int = 3
     """Newest tool results that clearing leaves verbatim."""
 
+    summarize: bool = True
+    """`False` keeps only the clearing tier (the seed study's "clearing alone" setup)."""
+
     summarize_at: float = 0.75
     """Summarize once the request reaches this fraction of the window..."""
 
@@ -162,7 +165,7 @@ class Tiered(AbstractCapability[AgentDepsT]):
         window = self.window(request_context.model)
         view = self.view(persisted)
         tokens = estimate_token_count(view)
-        if tokens >= min(self.summarize_at * window, self.summarize_max_tokens):
+        if self.summarize and tokens >= min(self.summarize_at * window, self.summarize_max_tokens):
             cctx = CompactionContext(
                 run=ctx,
                 model=request_context.model,

@@ -37,6 +37,7 @@ from pydantic_ai_compaction.evals.reference.cache import PrefixCacheSimulator
 from pydantic_ai_compaction.processors.fork import FORK_MARKER
 from pydantic_ai_compaction.processors.native import NATIVE_MARKER
 from pydantic_ai_compaction.processors.summary import SUMMARY_MARKER
+from pydantic_ai_compaction.processors.tiered import HANDOFF_MARKER
 from pydantic_ai_compaction.runtime.transcript import user_text
 
 RequestKind = Literal['agent', 'fork', 'summary', 'native', 'harness-summary', 'probe']
@@ -108,7 +109,7 @@ def request_kind(messages: Sequence[ModelMessage], info: AgentInfo) -> RequestKi
     prompt = '\n'.join(part_text(part) for part in last.parts if isinstance(part, UserPromptPart))
     if FORK_MARKER in prompt:
         return 'fork'
-    if SUMMARY_MARKER in prompt:
+    if SUMMARY_MARKER in prompt or HANDOFF_MARKER in prompt:
         return 'summary'
     if NATIVE_MARKER in prompt:
         return 'native'
@@ -271,7 +272,7 @@ def _fork_prompt(message: ModelMessage) -> str:
 
 def _without_prompt(message: ModelMessage) -> str:
     """The last request's text without an appended compaction prompt."""
-    markers = (FORK_MARKER, NATIVE_MARKER, SUMMARY_MARKER)
+    markers = (FORK_MARKER, NATIVE_MARKER, SUMMARY_MARKER, HANDOFF_MARKER)
     return '\n'.join(
         part_text(part)
         for part in message.parts

@@ -24,6 +24,9 @@ from pydantic_ai_compaction.runtime.transcript import user_text
 _HEADER = re.compile(r'== diag\.py (\w+) ==')
 _FACT = re.compile(r'^\s*(' + '|'.join(FACT_KEYS) + r') = (.+?)\s*$')
 _ANNOTATED = re.compile(r'^\s*(?:[-*] )?(\w+): (' + '|'.join(FACT_KEYS) + r') = (.+?)\s*$')
+_RECALLED = re.compile(
+    r'^\[run_diagnostics\(\{"service": ?"(\w+)"\}\)[^\]]*\] (' + '|'.join(FACT_KEYS) + r') = (.+?)\s*$'
+)
 _QUESTION = re.compile(r'(\d+)\. What is the (\w+) of service (\w+)\?')
 _READ = re.compile(r'Read (\S+) with read_file')
 _RUN = re.compile(r'these services: ([\w, ]+)\.')
@@ -35,13 +38,20 @@ def facts_in(text: str) -> list[str]:
     found: list[str] = []
     service: str | None = None
     for line in text.splitlines():
-        if header := _HEADER.search(line):
+        if recalled := _RECALLED.match(line):
+            found.append(f'{recalled.group(1)}: {recalled.group(2)} = {recalled.group(3)}')
+        elif header := _HEADER.search(line):
             service = header.group(1)
         elif annotated := _ANNOTATED.match(line):
             found.append(f'{annotated.group(1)}: {annotated.group(2)} = {annotated.group(3)}')
         elif (fact := _FACT.match(line)) and service is not None:
             found.append(f'{service}: {fact.group(1)} = {fact.group(2)}')
     return found
+
+
+def recall_query(service: str, key: str) -> str:
+    """How the player asks recall for a fact: plain words, as a person would."""
+    return f'{service} {key.replace("_", " ")}'
 
 
 def lookup(visible: str, service: str, key: str) -> str:
@@ -61,6 +71,17 @@ class RecallPlayer:
         """One step of the current turn."""
         prompt, after = _current_turn(messages)
         if questions := _QUESTION.findall(prompt):
+            if any(tool.name == 'recall' for tool in info.function_tools):
+                asked = {
+                    str(p.args_as_dict().get('query'))
+                    for p in after
+                    if isinstance(p, ToolCallPart) and p.tool_name == 'recall'
+                }
+                for _, key, service in questions:
+                    query = recall_query(service, key)
+                    if lookup(visible, service, key) == NOT_SURE and query not in asked:
+                        # What it cannot see, it searches for before admitting it does not know.
+                        return [ToolCallPart('recall', {'query': query})]
             answers = [f'{number}. {lookup(visible, service, key)}' for number, key, service in questions]
             return [TextPart('\n'.join(answers))]
         if read := _READ.search(prompt):
