@@ -39,3 +39,25 @@ FORK_JSON_SCHEMA: dict[str, Any] = {
     },
 }
 """Schema of the fork's `json` variant reply: which exchanges stay, and a structured summary of the rest."""
+
+CURATOR_SCHEMA: dict[str, Any] = {
+    '$schema': 'https://json-schema.org/draft/2020-12/schema',
+    'title': 'CuratorReply',
+    'type': 'object',
+    'additionalProperties': False,
+    'required': ['focal', 'orientation'],
+    'properties': {
+        'focal': {'type': 'array', 'items': {'type': 'string'}, 'maxItems': 1_000},
+        'orientation': {
+            'type': 'object',
+            'additionalProperties': False,
+            'required': ['relevant_state', 'required', 'prohibited'],
+            'properties': {
+                'relevant_state': {'type': 'string'},
+                'required': {'type': 'array', 'items': {'type': 'string'}},
+                'prohibited': {'type': 'array', 'items': {'type': 'string'}},
+            },
+        },
+    },
+}
+"""Schema of a curator reply: focal bundle ids and an orientation (seed 003, conditions F and G)."""

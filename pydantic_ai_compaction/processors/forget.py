@@ -1,0 +1,177 @@
+"""`ForgetReasoning`: decide once, when a step completes, whether to keep that step's thinking.
+
+A reasoning agent pays to carry every old thought on every later turn. Dropping a step's reasoning
+when the step is appended keeps the history append-only, so the cached prefix is never rewritten
+(seed 002: -20.1 % on a 40-step simulated bill; keeping only the latest step's reasoning rewrites the
+previous step every turn and costs +0.9 %). Forgetting backfires when the agent has to think its way
+back (a code task re-derived what it forgot), so `after_artifact` drops reasoning only once the step
+has externalized its conclusion: a successful write/edit, or a tool error the agent can still see.
+
+Provider rules (why signed thinking is treated differently):
+
+- Anthropic signs thinking blocks (`ThinkingPart.signature`): they may be omitted, never edited, and the
+  blocks of the tool loop in progress must be sent back. Signed or provider-bound thinking (a signature,
+  an id or provider details, as OpenAI Responses' encrypted reasoning items have) is therefore dropped only
+  for steps before the latest user prompt, never inside the tool loop still running.
+- Unsigned reasoning (DeepSeek's `reasoning_content`, open models) can be dropped as soon as its step
+  completes.
+
+A signed step inside the running tool loop is marked `deferred` and dropped at the next user turn;
+Anthropic already leaves earlier turns' thinking out of what it bills, so that does not move the
+cached prefix it charges for.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal
+
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.tools import AgentDepsT, RunContext
+
+from pydantic_ai_compaction.protocols.types import METADATA_KEY
+from pydantic_ai_compaction.runtime.segment import is_restatement, str_dict
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import ModelRequestContext
+
+ForgetPolicy = Literal['keep', 'drop', 'after_artifact']
+WRITE_TOOLS = r'write|edit|patch|create|save|apply|commit'
+"""Default pattern of tool names whose success externalizes a step's conclusion."""
+
+
+def reasoning_decision(message: ModelResponse) -> str | None:
+    """`kept`, `dropped` or `deferred` once decided for a step, else `None`."""
+    value = str_dict(str_dict(message.metadata).get(METADATA_KEY)).get('reasoning')
+    return value if isinstance(value, str) else None
+
+
+def _signed(part: ThinkingPart) -> bool:
+    return bool(part.signature or part.id or part.provider_details)
+
+
+@dataclass
+class ForgetReasoning(AbstractCapability[AgentDepsT]):
+    """Drop completed steps' thinking at append time, by policy; never rewrite what was already sent.
+
+    Example:
+        ```python
+        agent = Agent(model, capabilities=[ForgetReasoning(policy='after_artifact')])
+        ```
+    """
+
+    policy: ForgetPolicy = 'after_artifact'
+    """`keep` (baseline), `drop` (every completed step) or `after_artifact` (only externalized steps)."""
+
+    write_tools: str = WRITE_TOOLS
+    """Regular expression over tool names: a successful call to one externalizes the step."""
+
+    _writes: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.policy not in ('keep', 'drop', 'after_artifact'):
+            raise ValueError(f"ForgetReasoning.policy must be 'keep', 'drop' or 'after_artifact', got {self.policy!r}.")
+        try:
+            self._writes = re.compile(self.write_tools, re.IGNORECASE)
+        except re.error as error:
+            raise ValueError(f'ForgetReasoning.write_tools is not a valid pattern: {error}') from error
+
+    async def before_model_request(
+        self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        """Decide the steps completed since the last request; persist the decision with the step."""
+        messages = list(request_context.messages)
+        decided = self.decide(messages)
+        if decided is None:
+            return request_context
+        ctx.messages[:] = decided
+        return replace(request_context, messages=list(decided))
+
+    def decide(self, messages: list[ModelMessage]) -> list[ModelMessage] | None:
+        """The history with every newly completed step decided, or `None` when nothing changed."""
+        last_prompt = max(
+            (
+                index
+                for index, message in enumerate(messages)
+                if isinstance(message, ModelRequest)
+                and any(isinstance(p, UserPromptPart) and not is_restatement(p) for p in message.parts)
+            ),
+            default=-1,
+        )
+        out = list(messages)
+        changed = False
+        for index, message in enumerate(messages):
+            if not isinstance(message, ModelResponse) or reasoning_decision(message) in ('kept', 'dropped'):
+                continue
+            thinking = [p for p in message.parts if isinstance(p, ThinkingPart)]
+            results = _results_after(messages, index)
+            if results is None:
+                continue  # not complete: its tool results are not in yet (or it is the step in progress)
+            decision = 'kept'
+            if thinking and self._should_drop(message, results):
+                decision = 'dropped'
+                if any(_signed(p) for p in thinking) and index > last_prompt:
+                    # Inside the tool loop still running: the provider needs the signed blocks back.
+                    decision = 'deferred'
+            if decision == reasoning_decision(message):
+                continue
+            parts = (
+                message.parts
+                if decision != 'dropped'
+                else [p for p in message.parts if not isinstance(p, ThinkingPart)]
+            )
+            thinking_chars = sum(len(p.content) for p in thinking)
+            marks = {
+                **str_dict(str_dict(message.metadata).get(METADATA_KEY)),
+                'reasoning': decision,
+                'thinking_chars': thinking_chars,
+                'output_tokens': message.usage.output_tokens,
+            }
+            out[index] = replace(
+                message, parts=list(parts), metadata={**str_dict(message.metadata), METADATA_KEY: marks}
+            )
+            changed = True
+        return out if changed else None
+
+    def _should_drop(self, response: ModelResponse, results: list[ToolReturnPart]) -> bool:
+        if self.policy == 'keep':
+            return False
+        if self.policy == 'drop':
+            return True
+        calls = [p for p in response.parts if isinstance(p, ToolCallPart)]
+        errored = any(r.outcome in ('failed', 'retried') for r in results)
+        wrote = any(self._writes.search(call.tool_name) for call in calls)
+        succeeded = bool(results) and all(r.outcome == 'success' for r in results)
+        return (wrote and succeeded) or errored
+
+
+def _results_after(messages: list[ModelMessage], index: int) -> list[ToolReturnPart] | None:
+    """The results of a response's calls when all are in; `None` while the step is incomplete.
+
+    A response without tool calls is complete once any message follows it.
+    """
+    response = messages[index]
+    calls = {p.tool_call_id for p in response.parts if isinstance(p, ToolCallPart)}
+    if index + 1 >= len(messages):
+        return None
+    if not calls:
+        return []
+    returns = [
+        part
+        for message in messages[index + 1 :]
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, ToolReturnPart) and part.tool_call_id in calls
+    ]
+    answered = {part.tool_call_id for part in returns}
+    return returns if calls <= answered else None
