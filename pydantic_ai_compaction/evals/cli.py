@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument('--model', default=REFERENCE, help="'reference' (offline) or any pydantic-ai model string")
     bench.add_argument('--trigger', type=int, default=None, help='trigger in estimated tokens (task default)')
     bench.add_argument('--summary-budget', type=int, default=500, help='reference model: tokens per summary')
+    bench.add_argument('--think-tokens', type=int, default=0, help='reference model: reasoning tokens per step')
     bench.add_argument('--concurrency', type=int, default=4)
     bench.add_argument('--baseline', default='native')
     bench.add_argument('--out', type=Path, default=Path('out'), help='directory for records and plots')
@@ -96,14 +97,26 @@ def specs_for(args: argparse.Namespace) -> list[RunSpec]:
     names = args.strategies or list(strategies.ALL if args.task == 'incident' else strategies.RECALL_SETUPS)
     if args.task == 'incident':
         return [
-            RunSpec('incident', name, seed, variant, size, args.model, trigger, args.summary_budget)
+            RunSpec(
+                'incident',
+                name,
+                seed,
+                variant,
+                size,
+                args.model,
+                trigger,
+                args.summary_budget,
+                think_tokens=args.think_tokens,
+            )
             for size in args.sizes
             for variant in args.variants
             for seed in args.seeds
             for name in names
         ]
     return [
-        RunSpec('recall', name, seed, 'base', 1, args.model, trigger, args.summary_budget)
+        RunSpec(
+            'recall', name, seed, 'base', 1, args.model, trigger, args.summary_budget, think_tokens=args.think_tokens
+        )
         for seed in args.seeds
         for name in names
     ]

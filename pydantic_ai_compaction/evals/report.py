@@ -54,6 +54,12 @@ class Row:
     answers: tuple[int, int, int] | None = None
     """Delayed recall: correct, invented and not-sure answers over all runs."""
 
+    output_per_step: float = 0.0
+    """Median over runs of the mean output tokens per agent request (re-derivation shows here)."""
+
+    total_tokens: float = 0.0
+    """Median over runs of every token of the pipeline: input and output, compactor and curator calls included."""
+
 
 def prices_of(model: str, override: PriceTable | None = None) -> PriceTable:
     """Prices for a record's model: an explicit table, the reference table, or genai-prices."""
@@ -83,6 +89,11 @@ def agent_prompts(record: Record) -> list[int]:
     """Input tokens of each agent request, in order (the prompt-size curve)."""
     requests: list[dict[str, Any]] = list(record.get('requests') or [])
     return [r['input_tokens'] for r in requests if r['kind'] == 'agent']
+
+
+def _output_per_step(record: Record) -> float:
+    outputs = [r['output_tokens'] for r in record.get('requests') or [] if r['kind'] == 'agent']
+    return sum(outputs) / len(outputs) if outputs else 0.0
 
 
 def _median(values: Sequence[float]) -> float:
@@ -120,6 +131,11 @@ def build_rows(records: Sequence[Record], *, baseline: str | None, prices: Price
                 ]
             ),
         )
+        row = replace(
+            row,
+            output_per_step=_median([_output_per_step(r) for r in ok]),
+            total_tokens=_median([usage_totals(r).input_tokens + usage_totals(r).output_tokens for r in ok]),
+        )
         answered = [r['answers'] for r in ok if r.get('answers')]
         if answered:
             row = replace(
@@ -156,7 +172,7 @@ def markdown_table(rows: Sequence[Row], *, baseline: str | None) -> str:
     against = f' vs {baseline}' if baseline else ''
     header = [
         'strategy', 'pass', 'applied', 'probe', 'requests', 'peak prompt', 'final prompt', 'cum. input',
-        'cost', 'compactor tok.', f'p one-sided{against}', 'p Holm', '95% CI (points)',
+        'out/step', 'total tok.', 'cost', 'compactor tok.', f'p one-sided{against}', 'p Holm', '95% CI (points)',
     ]  # fmt: skip
     with_answers = any(row.answers is not None for row in rows)
     if with_answers:
@@ -168,7 +184,8 @@ def markdown_table(rows: Sequence[Row], *, baseline: str | None) -> str:
         interval = f'{row.interval[0] * 100:+.0f} to {row.interval[1] * 100:+.0f}' if row.interval else '–'
         cells = [
             row.strategy, passed, _fraction(row.applied), _fraction(row.probe), f'{row.requests:.0f}',
-            f'{row.peak_prompt:,.0f}', f'{row.final_prompt:,.0f}', f'{row.cumulative_input:,.0f}', _money(row.cost),
+            f'{row.peak_prompt:,.0f}', f'{row.final_prompt:,.0f}', f'{row.cumulative_input:,.0f}',
+            f'{row.output_per_step:,.0f}', f'{row.total_tokens:,.0f}', _money(row.cost),
             f'{row.compactor_tokens:,.0f}', '–' if row.p_one_sided is None else f'{row.p_one_sided:.3f}',
             '–' if row.p_holm is None else f'{row.p_holm:.3f}', interval,
         ]  # fmt: skip

@@ -47,6 +47,9 @@ class RunSpec:
 
     request_limit: int = 200
 
+    think_tokens: int = 0
+    """Reference model only: reasoning tokens it writes per agent step (a `ThinkingPart`)."""
+
 
 @dataclass
 class _UsageRecorder(AbstractCapability[Any]):
@@ -83,7 +86,9 @@ async def run_incident(spec: RunSpec) -> dict[str, Any]:
     capabilities = strategies.build(spec.strategy, config, events.append)
     recorder = _UsageRecorder()
     reference = (
-        ReferenceModel(IncidentPlayer(), summary_budget=spec.summary_budget) if spec.model == REFERENCE else None
+        ReferenceModel(IncidentPlayer(), summary_budget=spec.summary_budget, think_tokens=spec.think_tokens)
+        if spec.model == REFERENCE
+        else None
     )
     model = reference.model() if reference is not None else spec.model
     agent = Agent(
@@ -127,6 +132,7 @@ def _base_record(spec: RunSpec) -> dict[str, Any]:
         'model': spec.model,
         'trigger_tokens': spec.trigger_tokens,
         'summary_budget': spec.summary_budget if spec.model == REFERENCE else None,
+        'think_tokens': spec.think_tokens if spec.model == REFERENCE else None,
         'versions': versions(),
         'status': 'ok',
         'error': None,
@@ -177,7 +183,11 @@ async def run_recall(spec: RunSpec) -> dict[str, Any]:
     config = strategies.StrategyConfig(trigger_tokens=spec.trigger_tokens)
     capabilities = strategies.build(spec.strategy, config, events.append)
     recorder = _UsageRecorder()
-    reference = ReferenceModel(RecallPlayer(), summary_budget=spec.summary_budget) if spec.model == REFERENCE else None
+    reference = (
+        ReferenceModel(RecallPlayer(), summary_budget=spec.summary_budget, think_tokens=spec.think_tokens)
+        if spec.model == REFERENCE
+        else None
+    )
     agent = Agent(
         reference.model() if reference is not None else spec.model,
         system_prompt='You are a site-reliability assistant. Never guess a value you do not know.',

@@ -15,10 +15,14 @@ from pydantic_ai_harness.compaction import (
 )
 
 from pydantic_ai_compaction import (
+    BoundedSelection,
+    CuratedSelection,
+    ForgetReasoning,
     Fork,
     InstructionSources,
     Native,
     NoCompaction,
+    Orientation,
     Reassert,
     Recall,
     ResetToCheckpoint,
@@ -34,7 +38,9 @@ HARNESS = ('harness-clear', 'harness-sliding', 'harness-summarizing', 'harness-t
 ALL = OURS + HARNESS
 RECALL_SETUPS = ('none', 'clear', 'clear+recall', 'summary', 'summary+recall', 'tiered', 'tiered+recall')
 """Seed 001's delayed-recall setups: no compaction, three compaction setups, each without and with recall."""
-CHOICES = tuple(dict.fromkeys(ALL + RECALL_SETUPS))
+FORGET_SELECT = ('forget-keep', 'forget-drop', 'forget-after-artifact', 'select', 'curate', 'orient')
+"""Seeds 002 and 003: reasoning forgetting and request-only selection, against full history (`none`)."""
+CHOICES = tuple(dict.fromkeys(ALL + RECALL_SETUPS + FORGET_SELECT))
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,12 @@ _BUILDERS: dict[str, _Builder] = {
     'reset': lambda c, o: ResetToCheckpoint(trigger=_trigger(c), sources=_sources(c), observer=o),
     'clear': lambda c, o: Tiered(context_window=2 * c.trigger_tokens, summarize=False, clear_min_saving=0.05),
     'tiered': lambda c, o: Tiered(context_window=2 * c.trigger_tokens, clear_min_saving=0.05),
+    'forget-keep': lambda c, o: ForgetReasoning(policy='keep'),
+    'forget-drop': lambda c, o: ForgetReasoning(policy='drop'),
+    'forget-after-artifact': lambda c, o: ForgetReasoning(policy='after_artifact'),
+    'select': lambda c, o: BoundedSelection(),
+    'curate': lambda c, o: CuratedSelection(),
+    'orient': lambda c, o: Orientation(),
     'harness-clear': lambda c, o: ClearToolResults(max_tokens=c.trigger_tokens),
     'harness-sliding': lambda c, o: SlidingWindowCompaction(
         max_tokens=c.trigger_tokens, keep_tokens=c.trigger_tokens // 3

@@ -36,11 +36,12 @@ from pydantic_ai.usage import RequestUsage
 from pydantic_ai_compaction.evals.reference.cache import PrefixCacheSimulator
 from pydantic_ai_compaction.processors.fork import FORK_MARKER
 from pydantic_ai_compaction.processors.native import NATIVE_MARKER
+from pydantic_ai_compaction.processors.selection import CURATOR_MARKER
 from pydantic_ai_compaction.processors.summary import SUMMARY_MARKER
 from pydantic_ai_compaction.processors.tiered import HANDOFF_MARKER
 from pydantic_ai_compaction.runtime.transcript import user_text
 
-RequestKind = Literal['agent', 'fork', 'summary', 'native', 'harness-summary', 'probe']
+RequestKind = Literal['agent', 'fork', 'summary', 'native', 'harness-summary', 'curator', 'probe']
 
 DISCLAIMER = 'Reference-model results measure information flow and cost, not LLM behaviour.'
 """Printed with every report made from reference-model runs."""
@@ -107,6 +108,8 @@ def request_kind(messages: Sequence[ModelMessage], info: AgentInfo) -> RequestKi
     """Which kind of request this is, from the text of the last request."""
     last = messages[-1]
     prompt = '\n'.join(part_text(part) for part in last.parts if isinstance(part, UserPromptPart))
+    if CURATOR_MARKER in prompt:
+        return 'curator'
     if FORK_MARKER in prompt:
         return 'fork'
     if SUMMARY_MARKER in prompt or HANDOFF_MARKER in prompt:
@@ -147,6 +150,9 @@ class ReferenceModel:
     log: list[RequestLog] = field(default_factory=list[RequestLog])
     """Every request answered, in order."""
 
+    think_tokens: int = 0
+    """Reasoning written before each agent step (a `ThinkingPart`), to measure carrying or forgetting it."""
+
     def __post_init__(self) -> None:
         if self.summary_budget < 1:
             raise ValueError(f'summary_budget must be positive, got {self.summary_budget!r}')
@@ -158,15 +164,20 @@ class ReferenceModel:
     def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         """Answer one request."""
         kind = request_kind(messages, info)
-        if kind == 'fork':
-            parts: list[ModelResponsePart] = [TextPart(self._fork(messages))]
+        if kind == 'curator':
+            parts: list[ModelResponsePart] = [TextPart(self._curate(messages))]
+        elif kind == 'fork':
+            parts = [TextPart(self._fork(messages))]
         elif kind in ('summary', 'harness-summary'):
             prompt = visible_text(messages[-1:])
             parts = [TextPart(self._extract(prompt))]
         elif kind == 'native':
             parts = [TextPart(self._extract(visible_text(messages[:-1]) + '\n' + _without_prompt(messages[-1])))]
         else:
-            parts = self.player.act(messages, visible_text(messages), info)
+            visible = visible_text(messages)
+            parts = self.player.act(messages, visible, info)
+            if self.think_tokens and kind == 'agent':
+                parts = [ThinkingPart(_reasoning(visible, self.think_tokens)), *parts]
         return ModelResponse(parts=parts, usage=self._usage(kind, messages, info, parts), model_name='reference')
 
     def _usage(
@@ -218,6 +229,25 @@ class ReferenceModel:
             used += cost
         return list(reversed(kept))
 
+    def _curate(self, messages: Sequence[ModelMessage]) -> str:
+        """Focal bundles: listed exchanges holding facts that share a word with the current request."""
+        prompt = visible_text(messages[-1:])
+        request = re.search(r'<current-request>\n(.*?)\n</current-request>', prompt, re.DOTALL)
+        wanted = set(re.findall(r'[a-z0-9]+', (request.group(1) if request else '').lower())) - _COMMON
+        focal: list[str] = []
+        for match in _LISTING_LINE.finditer(prompt):
+            exchange_id, kind, description = match.groups()
+            if kind in ('tools', 'turn') and wanted & set(re.findall(r'[a-z0-9]+', description.lower())):
+                focal.append(exchange_id)
+        conversation = visible_text(messages)
+        progress, next_step = self.player.progress(conversation)
+        orientation = {
+            'relevant_state': progress,
+            'required': self.player.rules(conversation),
+            'prohibited': [],
+        }
+        return orjson.dumps({'focal': focal[-10:], 'orientation': orientation}).decode()
+
     def _fork(self, messages: Sequence[ModelMessage]) -> str:
         prompt = _fork_prompt(messages[-1])
         conversation = visible_text(messages[:-1]) + '\n' + _without_prompt(messages[-1])
@@ -262,6 +292,15 @@ class ReferenceModel:
                     keep.append(exchange_id)
                     break
         return keep[-1:]
+
+
+_COMMON = frozenset({'the', 'a', 'of', 'what', 'is', 'and', 'to', 'in', 'on', 'for', 'read', 'log', 'logs', 'service'})
+
+
+def _reasoning(visible: str, tokens_wanted: int) -> str:
+    """Deterministic reasoning text of about *tokens_wanted* tokens, derived from what is visible."""
+    seed = f'Working through what I can see ({len(visible):,} characters so far) and deciding the next step. '
+    return (seed * (tokens_wanted * CHARS_PER_TOKEN // len(seed) + 1))[: tokens_wanted * CHARS_PER_TOKEN]
 
 
 def _fork_prompt(message: ModelMessage) -> str:
