@@ -92,7 +92,8 @@ def agent_prompts(record: Record) -> list[int]:
 
 
 def _output_per_step(record: Record) -> float:
-    outputs = [r['output_tokens'] for r in record.get('requests') or [] if r['kind'] == 'agent']
+    requests: list[dict[str, Any]] = list(record.get('requests') or [])
+    outputs: list[int] = [r['output_tokens'] for r in requests if r['kind'] == 'agent']
     return sum(outputs) / len(outputs) if outputs else 0.0
 
 

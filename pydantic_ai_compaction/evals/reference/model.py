@@ -240,7 +240,7 @@ class ReferenceModel:
             if kind in ('tools', 'turn') and wanted & set(re.findall(r'[a-z0-9]+', description.lower())):
                 focal.append(exchange_id)
         conversation = visible_text(messages)
-        progress, next_step = self.player.progress(conversation)
+        progress, _ = self.player.progress(conversation)
         orientation = {
             'relevant_state': progress,
             'required': self.player.rules(conversation),
