@@ -223,3 +223,27 @@ def test_orientation_sends_everything_plus_the_orientation() -> None:
     sent = seen[0]
     assert sum(isinstance(m, ModelResponse) for m in sent) == 6  # every earlier answer...
     assert any(ORIENTATION_OPEN in str(p.content) for m in sent for p in m.parts)  # ...plus the orientation
+
+
+def test_bounded_selection_reserves_thirty_percent_for_relevant_bundles() -> None:
+    # Five older turns about the migration, then five unrelated recent ones; each turn is about 20 % of the budget.
+    messages: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('You help with a web app.')])]
+    for index in range(5):
+        messages.append(ModelRequest(parts=[UserPromptPart(f'Database migration step {index}?')]))
+        messages.append(ModelResponse(parts=[TextPart('database migration notes ' + 'detail ' * 200)]))
+    for index in range(5):
+        messages.append(ModelRequest(parts=[UserPromptPart(f'Unrelated chore {index}.')]))
+        messages.append(ModelResponse(parts=[TextPart('chore notes ' + 'detail ' * 200)]))
+    messages.append(ModelRequest(parts=[UserPromptPart('Summarize the database migration plan.')]))
+    view = segment(messages)
+    turn = view.exchanges[2].tokens
+    budget = turn * 5
+    chosen = select(view, 'Summarize the database migration plan.', budget)
+    relevant = [e.id for e in view.exchanges[1:11] if e.id in chosen and e.kind == 'response']
+    recent = [e.id for e in view.exchanges[11:-1] if e.id in chosen]
+    # Relevant answers fill at most 30 % of the budget (one here, the first may exceed it if it fits)...
+    assert 1 <= len(relevant) <= 2
+    assert sum(view.by_id[i].tokens for i in chosen if i not in recent) <= budget
+    # ...and the newest bundles take the rest, newest first.
+    assert recent and recent[-1] == view.exchanges[-2].id
+    assert sum(view.by_id[i].tokens for i in chosen) <= budget

@@ -119,3 +119,45 @@ def test_bad_thresholds_fail_at_construction() -> None:
         Tiered(clear_at=0.8, summarize_at=0.6)
     with pytest.raises(ValueError, match=r'Tiered.clear_at must be in \(0, 1\]'):
         Tiered(clear_at=0)
+
+
+def test_cleared_outputs_are_archived_and_recoverable_with_a_store() -> None:
+    from pydantic_ai_compaction import Archive, InMemoryArchiveStore
+
+    store = InMemoryArchiveStore()
+    seen: list[list[ModelMessage]] = []
+    state = {'step': 0}
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        step = state['step']
+        state['step'] += 1
+        if step < 10:
+            return ModelResponse(parts=[ToolCallPart('read_log', {'index': step})])
+        if step == 10:
+            stub = next(
+                str(p.content)
+                for m in messages
+                for p in m.parts
+                if isinstance(p, ToolReturnPart) and str(p.content).startswith('[cleared:')
+            )
+            ref = stub.split('context_recover("')[1].split('"')[0]
+            return ModelResponse(parts=[ToolCallPart('context_recover', {'archive_ref': ref})])
+        return ModelResponse(parts=[TextPart('done')])
+
+    conversation = 'tiered-archive'
+    tiered = Tiered(context_window=WINDOW, summarize=False, store=store, conversation=lambda ctx: conversation)
+    agent = Agent(
+        FunctionModel(respond), capabilities=[Archive(store=store, conversation=lambda ctx: conversation), tiered]
+    )
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return log_text(index, 60)
+
+    agent.run_sync('Audit.')
+    recovered = next(
+        p for p in seen[-1][-1].parts if isinstance(p, ToolReturnPart) and p.tool_name == 'context_recover'
+    )
+    # The exact original of the cleared output, with a fresh result id in front.
+    assert str(recovered.content).split('\n', 1)[1] == log_text(0, 60)

@@ -284,7 +284,7 @@ class Archive(AbstractCapability[AgentDepsT]):
                         tool_name=part.tool_name,
                         tool_call_id=part.tool_call_id,
                         args_json=call.args_as_json_str() if call is not None else '{}',
-                        payload=_serialize(_original(part)),
+                        payload=serialize_part(original_part(part)),
                         note=item.note.strip(),
                         created_at=now,
                     )
@@ -316,10 +316,10 @@ class Archive(AbstractCapability[AgentDepsT]):
         entry = self.store.get_archived(self.conversation_id(ctx), archive_ref.strip())
         if entry is None:
             raise ModelRetry(f'No archived result {archive_ref!r} in this conversation.')
-        return _deserialize(entry.payload).content
+        return deserialize_part(entry.payload).content
 
 
-def _original(part: ToolReturnPart) -> ToolReturnPart:
+def original_part(part: ToolReturnPart) -> ToolReturnPart:
     """The result as the tool returned it, without the id prefix this capability added."""
     prefix = str_dict(str_dict(part.metadata).get(METADATA_KEY)).get('id_prefix')
     if isinstance(prefix, str) and isinstance(part.content, str) and part.content.startswith(prefix):
@@ -327,11 +327,11 @@ def _original(part: ToolReturnPart) -> ToolReturnPart:
     return part
 
 
-def _serialize(part: ToolReturnPart) -> bytes:
+def serialize_part(part: ToolReturnPart) -> bytes:
     return ModelMessagesTypeAdapter.dump_json([ModelRequest(parts=[part])])
 
 
-def _deserialize(payload: bytes) -> ToolReturnPart:
+def deserialize_part(payload: bytes) -> ToolReturnPart:
     (request,) = ModelMessagesTypeAdapter.validate_json(payload)
     part = request.parts[0]
     assert isinstance(part, ToolReturnPart)

@@ -5,14 +5,16 @@ across requests until the next compaction, so the provider's cached prefix stays
 compactions. Tier 1 turns older tool outputs into one line each (what it was, its size, how to get
 it back), only in batches that save at least 10 % of the window. Tier 2 replaces older exchanges by a
 handoff note the model writes, and *updates* at the next compaction instead of rewriting, followed by
-parts copied by code: the user's messages (newest first, within 5 % of the window) and the notes.
+parts copied by code: the user's messages (newest first, within 5 % of the window), the files changed and the notes.
 With `Recall` in front, every cleared or summarized detail stays searchable.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from pydantic_ai.capabilities import AbstractCapability
@@ -29,7 +31,9 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai_harness.compaction import DEFAULT_CONTEXT_WINDOW, estimate_token_count, resolve_context_window
 
-from pydantic_ai_compaction.processors.archive import args_json
+from pydantic_ai_compaction.processors.archive import args_json, original_part, result_id_of, serialize_part
+from pydantic_ai_compaction.processors.forget import WRITE_TOOLS
+from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, ArchiveStore
 from pydantic_ai_compaction.protocols.types import METADATA_KEY
 from pydantic_ai_compaction.runtime import compactor
 from pydantic_ai_compaction.runtime.context import CompactionContext
@@ -125,6 +129,16 @@ class Tiered(AbstractCapability[AgentDepsT]):
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     """Retries for the handoff-note call."""
 
+    store: ArchiveStore | None = None
+    """When set, cleared outputs are archived there and their one-line stub names the archive reference,
+    so `Archive`'s `context_recover` (same store and conversation) brings back the exact original."""
+
+    conversation: Callable[[RunContext[AgentDepsT]], str] | None = None
+    """The conversation id archived outputs are filed under; default: the run's `conversation_id`."""
+
+    write_tools: str = WRITE_TOOLS
+    """Tool names whose calls changed files; the handoff note lists their `path` arguments."""
+
     _projection: _Projection = field(default_factory=_Projection, repr=False)
 
     def __post_init__(self) -> None:
@@ -176,13 +190,13 @@ class Tiered(AbstractCapability[AgentDepsT]):
             view = await self._summarize(view, window, cctx)
             self._projection = replace(self._projection, covers=len(persisted), messages=view)
         elif tokens >= self.clear_at * window:
-            cleared = self._clear(view, window)
+            cleared = self._clear(view, window, ctx)
             if cleared is not None:
                 view = cleared
                 self._projection = replace(self._projection, covers=len(persisted), messages=view)
         return replace(request_context, messages=view)
 
-    def _clear(self, view: list[ModelMessage], window: int) -> list[ModelMessage] | None:
+    def _clear(self, view: list[ModelMessage], window: int, ctx: RunContext[AgentDepsT]) -> list[ModelMessage] | None:
         calls = {p.tool_call_id: p for m in view for p in m.parts if isinstance(p, ToolCallPart)}
         results = [
             (index, part_index)
@@ -197,19 +211,23 @@ class Tiered(AbstractCapability[AgentDepsT]):
         if not older:
             return None
         out = list(view)
-        saved = 0
-        for index, part_index in older:
+        # Each stub is about 200 characters; what clearing saves is the rest.
+        saved = sum(max(len(_part_at(view, i, p).model_response_str()) - 200, 0) for i, p in older) // 4
+        if saved < self.clear_min_saving * window:
+            return None  # not worth breaking the cached prefix for
+        refs = self._archive(ctx, [(_part_at(view, i, p), calls) for i, p in older])
+        for (index, part_index), ref in zip(older, refs, strict=True):
             request = out[index]
             assert isinstance(request, ModelRequest)
             part = request.parts[part_index]
             assert isinstance(part, ToolReturnPart)
             call = calls.get(part.tool_call_id)
             content = part.model_response_str()
+            where = f'context_recover("{ref}") returns it' if ref else 'use recall or run it again for details'
             stub = (
                 f'[cleared: output of {part.tool_name}({args_json(call) if call else ""}), {len(content):,} chars, '
-                f'began "{clip(content, 80)}"; use recall or run it again for details]'
+                f'began "{clip(content, 80)}"; {where}]'
             )
-            saved += (len(content) - len(stub)) // 4
             metadata = {
                 **str_dict(part.metadata),
                 METADATA_KEY: {**str_dict(str_dict(part.metadata).get(METADATA_KEY)), CLEARED: True},
@@ -217,9 +235,37 @@ class Tiered(AbstractCapability[AgentDepsT]):
             parts = list(request.parts)
             parts[part_index] = replace(part, content=stub, metadata=metadata)
             out[index] = replace(request, parts=parts)
-        if saved < self.clear_min_saving * window:
-            return None  # not worth breaking the cached prefix for
         return out
+
+    def _archive(
+        self, ctx: RunContext[AgentDepsT], cleared: list[tuple[ToolReturnPart, dict[str, ToolCallPart]]]
+    ) -> list[str | None]:
+        """Archive cleared outputs when a store is set; their references, or `None` each."""
+        if self.store is None or not cleared:
+            return [None] * len(cleared)
+        conversation = self.conversation(ctx) if self.conversation else (ctx.conversation_id or ctx.run_id or 'default')
+        try:
+            numbers = self.store.next_numbers(conversation, 'archive', len(cleared))
+            now = datetime.now(UTC).isoformat()
+            entries = [
+                ArchivedResult(
+                    conversation_id=conversation,
+                    ref=f'a{number}',
+                    result_id=result_id_of(part) or '',
+                    tool_name=part.tool_name,
+                    tool_call_id=part.tool_call_id,
+                    args_json=args_json(calls[part.tool_call_id]) if part.tool_call_id in calls else '{}',
+                    payload=serialize_part(original_part(part)),
+                    note='cleared by Tiered',
+                    created_at=now,
+                )
+                for (part, calls), number in zip(cleared, numbers, strict=True)
+            ]
+            self.store.put_archived(entries)
+        except ArchiveError:
+            # The stub then points at recall instead; clearing is a view, nothing is lost from the log.
+            return [None] * len(cleared)
+        return [entry.ref for entry in entries]
 
     async def _summarize(self, view: list[ModelMessage], window: int, ctx: CompactionContext) -> list[ModelMessage]:
         segmented = segment(view)
@@ -246,6 +292,7 @@ class Tiered(AbstractCapability[AgentDepsT]):
                 HANDOFF_HEADER,
                 note.strip(),
                 _user_messages(view, int(self.user_messages_share * window)),
+                _files_changed(view, re.compile(self.write_tools, re.IGNORECASE)),
                 ('Notes (verbatim, oldest first):\n' + '\n'.join(f'- {n}' for n in notes)) if notes else '',
             )
             if part
@@ -262,6 +309,25 @@ class Tiered(AbstractCapability[AgentDepsT]):
             if not _is_our_boundary(m)
         ]
         return [*opening, boundary, *kept]
+
+
+def _part_at(view: Sequence[ModelMessage], index: int, part_index: int) -> ToolReturnPart:
+    part = view[index].parts[part_index]
+    assert isinstance(part, ToolReturnPart)
+    return part
+
+
+def _files_changed(view: Sequence[ModelMessage], writes: re.Pattern[str]) -> str:
+    paths = [
+        str(path)
+        for message in view
+        for part in message.parts
+        if isinstance(part, ToolCallPart)
+        and writes.search(part.tool_name)
+        and (path := part.args_as_dict().get('path') or part.args_as_dict().get('file'))
+    ]
+    paths = list(dict.fromkeys(paths))
+    return ('Files changed: ' + ', '.join(paths)) if paths else ''
 
 
 def _is_cleared(part: ToolReturnPart) -> bool:
