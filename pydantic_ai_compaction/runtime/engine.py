@@ -44,21 +44,32 @@ async def run_compaction(
     """Compact *messages* with *strategy*. Never raises for a model or proposal failure.
 
     Returns `None` when there is nothing to remove: every exchange is protected or in progress (no
-    model is called), or a valid proposal keeps everything (no boundary is written).
+    model is called), or neither the proposal nor the fallback would make the history smaller (no
+    boundary is written).
     """
     view = segment(messages, protect)
     if all(exchange.forced for exchange in view.exchanges):
         return None
     proposal, left_out, error = await _propose(strategy, view, ctx)
     layout = validate(proposal, view, fallback_keep=fallback_keep)
-    if layout.fallback_reason is None and not layout.dropped and not layout.restate:
-        # A valid proposal that keeps everything while the request is over the limit: the runtime
-        # has the last word and falls back, unless even the fallback would remove nothing (then a
-        # boundary would only add tokens).
-        layout = fallback_layout(view, 'kept_all', fallback_keep=fallback_keep)
+    if not layout.dropped and not layout.restate:
+        # Nothing removed while the request is over the limit. A valid proposal that keeps
+        # everything gets the fallback (the runtime has the last word); when even the fallback
+        # removes nothing, a boundary would only add tokens, so there is no compaction.
+        if layout.fallback_reason is None:
+            layout = fallback_layout(view, 'kept_all', fallback_keep=fallback_keep)
         if not layout.dropped:
             return None
     outcome = _build(strategy, view, layout, proposal, ctx, left_out)
+    if outcome.record.tokens_after >= outcome.record.tokens_before:
+        # A compaction that does not shrink the history (a summary longer than what it replaces)
+        # is worse than none: fall back, and give up if that does not shrink it either.
+        smaller = replace(fallback_layout(view, 'grew', fallback_keep=fallback_keep), restate=layout.restate)
+        if not smaller.dropped:
+            return None
+        outcome = _build(strategy, view, smaller, proposal, ctx, left_out)
+        if outcome.record.tokens_after >= outcome.record.tokens_before:
+            return None
     if problems := pairing_problems(outcome.messages):
         # Segmentation keeps pairs inside exchanges, so this is a last line of defence: keep every
         # exchange rather than send a request the provider would reject.
