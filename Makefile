@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo quickstart costsim test lint format clean
+.PHONY: install demo quickstart costsim test soak bench lint format clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,12 @@ costsim: $(STAMP)  ## Reasoning-retention cost policies on a cached prefix.
 
 test: $(STAMP)  ## Run the test suite.
 	$(BIN)/python -m pytest -q
+
+SOAK_EXAMPLES ?= 100000
+
+soak: $(STAMP)  ## Invariants under generated histories and fuzzed replies: SOAK_EXAMPLES per strategy.
+	PAC_EXAMPLES=$(SOAK_EXAMPLES) $(BIN)/python -m pytest -q -p no:randomly tests/test_invariants.py \
+		-k keeps_the_invariants --hypothesis-show-statistics
 
 lint: $(STAMP)  ## Ruff (lint + format check) and pyright strict.
 	$(BIN)/ruff check .

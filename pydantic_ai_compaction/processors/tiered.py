@@ -37,7 +37,7 @@ from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveErro
 from pydantic_ai_compaction.protocols.types import METADATA_KEY
 from pydantic_ai_compaction.runtime import compactor
 from pydantic_ai_compaction.runtime.context import CompactionContext
-from pydantic_ai_compaction.runtime.notes import gather_notes
+from pydantic_ai_compaction.runtime.notes import NOTES_HEADER, gather_notes
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.segment import ConversationView, segment, str_dict
 from pydantic_ai_compaction.runtime.transcript import clip, render_messages, user_text
@@ -293,7 +293,7 @@ class Tiered(AbstractCapability[AgentDepsT]):
                 note.strip(),
                 _user_messages(view, int(self.user_messages_share * window)),
                 _files_changed(view, re.compile(self.write_tools, re.IGNORECASE)),
-                ('Notes (verbatim, oldest first):\n' + '\n'.join(f'- {n}' for n in notes)) if notes else '',
+                ('\n'.join([NOTES_HEADER, *(f'- {n}' for n in notes)])) if notes else '',
             )
             if part
         )

@@ -1,0 +1,73 @@
+"""Invariants under generated histories and fuzzed compactor replies (quick profile; `make soak` runs more)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic_ai.messages import ModelMessage
+
+from pydantic_ai_compaction import Fork, Trigger, segment
+from pydantic_ai_compaction.testing import replay
+
+from .reliability import STRATEGIES, compact_and_check, fuzzed_replies, histories, reply_model
+
+EXAMPLES = int(os.environ.get('PAC_EXAMPLES', '40'))
+"""Examples per strategy: a quick profile in CI; `make soak` raises it."""
+
+
+@pytest.mark.parametrize('name', list(STRATEGIES))
+@settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(data=st.data())
+def test_every_compaction_keeps_the_invariants(name: str, data: st.DataObject) -> None:
+    history: list[ModelMessage] = data.draw(histories())
+    reply = data.draw(fuzzed_replies(list(segment(history).ids)))
+    compact_and_check(name, history, reply)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=histories())
+def test_nothing_happens_below_the_trigger(history: list[ModelMessage]) -> None:
+    import asyncio
+
+    from pydantic_ai import Agent
+
+    seen: list[list[ModelMessage]] = []
+
+    def respond(messages: list[ModelMessage], info: object) -> object:
+        from pydantic_ai.messages import ModelResponse, TextPart
+
+        seen.append(list(messages))
+        return ModelResponse(parts=[TextPart('ok')])
+
+    from pydantic_ai.models.function import FunctionModel
+
+    agent = Agent(FunctionModel(respond), capabilities=[Fork(trigger=Trigger(tokens=10**9))])  # pyright: ignore[reportArgumentType]
+    asyncio.run(agent.run(None, message_history=history))
+    # The request went out as pydantic-ai prepared it: no fork call, no boundary.
+    assert len(seen) == 1
+    assert not any(
+        getattr(p, 'part_kind', '') == 'compaction' and p not in [q for m in history for q in m.parts]
+        for m in seen[0]
+        for p in m.parts
+    )
+
+
+def test_fuzzed_replies_never_raise_out_of_the_capability() -> None:
+    import asyncio
+
+    from .support import recorded_history
+
+    for reply in [
+        '[' * 5000 + ']' * 5000,
+        '\ud800',
+        '{"keep": ' + '[' * 3000,
+        'x' * 3_000_000,
+        '{"keep": ["g0", "g6", "g6"], "summary": {}}',
+    ]:
+        out = asyncio.run(replay(Fork(), recorded_history(), model=reply_model(reply)))
+        assert out  # a fallback, never an exception
