@@ -31,6 +31,9 @@ soak: $(STAMP)  ## Invariants under generated histories and fuzzed replies: SOAK
 	PAC_EXAMPLES=$(SOAK_EXAMPLES) $(BIN)/python -m pytest -q -p no:randomly tests/test_invariants.py \
 		-k keeps_the_invariants --hypothesis-show-statistics
 
+bench: $(STAMP)  ## Overhead against harness at up to 1M tokens, recall latency, memory, and the savings table.
+	$(BIN)/python -m pydantic_ai_compaction.evals.perf
+
 lint: $(STAMP)  ## Ruff (lint + format check) and pyright strict.
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

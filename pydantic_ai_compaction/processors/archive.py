@@ -166,11 +166,23 @@ class Archive(AbstractCapability[AgentDepsT]):
 
     def _number_results(self, ctx: RunContext[AgentDepsT], messages: list[ModelMessage]) -> list[ModelMessage] | None:
         todo: list[tuple[int, int]] = []
-        for index, message in enumerate(messages):
-            if isinstance(message, ModelRequest):
-                for part_index, part in enumerate(message.parts):
-                    if type(part) is ToolReturnPart and result_id_of(part) is None and part.outcome != 'retried':
-                        todo.append((index, part_index))
+        # New results arrive at the end: scan back to the last request whose results are all numbered
+        # (the whole history only on a run's first request, which may bring in an older history).
+        full_scan = ctx.run_step <= 1
+        for index in range(len(messages) - 1, -1, -1):
+            message = messages[index]
+            if not isinstance(message, ModelRequest):
+                continue
+            fresh = [
+                part_index
+                for part_index, part in enumerate(message.parts)
+                if type(part) is ToolReturnPart and part.outcome != 'retried' and result_id_of(part) is None
+            ]
+            numbered = any(isinstance(part, ToolReturnPart) and result_id_of(part) for part in message.parts)
+            todo.extend((index, part_index) for part_index in reversed(fresh))
+            if numbered and not fresh and not full_scan:
+                break
+        todo.reverse()
         if not todo:
             return None
         numbers = self.store.next_numbers(self.conversation_id(ctx), 'result', len(todo))

@@ -108,15 +108,25 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
             ),
             default=-1,
         )
+        # One pass: which calls have their results in, and where.
+        results_of: dict[str, ToolReturnPart] = {}
+        for message in messages:
+            if isinstance(message, ModelRequest):
+                for part in message.parts:
+                    if isinstance(part, ToolReturnPart):
+                        results_of[part.tool_call_id] = part
         out = list(messages)
         changed = False
         for index, message in enumerate(messages):
             if not isinstance(message, ModelResponse) or reasoning_decision(message) in ('kept', 'dropped'):
                 continue
+            if index + 1 >= len(messages):
+                continue  # the step in progress: nothing follows it yet
+            calls = [p.tool_call_id for p in message.parts if isinstance(p, ToolCallPart)]
+            if any(call not in results_of for call in calls):
+                continue  # not complete: its tool results are not all in
+            results = [results_of[call] for call in calls]
             thinking = [p for p in message.parts if isinstance(p, ThinkingPart)]
-            results = _results_after(messages, index)
-            if results is None:
-                continue  # not complete: its tool results are not in yet (or it is the step in progress)
             decision = 'kept'
             if thinking and self._should_drop(message, results):
                 decision = 'dropped'
@@ -125,11 +135,7 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
                     decision = 'deferred'
             if decision == reasoning_decision(message):
                 continue
-            parts = (
-                message.parts
-                if decision != 'dropped'
-                else [p for p in message.parts if not isinstance(p, ThinkingPart)]
-            )
+            parts = message.parts if decision != 'dropped' else [p for p in message.parts if not isinstance(p, ThinkingPart)]
             thinking_chars = sum(len(p.content) for p in thinking)
             marks = {
                 **str_dict(str_dict(message.metadata).get(METADATA_KEY)),
@@ -137,9 +143,7 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
                 'thinking_chars': thinking_chars,
                 'output_tokens': message.usage.output_tokens,
             }
-            out[index] = replace(
-                message, parts=list(parts), metadata={**str_dict(message.metadata), METADATA_KEY: marks}
-            )
+            out[index] = replace(message, parts=list(parts), metadata={**str_dict(message.metadata), METADATA_KEY: marks})
             changed = True
         return out if changed else None
 
@@ -153,25 +157,3 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
         wrote = any(self._writes.search(call.tool_name) for call in calls)
         succeeded = bool(results) and all(r.outcome == 'success' for r in results)
         return (wrote and succeeded) or errored
-
-
-def _results_after(messages: list[ModelMessage], index: int) -> list[ToolReturnPart] | None:
-    """The results of a response's calls when all are in; `None` while the step is incomplete.
-
-    A response without tool calls is complete once any message follows it.
-    """
-    response = messages[index]
-    calls = {p.tool_call_id for p in response.parts if isinstance(p, ToolCallPart)}
-    if index + 1 >= len(messages):
-        return None
-    if not calls:
-        return []
-    returns = [
-        part
-        for message in messages[index + 1 :]
-        if isinstance(message, ModelRequest)
-        for part in message.parts
-        if isinstance(part, ToolReturnPart) and part.tool_call_id in calls
-    ]
-    answered = {part.tool_call_id for part in returns}
-    return returns if calls <= answered else None

@@ -141,25 +141,45 @@ def current_request_text(messages: Sequence[ModelMessage]) -> str:
     return ''
 
 
+_TERMS_CACHE: dict[tuple[int, ...], tuple[tuple[object, ...], Counter[str], str]] = {}
+_TERMS_CACHE_LIMIT = 50_000
+
+
+def bundle_terms(view: ConversationView, exchange: Exchange) -> tuple[Counter[str], str]:
+    """A bundle's term counts and its terms joined (for phrases), memoized by the identity of its parts.
+
+    Parts are reused as the same objects from request to request, so after the first request only new
+    bundles are tokenized: selection then costs O(new messages) in tokenizing.
+    """
+    parts = tuple(part for message in view.messages_of(exchange) for part in message.parts)
+    key = tuple(id(part) for part in parts)
+    cached = _TERMS_CACHE.get(key)
+    if cached is not None and all(a is b for a, b in zip(cached[0], parts, strict=True)):
+        return cached[1], cached[2]
+    words = terms(render_messages(view.messages_of(exchange)))
+    if len(_TERMS_CACHE) >= _TERMS_CACHE_LIMIT:
+        _TERMS_CACHE.clear()
+    _TERMS_CACHE[key] = (parts, Counter(words), ' '.join(words))
+    return _TERMS_CACHE[key][1], _TERMS_CACHE[key][2]
+
+
 def rank(view: ConversationView, candidates: Sequence[Exchange], request: str) -> list[tuple[str, float]]:
     """Candidates scored by TF-IDF against the request plus an exact-phrase bonus, best first (ties: newest first)."""
     wanted = terms(request)
     if not wanted:
         return []
-    texts = {e.id: render_messages(view.messages_of(e)).lower() for e in candidates}
-    counts = {i: Counter(terms(text)) for i, text in texts.items()}
-    documents = max(len(counts), 1)
+    bags = {e.id: bundle_terms(view, e) for e in candidates}
+    documents = max(len(bags), 1)
+    unique = set(wanted)
+    # Document frequency once per query term, not once per bundle and term.
+    frequency = {term: sum(1 for bag, _ in bags.values() if term in bag) for term in unique}
+    idf = {term: math.log((1 + documents) / (1 + frequency[term])) + 1 for term in unique}
     phrases = [' '.join(pair) for pair in pairwise(wanted)]
     scored: list[tuple[str, float]] = []
     for position, exchange in enumerate(candidates):
-        bag = counts[exchange.id]
+        bag, text = bags[exchange.id]
         total = max(sum(bag.values()), 1)
-        score = 0.0
-        for term in set(wanted):
-            frequency = sum(1 for c in counts.values() if term in c)
-            if bag[term]:
-                score += (bag[term] / total) * (math.log((1 + documents) / (1 + frequency)) + 1)
-        text = ' '.join(terms(texts[exchange.id]))
+        score = sum((bag[term] / total) * idf[term] for term in unique if bag[term])
         score += sum(0.5 for phrase in phrases if phrase in text)
         if score > 0:
             scored.append((exchange.id, score + position * 1e-9))

@@ -32,7 +32,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai_harness.compaction import estimate_message_tokens, estimate_token_count, is_pinned
+from pydantic_ai_harness.compaction import estimate_token_count, is_pinned
 
 from pydantic_ai_compaction.protocols.types import METADATA_KEY, Exchange, ExchangeKind, PartRef
 
@@ -199,7 +199,7 @@ def segment(messages: Sequence[ModelMessage], protect: ProtectPredicate | None =
     units = _build_units(messages)
     groups = _merge_linked(units)
     next_number, stamped_numbers = _id_counter(messages, units)
-    token_counts = estimate_message_tokens(messages)
+    token_counts = [message_tokens(message) for message in messages]
 
     exchanges: list[Exchange] = []
     used: set[str] = set()
@@ -370,6 +370,28 @@ def _id_counter(messages: Sequence[ModelMessage], units: list[_Unit]) -> tuple[i
     return highest, stamped
 
 
+_TOKENS_MEMO: dict[int, tuple[ModelMessage, int]] = {}
+_TOKENS_MEMO_LIMIT = 200_000
+
+
+def message_tokens(message: ModelMessage) -> int:
+    """Estimated tokens a message adds (harness's text estimate; a response at least its output tokens).
+
+    Memoized by identity: messages are reused as the same objects from request to request, so after
+    the first request only new messages are measured.
+    """
+    cached = _TOKENS_MEMO.get(id(message))
+    if cached is not None and cached[0] is message:
+        return cached[1]
+    tokens = estimate_token_count([_without_instructions(message)])
+    if isinstance(message, ModelResponse):
+        tokens = max(tokens, message.usage.output_tokens)
+    if len(_TOKENS_MEMO) >= _TOKENS_MEMO_LIMIT:
+        _TOKENS_MEMO.clear()
+    _TOKENS_MEMO[id(message)] = (message, tokens)
+    return tokens
+
+
 def _tokens(messages: Sequence[ModelMessage], refs: tuple[PartRef, ...], counts: list[int]) -> int:
     total = 0
     for index, parts in refs:
@@ -398,8 +420,12 @@ def _protection(
         return 'opening'
     if kind == 'boundary':
         return 'boundary'
-    for ref in refs:
-        if any(is_pinned(part) for part in fragment(messages, ref).parts):
+    for index, part_indices in refs:
+        message = messages[index]
+        if not isinstance(message, ModelRequest):
+            continue  # pins are user content: only requests can hold them
+        parts = message.parts if part_indices is None else [message.parts[i] for i in part_indices]
+        if any(isinstance(part, UserPromptPart) and is_pinned(part) for part in parts):
             return 'pinned'
     return None
 

@@ -1,0 +1,75 @@
+"""The savings table: every strategy against no compaction and each harness anchor, at the same seeds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic_ai_compaction.evals import strategies
+from pydantic_ai_compaction.evals.report import Record, Row, build_rows
+from pydantic_ai_compaction.evals.runner import RunSpec, run_all
+
+ANCHORS = ('none', *strategies.HARNESS)
+
+
+def specs(size: int = 20, seeds: Sequence[int] = (101, 102, 103)) -> list[RunSpec]:
+    """The incident runs the table is built from."""
+    return [
+        RunSpec('incident', name, seed, variant, size)
+        for variant in ('owner', 'lowercase', 'scope')
+        for seed in seeds
+        for name in strategies.ALL
+    ]
+
+
+def _ratio(ours: float, theirs: float) -> str:
+    return f'{ours / theirs:.2f}×' if theirs else '–'
+
+
+def table(records: Sequence[Record]) -> str:
+    """Markdown: one block of rows per anchor."""
+    rows = {row.strategy: row for row in build_rows(records, baseline=None)}
+    lines = [
+        '| strategy | vs | pass | anchor pass | cum. input | peak prompt | cost | compactor tokens |',
+        '|---|---|---|---|---|---|---|---|',
+    ]
+    for anchor in ANCHORS:
+        base = rows[anchor]
+        for name in strategies.OURS:
+            if name == anchor or name not in rows:
+                continue
+            row = rows[name]
+            lines.append(
+                f'| {name} | {anchor} | {row.passed}/{row.runs - row.missing} | {base.passed}/{base.runs - base.missing} | '
+                f'{_ratio(row.cumulative_input, base.cumulative_input)} | {_ratio(row.peak_prompt, base.peak_prompt)} | '
+                f'{_ratio(row.cost.high, base.cost.high)} | {row.compactor_tokens:,.0f} |'
+            )
+    return '\n'.join(lines)
+
+
+def target(records: Sequence[Record]) -> str:
+    """Whether the best strategy at no compaction's pass rate saves at least 50 % input and 60 % cost."""
+    rows = {row.strategy: row for row in build_rows(records, baseline=None)}
+    none = rows['none']
+    at_rate = [rows[n] for n in strategies.OURS if n != 'none' and n in rows and rows[n].passed >= none.passed]
+    if not at_rate:
+        return 'No strategy reaches no-compaction\'s pass rate.'
+    best: Row = min(at_rate, key=lambda r: r.cost.high)
+    input_saving = 1 - best.cumulative_input / none.cumulative_input
+    cost_saving = 1 - best.cost.high / none.cost.high
+    verdict = 'met' if input_saving >= 0.5 and cost_saving >= 0.6 else 'not met'
+    return (
+        f'Best strategy at no-compaction\'s pass rate ({none.passed}/{none.runs - none.missing}): {best.strategy}, '
+        f'{input_saving:.0%} less cumulative input (target 50 %), {cost_saving:.0%} lower cache-aware cost '
+        f'(target 60 %): {verdict}.'
+    )
+
+
+async def main(progress: bool = False) -> list[dict[str, Any]]:
+    """Run the incident benchmark (20 logs) and print the savings table."""
+    records = await run_all(specs(), concurrency=2, progress=progress)
+    print('## Savings on the 20-log incident audit (reference model; ratios of medians per run)\n')
+    print(table(records))
+    print()
+    print(target(records))
+    return records
