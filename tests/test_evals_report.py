@@ -65,3 +65,19 @@ def test_recall_compare_prints_both_search_tools(capsys: object) -> None:
     # Every question's value is found by word match against the line and its call.
     assert ours.split('|')[2].strip() == ours.split('|')[3].strip() == '12'
     assert int(theirs.split('|')[3]) <= 12
+
+
+def test_savings_target_is_judged_from_records() -> None:
+    from pydantic_ai_compaction.evals import savings
+
+    records = [record('none', seed, True, [1000, 40_000]) for seed in range(3)]
+    records += [record('summary', seed, True, [1000, 4_000]) for seed in range(3)]
+    records += [record('native', seed, False, [1000, 3_000]) for seed in range(3)]
+    for anchor in ('harness-clear', 'harness-sliding', 'harness-summarizing', 'harness-tiered'):
+        records += [record(anchor, seed, False, [1000, 2_000]) for seed in range(3)]
+    verdict = savings.target(records)
+    # summary reaches none's pass rate with 5,000 against 41,000 input tokens: 88 % less, and cheaper.
+    assert verdict.startswith("Best strategy at no-compaction's pass rate (3/3): summary, 88% less")
+    assert verdict.endswith(': met.')
+    table = savings.table(records)
+    assert '| summary | none | 3/3 | 3/3 | 0.12× |' in table

@@ -34,7 +34,6 @@ from pydantic_ai_harness.compaction import ClearToolResults, estimate_context_to
 
 from pydantic_ai_compaction import (
     Archive,
-    BoundedSelection,
     ForgetReasoning,
     InstructionSources,
     Proposal,
@@ -62,12 +61,17 @@ def synthetic_history(steps: int, result_bytes: int, *, seed: int = 7) -> list[M
     rng = random.Random(seed)
     alphabet = 'abcdefghijklmnopqrstuvwxyz     0123456789=_'
     messages: list[ModelMessage] = [
-        ModelRequest(parts=[SystemPromptPart('You audit logs.'), UserPromptPart('Audit every log and report incidents.')])
+        ModelRequest(
+            parts=[SystemPromptPart('You audit logs.'), UserPromptPart('Audit every log and report incidents.')]
+        )
     ]
     for step in range(steps):
         messages.append(
             ModelResponse(
-                parts=[ThinkingPart('checking the next log ' * 8), ToolCallPart('read_log', {'index': step}, tool_call_id=f'c{step}')],
+                parts=[
+                    ThinkingPart('checking the next log ' * 8),
+                    ToolCallPart('read_log', {'index': step}, tool_call_id=f'c{step}'),
+                ],
                 usage=RequestUsage(input_tokens=20 + step * (result_bytes // 4 + 40), output_tokens=60),
                 model_name='synthetic',
             )
@@ -75,7 +79,9 @@ def synthetic_history(steps: int, result_bytes: int, *, seed: int = 7) -> list[M
         body = ''.join(rng.choice(alphabet) for _ in range(result_bytes))
         if step == steps // 2:
             body = 'CHANGE: report ids in lowercase\n' + body
-        messages.append(ModelRequest(parts=[ToolReturnPart('read_log', f'log {step}\n{body}', tool_call_id=f'c{step}')]))
+        messages.append(
+            ModelRequest(parts=[ToolReturnPart('read_log', f'log {step}\n{body}', tool_call_id=f'c{step}')])
+        )
     return messages
 
 
@@ -111,47 +117,55 @@ class Row:
 async def overhead(repeat: int = 5) -> list[Row]:
     """Every deterministic path at every size, with harness's two anchors measured alongside."""
     rows: list[Row] = []
-    ctx = RunContext[None](deps=None, model=TestModel(), usage=RunUsage())
     for size, (steps, result_bytes) in SIZES.items():
-        history = synthetic_history(steps, result_bytes)
-        estimate_ms = _ms(lambda: estimate_context_tokens(history), repeat)
-        clear = ClearToolResults(max_tokens=1)
-        clear_ms = await _ams(lambda: clear.compact(history, ctx), repeat)
-        view = segment(history)
-        layout = validate(Proposal(keep=view.ids[-3:], summary=Summary('s')), view)
-        request = current_request_text(history)
-        # The steady state of a run: earlier results numbered and steps decided; one new step arrives.
-        archive = Archive()
-        later = RunContext[None](deps=None, model=TestModel(), usage=RunUsage(), run_step=5)
-        numbered = archive._number_results(ctx, history[:-2]) or history[:-2]  # pyright: ignore[reportPrivateUsage]
-        forget = ForgetReasoning(policy='drop')
-        decided = forget.decide(history[:-2]) or history[:-2]
-        steady_archive = [*numbered, *history[-2:]]
-        steady_forget = [*decided, *history[-2:]]
-        reset = ResetToCheckpoint(trigger=Trigger(tokens=1))
-        below = ResetToCheckpoint(trigger=Trigger(tokens=10**9))
-        cctx = CompactionContext(run=ctx, model=TestModel(), model_settings=None, parameters=ModelRequestParameters())
-        paths: dict[str, Callable[[], object]] = {
-            'trigger (measure)': lambda: Trigger(tokens=1).measure(history),
-            'segmentation': lambda: segment(history),
-            'validator': lambda: validate(Proposal(keep=view.ids[::-2], summary=Summary('s')), view),
-            'layout application': lambda: apply_layout(view, layout, {'strategy': 'bench'}),
-            'reassert (gather changes)': lambda: gather_instructions(view, InstructionSources(markers=('CHANGE:',))),
-            'archive (number new results)': lambda: archive._number_results(later, steady_archive),  # pyright: ignore[reportPrivateUsage]
-            'forget-reasoning (decide)': lambda: forget.decide(steady_forget),
-            'bounded selection': lambda: project(view, select(view, request, 10_000)),
-        }
-        measured: dict[str, float] = {}
-        measured['below trigger (whole hook)'] = await _ams(
-            lambda: below.maybe_compact(history, ctx, model=TestModel(), model_settings=None, parameters=ModelRequestParameters()),
-            repeat,
-        )
-        for name, function in paths.items():
-            measured[name] = _ms(function, repeat)
-        measured['reset (whole compaction)'] = await _ams(lambda: run_compaction(reset, history, cctx), max(1, repeat // 2))
-        rows.append(Row('harness estimate_context_tokens', size, estimate_ms, estimate_ms / clear_ms, 1.0))
-        rows.append(Row('harness ClearToolResults.compact', size, clear_ms, 1.0, clear_ms / estimate_ms))
-        rows.extend(Row(name, size, ms, ms / clear_ms, ms / estimate_ms) for name, ms in measured.items())
+        rows.extend(await _measure(size, synthetic_history(steps, result_bytes), repeat))
+    return rows
+
+
+async def _measure(size: str, history: list[ModelMessage], repeat: int) -> list[Row]:
+    """Every path on one history (a function of its own, so each measured closure binds this size's values)."""
+    rows: list[Row] = []
+    ctx = RunContext[None](deps=None, model=TestModel(), usage=RunUsage())
+    estimate_ms = _ms(lambda: estimate_context_tokens(history), repeat)
+    clear = ClearToolResults(max_tokens=1)
+    clear_ms = await _ams(lambda: clear.compact(history, ctx), repeat)
+    view = segment(history)
+    layout = validate(Proposal(keep=view.ids[-3:], summary=Summary('s')), view)
+    request = current_request_text(history)
+    # The steady state of a run: earlier results numbered and steps decided; one new step arrives.
+    archive = Archive()
+    later = RunContext[None](deps=None, model=TestModel(), usage=RunUsage(), run_step=5)
+    numbered = archive._number_results(ctx, history[:-2]) or history[:-2]  # pyright: ignore[reportPrivateUsage]
+    forget = ForgetReasoning(policy='drop')
+    decided = forget.decide(history[:-2]) or history[:-2]
+    steady_archive = [*numbered, *history[-2:]]
+    steady_forget = [*decided, *history[-2:]]
+    reset = ResetToCheckpoint(trigger=Trigger(tokens=1))
+    below = ResetToCheckpoint(trigger=Trigger(tokens=10**9))
+    cctx = CompactionContext(run=ctx, model=TestModel(), model_settings=None, parameters=ModelRequestParameters())
+    paths: dict[str, Callable[[], object]] = {
+        'trigger (measure)': lambda: Trigger(tokens=1).measure(history),
+        'segmentation': lambda: segment(history),
+        'validator': lambda: validate(Proposal(keep=view.ids[::-2], summary=Summary('s')), view),
+        'layout application': lambda: apply_layout(view, layout, {'strategy': 'bench'}),
+        'reassert (gather changes)': lambda: gather_instructions(view, InstructionSources(markers=('CHANGE:',))),
+        'archive (number new results)': lambda: archive._number_results(later, steady_archive),  # pyright: ignore[reportPrivateUsage]
+        'forget-reasoning (decide)': lambda: forget.decide(steady_forget),
+        'bounded selection': lambda: project(view, select(view, request, 10_000)),
+    }
+    measured: dict[str, float] = {}
+    measured['below trigger (whole hook)'] = await _ams(
+        lambda: below.maybe_compact(
+            history, ctx, model=TestModel(), model_settings=None, parameters=ModelRequestParameters()
+        ),
+        repeat,
+    )
+    for name, function in paths.items():
+        measured[name] = _ms(function, repeat)
+    measured['reset (whole compaction)'] = await _ams(lambda: run_compaction(reset, history, cctx), max(1, repeat // 2))
+    rows.append(Row('harness estimate_context_tokens', size, estimate_ms, estimate_ms / clear_ms, 1.0))
+    rows.append(Row('harness ClearToolResults.compact', size, clear_ms, 1.0, clear_ms / estimate_ms))
+    rows.extend(Row(name, size, ms, ms / clear_ms, ms / estimate_ms) for name, ms in measured.items())
     return rows
 
 

@@ -39,10 +39,11 @@ def table(records: Sequence[Record]) -> str:
             if name == anchor or name not in rows:
                 continue
             row = rows[name]
+            ours, theirs = f'{row.passed}/{row.runs - row.missing}', f'{base.passed}/{base.runs - base.missing}'
             lines.append(
-                f'| {name} | {anchor} | {row.passed}/{row.runs - row.missing} | {base.passed}/{base.runs - base.missing} | '
-                f'{_ratio(row.cumulative_input, base.cumulative_input)} | {_ratio(row.peak_prompt, base.peak_prompt)} | '
-                f'{_ratio(row.cost.high, base.cost.high)} | {row.compactor_tokens:,.0f} |'
+                f'| {name} | {anchor} | {ours} | {theirs} | {_ratio(row.cumulative_input, base.cumulative_input)} | '
+                f'{_ratio(row.peak_prompt, base.peak_prompt)} | {_ratio(row.cost.high, base.cost.high)} | '
+                f'{row.compactor_tokens:,.0f} |'
             )
     return '\n'.join(lines)
 
@@ -53,13 +54,13 @@ def target(records: Sequence[Record]) -> str:
     none = rows['none']
     at_rate = [rows[n] for n in strategies.OURS if n != 'none' and n in rows and rows[n].passed >= none.passed]
     if not at_rate:
-        return 'No strategy reaches no-compaction\'s pass rate.'
+        return "No strategy reaches no-compaction's pass rate."
     best: Row = min(at_rate, key=lambda r: r.cost.high)
     input_saving = 1 - best.cumulative_input / none.cumulative_input
     cost_saving = 1 - best.cost.high / none.cost.high
     verdict = 'met' if input_saving >= 0.5 and cost_saving >= 0.6 else 'not met'
     return (
-        f'Best strategy at no-compaction\'s pass rate ({none.passed}/{none.runs - none.missing}): {best.strategy}, '
+        f"Best strategy at no-compaction's pass rate ({none.passed}/{none.runs - none.missing}): {best.strategy}, "
         f'{input_saving:.0%} less cumulative input (target 50 %), {cost_saving:.0%} lower cache-aware cost '
         f'(target 60 %): {verdict}.'
     )

@@ -135,7 +135,11 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
                     decision = 'deferred'
             if decision == reasoning_decision(message):
                 continue
-            parts = message.parts if decision != 'dropped' else [p for p in message.parts if not isinstance(p, ThinkingPart)]
+            parts = (
+                message.parts
+                if decision != 'dropped'
+                else [p for p in message.parts if not isinstance(p, ThinkingPart)]
+            )
             thinking_chars = sum(len(p.content) for p in thinking)
             marks = {
                 **str_dict(str_dict(message.metadata).get(METADATA_KEY)),
@@ -143,7 +147,9 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
                 'thinking_chars': thinking_chars,
                 'output_tokens': message.usage.output_tokens,
             }
-            out[index] = replace(message, parts=list(parts), metadata={**str_dict(message.metadata), METADATA_KEY: marks})
+            out[index] = replace(
+                message, parts=list(parts), metadata={**str_dict(message.metadata), METADATA_KEY: marks}
+            )
             changed = True
         return out if changed else None
 
