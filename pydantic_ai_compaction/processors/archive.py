@@ -34,6 +34,7 @@ from pydantic_ai_harness.compaction import estimate_token_count
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, ArchiveStore
 from pydantic_ai_compaction.protocols.types import METADATA_KEY
+from pydantic_ai_compaction.runtime.context import conversation_of
 from pydantic_ai_compaction.runtime.segment import str_dict
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
 
@@ -142,9 +143,7 @@ class Archive(AbstractCapability[AgentDepsT]):
 
     def conversation_id(self, ctx: RunContext[AgentDepsT]) -> str:
         """The id this conversation's entries are filed under."""
-        if self.conversation is not None:
-            return self.conversation(ctx)
-        return ctx.conversation_id or ctx.run_id or 'default'
+        return conversation_of(ctx, self.conversation)
 
     async def before_model_request(
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext

@@ -14,6 +14,7 @@ from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
 from pydantic_ai_compaction.protocols.archive import ArchiveStore, Note, NoteKind
+from pydantic_ai_compaction.runtime.context import conversation_of
 from pydantic_ai_compaction.runtime.notes import NOTE_TOOL
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
 
@@ -59,6 +60,5 @@ class Notes(AbstractCapability[AgentDepsT]):
             kind: decision, rejected, progress or fact.
             text: The note, self-contained.
         """
-        conversation = self.conversation(ctx) if self.conversation else (ctx.conversation_id or ctx.run_id or 'default')
-        self.store.add_note(conversation, Note(kind, text.strip()))
+        self.store.add_note(conversation_of(ctx, self.conversation), Note(kind, text.strip()))
         return 'Noted.'

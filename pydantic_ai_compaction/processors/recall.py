@@ -31,6 +31,7 @@ from pydantic_ai.toolsets import FunctionToolset
 
 from pydantic_ai_compaction.processors.archive import args_json, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchiveStore, Hit, LineSource, LogLine
+from pydantic_ai_compaction.runtime.context import conversation_of
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
 from pydantic_ai_compaction.runtime.transcript import user_text
 
@@ -88,10 +89,8 @@ class Recall(AbstractCapability[AgentDepsT]):
         return toolset
 
     def conversation_id(self, ctx: RunContext[AgentDepsT]) -> str:
-        """The id this conversation's lines are filed under."""
-        if self.conversation is not None:
-            return self.conversation(ctx)
-        return ctx.conversation_id or ctx.run_id or 'default'
+        """The id this conversation's entries are filed under."""
+        return conversation_of(ctx, self.conversation)
 
     async def before_model_request(
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext

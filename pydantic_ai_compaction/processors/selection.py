@@ -31,7 +31,7 @@ from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai_compaction.protocols.schemas import CURATOR_SCHEMA
 from pydantic_ai_compaction.protocols.types import Exchange
 from pydantic_ai_compaction.runtime import compactor
-from pydantic_ai_compaction.runtime.context import CompactionContext
+from pydantic_ai_compaction.runtime.context import CompactionContext, for_request
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, segment
 from pydantic_ai_compaction.runtime.transcript import listing, render_messages, user_text
@@ -331,14 +331,7 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
         view = segment(request_context.messages)
         request = current_request_text(request_context.messages)
         if self._state.request != request:
-            cctx = CompactionContext(
-                run=ctx,
-                model=request_context.model,
-                model_settings=request_context.model_settings,
-                parameters=request_context.model_request_parameters,
-                retry=self.retry,
-            )
-            curation, failure = await self._curate(view, request, cctx)
+            curation, failure = await self._curate(view, request, for_request(ctx, request_context, self.retry))
             self._state = _CuratorState(request=request, curation=curation, failure=failure)
         curation = self._state.curation
         if curation is None:

@@ -36,7 +36,7 @@ from pydantic_ai_compaction.processors.forget import WRITE_TOOLS
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, ArchiveStore
 from pydantic_ai_compaction.protocols.types import METADATA_KEY
 from pydantic_ai_compaction.runtime import compactor
-from pydantic_ai_compaction.runtime.context import CompactionContext
+from pydantic_ai_compaction.runtime.context import CompactionContext, conversation_of, for_request
 from pydantic_ai_compaction.runtime.notes import NOTES_HEADER, gather_notes
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.segment import ConversationView, segment, str_dict
@@ -180,14 +180,7 @@ class Tiered(AbstractCapability[AgentDepsT]):
         view = self.view(persisted)
         tokens = estimate_token_count(view)
         if self.summarize and tokens >= min(self.summarize_at * window, self.summarize_max_tokens):
-            cctx = CompactionContext(
-                run=ctx,
-                model=request_context.model,
-                model_settings=request_context.model_settings,
-                parameters=request_context.model_request_parameters,
-                retry=self.retry,
-            )
-            view = await self._summarize(view, window, cctx)
+            view = await self._summarize(view, window, for_request(ctx, request_context, self.retry))
             self._projection = replace(self._projection, covers=len(persisted), messages=view)
         elif tokens >= self.clear_at * window:
             cleared = self._clear(view, window, ctx)
@@ -243,7 +236,7 @@ class Tiered(AbstractCapability[AgentDepsT]):
         """Archive cleared outputs when a store is set; their references, or `None` each."""
         if self.store is None or not cleared:
             return [None] * len(cleared)
-        conversation = self.conversation(ctx) if self.conversation else (ctx.conversation_id or ctx.run_id or 'default')
+        conversation = conversation_of(ctx, self.conversation)
         try:
             numbers = self.store.next_numbers(conversation, 'archive', len(cleared))
             now = datetime.now(UTC).isoformat()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai.models import Model, ModelRequestContext, ModelRequestParameters
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import RunContext
 
@@ -37,3 +38,21 @@ class CompactionContext:
 
     trigger_tokens: int | None = None
     """What the trigger measured, or `None` when compaction was forced (`compact`, `replay`)."""
+
+
+def conversation_of(ctx: RunContext[Any], override: Callable[[RunContext[Any]], str] | None = None) -> str:
+    """The conversation id stores file entries under: an override, else the run's conversation (or run) id."""
+    if override is not None:
+        return override(ctx)
+    return ctx.conversation_id or ctx.run_id or 'default'
+
+
+def for_request(ctx: RunContext[Any], request_context: ModelRequestContext, retry: RetryPolicy) -> CompactionContext:
+    """The compaction context of a `before_model_request` hook: the request's model, settings and parameters."""
+    return CompactionContext(
+        run=ctx,
+        model=request_context.model,
+        model_settings=request_context.model_settings,
+        parameters=request_context.model_request_parameters,
+        retry=retry,
+    )

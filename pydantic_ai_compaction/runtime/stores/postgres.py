@@ -7,7 +7,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Hit, LogLine, Note
-from pydantic_ai_compaction.runtime.stores._query import words
+from pydantic_ai_compaction.runtime.stores._query import (
+    ARCHIVED_COLUMNS,
+    archived_from_row,
+    archived_row,
+    line_context,
+    words,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS pac_counters (
@@ -92,14 +98,9 @@ class PostgresArchiveStore:
             try:
                 with self._db.transaction(), self._db.cursor() as cursor:
                     cursor.executemany(
-                        'INSERT INTO pac_archived (conversation_id, ref, result_id, tool_name, tool_call_id, '
-                        'args_json, payload, note, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)',
-                        [
-                            (e.conversation_id, e.ref, e.result_id, e.tool_name, e.tool_call_id, e.args_json,
-                             e.payload, e.note, e.created_at)
-                            for e in entries
-                        ],
-                    )  # fmt: skip
+                        f'INSERT INTO pac_archived ({ARCHIVED_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)',
+                        [archived_row(entry) for entry in entries],
+                    )
             except self._psycopg.Error as error:
                 raise ArchiveError(f'PostgreSQL archive write failed, nothing was stored: {error}') from error
             finally:
@@ -109,17 +110,11 @@ class PostgresArchiveStore:
         """This conversation's entry only."""
         with self._lock:
             row = self._db.execute(
-                'SELECT conversation_id, ref, result_id, tool_name, tool_call_id, args_json, payload, note, created_at '
-                'FROM pac_archived WHERE conversation_id = %s AND ref = %s',
+                f'SELECT {ARCHIVED_COLUMNS} FROM pac_archived WHERE conversation_id = %s AND ref = %s',
                 (conversation_id, ref),
             ).fetchone()
             self._db.commit()
-        if row is None:
-            return None
-        return ArchivedResult(
-            conversation_id=row[0], ref=row[1], result_id=row[2], tool_name=row[3], tool_call_id=row[4],
-            args_json=row[5], payload=bytes(row[6]), note=row[7], created_at=row[8],
-        )  # fmt: skip
+        return archived_from_row(row)
 
     def add_note(self, conversation_id: str, note: Note) -> None:
         """Append a note."""
@@ -169,7 +164,7 @@ class PostgresArchiveStore:
                         fresh[key] = inserted is not None
                     if fresh[key]:
                         rows.append(
-                            (line.conversation_id, line.text, f'{line.tool_name} {line.args} {line.result_id}',
+                            (line.conversation_id, line.text, line_context(line),
                              line.source, line.tool_name, line.args, line.result_id, line.line_no)
                         )  # fmt: skip
                 if rows:

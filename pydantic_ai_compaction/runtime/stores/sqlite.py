@@ -9,7 +9,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Hit, LogLine, Note
-from pydantic_ai_compaction.runtime.stores._query import words
+from pydantic_ai_compaction.runtime.stores._query import (
+    ARCHIVED_COLUMNS,
+    archived_from_row,
+    archived_row,
+    line_context,
+    words,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS counters (
@@ -94,14 +100,9 @@ class SQLiteArchiveStore:
         try:
             with self._transaction() as db:
                 db.executemany(
-                    'INSERT INTO archived (conversation_id, ref, result_id, tool_name, tool_call_id, args_json, '
-                    'payload, note, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
-                    [
-                        (e.conversation_id, e.ref, e.result_id, e.tool_name, e.tool_call_id, e.args_json,
-                         e.payload, e.note, e.created_at)
-                        for e in entries
-                    ],
-                )  # fmt: skip
+                    f'INSERT INTO archived ({ARCHIVED_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
+                    [archived_row(entry) for entry in entries],
+                )
         except sqlite3.Error as error:
             raise ArchiveError(f'SQLite archive write failed, nothing was stored: {error}') from error
 
@@ -109,16 +110,10 @@ class SQLiteArchiveStore:
         """This conversation's entry only."""
         with self._lock:
             row = self._db.execute(
-                'SELECT conversation_id, ref, result_id, tool_name, tool_call_id, args_json, payload, note, created_at '
-                'FROM archived WHERE conversation_id = ? AND ref = ?',
+                f'SELECT {ARCHIVED_COLUMNS} FROM archived WHERE conversation_id = ? AND ref = ?',
                 (conversation_id, ref),
             ).fetchone()
-        if row is None:
-            return None
-        return ArchivedResult(
-            conversation_id=row[0], ref=row[1], result_id=row[2], tool_name=row[3], tool_call_id=row[4],
-            args_json=row[5], payload=bytes(row[6]), note=row[7], created_at=row[8],
-        )  # fmt: skip
+        return archived_from_row(row)
 
     def add_note(self, conversation_id: str, note: Note) -> None:
         """Append a note."""
@@ -171,7 +166,7 @@ class SQLiteArchiveStore:
                         'INSERT INTO log (text, context, conversation_id, source, tool_name, args, result_id, line_no) '
                         'VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
                         (
-                            line.text, f'{line.tool_name} {line.args} {line.result_id}', line.conversation_id,
+                            line.text, line_context(line), line.conversation_id,
                             line.source, line.tool_name, line.args, line.result_id, line.line_no,
                         ),
                     )  # fmt: skip
