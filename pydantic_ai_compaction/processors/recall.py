@@ -69,6 +69,7 @@ class Recall(AbstractCapability[AgentDepsT]):
     """What the agent is taught about recall."""
 
     _fingerprints: dict[int, tuple[object, str]] = field(default_factory=dict[int, tuple[object, str]], repr=False)
+    _indexed: set[str] = field(default_factory=set[str], repr=False)
 
     def __post_init__(self) -> None:
         if self.limit < 1:
@@ -76,7 +77,7 @@ class Recall(AbstractCapability[AgentDepsT]):
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """A copy with its own memo of parts already fingerprinted."""
-        return replace(self, _fingerprints={})
+        return replace(self, _fingerprints={}, _indexed=set())
 
     def get_instructions(self) -> str:
         """When to search."""
@@ -108,13 +109,17 @@ class Recall(AbstractCapability[AgentDepsT]):
                 fingerprint = self._fingerprint(part)
                 if fingerprint is not None:
                     pending.append((fingerprint, part, message))
+        # Parts this run already indexed are skipped without asking the store: a request after one new
+        # step asks only about that step's parts.
+        pending = [item for item in pending if item[0] not in self._indexed]
         known = self.store.indexed(conversation_id, [fingerprint for fingerprint, *_ in pending])
         lines: list[LogLine] = []
         for fingerprint, part, message in pending:
-            if fingerprint in known:
-                continue
-            lines.extend(_lines(conversation_id, fingerprint, part, message, calls))
-        return self.store.index_lines(lines)
+            if fingerprint not in known:
+                lines.extend(_lines(conversation_id, fingerprint, part, message, calls))
+        added = self.store.index_lines(lines)
+        self._indexed.update(fingerprint for fingerprint, *_ in pending)
+        return added
 
     def _fingerprint(self, part: object) -> str | None:
         memo = self._fingerprints.get(id(part))
