@@ -144,6 +144,7 @@ def fuzzed_replies(ids: list[str]) -> st.SearchStrategy[str]:
         max_leaves=20,
     )
     return st.one_of(
+        st.just(REFERENCE),
         valid,
         valid.map(lambda text: text[: len(text) // 2]),  # truncated
         st.builds(lambda keep: 'KEEP: ' + ', '.join(keep) + '\nsummary text', some_ids),
@@ -156,7 +157,17 @@ def fuzzed_replies(ids: list[str]) -> st.SearchStrategy[str]:
     )
 
 
+REFERENCE = '<reference model>'
+"""A reply drawn as this uses the evaluation harness's reference model instead of a fixed text."""
+
+
 def reply_model(reply: str) -> FunctionModel:
+    if reply == REFERENCE:
+        from pydantic_ai_compaction.evals.reference.incident import IncidentPlayer
+        from pydantic_ai_compaction.evals.reference.model import ReferenceModel
+
+        return ReferenceModel(IncidentPlayer()).model()
+
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         return ModelResponse(parts=[TextPart(reply)])
 

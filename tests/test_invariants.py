@@ -71,3 +71,18 @@ def test_fuzzed_replies_never_raise_out_of_the_capability() -> None:
     ]:
         out = asyncio.run(replay(Fork(), recorded_history(), model=reply_model(reply)))
         assert out  # a fallback, never an exception
+
+
+@settings(max_examples=EXAMPLES * 3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=histories(), data=st.data())
+def test_curator_replies_are_checked_never_trusted(history: list[ModelMessage], data: st.DataObject) -> None:
+    from pydantic_ai_compaction import CuratedSelection
+
+    view = segment(history)
+    reply = data.draw(fuzzed_replies(list(view.ids)))
+    curation, failure = CuratedSelection().check(reply, view)
+    # Either a checked curation whose ids all exist and fit the budgets, or a recorded reason to fall back.
+    assert (curation is None) != (failure is None)
+    if curation is not None:
+        assert all(i in view.by_id for i in curation.focal)
+        assert len(curation.orientation) // 4 <= 2_000
