@@ -10,6 +10,7 @@ re-run, and nothing but tool results can be archived.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -148,8 +149,15 @@ class Archive(AbstractCapability[AgentDepsT]):
     async def before_model_request(
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        """Give new tool results their ids (persisted once, before they are first sent); maybe remind."""
-        numbered = self._number_results(ctx, list(request_context.messages))
+        """Give new tool results their ids (persisted once, before they are first sent); maybe remind.
+
+        Works on the persisted history (`ctx.messages`), never on a request-only view.
+        """
+        try:
+            numbered = self._number_results(ctx, list(ctx.messages))
+        except ArchiveError as error:
+            warnings.warn(f'Archive could not number new results this request: {error}', RuntimeWarning, stacklevel=2)
+            numbered = None
         if numbered is not None:
             ctx.messages[:] = numbered
             request_context = replace(request_context, messages=list(numbered))
@@ -165,26 +173,41 @@ class Archive(AbstractCapability[AgentDepsT]):
 
     def _number_results(self, ctx: RunContext[AgentDepsT], messages: list[ModelMessage]) -> list[ModelMessage] | None:
         todo: list[tuple[int, int]] = []
+        highest = 0
         # New results arrive at the end: scan back to the last request whose results are all numbered
-        # (the whole history only on a run's first request, which may bring in an older history).
+        # (the whole history only on a run's first request, which may bring in an older history). The
+        # newest ids sit where the scan stops, so `highest` is the highest id the history holds.
         full_scan = ctx.run_step <= 1
         for index in range(len(messages) - 1, -1, -1):
             message = messages[index]
             if not isinstance(message, ModelRequest):
                 continue
-            fresh = [
-                part_index
-                for part_index, part in enumerate(message.parts)
-                if type(part) is ToolReturnPart and part.outcome != 'retried' and result_id_of(part) is None
-            ]
-            numbered = any(isinstance(part, ToolReturnPart) and result_id_of(part) for part in message.parts)
+            fresh: list[int] = []
+            numbered = False
+            for part_index, part in enumerate(message.parts):
+                if not isinstance(part, ToolReturnPart):
+                    continue
+                result_id = result_id_of(part)
+                if result_id is not None:
+                    numbered = True
+                    if _RESULT_ID.match(result_id):
+                        highest = max(highest, int(result_id[1:]))
+                elif type(part) is ToolReturnPart and part.outcome != 'retried':
+                    fresh.append(part_index)
             todo.extend((index, part_index) for part_index in reversed(fresh))
             if numbered and not fresh and not full_scan:
                 break
         todo.reverse()
         if not todo:
             return None
-        numbers = self.store.next_numbers(self.conversation_id(ctx), 'result', len(todo))
+        conversation = self.conversation_id(ctx)
+        numbers = self.store.next_numbers(conversation, 'result', len(todo))
+        if numbers[0] <= highest:
+            # A new store or conversation id starts its counter at 1 while the history already holds
+            # ids: move past the highest one so an id is never given twice.
+            if (gap := highest - numbers[-1]) > 0:
+                self.store.next_numbers(conversation, 'result', gap)
+            numbers = self.store.next_numbers(conversation, 'result', len(todo))
         out = list(messages)
         for (index, part_index), number in zip(todo, numbers, strict=True):
             request = out[index]
@@ -324,7 +347,10 @@ class Archive(AbstractCapability[AgentDepsT]):
         Args:
             archive_ref: The reference shown in the stub, e.g. "a3".
         """
-        entry = self.store.get_archived(self.conversation_id(ctx), archive_ref.strip())
+        try:
+            entry = self.store.get_archived(self.conversation_id(ctx), archive_ref.strip())
+        except ArchiveError as error:
+            raise ModelRetry(f'The archive store failed: {error}') from error
         if entry is None:
             raise ModelRetry(f'No archived result {archive_ref!r} in this conversation.')
         return deserialize_part(entry.payload).content

@@ -89,8 +89,11 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
     async def before_model_request(
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        """Decide the steps completed since the last request; persist the decision with the step."""
-        messages = list(request_context.messages)
+        """Decide the steps completed since the last request; persist the decision with the step.
+
+        Works on the persisted history (`ctx.messages`), never on a request-only view.
+        """
+        messages = list(ctx.messages)
         decided = self.decide(messages)
         if decided is None:
             return request_context

@@ -10,10 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
-from pydantic_ai_compaction.protocols.archive import ArchiveStore, Note, NoteKind
+from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore, Note, NoteKind
 from pydantic_ai_compaction.runtime.context import conversation_of
 from pydantic_ai_compaction.runtime.notes import NOTE_TOOL
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
@@ -60,5 +61,8 @@ class Notes(AbstractCapability[AgentDepsT]):
             kind: decision, rejected, progress or fact.
             text: The note, self-contained.
         """
-        self.store.add_note(conversation_of(ctx, self.conversation), Note(kind, text.strip()))
+        try:
+            self.store.add_note(conversation_of(ctx, self.conversation), Note(kind, text.strip()))
+        except ArchiveError as error:
+            raise ModelRetry(f'The note could not be stored: {error}') from error
         return 'Noted.'

@@ -45,8 +45,8 @@ class Pipeline(AbstractCapability[AgentDepsT]):
         ctx: RunContext[AgentDepsT],
         request_context: ModelRequestContext,
     ) -> ModelRequestContext:
-        """Run every step whose trigger the current history crosses."""
-        messages = list(request_context.messages)
+        """Run every step whose trigger the current history crosses (on the persisted history)."""
+        messages = list(ctx.messages)
         changed = False
         for step in self.steps:
             compacted = await step.maybe_compact(

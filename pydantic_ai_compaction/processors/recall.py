@@ -12,6 +12,7 @@ Put `Recall` before compaction strategies in `capabilities=[...]`: the first cap
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, cast
@@ -29,8 +30,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
-from pydantic_ai_compaction.processors.archive import args_json, result_id_of
-from pydantic_ai_compaction.protocols.archive import ArchiveStore, Hit, LineSource, LogLine
+from pydantic_ai_compaction.processors.archive import args_json, original_part, result_id_of
+from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore, Hit, LineSource, LogLine
 from pydantic_ai_compaction.runtime.context import conversation_of
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
 from pydantic_ai_compaction.runtime.transcript import user_text
@@ -97,7 +98,11 @@ class Recall(AbstractCapability[AgentDepsT]):
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         """Index every part not indexed yet (the request itself is unchanged)."""
-        self.index(self.conversation_id(ctx), request_context.messages)
+        try:
+            self.index(self.conversation_id(ctx), request_context.messages)
+        except ArchiveError as error:
+            # Recall degrades; the run goes on (the next request indexes what this one could not).
+            warnings.warn(f'Recall could not index this request: {error}', RuntimeWarning, stacklevel=2)
         return request_context
 
     def index(self, conversation_id: str, messages: Sequence[ModelMessage]) -> int:
@@ -121,14 +126,23 @@ class Recall(AbstractCapability[AgentDepsT]):
         self._indexed.update(fingerprint for fingerprint, *_ in pending)
         return added
 
-    def _fingerprint(self, part: object) -> str | None:
+    def _fingerprint(self, candidate: object) -> str | None:
+        part: object = candidate  # kept as `object`: isinstance below must not narrow it for the key
         memo = self._fingerprints.get(id(part))
         if memo is not None and memo[0] is part:
             return memo[1]
-        text = _text_of(part)
+        # The original text: Archive's id prefix must not make a numbered result look new.
+        call_id = ''
+        source: object = part
+        kind = type(part).__name__
+        if isinstance(candidate, ToolReturnPart):
+            returned = cast('ToolReturnPart', candidate)
+            call_id = returned.tool_call_id
+            source = original_part(returned)
+        text = _text_of(source)
         if not text:
             return None
-        key = f'{type(part).__name__}:{getattr(part, "tool_call_id", "")}:{text}'
+        key = f'{kind}:{call_id}:{text}'
         fingerprint = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
         # Keeping the part referenced makes the id() key safe for the run's duration.
         self._fingerprints[id(part)] = (part, fingerprint)
@@ -140,7 +154,11 @@ class Recall(AbstractCapability[AgentDepsT]):
         Args:
             query: A few words, e.g. "media timeout".
         """
-        hits = self.store.search(self.conversation_id(ctx), query, self.limit)
+        try:
+            hits = self.store.search(self.conversation_id(ctx), query, self.limit)
+        except ArchiveError as error:
+            return f'Recall is unavailable right now ({error}); say you are not sure rather than guess.'
+
         if not hits:
             return f'No match for {query!r} anywhere in this conversation.'
         return '\n'.join(_render(hit) for hit in hits)
@@ -165,7 +183,8 @@ def _text_of(part: object) -> str:
 def _lines(
     conversation_id: str, fingerprint: str, part: object, message: ModelMessage, calls: dict[str, ToolCallPart]
 ) -> list[LogLine]:
-    text = _text_of(part)
+    # PostgreSQL text cannot hold NUL; the line stays findable without it.
+    text = _text_of(part).replace('\x00', '')
     source: LineSource
     tool_name = args = result_id = ''
     if isinstance(part, ToolReturnPart):

@@ -189,7 +189,8 @@ def rank(view: ConversationView, candidates: Sequence[Exchange], request: str) -
 
 def select(view: ConversationView, request: str, budget: int, *, retrieve: int = 12, share: float = 0.3) -> set[str]:
     """Bundles to send: up to `retrieve` relevant ones within `share` of the budget, then the newest that fit."""
-    candidates = [e for e in view.exchanges if not e.unfinished and e.kind != 'opening']
+    # Protected exchanges (the opening, the current user turn, pins, boundaries) are always sent, outside the budget.
+    candidates = [e for e in view.exchanges if not e.forced]
     by_id = {e.id: e for e in candidates}
     chosen: set[str] = set()
     used = 0
@@ -212,7 +213,7 @@ def project(view: ConversationView, chosen: set[str], orientation: str | None = 
     out: list[ModelMessage] = []
     orientation_added = orientation is None
     for exchange in view.exchanges:
-        keep = exchange.kind == 'opening' or exchange.unfinished or exchange.id in chosen
+        keep = exchange.forced or exchange.id in chosen
         if not orientation_added and exchange.unfinished:
             out.append(ModelRequest(parts=[UserPromptPart(orientation or '')]))
             orientation_added = True

@@ -77,6 +77,8 @@ class _Projection:
     covers: int = 0
     messages: list[ModelMessage] = field(default_factory=list[ModelMessage])
     note: str | None = None
+    covered: tuple[ModelMessage, ...] = ()
+    """The persisted messages the projection stands for, to notice when another capability changed them."""
 
 
 @dataclass
@@ -167,8 +169,13 @@ class Tiered(AbstractCapability[AgentDepsT]):
     def view(self, persisted: Sequence[ModelMessage]) -> list[ModelMessage]:
         """What the model is sent: the projection, then everything persisted after it."""
         projection = self._projection
-        if projection.covers > len(persisted):
-            self._projection = projection = _Projection()
+        stale = projection.covers > len(persisted) or any(
+            a is not b for a, b in zip(projection.covered, persisted[: projection.covers], strict=False)
+        )
+        if stale:
+            # Another capability rewrote what the projection stands for (an archive stub, a compaction):
+            # start again from the persisted history, keeping the handoff note to update.
+            self._projection = projection = _Projection(note=projection.note)
         return [*projection.messages, *persisted[projection.covers :]] if projection.covers else list(persisted)
 
     async def before_model_request(
@@ -181,12 +188,14 @@ class Tiered(AbstractCapability[AgentDepsT]):
         tokens = estimate_token_count(view)
         if self.summarize and tokens >= min(self.summarize_at * window, self.summarize_max_tokens):
             view = await self._summarize(view, window, for_request(ctx, request_context, self.retry))
-            self._projection = replace(self._projection, covers=len(persisted), messages=view)
+            self._projection = replace(self._projection, covers=len(persisted), messages=view, covered=tuple(persisted))
         elif tokens >= self.clear_at * window:
             cleared = self._clear(view, window, ctx)
             if cleared is not None:
                 view = cleared
-                self._projection = replace(self._projection, covers=len(persisted), messages=view)
+                self._projection = replace(
+                    self._projection, covers=len(persisted), messages=view, covered=tuple(persisted)
+                )
         return replace(request_context, messages=view)
 
     def _clear(self, view: list[ModelMessage], window: int, ctx: RunContext[AgentDepsT]) -> list[ModelMessage] | None:

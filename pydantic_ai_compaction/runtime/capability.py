@@ -82,8 +82,12 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         ctx: RunContext[AgentDepsT],
         request_context: ModelRequestContext,
     ) -> ModelRequestContext:
-        """Compact the persisted history when the trigger is crossed; otherwise do nothing."""
-        messages = list(request_context.messages)
+        """Compact the persisted history when the trigger is crossed; otherwise do nothing.
+
+        Reads `ctx.messages`, the persisted history: a request-only view an earlier capability built
+        (`Tiered`, a selection) must never be saved in its place. List views after this capability.
+        """
+        messages = list(ctx.messages)
         try:
             compacted = await self.maybe_compact(
                 messages,

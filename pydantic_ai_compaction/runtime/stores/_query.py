@@ -1,4 +1,4 @@
-"""Query words for recall: lowercase letters and digits, so `timeout_ms` matches `timeout`."""
+"""Query words for recall: lowercase letters and digits of any script, so `timeout_ms` matches `timeout`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, LogLine
 
-_WORD = re.compile(r'[a-z0-9]+')
+_WORD = re.compile(r'[^\W_]+')
 
 
 def words(text: str) -> list[str]:

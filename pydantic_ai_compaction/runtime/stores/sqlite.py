@@ -72,14 +72,27 @@ class SQLiteArchiveStore:
     @contextmanager
     def _transaction(self) -> Generator[sqlite3.Connection, None, None]:
         with self._lock:
-            self._db.execute('BEGIN IMMEDIATE')
+            try:
+                self._db.execute('BEGIN IMMEDIATE')
+            except sqlite3.Error as error:
+                raise ArchiveError(f'SQLite archive unavailable: {error}') from error
             try:
                 yield self._db
-            except BaseException:
+            except BaseException as error:
                 self._db.execute('ROLLBACK')
+                if isinstance(error, sqlite3.Error):
+                    raise ArchiveError(f'SQLite archive operation failed, nothing was stored: {error}') from error
                 raise
             else:
                 self._db.execute('COMMIT')
+
+    @contextmanager
+    def _reading(self) -> Generator[sqlite3.Connection, None, None]:
+        with self._lock:
+            try:
+                yield self._db
+            except sqlite3.Error as error:
+                raise ArchiveError(f'SQLite archive read failed: {error}') from error
 
     def next_numbers(self, conversation_id: str, counter: str, count: int) -> list[int]:
         """Reserve consecutive numbers in one transaction."""
@@ -97,18 +110,15 @@ class SQLiteArchiveStore:
 
     def put_archived(self, entries: Sequence[ArchivedResult]) -> None:
         """One transaction for the whole batch."""
-        try:
-            with self._transaction() as db:
-                db.executemany(
-                    f'INSERT INTO archived ({ARCHIVED_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
-                    [archived_row(entry) for entry in entries],
-                )
-        except sqlite3.Error as error:
-            raise ArchiveError(f'SQLite archive write failed, nothing was stored: {error}') from error
+        with self._transaction() as db:
+            db.executemany(
+                f'INSERT INTO archived ({ARCHIVED_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
+                [archived_row(entry) for entry in entries],
+            )
 
     def get_archived(self, conversation_id: str, ref: str) -> ArchivedResult | None:
         """This conversation's entry only."""
-        with self._lock:
+        with self._reading():
             row = self._db.execute(
                 f'SELECT {ARCHIVED_COLUMNS} FROM archived WHERE conversation_id = ? AND ref = ?',
                 (conversation_id, ref),
@@ -125,7 +135,7 @@ class SQLiteArchiveStore:
 
     def notes(self, conversation_id: str) -> list[Note]:
         """Oldest first."""
-        with self._lock:
+        with self._reading():
             rows = self._db.execute(
                 'SELECT kind, text FROM notes WHERE conversation_id = ? ORDER BY id', (conversation_id,)
             ).fetchall()
@@ -135,7 +145,7 @@ class SQLiteArchiveStore:
         """Known fingerprints."""
         if not fingerprints:
             return set()
-        with self._lock:
+        with self._reading():
             known: set[str] = set()
             for start in range(0, len(fingerprints), 500):
                 chunk = list(fingerprints[start : start + 500])
@@ -180,7 +190,7 @@ class SQLiteArchiveStore:
             return []
         for joiner in (' AND ', ' OR '):
             match = joiner.join(f'"{word}"*' for word in wanted)
-            with self._lock:
+            with self._reading():
                 rows = self._db.execute(
                     'SELECT text, source, tool_name, args, result_id, line_no, bm25(log) FROM log '
                     'WHERE log MATCH ? AND conversation_id = ? '
