@@ -293,7 +293,7 @@ class Archive(AbstractCapability[AgentDepsT]):
                 problems.append(f'{rid}: no tool result has this id (ids look like r7)')
             elif archived_ref_of(where[2]) is not None:
                 problems.append(f'{rid}: already archived as {archived_ref_of(where[2])}')
-            elif where[2].tool_name in (APPLY_TOOL, RECOVER_TOOL) or (self.protect and self.protect(where[2])):
+            elif where[2].tool_name == APPLY_TOOL or (self.protect and self.protect(where[2])):
                 problems.append(f'{rid}: protected, it cannot be archived')
             elif not item.note.strip():
                 problems.append(f'{rid}: the note is empty')

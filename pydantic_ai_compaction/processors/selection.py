@@ -209,12 +209,18 @@ def select(view: ConversationView, request: str, budget: int, *, retrieve: int =
 
 
 def project(view: ConversationView, chosen: set[str], orientation: str | None = None) -> list[ModelMessage]:
-    """Opening, chosen bundles in chronological order, the orientation, then the current request."""
+    """Opening, chosen bundles in chronological order, the orientation, then the current request.
+
+    The orientation goes right before the current user turn, so it stays in place through that turn's
+    tool loop and the prefix before it can be cached.
+    """
     out: list[ModelMessage] = []
     orientation_added = orientation is None
+    anchor = next((e.id for e in view.exchanges if e.protected == 'current_turn'), None)
     for exchange in view.exchanges:
         keep = exchange.forced or exchange.id in chosen
-        if not orientation_added and exchange.unfinished:
+        at_anchor = exchange.id == anchor if anchor is not None else exchange.unfinished
+        if not orientation_added and at_anchor:
             out.append(ModelRequest(parts=[UserPromptPart(orientation or '')]))
             orientation_added = True
         if keep:
