@@ -8,6 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.test import TestModel
+from pydantic_ai.tools import RunContext
+from pydantic_ai.usage import RunUsage
 
 from pydantic_ai_compaction import Fork, Trigger, segment
 from pydantic_ai_compaction.testing import replay
@@ -86,3 +89,37 @@ def test_curator_replies_are_checked_never_trusted(history: list[ModelMessage], 
     if curation is not None:
         assert all(i in view.by_id for i in curation.focal)
         assert len(curation.orientation) // 4 <= 2_000
+
+
+@settings(max_examples=EXAMPLES * 2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=histories(), budget=st.integers(1, 3_000))
+def test_selection_views_keep_pairing_and_every_protected_exchange(history: list[ModelMessage], budget: int) -> None:
+    from pydantic_ai_compaction.processors.selection import current_request_text, project, select
+    from pydantic_ai_compaction.runtime import pairing_problems
+
+    view = segment(history)
+    sent = project(view, select(view, current_request_text(history), budget))
+    assert pairing_problems(sent) == []
+    assert sent[-1] is history[-1] or sent[-1].parts == history[-1].parts
+    sent_parts = {id(p) for m in sent for p in m.parts}
+    for exchange in view.exchanges:
+        if exchange.forced:
+            assert all(id(p) in sent_parts for m in view.messages_of(exchange) for p in m.parts)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=histories())
+def test_tiered_clearing_keeps_pairing_and_never_touches_the_saved_history(history: list[ModelMessage]) -> None:
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    from pydantic_ai_compaction import Tiered
+    from pydantic_ai_compaction.runtime import pairing_problems
+
+    before = ModelMessagesTypeAdapter.dump_json(history)
+    tiered = Tiered(context_window=200, summarize=False, keep_results=1, clear_min_saving=0.01)
+    ctx = RunContext[None](deps=None, model=TestModel(), usage=RunUsage())
+    cleared = tiered._clear(list(history), 200, ctx)  # pyright: ignore[reportPrivateUsage]
+    assert ModelMessagesTypeAdapter.dump_json(history) == before
+    if cleared is not None:
+        assert pairing_problems(cleared) == []
+        assert len(cleared) == len(history)
