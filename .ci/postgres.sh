@@ -1,10 +1,11 @@
 # Sourced by .ci/run: install (Debian package), start and prepare a PostgreSQL server for the store tests.
 set -euo pipefail
-if ! command -v pg_ctlcluster >/dev/null 2>&1; then
+# The image may ship the client (psql, postgresql-common) without a server: look for the server binary.
+if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
 fi
-version=$(ls /usr/lib/postgresql | sort -V | tail -n 1)
+version=$(ls -d /usr/lib/postgresql/*/bin/postgres | sed 's#/usr/lib/postgresql/\([^/]*\)/bin/postgres#\1#' | sort -V | tail -n 1)
 if ! pg_lsclusters -h | grep -q "^$version main"; then
     pg_createcluster "$version" main >/dev/null
 fi
