@@ -226,3 +226,22 @@ def test_recall_finds_a_value_by_words_and_the_call_it_came_from(store: Any) -> 
     first = lines[1]
     assert first.endswith('timeout_ms = 1050')
     assert first.startswith('[diag({"service":"media"}) r1, line 42]')
+
+
+def test_a_restatement_is_not_a_new_user_prompt_for_the_reminder() -> None:
+    from pydantic_ai_compaction.runtime.apply import restatement_message
+
+    archive = Archive(reminder_tokens=1, reminder_every_chars=10**6)
+    numbered = ToolReturnPart(
+        'read', 'x' * 400, tool_call_id='c1', metadata={'pydantic_ai_compaction': {'result_id': 'r1'}}
+    )
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart('go')]),
+        ModelResponse(parts=[ToolCallPart('read', {}, tool_call_id='c1')]),
+        ModelRequest(parts=[numbered]),
+    ]
+    assert archive._reminder(history) is not None  # pyright: ignore[reportPrivateUsage]
+    # A restated instruction arrives: it is not the user's new prompt, so the schedule is not reset.
+    assert archive._reminder([*history, restatement_message(('CHANGE: x',))]) is None  # pyright: ignore[reportPrivateUsage]
+    # A real new prompt does reset it.
+    assert archive._reminder([*history, ModelRequest(parts=[UserPromptPart('next')])]) is not None  # pyright: ignore[reportPrivateUsage]

@@ -36,7 +36,7 @@ from pydantic_ai_harness.compaction import estimate_token_count
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, ArchiveStore
 from pydantic_ai_compaction.protocols.types import METADATA_KEY
 from pydantic_ai_compaction.runtime.context import conversation_of
-from pydantic_ai_compaction.runtime.segment import str_dict
+from pydantic_ai_compaction.runtime.segment import is_restatement, str_dict
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
 
 if TYPE_CHECKING:
@@ -227,34 +227,39 @@ class Archive(AbstractCapability[AgentDepsT]):
         return out
 
     def _reminder(self, messages: list[ModelMessage]) -> str | None:
+        # This runs before every request, so it makes a single pass: user prompts (restatements are
+        # not the user's), and archivable results with their sizes, each rendered once.
         state = self._state
-        prompts = sum(
-            1 for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, UserPromptPart)
-        )
+        prompts = 0
+        eligible: list[tuple[ToolReturnPart, int]] = []
+        for message in messages:
+            if not isinstance(message, ModelRequest):
+                continue
+            for part in message.parts:
+                if isinstance(part, UserPromptPart) and not is_restatement(part):
+                    prompts += 1
+                elif isinstance(part, ToolReturnPart) and result_id_of(part) and not archived_ref_of(part):
+                    eligible.append((part, len(part.model_response_str())))
         if prompts != state.user_prompts:
             # A new user prompt starts the schedule over.
             self._state = state = _ReminderState(user_prompts=prompts)
-        eligible = [
-            part
-            for message in messages
-            if isinstance(message, ModelRequest)
-            for part in message.parts
-            if isinstance(part, ToolReturnPart) and result_id_of(part) and not archived_ref_of(part)
-        ]
-        chars = sum(len(part.model_response_str()) for part in eligible)
-        images = sum(_image_count(part.content) for part in eligible)
+        if not eligible:
+            return None
+        chars = sum(size for _, size in eligible)
+        images = sum(_image_count(part.content) for part, _ in eligible)
+        tokens: int | None = None
         if state.reminded:
             due = chars - state.chars_at_reminder >= self.reminder_every_chars or images > state.images_at_reminder
         else:
-            due = images > 0 or estimate_token_count(messages) >= self.reminder_tokens
-        if not due or not eligible:
+            tokens = estimate_token_count(messages)
+            due = images > 0 or tokens >= self.reminder_tokens
+        if not due:
             return None
         self._state = replace(state, reminded=True, chars_at_reminder=chars, images_at_reminder=images)
-        listing = ', '.join(
-            f'{result_id_of(p)} {p.tool_name} ({len(p.model_response_str()):,} chars)' for p in eligible
-        )
+        tokens = tokens if tokens is not None else estimate_token_count(messages)
+        listing = ', '.join(f'{result_id_of(p)} {p.tool_name} ({size:,} chars)' for p, size in eligible)
         return (
-            f'[Context check: about {estimate_token_count(messages):,} tokens in context. Results you can archive: '
+            f'[Context check: about {tokens:,} tokens in context. Results you can archive: '
             f'{listing}. Archive what you no longer need verbatim with {APPLY_TOOL}, in one batch.]'
         )
 
