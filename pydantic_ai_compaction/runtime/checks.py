@@ -111,7 +111,9 @@ def check_patterns(owner: str, name: str, value: object) -> tuple[re.Pattern[str
         try:
             compiled.append(re.compile(item))
         except re.error as error:
-            raise ConfigurationError(f'{owner}.{name}[{index}] is not a valid regular expression: {item!r} ({error}).')
+            raise ConfigurationError(
+                f'{owner}.{name}[{index}] is not a valid regular expression: {item!r} ({error}).'
+            ) from None
     return tuple(compiled)
 
 
