@@ -45,7 +45,7 @@ from .support import recorded_history
         (lambda: ResetToCheckpoint(excerpt_chars=-1), 'ResetToCheckpoint.excerpt_chars must not be negative'),
         (lambda: RetryPolicy(attempts=0), 'RetryPolicy.attempts must be an integer from 1 to 100, got 0'),
         (lambda: InstructionSources(markers=('  ',)), 'markers must not contain empty strings'),
-        (lambda: Pipeline([]), 'Pipeline.steps must name at least one strategy'),
+        (lambda: Pipeline([]), 'Pipeline.steps must be a non-empty list of compaction strategies, got'),
     ],
 )
 def test_bad_configuration_fails_at_construction_naming_the_field(build: object, message: str) -> None:

@@ -58,11 +58,45 @@ def str_dict(value: object) -> dict[str, Any]:
 
 
 def our_record(part: object) -> dict[str, Any] | None:
-    """The boundary record this library stored on a `CompactionPart`, or `None`."""
+    """The boundary record this library stored on a `CompactionPart`, or `None`.
+
+    Records come back from storage written by any version (or edited by hand), so every field is
+    checked for its type here, once, and a field of the wrong type is left out (`kept: 7` reads as no
+    `kept`): an odd old record must never stop compaction of its history for good.
+    """
     if not isinstance(part, CompactionPart):
         return None
     record = str_dict(part.metadata).get(METADATA_KEY)
-    return str_dict(record) if isinstance(record, dict) else None  # pyright: ignore[reportUnknownArgumentType]
+    return _well_typed(str_dict(record)) if isinstance(record, dict) else None  # pyright: ignore[reportUnknownArgumentType]
+
+
+_STRING_LISTS = ('kept', 'dropped', 'rejected', 'restated', 'view_reduced')
+_INTEGERS = ('sequence', 'next_id', 'tokens_before', 'tokens_after')
+_STRINGS = ('strategy', 'variant', 'boundary_id', 'fallback_reason', 'detail')
+
+
+def _well_typed(record: dict[str, Any]) -> dict[str, Any]:
+    out = dict(record)
+    for key in _STRING_LISTS:
+        value = out.get(key)
+        if value is not None:
+            items = cast('list[object]', value) if isinstance(value, list | tuple) else []
+            out[key] = [item for item in items if isinstance(item, str)]
+    for key in _INTEGERS:
+        value = out.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            del out[key]
+    for key in _STRINGS:
+        if key in out and out[key] is not None and not isinstance(out[key], str):
+            del out[key]
+    if 'extra' in out:
+        extra = str_dict(out['extra'])
+        if 'notes' in extra:
+            notes = extra['notes']
+            items = cast('list[object]', notes) if isinstance(notes, list | tuple) else []
+            extra = {**extra, 'notes': [item for item in items if isinstance(item, str)]}
+        out['extra'] = extra
+    return out
 
 
 def compactions_so_far(messages: Sequence[ModelMessage]) -> int:
