@@ -36,7 +36,7 @@ class Pipeline(AbstractCapability[AgentDepsT]):
 
     def __post_init__(self) -> None:
         steps = cast('object', self.steps)
-        if isinstance(steps, CompactionCapability) or not isinstance(steps, Sequence) or not steps:
+        if isinstance(steps, CompactionCapability | str) or not isinstance(steps, Sequence) or not steps:
             raise fail('Pipeline', 'steps', 'a non-empty list of compaction strategies', self.steps)
         for index, step in enumerate(cast('Sequence[object]', steps)):
             check_instance('Pipeline', f'steps[{index}]', step, CompactionCapability, 'a compaction strategy')
