@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from pydantic import BaseModel, Field
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ModelRetry
@@ -36,6 +35,7 @@ from pydantic_ai_harness.compaction import estimate_token_count
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, ArchiveStore
 from pydantic_ai_compaction.protocols.types import METADATA_KEY
 from pydantic_ai_compaction.runtime.context import conversation_of
+from pydantic_ai_compaction.runtime.encoding import to_json
 from pydantic_ai_compaction.runtime.segment import is_restatement, str_dict
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
 
@@ -389,5 +389,5 @@ def _image_count(content: object) -> int:
 
 
 def args_json(call: ToolCallPart) -> str:
-    """A call's arguments as compact JSON."""
-    return orjson.dumps(call.args_as_dict(), option=orjson.OPT_SORT_KEYS).decode()
+    """A call's arguments as canonical JSON (big integers and lone surrogates included)."""
+    return to_json(call.args_as_dict())

@@ -16,6 +16,7 @@ from pydantic_ai_compaction.runtime import compactor
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
 from pydantic_ai_compaction.runtime.checks import check_instance, check_int, check_optional_int
 from pydantic_ai_compaction.runtime.context import CompactionContext
+from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.segment import ConversationView
 from pydantic_ai_compaction.runtime.transcript import render_messages
 
@@ -91,7 +92,7 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
             return Proposal.failed('empty', 'nothing to summarize')
         budget = self.max_transcript_tokens or transcript_budget(compactor.resolve_model(self.model, ctx))
         transcript, left_out, cut = bounded_transcript(view, dropped, budget)
-        prompt = SUMMARY_PROMPT.format(marker=SUMMARY_MARKER, transcript=transcript)
+        prompt = clean_text(SUMMARY_PROMPT.format(marker=SUMMARY_MARKER, transcript=transcript))
         request = ModelRequest(parts=[UserPromptPart(prompt)], instructions=self.instructions)
         response = await compactor.request(ctx, [request], model=self.model, settings=self.model_settings)
         text = compactor.response_text(response)

@@ -12,6 +12,7 @@ from pydantic_ai.usage import RequestUsage
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from pydantic_ai_compaction.runtime.context import CompactionContext
+from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.retry import is_transient
 
 
@@ -119,6 +120,7 @@ def with_appended_prompt(messages: Sequence[ModelMessage], prompt: str) -> list[
     Appending to the current request keeps every earlier byte identical to what the agent sends,
     which is what lets a fork reuse the conversation's cached prefix.
     """
+    prompt = clean_text(prompt)  # our own text: it must encode whatever the history holds
     out = list(messages)
     if out and isinstance(out[-1], ModelRequest):
         last = out[-1]

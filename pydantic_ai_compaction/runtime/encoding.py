@@ -51,6 +51,15 @@ def clean_value(value: Any) -> Any:
     return value
 
 
+def args_text(args: object) -> str:
+    """A tool call's arguments as canonical JSON text (`ToolCallPart.args_as_json_str` refuses lone surrogates)."""
+    if args is None:
+        return '{}'
+    if isinstance(args, str):
+        return args
+    return to_json(args)
+
+
 def to_bytes(text: str) -> bytes:
     """The lossless bytes of *text* (UTF-8, lone surrogates kept with `surrogatepass`)."""
     return text.encode('utf-8', 'surrogatepass')

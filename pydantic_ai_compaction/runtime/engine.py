@@ -18,7 +18,7 @@ from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPred
 from pydantic_ai_compaction.runtime.shape import shape_problems
 from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP, fallback_layout, validate
 
-DEFAULT_MIN_SAVING = 0.05
+DEFAULT_MIN_SAVING = 0.10
 """Share of the history's estimated tokens that must be droppable before a compactor is called."""
 
 
@@ -64,15 +64,20 @@ async def run_compaction(
     would break the provider shape (no boundary is written).
     """
     view = segment(messages, protect, prompt=ctx.run.prompt)
-    droppable = sum(exchange.tokens for exchange in view.exchanges if not exchange.forced)
-    if droppable == 0:
+    droppable = [exchange for exchange in view.exchanges if not exchange.forced]
+    if not droppable:
         return Skipped('nothing to drop')
-    if droppable < min_saving * view.tokens:
-        # Protected content alone (a long opening prompt, pins, the exchange in progress) is over the
-        # trigger: a compactor call per step that frees a sliver would cost more than it saves.
+    # Exchanges the last compaction chose to keep were weighed already: only what arrived since
+    # counts towards the minimum. Otherwise, when protected content alone (a long opening prompt, pins,
+    # the exchange in progress) is over the trigger, every step would call the compactor to free a sliver.
+    records = view.records()
+    weighed = set(records[-1].get('kept') or ()) if records else set[str]()
+    new_tokens = sum(exchange.tokens for exchange in droppable if exchange.id not in weighed)
+    if new_tokens < min_saving * view.tokens:
         return Skipped(
             'below minimum saving',
-            f'only {droppable:,} of {view.tokens:,} estimated tokens can be dropped (minimum {min_saving:.0%})',
+            f'only {new_tokens:,} of {view.tokens:,} estimated tokens are new and can be dropped '
+            f'(minimum {min_saving:.0%})',
         )
     proposal, left_out, error = await _propose(strategy, view, ctx)
     layout = validate(proposal, view, fallback_keep=fallback_keep)
