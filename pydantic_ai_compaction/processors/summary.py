@@ -76,7 +76,7 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
         if not dropped:
             return Proposal.failed('empty', 'nothing to summarize')
         transcript = render_messages(message for exchange in dropped for message in view.messages_of(exchange))
-        prompt = SUMMARY_PROMPT.format(marker=SUMMARY_MARKER, transcript=transcript)
+        prompt = compactor.fill(SUMMARY_PROMPT, marker=SUMMARY_MARKER, transcript=transcript)
         request = ModelRequest(parts=[UserPromptPart(prompt)], instructions=self.instructions)
         response = await compactor.request(ctx, [request], model=self.model, settings=self.model_settings)
         text = compactor.response_text(response)

@@ -132,18 +132,21 @@ def with_appended_prompt(messages: Sequence[ModelMessage], prompt: str) -> list[
 _SLOT = re.compile(r'\{([a-z_]+)\}')
 
 
-def fill(template: str, **slots: str) -> str:
+def fill(template: str, /, *, partial: bool = False, **slots: str) -> str:
     """*template* with each `{name}` slot replaced by its value, in one pass.
 
     Unlike `str.format`, braces that are not a slot (a JSON example) are left as written, a value's own
     braces are never read as slots, and a slot without a value, or a value without a slot, raises
-    `KeyError`: no template placeholder can reach a model.
+    `KeyError`: no template placeholder can reach a model. `partial=True` leaves slots without a value
+    in place, for a template filled in two steps (fixed parts once, the rest per call).
     """
     used: set[str] = set()
 
     def value(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in slots:
+            if partial:
+                return match.group(0)
             raise KeyError(f'prompt slot {{{name}}} has no value')
         used.add(name)
         return slots[name]

@@ -1,0 +1,540 @@
+"""Prompt contracts: what every prompt the library sends looks like, and that its own example is accepted.
+
+Each prompt is captured from a real `Agent` run on a fixed history: the `FunctionModel` records the
+messages, instructions, tool definitions and settings of the call, and the snapshot stores them as text,
+so any change to a prompt shows up in review. The structured prompts' examples are taken from the
+prompt text the model received, filled the way the prompt says, and must be accepted without fallback;
+copied unfilled, they must give a recorded fallback.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    CompactionPart,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from pydantic_ai_compaction import (
+    Archive,
+    CompactionEvent,
+    CuratedSelection,
+    Fork,
+    InstructionSources,
+    Native,
+    Notes,
+    Orientation,
+    Reassert,
+    Recall,
+    ResetToCheckpoint,
+    StatelessSummary,
+    Tiered,
+    Trigger,
+)
+from pydantic_ai_compaction.processors.fork import FORK_MARKER
+from pydantic_ai_compaction.processors.native import NATIVE_MARKER
+from pydantic_ai_compaction.processors.selection import CURATOR_MARKER, ORIENTATION_OPEN
+from pydantic_ai_compaction.processors.summary import SUMMARY_MARKER
+from pydantic_ai_compaction.processors.tiered import HANDOFF_MARKER
+from pydantic_ai_compaction.protocols.schemas import CURATOR_SCHEMA, FORK_JSON_SCHEMA
+from pydantic_ai_compaction.runtime.segment import is_restatement, our_record, segment
+from pydantic_ai_compaction.runtime.transcript import user_text
+from pydantic_ai_compaction.testing import render, replay
+
+from .support import T0, log_text, recorded_history
+
+MARKERS = {
+    FORK_MARKER: 'fork',
+    SUMMARY_MARKER: 'summary',
+    NATIVE_MARKER: 'native',
+    HANDOFF_MARKER: 'handoff',
+    CURATOR_MARKER: 'curator',
+}
+SYSTEM_PROMPT = 'You audit logs. Ignore service legacy.'
+CHANGE = 'CHANGE: report ids in lowercase'
+TRIGGER = Trigger(tokens=400)
+SOURCES = InstructionSources(markers=('CHANGE:',))
+EXAMPLE_LEAD = 'shaped like this example:\n'
+
+ReplyFn = Callable[[str], str]
+
+
+@dataclass
+class Call:
+    """One request the model received."""
+
+    kind: str
+    messages: list[ModelMessage]
+    info: AgentInfo
+
+    @property
+    def prompt(self) -> str:
+        """Every user text of the last request, verbatim (what the library appended to it)."""
+        return '\n'.join(user_text(part) for part in self.messages[-1].parts if isinstance(part, UserPromptPart))
+
+
+def default_reply(kind: str, prompt: str) -> str:
+    if kind == 'fork' and 'variant=json' in prompt:
+        summary = {'rules': [CHANGE], 'facts': ['logs 0-3 clean'], 'progress': 'logs 0-3 read', 'next_step': 'log 4'}
+        return json.dumps({'keep': [], 'summary': summary})
+    if kind == 'fork' and 'variant=free' in prompt:
+        return 'KEEP: none\nIds lowercase since log 3. Logs 0-3 read, all clean. Next: log 4.'
+    if kind == 'curator':
+        orientation = {'relevant_state': 'migration planned', 'required': ['two steps'], 'prohibited': []}
+        return json.dumps({'focal': [], 'orientation': orientation})
+    return f'Ids lowercase since log 3. Logs read so far are clean. ({kind})'
+
+
+@dataclass
+class Script:
+    """The model of every scenario: reads logs one per step then reports; compaction calls get `reply`."""
+
+    logs: int = 8
+    reply: dict[str, ReplyFn] = field(default_factory=dict[str, ReplyFn])
+    note: bool = False
+    calls: list[Call] = field(default_factory=list[Call])
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1]
+        prompt = '\n'.join(user_text(p) for p in last.parts if isinstance(p, UserPromptPart))
+        kind = next((kind for marker, kind in MARKERS.items() if marker in prompt), 'agent')
+        self.calls.append(Call(kind, list(messages), info))
+        if kind != 'agent':
+            reply = self.reply.get(kind)
+            return ModelResponse(parts=[TextPart(reply(prompt) if reply else default_reply(kind, prompt))])
+        agent_steps = sum(call.kind == 'agent' for call in self.calls) - 1
+        if self.note and agent_steps == 0:
+            return ModelResponse(parts=[ToolCallPart('note', {'kind': 'decision', 'text': 'skip legacy'}, 'n0')])
+        index = agent_steps - (1 if self.note else 0)
+        if index >= self.logs:
+            return ModelResponse(parts=[TextPart('report: none found')])
+        return ModelResponse(parts=[ToolCallPart('read_log', {'index': index}, tool_call_id=f'c{index}')])
+
+    def first(self, kind: str, nth: int = 0) -> Call:
+        return [call for call in self.calls if call.kind == kind][nth]
+
+
+def run_audit(capabilities: list[Any], script: Script, *, lines: int = 12) -> Any:
+    agent = Agent(FunctionModel(script), capabilities=capabilities, system_prompt=SYSTEM_PROMPT)
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Read one log file."""
+        text = log_text(index, lines)
+        return f'{CHANGE}\n{text}' if index == 3 else text
+
+    return agent.run_sync('Audit logs 0-7 and report the incident ids.')
+
+
+TURNS = [
+    ('We plan a database migration for the orders table.', 'Noted: migrate orders in two steps, copy then switch.'),
+    ('Which CSS framework do we use?', 'Tailwind, since March.'),
+    ('Remind me of the deploy window.', 'Fridays 14:00-16:00 UTC.'),
+]
+
+
+def turns_history() -> list[ModelMessage]:
+    """Three earlier user turns with their answers (fixed timestamps)."""
+    history: list[ModelMessage] = []
+    for index, (question, answer) in enumerate(TURNS):
+        parts: list[Any] = [UserPromptPart(question, timestamp=T0)]
+        if index == 0:
+            parts.insert(0, SystemPromptPart('You help with a web app.', timestamp=T0))
+        history.append(ModelRequest(parts=parts, timestamp=T0))
+        history.append(ModelResponse(parts=[TextPart(answer)], model_name='test', timestamp=T0))
+    return history
+
+
+def curated_run(capability: Any, script: Script) -> Any:
+    """The three earlier turns, then a question about the first one, with the curator in front."""
+    script.logs = 0
+    agent = Agent(FunctionModel(script), capabilities=[capability])
+    return agent.run_sync('What did we decide about the migration?', message_history=turns_history())
+
+
+def agent_after_compaction(script: Script) -> Call:
+    return next(
+        call
+        for call in script.calls
+        if call.kind == 'agent' and any(isinstance(p, CompactionPart) for m in call.messages for p in m.parts)
+    )
+
+
+def restatement_text(call: Call) -> str:
+    return next(
+        user_text(p) for m in call.messages for p in m.parts if isinstance(p, UserPromptPart) and is_restatement(p)
+    )
+
+
+def compaction_text(call: Call) -> str:
+    return next(p.content or '' for m in call.messages for p in m.parts if isinstance(p, CompactionPart))
+
+
+@dataclass(frozen=True)
+class Captured:
+    """A prompt as sent: the call it was part of and the prompt's own text."""
+
+    call: Call
+    text: str
+
+
+def _strategy_prompt(kind: str, capability: Any, nth: int = 0) -> Captured:
+    script = Script()
+    run_audit([capability], script)
+    call = script.first(kind, nth)
+    return Captured(call, call.prompt)
+
+
+def _tiered(nth: int) -> Captured:
+    script = Script(note=True)
+    tiered = Tiered(context_window=1_200, clear_at=0.5, summarize_at=0.5, summarize_to=0.2)
+    run_audit([Notes(), tiered], script)
+    call = script.first('handoff', nth)
+    return Captured(call, call.prompt)
+
+
+def _curator() -> Captured:
+    script = Script()
+    curated_run(CuratedSelection(), script)
+    call = script.first('curator')
+    return Captured(call, call.prompt)
+
+
+def _orientation() -> Captured:
+    script = Script()
+    curated_run(Orientation(), script)
+    call = script.first('agent')
+    text = next(
+        user_text(p)
+        for m in call.messages
+        for p in m.parts
+        if isinstance(p, UserPromptPart) and user_text(p).startswith(ORIENTATION_OPEN)
+    )
+    return Captured(call, text)
+
+
+def _agent_request(capabilities: list[Any], *, nth: int = 0) -> Captured:
+    script = Script(logs=3)
+    run_audit(capabilities, script)
+    call = script.first('agent', nth)
+    return Captured(call, call.info.instructions or '')
+
+
+def _archive_reminder() -> Captured:
+    script = Script()
+    run_audit([Archive(reminder_tokens=600)], script)
+    call = next(c for c in script.calls if c.kind == 'agent' and c.prompt.startswith('[Context check:'))
+    return Captured(call, call.prompt)
+
+
+def _reassert() -> Captured:
+    script = Script()
+    run_audit([Reassert(Native(trigger=TRIGGER), sources=SOURCES)], script)
+    call = agent_after_compaction(script)
+    return Captured(call, restatement_text(call))
+
+
+def _reset() -> Captured:
+    script = Script()
+    run_audit([ResetToCheckpoint(trigger=TRIGGER, sources=SOURCES, excerpt_chars=40)], script)
+    call = agent_after_compaction(script)
+    return Captured(call, compaction_text(call))
+
+
+SCENARIOS: dict[str, Callable[[], Captured]] = {
+    'fork-json': lambda: _strategy_prompt('fork', Fork(trigger=TRIGGER, variant='json')),
+    'fork-free': lambda: _strategy_prompt('fork', Fork(trigger=TRIGGER, variant='free')),
+    'fork-fixed': lambda: _strategy_prompt('fork', Fork(trigger=TRIGGER, variant='fixed')),
+    'summary': lambda: _strategy_prompt('summary', StatelessSummary(trigger=TRIGGER)),
+    'summary-instructions': lambda: (lambda captured: Captured(captured.call, captured.call.info.instructions or ''))(
+        _strategy_prompt('summary', StatelessSummary(trigger=TRIGGER))
+    ),
+    'native-emulation': lambda: _strategy_prompt('native', Native(trigger=TRIGGER)),
+    'tiered-handoff-first': lambda: _tiered(0),
+    'tiered-handoff-update': lambda: _tiered(1),
+    'curator': _curator,
+    'orientation': _orientation,
+    'archive-instructions': lambda: _agent_request([Archive()]),
+    'archive-reminder': _archive_reminder,
+    'recall-instructions': lambda: _agent_request([Recall()]),
+    'notes-instructions': lambda: _agent_request([Notes()]),
+    'reassert-restatement': _reassert,
+    'reset-checkpoint': _reset,
+}
+"""Every prompt the library sends to a model, by name: how to capture it from a real run."""
+
+
+@cache
+def captured(name: str) -> Captured:
+    return SCENARIOS[name]()
+
+
+def contract(captured: Captured) -> str:
+    """The snapshot text: the request as the model received it, then the prompt verbatim."""
+    info = captured.call.info
+    tools = [*info.function_tools, *info.output_tools]
+    lines = [
+        '=== request (rendered) ===',
+        render(captured.call.messages).rstrip('\n'),
+        '=== instructions ===',
+        info.instructions or '(none)',
+        '=== tools ===',
+        *(
+            f'{tool.name}: {tool.description or ""} '
+            + json.dumps(tool.parameters_json_schema, sort_keys=True, ensure_ascii=False)
+            for tool in tools
+        ),
+        '=== settings ===',
+        json.dumps(dict(info.model_settings or {}), sort_keys=True) + f' allow_text_output={info.allow_text_output}',
+        '=== prompt (verbatim) ===',
+        captured.text,
+    ]
+    return '\n'.join(lines) + '\n'
+
+
+@pytest.mark.parametrize('name', list(SCENARIOS))
+def test_prompt_contract(name: str, compaction_snapshot: Any) -> None:
+    sent = captured(name)
+    assert sent.text.strip(), f'{name}: nothing captured'
+    assert contract(sent) == compaction_snapshot
+
+
+@pytest.mark.parametrize('name', list(SCENARIOS))
+def test_no_template_placeholder_reaches_a_model(name: str) -> None:
+    text = captured(name).text
+    # A `str.format` slot left unfilled, or a doubled brace a format string was meant to halve.
+    assert not re.search(r'\{[a-z_]+\}|\{\{|\}\}\}', text), text
+    for line in text.splitlines():
+        if line.startswith('{"'):
+            json.loads(line)  # every example line in a prompt is valid JSON
+
+
+def test_the_fork_json_prompt_shows_valid_json_not_a_format_string() -> None:
+    prompt = captured('fork-json').text
+    example = json.loads(example_of(prompt))
+    assert '{{' not in prompt and set(example) == {'keep', 'summary'}
+    assert Draft202012Validator(FORK_JSON_SCHEMA).is_valid(example)
+
+
+# --- Example acceptance -----------------------------------------------------------------------------------
+
+
+def example_of(prompt: str) -> str:
+    """The example line the prompt shows, taken from the prompt text."""
+    start = prompt.index(EXAMPLE_LEAD) + len(EXAMPLE_LEAD)
+    return prompt[start : prompt.index('\n', start)]
+
+
+LISTED = re.compile(r'^(g\d+) \[(\w+), [^\]]*\]', re.MULTILINE)
+
+
+def listed_ids(prompt: str, kinds: tuple[str, ...]) -> list[str]:
+    """Ids of finished exchanges of *kinds* in the list the prompt shows."""
+    return [
+        match.group(1)
+        for match in LISTED.finditer(prompt)
+        if match.group(2) in kinds and 'in progress' not in match.group(0) and 'protected' not in match.group(0)
+    ]
+
+
+def fill_example(example: Any, ids: list[str], id_placeholder: str) -> Any:
+    """Fill an example the way its prompt says: a list of id placeholders becomes the chosen ids (as many as
+    needed), every other `<...>` becomes text."""
+
+    def fill(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: fill(item) for key, item in value.items()}  # pyright: ignore[reportUnknownVariableType]
+        if isinstance(value, list):
+            if value and all(item == id_placeholder for item in value):  # pyright: ignore[reportUnknownVariableType]
+                return list(ids)
+            return [fill(item) for item in value]  # pyright: ignore[reportUnknownVariableType]
+        if isinstance(value, str) and value.startswith('<') and value.endswith('>'):
+            return f'filled: {value[1:-1]}'
+        return value
+
+    return fill(example)
+
+
+def fork_events(reply: ReplyFn, variant: str = 'json') -> tuple[list[CompactionEvent], Script]:
+    events: list[CompactionEvent] = []
+    script = Script(reply={'fork': reply})
+    run_audit([Fork(trigger=TRIGGER, variant=variant, observer=events.append)], script)  # pyright: ignore[reportArgumentType]
+    return [event for event in events if event.record is not None], script
+
+
+def test_the_fork_json_example_filled_as_described_is_accepted() -> None:
+    chosen: list[list[str]] = []
+
+    def model_fills_the_example(prompt: str) -> str:
+        ids = listed_ids(prompt, ('tools',))[:2]
+        chosen.append(ids)
+        filled = fill_example(json.loads(example_of(prompt)), ids, '<exchange id>')
+        assert Draft202012Validator(FORK_JSON_SCHEMA).is_valid(filled)
+        return json.dumps(filled)
+
+    events, _ = fork_events(model_fills_the_example)
+    assert events and len(chosen) == len(events)
+    for event, ids in zip(events, chosen, strict=True):
+        record = event.record
+        assert record is not None
+        assert record.fallback_reason is None and record.rejected == ()
+        assert len(ids) == 2 and set(ids) <= set(record.kept)
+        assert '| - filled: instruction in force, latest wording' in render(event.history)
+
+
+def test_the_fork_json_example_copied_literally_falls_back_with_a_reason() -> None:
+    events, script = fork_events(example_of)
+    assert events and script.first('agent', -1).messages  # the run went on to its end
+    record = events[0].record
+    assert record is not None
+    assert record.fallback_reason == 'unfilled'
+    assert record.detail is not None and '<exchange id>' in record.detail
+    boundary = render(events[0].history)
+    assert 'Context compaction fell back (unfilled)' in boundary and '<exchange id>' not in boundary
+
+
+FREE_KEEP = re.compile(r'^KEEP: (<[^>]+>)$', re.MULTILINE)
+FREE_SUMMARY = re.compile(r'^(<summary[^>]*>)$', re.MULTILINE)
+
+
+def test_the_fork_free_form_filled_as_described_is_accepted() -> None:
+    chosen: list[list[str]] = []
+
+    def model_fills_the_form(prompt: str) -> str:
+        keep, summary = FREE_KEEP.search(prompt), FREE_SUMMARY.search(prompt)
+        assert keep is not None and summary is not None
+        ids = listed_ids(prompt, ('tools',))[-1:]
+        chosen.append(ids)
+        return f'KEEP: {", ".join(ids)}\nIds lowercase since log 3; logs so far clean; next: the next log.'
+
+    events, _ = fork_events(model_fills_the_form, 'free')
+    assert events
+    for event, ids in zip(events, chosen, strict=True):
+        assert event.record is not None and event.record.fallback_reason is None
+        assert ids and set(ids) <= set(event.record.kept)
+
+
+def test_the_fork_free_form_copied_literally_falls_back_with_a_reason() -> None:
+    def copies(prompt: str) -> str:
+        keep, summary = FREE_KEEP.search(prompt), FREE_SUMMARY.search(prompt)
+        assert keep is not None and summary is not None
+        return f'KEEP: {keep.group(1)}\n{summary.group(1)}'
+
+    events, _ = fork_events(copies, 'free')
+    record = events[0].record
+    assert record is not None and record.fallback_reason == 'unfilled'
+
+
+@dataclass
+class WatchedCurator(CuratedSelection[Any]):
+    """Keeps the per-run copies, whose state says why a curation fell back."""
+
+    runs: list[CuratedSelection[Any]] = field(default_factory=list[CuratedSelection[Any]])
+
+    async def for_run(self, ctx: Any) -> Any:
+        copy = await super().for_run(ctx)
+        self.runs.append(copy)  # pyright: ignore[reportArgumentType]
+        return copy
+
+
+def curator_outcome(reply: ReplyFn) -> tuple[CuratedSelection[Any], Script]:
+    script = Script(reply={'curator': reply})
+    curated = WatchedCurator()
+    curated_run(curated, script)
+    return curated.runs[-1], script
+
+
+def test_the_curator_example_filled_as_described_is_accepted() -> None:
+    chosen: list[str] = []
+
+    def curator_fills_the_example(prompt: str) -> str:
+        bundles = prompt[prompt.index('<bundles>') : prompt.index('</bundles>')]
+        ids = listed_ids(bundles, ('turn', 'response'))[:1]
+        chosen[:] = ids
+        filled = fill_example(json.loads(example_of(prompt)), ids, '<bundle id>')
+        assert Draft202012Validator(CURATOR_SCHEMA).is_valid(filled)
+        return json.dumps(filled)
+
+    copy, script = curator_outcome(curator_fills_the_example)
+    assert copy.last_failure is None
+    assert chosen == ['g1']
+    sent = script.first('agent').messages
+    assert any(isinstance(p, TextPart) and p.content.startswith('Noted: migrate orders') for m in sent for p in m.parts)
+    orientation = next(
+        user_text(p)
+        for m in sent
+        for p in m.parts
+        if isinstance(p, UserPromptPart) and ORIENTATION_OPEN in user_text(p)
+    )
+    assert 'Relevant state: filled: the state the answer depends on' in orientation
+
+
+def test_the_curator_example_copied_literally_falls_back_with_a_reason() -> None:
+    copy, script = curator_outcome(example_of)
+    assert copy.last_failure is not None and copy.last_failure.startswith('unfilled')
+    sent = script.first('agent').messages
+    assert not any(ORIENTATION_OPEN in user_text(p) for m in sent for p in m.parts if isinstance(p, UserPromptPart))
+
+
+# --- Docs quote the prompts -------------------------------------------------------------------------------
+
+DOCS = Path(__file__).parent.parent / 'docs' / 'strategies.md'
+QUOTED = re.compile(r'<!-- prompt: ([\w-]+) -->\n```text\n(.*?)\n```', re.DOTALL)
+
+
+def quoted_prompts() -> dict[str, str]:
+    return dict(QUOTED.findall(DOCS.read_text()))
+
+
+def as_pattern(template: str) -> re.Pattern[str]:
+    """The docs' quote with each `{slot}` standing for whatever the run filled in."""
+    pieces = re.split(r'\{[a-z_]+\}', template)
+    return re.compile('(?:.*?)'.join(re.escape(piece) for piece in pieces), re.DOTALL)
+
+
+def test_the_docs_quote_every_prompt() -> None:
+    assert set(quoted_prompts()) == set(SCENARIOS)
+
+
+@pytest.mark.parametrize('name', list(SCENARIOS))
+def test_the_docs_quote_equals_what_the_code_sends(name: str) -> None:
+    template = quoted_prompts()[name]
+    assert as_pattern(template).fullmatch(captured(name).text), f'docs/strategies.md quote of {name} is stale'
+
+
+# --- Fork fallback keeps (seed 004) -----------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason='runtime/validate.py counts the exchange in progress among the four')
+async def test_the_fallback_keeps_four_finished_exchanges_besides_the_one_in_progress() -> None:
+    # Seed 004: the runtime "always keeps protected and unfinished exchanges"; a malformed proposal "falls back
+    # to keeping the last four exchanges", chosen like the fixed variant's two: the exchange in progress stays
+    # regardless, so it is not one of the four.
+    def unparseable(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart('not an answer')])
+
+    history = recorded_history(8)
+    view = segment(history)
+    assert [e.id for e in view.exchanges if e.unfinished] == ['g8']
+    out = await replay(Fork(), history, model=FunctionModel(unparseable))
+    record = next(r for m in out for p in m.parts if isinstance(p, CompactionPart) and (r := our_record(p)))
+    assert record['fallback_reason'] == 'unparseable'
+    assert record['kept'] == ['g0', 'g4', 'g5', 'g6', 'g7', 'g8']
+    assert record['dropped'] == ['g1', 'g2', 'g3']
