@@ -10,6 +10,7 @@ copied unfilled, they must give a recorded fallback.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
@@ -54,6 +57,7 @@ from pydantic_ai_compaction.processors.selection import CURATOR_MARKER, ORIENTAT
 from pydantic_ai_compaction.processors.summary import SUMMARY_MARKER
 from pydantic_ai_compaction.processors.tiered import HANDOFF_MARKER
 from pydantic_ai_compaction.protocols.schemas import CURATOR_SCHEMA, FORK_JSON_SCHEMA
+from pydantic_ai_compaction.runtime import compactor, replies
 from pydantic_ai_compaction.runtime.segment import is_restatement, our_record, segment
 from pydantic_ai_compaction.runtime.transcript import user_text
 from pydantic_ai_compaction.testing import render, replay
@@ -74,6 +78,7 @@ SOURCES = InstructionSources(markers=('CHANGE:',))
 EXAMPLE_LEAD = 'shaped like this example:\n'
 
 ReplyFn = Callable[[str], str]
+EXAMPLES = int(os.environ.get('PAC_EXAMPLES', '40'))
 
 
 @dataclass
@@ -294,7 +299,9 @@ def contract(captured: Captured) -> str:
         '=== request (rendered) ===',
         render(captured.call.messages).rstrip('\n'),
         '=== instructions ===',
-        info.instructions or '(none)',
+        '(the prompt below)'
+        if info.instructions and info.instructions == captured.text
+        else info.instructions or '(none)',
         '=== tools ===',
         *(
             f'{tool.name}: {tool.description or ""} '
@@ -538,3 +545,118 @@ async def test_the_fallback_keeps_four_finished_exchanges_besides_the_one_in_pro
     assert record['fallback_reason'] == 'unparseable'
     assert record['kept'] == ['g0', 'g4', 'g5', 'g6', 'g7', 'g8']
     assert record['dropped'] == ['g1', 'g2', 'g3']
+
+
+# --- The tolerant reply reader ----------------------------------------------------------------------------
+
+OBJECT = {'keep': ['g2'], 'summary': {'rules': ["it's lowercase"], 'facts': [], 'progress': 'p', 'next_step': 'n'}}
+PLAIN = json.dumps(OBJECT)
+SINGLE = "{'keep': ['g2'], 'summary': {'rules': ['it\\'s lowercase'], 'facts': [], 'progress': 'p', 'next_step': 'n'}}"
+SMART = PLAIN.replace('"keep"', '\u201ckeep\u201d').replace('"summary"', '\u201csummary\u201d')
+
+
+@pytest.mark.parametrize(
+    ('reply', 'tolerated'),
+    [
+        pytest.param(PLAIN, (), id='plain'),
+        pytest.param(f'```json\n{PLAIN}\n```', ('fence',), id='fence'),
+        pytest.param(f'```\n{PLAIN}\n```', ('fence',), id='bare-fence'),
+        pytest.param(f'Here is my proposal.\n{PLAIN}', ('prose',), id='leading-prose'),
+        pytest.param(f'{PLAIN}\nI kept g2 because it holds the change.', ('trailing',), id='trailing-text'),
+        pytest.param(f'Sure:\n```json\n{PLAIN}\n```\nDone.', ('fence', 'prose', 'trailing'), id='all-around'),
+        pytest.param(SINGLE, ('quotes',), id='single-quotes'),
+        pytest.param(SMART, ('quotes',), id='smart-quotes-around-keys'),
+        pytest.param(f'{PLAIN}\n\nAgain: {PLAIN}', ('trailing',), id='same-object-twice'),
+        pytest.param(f'Use {{curly}} braces? No. {PLAIN}', ('prose',), id='braces-in-prose'),
+    ],
+)
+def test_the_reader_tolerates_what_models_wrap_around_an_object(reply: str, tolerated: tuple[str, ...]) -> None:
+    read = replies.read_json_object(reply)
+    assert read.data == OBJECT
+    assert read.tolerated == tolerated
+
+
+@pytest.mark.parametrize(
+    ('reply', 'problem', 'detail'),
+    [
+        pytest.param(PLAIN[:-3], 'unparseable', 'truncated', id='truncated'),
+        pytest.param(PLAIN[: PLAIN.index('"rules"') + 12], 'unparseable', 'truncated', id='truncated-after-nested'),
+        pytest.param('{"keep": ["g1"]} {"keep": ["g2"]}', 'ambiguous', '2 different JSON objects', id='two-objects'),
+        pytest.param('{"keep": ["g1"], "keep": ["g2"]}', 'unparseable', "key 'keep' appears twice", id='repeated-key'),
+        pytest.param('{"keep": ["g1"] "summary": {}}', 'unparseable', "expected ','", id='missing-comma'),
+        pytest.param('{"keep": ["g1",]}', 'unparseable', 'expected a JSON value', id='trailing-comma'),
+        pytest.param('{"done": tru}', 'unparseable', 'expected a JSON value', id='bare-word'),
+        pytest.param('{"score": NaN}', 'unparseable', 'expected a JSON value', id='nan'),
+        pytest.param('{keep: ["g1"]}', 'unparseable', 'no JSON object', id='unquoted-key'),
+        pytest.param('["g1", "g2"]', 'unparseable', 'no JSON object', id='array-only'),
+        pytest.param('I cannot do that.', 'unparseable', 'no JSON object', id='no-json'),
+        pytest.param('{"keep": [g1], "summary": {"a": 1}}', 'unparseable', 'not used on its own', id='inner-object'),
+        pytest.param('{"a": "' + 'x' * 10 + '"} then {"b": ', 'unparseable', 'truncated', id='second-truncated'),
+        pytest.param("{'a': 'it's'}", 'unparseable', "expected ','", id='unescaped-apostrophe'),
+        pytest.param('{"a": 1}' + ' {"b": x}' * 70, 'unparseable', 'more than 64', id='too-many-fragments'),
+        pytest.param("{'a': " * 300 + '1' + '}' * 300, 'unparseable', 'nested deeper', id='too-deep'),
+        pytest.param('{"a": ' * 100_000 + '1' + '}' * 100_000, 'unparseable', 'nested deeper', id='deeper-than-python'),
+    ],
+)
+def test_the_reader_refuses_what_would_change_meaning(reply: str, problem: str, detail: str) -> None:
+    with pytest.raises(replies.ReplyError) as raised:
+        replies.read_json_object(reply)
+    assert raised.value.problem == problem
+    assert detail in raised.value.detail
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    data=st.dictionaries(
+        st.text(max_size=8), st.one_of(st.text(max_size=20), st.integers(), st.lists(st.text(max_size=5))), max_size=4
+    ),
+    before=st.sampled_from(['', 'Here you go:\n', '```json\n']),
+    after=st.sampled_from(['', '\n```', '\nThat is all.']),
+)
+def test_a_valid_object_is_read_back_exactly_and_never_from_a_cut_reply(
+    data: dict[str, Any], before: str, after: str
+) -> None:
+    text = json.dumps(data, ensure_ascii=False)
+    assert replies.read_json_object(before + text + after).data == data
+    # A reply cut anywhere inside the object is refused: never completed, never read as an inner piece.
+    for cut in range(1, len(text), max(len(text) // 7, 1)):
+        with pytest.raises(replies.ReplyError):
+            replies.read_json_object(before + text[:cut])
+
+
+def test_a_tolerated_fork_reply_is_accepted_and_says_what_was_tolerated() -> None:
+    def fenced(prompt: str) -> str:
+        ids = listed_ids(prompt, ('tools',))[-1:]
+        filled = fill_example(json.loads(example_of(prompt)), ids, '<exchange id>')
+        return 'Here is the proposal:\n```json\n' + json.dumps(filled) + '\n```'
+
+    events, _ = fork_events(fenced)
+    record = events[0].record
+    assert record is not None and record.fallback_reason is None
+    assert record.extra['reply_tolerated'] == ['fence', 'prose']
+
+
+def test_an_ambiguous_fork_reply_falls_back_with_its_reason() -> None:
+    events, _ = fork_events(lambda prompt: '{"keep": ["g1"]}\nor rather\n{"keep": ["g2"]}')
+    record = events[0].record
+    assert record is not None and record.fallback_reason == 'ambiguous'
+    assert record.detail == '2 different JSON objects in the reply; expected one'
+
+
+def test_a_curator_reply_in_single_quotes_is_accepted() -> None:
+    reply = "{'focal': ['g1'], 'orientation': {'relevant_state': 'two steps', 'required': [], 'prohibited': []}}"
+    copy, _ = curator_outcome(lambda prompt: reply)
+    assert copy.last_failure is None
+
+
+def test_a_truncated_curator_reply_falls_back_with_its_reason() -> None:
+    copy, _ = curator_outcome(lambda prompt: '{"focal": ["g1"], "orientation": {"relevant_state": "two')
+    assert copy.last_failure is not None and copy.last_failure.startswith('unparseable: malformed JSON object')
+
+
+def test_fill_refuses_a_slot_without_a_value_and_a_value_without_a_slot() -> None:
+    assert compactor.fill('{a} {"json": {b}}', a='{b}', b='x') == '{b} {"json": x}'
+    with pytest.raises(KeyError, match='slot'):
+        compactor.fill('{a} {b}', a='x')
+    with pytest.raises(KeyError, match='no slot'):
+        compactor.fill('{a}', a='x', c='y')

@@ -238,6 +238,11 @@ class _Lenient:
             return _Refused('the reply ends inside a JSON object (truncated?)', position)
         return _Refused(message, position)
 
+    def too_deep(self, position: int) -> _Refused:
+        # Everything after this point belongs to the object refused: no piece of it is a reply of its own.
+        self.reach = len(self.text)
+        return _Refused(f'nested deeper than {MAX_DEPTH}', position)
+
     def skip(self, position: int) -> int:
         match = _WHITESPACE.match(self.text, position)
         assert match is not None  # the pattern matches the empty string
@@ -248,7 +253,7 @@ class _Lenient:
 
     def object(self, position: int, depth: int) -> tuple[dict[str, Any], int]:
         if depth > MAX_DEPTH:
-            raise self.refuse(f'nested deeper than {MAX_DEPTH}', position)
+            raise self.too_deep(position)
         self.reach = max(self.reach, position)
         position = self.skip(position + 1)
         out: dict[str, Any] = {}
@@ -273,7 +278,7 @@ class _Lenient:
 
     def array(self, position: int, depth: int) -> tuple[list[Any], int]:
         if depth > MAX_DEPTH:
-            raise self.refuse(f'nested deeper than {MAX_DEPTH}', position)
+            raise self.too_deep(position)
         position = self.skip(position + 1)
         out: list[Any] = []
         if self.peek(position) == ']':
