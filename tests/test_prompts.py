@@ -353,12 +353,18 @@ LISTED = re.compile(r'^(g\d+) \[(\w+), [^\]]*\]', re.MULTILINE)
 
 
 def listed_ids(prompt: str, kinds: tuple[str, ...]) -> list[str]:
-    """Ids of finished exchanges of *kinds* in the list the prompt shows."""
+    """Ids of finished, unprotected exchanges of *kinds* (any kind if empty) in the list the prompt shows."""
     return [
         match.group(1)
         for match in LISTED.finditer(prompt)
-        if match.group(2) in kinds and 'in progress' not in match.group(0) and 'protected' not in match.group(0)
+        if (not kinds or match.group(2) in kinds) and 'in progress' not in match.group(0) and 'protected' not in match.group(0)
     ]
+
+
+def expected_kept(prompt: str, ids: list[str]) -> tuple[str, ...]:
+    """The chosen ids plus what the list marks protected or in progress, in history order."""
+    forced = [m.group(1) for m in LISTED.finditer(prompt) if 'protected' in m.group(0) or 'in progress' in m.group(0)]
+    return tuple(sorted({*ids, *forced}, key=lambda i: int(i[1:])))
 
 
 def fill_example(example: Any, ids: list[str], id_placeholder: str) -> Any:
@@ -387,22 +393,23 @@ def fork_events(reply: ReplyFn, variant: str = 'json') -> tuple[list[CompactionE
 
 
 def test_the_fork_json_example_filled_as_described_is_accepted() -> None:
-    chosen: list[list[str]] = []
+    expected: list[tuple[str, ...]] = []
 
     def model_fills_the_example(prompt: str) -> str:
         ids = listed_ids(prompt, ('tools',))[:2]
-        chosen.append(ids)
+        assert len(ids) == 2
+        expected.append(expected_kept(prompt, ids))
         filled = fill_example(json.loads(example_of(prompt)), ids, '<exchange id>')
         assert Draft202012Validator(FORK_JSON_SCHEMA).is_valid(filled)
         return json.dumps(filled)
 
     events, _ = fork_events(model_fills_the_example)
-    assert events and len(chosen) == len(events)
-    for event, ids in zip(events, chosen, strict=True):
+    assert events and len(expected) == len(events)
+    for event, kept in zip(events, expected, strict=True):
         record = event.record
         assert record is not None
         assert record.fallback_reason is None and record.rejected == ()
-        assert len(ids) == 2 and set(ids) <= set(record.kept)
+        assert record.kept == kept
         assert '| - filled: instruction in force, latest wording' in render(event.history)
 
 
@@ -422,20 +429,21 @@ FREE_SUMMARY = re.compile(r'^(<summary[^>]*>)$', re.MULTILINE)
 
 
 def test_the_fork_free_form_filled_as_described_is_accepted() -> None:
-    chosen: list[list[str]] = []
+    expected: list[tuple[str, ...]] = []
 
     def model_fills_the_form(prompt: str) -> str:
         keep, summary = FREE_KEEP.search(prompt), FREE_SUMMARY.search(prompt)
         assert keep is not None and summary is not None
         ids = listed_ids(prompt, ('tools',))[-1:]
-        chosen.append(ids)
-        return f'KEEP: {", ".join(ids)}\nIds lowercase since log 3; logs so far clean; next: the next log.'
+        expected.append(expected_kept(prompt, ids))
+        text = 'Ids lowercase since log 3; logs so far clean; next: the next log.'
+        return f'{keep.group(0).replace(keep.group(1), ", ".join(ids))}\n{text}'
 
     events, _ = fork_events(model_fills_the_form, 'free')
-    assert events
-    for event, ids in zip(events, chosen, strict=True):
+    assert events and len(expected) == len(events)
+    for event, kept in zip(events, expected, strict=True):
         assert event.record is not None and event.record.fallback_reason is None
-        assert ids and set(ids) <= set(event.record.kept)
+        assert event.record.kept == kept
 
 
 def test_the_fork_free_form_copied_literally_falls_back_with_a_reason() -> None:
@@ -473,7 +481,7 @@ def test_the_curator_example_filled_as_described_is_accepted() -> None:
 
     def curator_fills_the_example(prompt: str) -> str:
         bundles = prompt[prompt.index('<bundles>') : prompt.index('</bundles>')]
-        ids = listed_ids(bundles, ('turn', 'response'))[:1]
+        ids = listed_ids(bundles, ())[:1]
         chosen[:] = ids
         filled = fill_example(json.loads(example_of(prompt)), ids, '<bundle id>')
         assert Draft202012Validator(CURATOR_SCHEMA).is_valid(filled)
@@ -481,9 +489,10 @@ def test_the_curator_example_filled_as_described_is_accepted() -> None:
 
     copy, script = curator_outcome(curator_fills_the_example)
     assert copy.last_failure is None
-    assert chosen == ['g1']
+    assert len(chosen) == 1
     sent = script.first('agent').messages
-    assert any(isinstance(p, TextPart) and p.content.startswith('Noted: migrate orders') for m in sent for p in m.parts)
+    answers = [p.content for m in sent for p in m.parts if isinstance(p, TextPart)]
+    assert answers == ['Noted: migrate orders in two steps, copy then switch.']  # the focal bundle, nothing else
     orientation = next(
         user_text(p)
         for m in sent
