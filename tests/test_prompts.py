@@ -357,7 +357,9 @@ def listed_ids(prompt: str, kinds: tuple[str, ...]) -> list[str]:
     return [
         match.group(1)
         for match in LISTED.finditer(prompt)
-        if (not kinds or match.group(2) in kinds) and 'in progress' not in match.group(0) and 'protected' not in match.group(0)
+        if (not kinds or match.group(2) in kinds)
+        and 'in progress' not in match.group(0)
+        and 'protected' not in match.group(0)
     ]
 
 
@@ -583,6 +585,12 @@ def test_the_reader_tolerates_what_models_wrap_around_an_object(reply: str, tole
     read = replies.read_json_object(reply)
     assert read.data == OBJECT
     assert read.tolerated == tolerated
+
+
+def test_the_reader_reads_a_line_break_typed_inside_a_string_as_itself() -> None:
+    read = replies.read_json_object('{"rules": ["ids lowercase\nsince log 3"]}')
+    assert read.data == {'rules': ['ids lowercase\nsince log 3']}
+    assert read.tolerated == ('raw_control',)
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,11 @@
 """One reader for every structured model reply: the JSON object a reply carries, or why there is none.
 
 Real models wrap the object they were asked for: a code fence, a sentence before it, a remark after it,
-single or typographic quotes around keys and strings. Each of those is read as the object it plainly is,
-and the reader says which it tolerated. Nothing that could change what a reply means is repaired: a
-truncated object is not completed, two different objects are neither merged nor chosen between, a
-repeated key is not resolved, a bare word is not turned into a string, a missing comma is not inserted.
+single or typographic quotes around keys and strings, a line break typed inside a string. Each of those
+is read as the object it plainly is, and the reader says which it tolerated. Nothing that could change
+what a reply means is repaired: a truncated object is not completed, two different objects are neither
+merged nor chosen between, a repeated key is not resolved, a bare word is not turned into a string, a
+missing comma is not inserted.
 Such replies are refused with a reason, and the caller falls back.
 
 The rule when a reply holds several objects: every complete object that is not inside another counts.
@@ -31,8 +32,9 @@ from jsonschema import Draft202012Validator
 ReplyProblem = Literal['unparseable', 'ambiguous']
 """Why a reply carries no usable object: none could be read, or more than one could."""
 
-Tolerance = Literal['fence', 'prose', 'trailing', 'quotes']
-"""What a reply wrapped its object in: a code fence, text before it, text after it, non-JSON quotes."""
+Tolerance = Literal['fence', 'prose', 'trailing', 'quotes', 'raw_control']
+"""What the reader looked past: a code fence, text before the object, text after it, single or typographic
+quotes, raw control characters (a line break typed inside a string, which JSON wants escaped)."""
 
 MAX_FRAGMENTS = 64
 """Object starts examined at most; a reply full of braces must not make reading quadratic."""
@@ -70,7 +72,7 @@ def read_json_object(reply: str) -> JsonReply:
         ReplyError: no object could be read, or a malformed one is present (`unparseable`); two
             different complete objects are present (`ambiguous`).
     """
-    found: list[tuple[int, int, dict[str, Any], bool]] = []  # start, end, object, read with other quotes
+    found: list[tuple[int, int, dict[str, Any], frozenset[Tolerance]]] = []  # start, end, object, leniencies
     broken: list[tuple[int, int, str]] = []  # start, how far reading got, why it stopped
     for start in _object_starts(reply):
         if (found and start < found[-1][1]) or (broken and start <= broken[-1][1]):
@@ -86,9 +88,9 @@ def read_json_object(reply: str) -> JsonReply:
             except _Refused as refused:
                 broken.append((start, parser.reach, f'{refused.message} at character {refused.position}'))
                 continue
-            found.append((start, end, data, True))
+            found.append((start, end, data, frozenset(parser.used)))
         else:
-            found.append((start, end, data, False))
+            found.append((start, end, data, frozenset()))
     if broken:
         # The complete object may be part of the malformed one, or a second answer: either way not the reply.
         also = '; a complete object elsewhere in the reply is not used on its own' if found else ''
@@ -99,7 +101,8 @@ def read_json_object(reply: str) -> JsonReply:
     if len(distinct) > 1:
         raise ReplyError('ambiguous', f'{len(distinct)} different JSON objects in the reply; expected one')
     start, end, data, _ = found[0]
-    return JsonReply(data, _tolerated(reply, start, end, lenient=any(item[3] for item in found)))
+    used = frozenset[Tolerance]().union(*(item[3] for item in found))
+    return JsonReply(data, _tolerated(reply, start, end, used))
 
 
 def schema_problem(validator: Draft202012Validator, data: Any) -> str | None:
@@ -151,7 +154,7 @@ def _object_starts(text: str) -> Iterator[int]:
         match = _OBJECT_START.search(text, match.start() + 1)
 
 
-def _tolerated(text: str, start: int, end: int, *, lenient: bool) -> tuple[Tolerance, ...]:
+def _tolerated(text: str, start: int, end: int, used: frozenset[Tolerance]) -> tuple[Tolerance, ...]:
     before, after = text[:start], text[end:]
     out: list[Tolerance] = []
     opening, closing = _FENCE_BEFORE.search(before), _FENCE_AFTER.match(after)
@@ -162,8 +165,7 @@ def _tolerated(text: str, start: int, end: int, *, lenient: bool) -> tuple[Toler
         out.append('prose')
     if after.strip():
         out.append('trailing')
-    if lenient:
-        out.append('quotes')
+    out.extend(tolerance for tolerance in ('quotes', 'raw_control') if tolerance in used)
     return tuple(out)
 
 
@@ -225,12 +227,14 @@ def _as_json_string(body: str) -> str:
 class _Lenient:
     """JSON's grammar with more string delimiters; anything else that is not JSON is refused.
 
-    For a text that is valid JSON it reads exactly what `json` reads.
+    For a text that is valid JSON it reads exactly what `json` reads. A raw control character inside a
+    string (JSON wants `\\n`, models type a line break) is read as itself: it means what it shows.
     """
 
     def __init__(self, text: str) -> None:
         self.text = text
         self.reach = 0
+        self.used: set[Tolerance] = set()
 
     def refuse(self, message: str, position: int) -> _Refused:
         self.reach = max(self.reach, position)
@@ -319,8 +323,16 @@ class _Lenient:
         if match is None:
             raise self.refuse('unterminated string', len(self.text) if quote in '"\'' else position)
         self.reach = max(self.reach, match.end())
+        if quote != '"':
+            self.used.add('quotes')
         literal = match.group(0) if quote == '"' else _as_json_string(match.group(1))
         try:
             return json.loads(literal), match.end()
+        except ValueError:
+            pass
+        try:
+            value = json.loads(literal, strict=False)
         except ValueError as error:
             raise self.refuse(f'invalid string ({str(error)[:80]})', position) from error
+        self.used.add('raw_control')
+        return value, match.end()
