@@ -20,6 +20,7 @@ from pydantic_ai_compaction.protocols.schemas import FORK_JSON_SCHEMA
 from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime import compactor, replies
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
+from pydantic_ai_compaction.runtime.checks import check_choice, check_instance, check_int
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.segment import ConversationView
 from pydantic_ai_compaction.runtime.transcript import listing
@@ -116,10 +117,9 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.variant not in ('json', 'free', 'fixed'):
-            raise ValueError(f"Fork.variant must be 'json', 'free' or 'fixed', got {self.variant!r}.")
-        if self.fixed_keep < 0:
-            raise ValueError(f'Fork.fixed_keep must not be negative, got {self.fixed_keep!r}.')
+        check_choice('Fork', 'variant', self.variant, ('json', 'free', 'fixed'))
+        check_int('Fork', 'fixed_keep', self.fixed_keep, minimum=0)
+        check_instance('Fork', 'model', self.model, (Model, str, type(None)), 'a Model, a model name or None')
 
     @property
     def strategy_name(self) -> str:
