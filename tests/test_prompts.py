@@ -641,6 +641,37 @@ def test_a_valid_object_is_read_back_exactly_and_never_from_a_cut_reply(
             replies.read_json_object(before + text[:cut])
 
 
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+def single_quoted(value: Any) -> str:
+    """*value* as JSON written with single quotes, the way models write it."""
+    if isinstance(value, str):
+        body = json.dumps(value, ensure_ascii=False)[1:-1]
+        return "'" + body.replace('\\"', '"').replace("'", "\\'") + "'"
+    if isinstance(value, dict):
+        items = ', '.join(f'{single_quoted(k)}: {single_quoted(v)}' for k, v in value.items())  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+        return '{' + items + '}'
+    if isinstance(value, list):
+        return '[' + ', '.join(single_quoted(v) for v in value) + ']'  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+    return json.dumps(value)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(data=st.dictionaries(st.text(max_size=6), JSON_VALUES, max_size=4))
+def test_the_lenient_grammar_reads_json_as_json_and_single_quotes_as_the_same_object(data: dict[str, Any]) -> None:
+    text = json.dumps(data, ensure_ascii=False)
+    assert replies._Lenient(text).object(0, 0) == (json.loads(text), len(text))
+    quoted = single_quoted(data)
+    read = replies.read_json_object(quoted)
+    assert read.data == data
+    assert read.tolerated == (('quotes',) if "'" in quoted else ())
+
+
 def test_a_tolerated_fork_reply_is_accepted_and_says_what_was_tolerated() -> None:
     def fenced(prompt: str) -> str:
         ids = listed_ids(prompt, ('tools',))[-1:]
