@@ -421,9 +421,22 @@ def test_the_fork_json_example_copied_literally_falls_back_with_a_reason() -> No
     record = events[0].record
     assert record is not None
     assert record.fallback_reason == 'unfilled'
-    assert record.detail is not None and '<exchange id>' in record.detail
+    assert record.detail is not None and '<what is done>' in record.detail
     boundary = render(events[0].history)
     assert 'Context compaction fell back (unfilled)' in boundary and '<exchange id>' not in boundary
+
+
+def test_a_placeholder_left_among_the_ids_is_rejected_alone() -> None:
+    def fills_all_but_one_id(prompt: str) -> str:
+        ids = listed_ids(prompt, ('tools',))[:1]
+        filled = fill_example(json.loads(example_of(prompt)), ids, '<exchange id>')
+        filled['keep'].append('<exchange id>')
+        return json.dumps(filled)
+
+    events, _ = fork_events(fills_all_but_one_id)
+    record = events[0].record
+    assert record is not None and record.fallback_reason is None
+    assert record.rejected == ('<exchange id>',)
 
 
 FREE_KEEP = re.compile(r'^KEEP: (<[^>]+>)$', re.MULTILINE)

@@ -55,7 +55,7 @@ FORK_JSON_EXAMPLE: dict[str, Any] = {
         'next_step': '<the very next action>',
     },
 }
-"""The example reply the `json` variant shows; a reply that still holds one of its `<...>` placeholders falls back."""
+"""The example reply the `json` variant shows; a summary that still holds one of its `<...>` placeholders falls back."""
 
 FORK_JSON_FORMAT = compactor.fill(
     """Choose which exchanges must stay verbatim (only what you will need to read again word for word)
@@ -172,7 +172,9 @@ def _parse_json(reply: str) -> Proposal:
     except replies.ReplyError as error:
         return Proposal.failed(error.problem, error.detail, variant='json')
     data = parsed.data
-    copied = replies.unfilled(data, _JSON_PLACEHOLDERS)
+    # Only the summary is checked for placeholders: a placeholder left among the ids is an unknown id,
+    # which the validator rejects on its own while the rest of the proposal applies.
+    copied = replies.unfilled(data.get('summary'), _JSON_PLACEHOLDERS)
     if copied:
         return Proposal.failed('unfilled', _unfilled_detail(copied), variant='json')
     problem = replies.schema_problem(_VALIDATOR, data)

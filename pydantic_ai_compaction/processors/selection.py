@@ -121,7 +121,7 @@ CURATOR_EXAMPLE: dict[str, Any] = {
         'prohibited': ['<stale proposition the answer must not repeat>'],
     },
 }
-"""The example reply the curator is shown; a reply that still holds one of its `<...>` placeholders is refused."""
+"""The example reply the curator is shown; an orientation still holding one of its `<...>` placeholders is refused."""
 
 CURATOR_PROMPT = compactor.fill(
     """{marker}
@@ -420,7 +420,8 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
             data = replies.read_json_object(reply).data
         except replies.ReplyError as error:
             return None, f'{error.problem}: {error.detail}'
-        copied = replies.unfilled(data, _CURATOR_PLACEHOLDERS)
+        # A placeholder left among the focal ids is an unknown id, refused below with the others.
+        copied = replies.unfilled(data.get('orientation'), _CURATOR_PLACEHOLDERS)
         if copied:
             return None, f"unfilled: the reply repeats the prompt's example (placeholders {', '.join(copied[:3])})"
         problem = replies.schema_problem(_CURATOR_VALIDATOR, data)
