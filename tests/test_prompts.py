@@ -553,7 +553,6 @@ def test_the_docs_quote_equals_what_the_code_sends(name: str) -> None:
 # --- Fork fallback keeps (seed 004) -----------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason='runtime/validate.py counts the exchange in progress among the four')
 async def test_the_fallback_keeps_four_finished_exchanges_besides_the_one_in_progress() -> None:
     # Seed 004: the runtime "always keeps protected and unfinished exchanges"; a malformed proposal "falls back
     # to keeping the last four exchanges", chosen like the fixed variant's two: the exchange in progress stays

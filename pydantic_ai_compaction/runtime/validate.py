@@ -64,7 +64,10 @@ def fallback_layout(
     restate: tuple[str, ...] = (),
 ) -> Layout:
     """The layout used when a proposal cannot be: the last exchanges plus everything forced."""
-    tail = {exchange.id for exchange in view.exchanges[-fallback_keep:]} if fallback_keep > 0 else set[str]()
+    # Seed 004: the last four exchanges, besides everything protected and the exchange in progress,
+    # which "stays regardless" and so does not count among the four.
+    droppable = [exchange for exchange in view.exchanges if not exchange.forced]
+    tail = {e.id for e in droppable[len(droppable) - fallback_keep :]} if fallback_keep > 0 else set[str]()
     keep = settle(view, tail | keep_forced(view), restate=bool(restate))
     ordered = tuple(e.id for e in view.exchanges if e.id in keep)
     dropped_exchanges = [e for e in view.exchanges if e.id not in keep]
