@@ -9,7 +9,7 @@ from pydantic_ai.messages import ModelRequest, UserPromptPart
 from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT
-from pydantic_ai_harness.compaction import DEFAULT_CONTEXT_WINDOW, resolve_context_window
+from pydantic_ai_harness.compaction import DEFAULT_CONTEXT_WINDOW, estimate_token_count, resolve_context_window
 
 from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime import compactor
@@ -110,6 +110,11 @@ TRANSCRIPT_SHARE = 0.6
 """Share of the summarizer's window a transcript may fill, leaving room for instructions and the answer."""
 
 
+def text_tokens(text: str) -> int:
+    """Estimated tokens of *text*, with the same estimator the trigger uses."""
+    return estimate_token_count([ModelRequest(parts=[UserPromptPart(text)])])
+
+
 def transcript_budget(model: Model) -> int:
     """Estimated tokens of transcript the summarizer *model* can read."""
     window = resolve_context_window(model) or DEFAULT_CONTEXT_WINDOW
@@ -123,32 +128,34 @@ def bounded_transcript(
 
     Returns the transcript, the ids left out (oldest first) and the ids whose text was cut.
     """
-    chosen: list[Exchange] = []
+    # Measured on the text sent, not on `Exchange.tokens`: a response's reported output tokens include
+    # hidden reasoning the transcript does not carry.
+    rendered = [render_messages(view.messages_of(exchange)) for exchange in exchanges]
+    sizes = [text_tokens(text) for text in rendered]
+    chosen = 0
     used = 0
-    for exchange in reversed(exchanges):
-        if chosen and used + exchange.tokens > budget:
+    for size in reversed(sizes):
+        if chosen and used + size > budget:
             break
-        chosen.append(exchange)
-        used += exchange.tokens
-    chosen.reverse()
-    left_out = tuple(exchange.id for exchange in exchanges[: len(exchanges) - len(chosen)])
+        chosen += 1
+        used += size
+    first = len(exchanges) - chosen
+    left_out = tuple(exchange.id for exchange in exchanges[:first])
     pieces: list[str] = []
     cut: list[str] = []
     if left_out:
-        tokens = sum(exchange.tokens for exchange in exchanges[: len(left_out)])
+        tokens = sum(sizes[:first])
         span = left_out[0] if len(left_out) == 1 else f'{left_out[0]}–{left_out[-1]}'
         pieces.append(
             f'[{len(left_out)} earlier exchange(s) ({span}, about {tokens:,} tokens) did not fit in this '
             'transcript and are not shown.]'
         )
-    for exchange in chosen:
-        text = render_messages(view.messages_of(exchange))
-        if exchange.tokens > budget:
+    for exchange, text, size in zip(exchanges[first:], rendered[first:], sizes[first:], strict=True):
+        if size > budget:
             # One exchange larger than the whole budget: keep its end, where results and answers are.
-            keep_chars = max(1, len(text) * budget // max(exchange.tokens, 1))
-            text = (
-                f'[… the first {len(text) - keep_chars:,} characters of this exchange are cut …]\n' + text[-keep_chars:]
-            )
+            keep_chars = max(1, len(text) * budget // max(size, 1))
+            note = f'[… the first {len(text) - keep_chars:,} characters of this exchange are cut …]'
+            text = f'{note}\n{text[-keep_chars:]}'
             cut.append(exchange.id)
         pieces.append(text)
     return '\n'.join(pieces), left_out, tuple(cut)

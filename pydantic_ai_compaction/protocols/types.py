@@ -50,7 +50,8 @@ class Exchange:
     """Estimated tokens its messages add to a request."""
 
     protected: str | None = None
-    """Why the runtime always keeps it (`opening`, `boundary`, `pinned`, `current_turn`, `predicate`), or `None`."""
+    """Why the runtime always keeps it (`opening`, `boundary`, `pinned`, `state` (it holds a tool reveal or a
+    settings or instruction change pydantic-ai reads back), `current_turn`, `predicate`), or `None`."""
 
     unfinished: bool = False
     """Whether it is the exchange in progress (the current request and the response it answers)."""

@@ -64,7 +64,10 @@ def check_number(
     expected = 'a finite number' + ''.join(f' {bound}' for bound in (low, high) if bound)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise fail(owner, name, expected, value)
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond the float range
+        raise fail(owner, name, expected, value) from None
     if not math.isfinite(number):
         raise fail(owner, name, expected, value)
     if minimum is not None and (number <= minimum if exclusive_minimum else number < minimum):

@@ -67,11 +67,13 @@ async def run_compaction(
     droppable = [exchange for exchange in view.exchanges if not exchange.forced]
     if not droppable:
         return Skipped('nothing to drop')
-    # Exchanges the last compaction chose to keep were weighed already: only what arrived since
-    # counts towards the minimum. Otherwise, when protected content alone (a long opening prompt, pins,
-    # the exchange in progress) is over the trigger, every step would call the compactor to free a sliver.
+    # When protected content alone (a long opening prompt, pins, the exchange in progress) is over the
+    # trigger, every step would otherwise call the compactor to free a sliver. What the last compaction
+    # kept by falling back (not by anyone's choice) will be kept again by the next fallback, so only what
+    # arrived since counts then; what a valid proposal kept may well go next time, so it counts.
     records = view.records()
-    weighed = set(records[-1].get('kept') or ()) if records else set[str]()
+    last = records[-1] if records else None
+    weighed = set(last.get('kept') or ()) if last is not None and last.get('fallback_reason') else set[str]()
     new_tokens = sum(exchange.tokens for exchange in droppable if exchange.id not in weighed)
     if new_tokens < min_saving * view.tokens:
         return Skipped(
@@ -79,7 +81,7 @@ async def run_compaction(
             f'only {new_tokens:,} of {view.tokens:,} estimated tokens are new and can be dropped '
             f'(minimum {min_saving:.0%})',
         )
-    proposal, left_out, error = await _propose(strategy, view, ctx)
+    proposal, left_out, error = await _propose(strategy, view, ctx, protect)
     layout = validate(proposal, view, fallback_keep=fallback_keep)
     if not layout.dropped and not layout.restate:
         # Nothing removed while the request is over the limit. A valid proposal that keeps
@@ -107,7 +109,7 @@ async def run_compaction(
 
 
 async def _propose(
-    strategy: Strategy, view: ConversationView, ctx: CompactionContext
+    strategy: Strategy, view: ConversationView, ctx: CompactionContext, protect: ProtectPredicate | None
 ) -> tuple[Proposal, tuple[str, ...], Exception | None]:
     """Ask for a proposal; on a context overflow, ask once more with the oldest unprotected exchanges left out."""
     try:
@@ -116,7 +118,7 @@ async def _propose(
         if not is_context_overflow(error):
             return Proposal.failed('compactor_error', _describe(error)), (), error
         first_error = error
-    reduced, left_out = shrink(view)
+    reduced, left_out = shrink(view, protect=protect, prompt=ctx.run.prompt)
     if not left_out:
         return Proposal.failed('context_overflow', 'nothing left to leave out of the compactor view'), (), first_error
     try:
@@ -126,7 +128,9 @@ async def _propose(
         return Proposal.failed(reason, _describe(error)), left_out, error
 
 
-def shrink(view: ConversationView) -> tuple[ConversationView, tuple[str, ...]]:
+def shrink(
+    view: ConversationView, *, protect: ProtectPredicate | None = None, prompt: object = None
+) -> tuple[ConversationView, tuple[str, ...]]:
     """*view* without its oldest unprotected exchanges, about half of their tokens."""
     candidates = [exchange for exchange in view.exchanges if not exchange.forced]
     budget = sum(exchange.tokens for exchange in candidates) / 2
@@ -140,7 +144,7 @@ def shrink(view: ConversationView) -> tuple[ConversationView, tuple[str, ...]]:
     if not left_out:
         return view, ()
     remaining = assemble(view, set(view.ids) - set(left_out))
-    return segment(remaining), tuple(left_out)
+    return segment(remaining, protect, prompt=prompt), tuple(left_out)
 
 
 def _build(

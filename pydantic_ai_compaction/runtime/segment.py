@@ -17,18 +17,22 @@ import re
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from pydantic_ai.messages import (
     CompactionPart,
+    InstructionBaselinePart,
+    InstructionDeltaPart,
     ModelMessage,
     ModelRequest,
     ModelRequestPart,
     ModelResponse,
+    ModelSettingsDeltaPart,
     RetryFeedbackPart,
     RetryPromptPart,  # pyright: ignore[reportDeprecated]
     TextContent,
+    ToolAvailabilityDeltaPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -43,7 +47,12 @@ ProtectPredicate = Callable[[Exchange, list[ModelMessage]], bool]
 RESTATEMENT_MARK = 'restatement'
 """Value under `METADATA_KEY` in the `TextContent.metadata` of a `Reassert` restatement."""
 
-_ID_PATTERN = re.compile(r'^g(\d+)$')
+_ID_PATTERN = re.compile(r'^g(\d{1,12})$')
+"""Exchange ids: `g` and up to twelve digits. Longer numbers come from no history this library wrote, and
+converting thousands of digits fails (CPython's limit) or inflates every later id."""
+
+MAX_EXCHANGE_NUMBER = 10**12
+"""Counters read back from records (`next_id`, `sequence`) above this are ignored as forged or corrupt."""
 
 
 def exchange_number(exchange_id: str) -> int | None:
@@ -72,6 +81,7 @@ def our_record(part: object) -> dict[str, Any] | None:
 
 _STRING_LISTS = ('kept', 'dropped', 'rejected', 'restated', 'view_reduced')
 _INTEGERS = ('sequence', 'next_id', 'tokens_before', 'tokens_after')
+_COUNTERS = ('sequence', 'next_id')
 _STRINGS = ('strategy', 'variant', 'boundary_id', 'fallback_reason', 'detail')
 
 
@@ -85,6 +95,10 @@ def _well_typed(record: dict[str, Any]) -> dict[str, Any]:
     for key in _INTEGERS:
         value = out.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            del out[key]
+    for key in _COUNTERS:
+        value = out.get(key)
+        if isinstance(value, int) and not 0 <= value <= MAX_EXCHANGE_NUMBER:
             del out[key]
     for key in _STRINGS:
         if key in out and out[key] is not None and not isinstance(out[key], str):
@@ -300,19 +314,30 @@ def tool_content_parts(message: ModelRequest, prompt: object = None) -> frozense
     if not returns:
         return frozenset()
     last_result = max(index for index, part in enumerate(parts) if _answers_call(part) is not None)
-    earliest = min(part.timestamp for part in returns)
-    latest = max(part.timestamp for part in returns)
+    stamps = [_utc(part.timestamp) for part in returns]
+    earliest, latest = min(stamps), max(stamps)
     found: set[int] = set()
     for index in range(last_result + 1, len(parts)):
         part = parts[index]
+        if isinstance(part, _BOOKKEEPING):
+            continue  # a tool that reveals tools adds their availability between its return and its content
         if not isinstance(part, UserPromptPart) or is_restatement(part) or len(found) == len(returns):
             break
         if prompt is not None and part.content == prompt:
             break
-        if not earliest <= part.timestamp <= latest + TOOL_CONTENT_WINDOW:
+        if not earliest <= _utc(part.timestamp) <= latest + TOOL_CONTENT_WINDOW:
             break
         found.add(index)
     return frozenset(found)
+
+
+_BOOKKEEPING = (ToolAvailabilityDeltaPart, ModelSettingsDeltaPart, InstructionDeltaPart, InstructionBaselinePart)
+"""Request parts that record state changes rather than carry content from the user or a tool."""
+
+
+def _utc(moment: datetime) -> datetime:
+    """*moment* comparable with any other: a history loaded from JSON can mix naive and aware timestamps."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
 def _build_units(messages: Sequence[ModelMessage], prompt: object = None) -> list[_Unit]:
@@ -564,6 +589,10 @@ def _protection(
         parts = message.parts if part_indices is None else [message.parts[i] for i in part_indices]
         if any(isinstance(part, UserPromptPart) and is_pinned(part) for part in parts):
             return 'pinned'
+        if any(isinstance(part, _BOOKKEEPING) for part in parts):
+            # A tool reveal, a settings or an instruction change: pydantic-ai reads the run's state back
+            # from these parts, so dropping one would, say, make a revealed tool unavailable again.
+            return 'state'
     return None
 
 

@@ -41,13 +41,19 @@ def shape_problems(messages: Sequence[ModelMessage], *, before: Sequence[ModelMe
 def adjacent_responses(messages: Sequence[ModelMessage]) -> list[int]:
     """Indices *i* where message *i* and *i + 1* are both responses (a provider's compaction excepted).
 
-    A provider's compaction item is an assistant-role message that the provider itself places before
-    the next turn, so it does not count as a turn of its own.
+    A provider's compaction item is an assistant-role message that only that provider's own API reads
+    (OpenAI Responses, Anthropic), where it stands between turns, so it does not count as a turn on
+    either side of it.
     """
     out: list[int] = []
     for index in range(len(messages) - 1):
         first, second = messages[index], messages[index + 1]
-        if isinstance(first, ModelResponse) and isinstance(second, ModelResponse) and not _is_compaction(first):
+        if (
+            isinstance(first, ModelResponse)
+            and isinstance(second, ModelResponse)
+            and not _is_compaction(first)
+            and not _is_compaction(second)
+        ):
             out.append(index)
     return out
 

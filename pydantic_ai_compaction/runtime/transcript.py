@@ -21,7 +21,7 @@ from pydantic_ai_harness.compaction import is_pinned
 
 from pydantic_ai_compaction.protocols.types import Exchange
 from pydantic_ai_compaction.runtime.encoding import args_text
-from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement
+from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, tool_content_parts
 
 
 def clip(text: str, limit: int) -> str:
@@ -115,11 +115,14 @@ def render_messages(messages: Iterable[ModelMessage], *, tool_limit: int | None 
     """A plain transcript: who said what, tool calls with arguments, tool results with content."""
     lines: list[str] = []
     for message in messages:
-        for part in message.parts:
+        # A user part that `ToolReturn(content=...)` added is tool output: labelled as the user, its text
+        # would read to a summarizer as the user's own instruction.
+        from_tools = tool_content_parts(message) if isinstance(message, ModelRequest) else frozenset[int]()
+        for index, part in enumerate(message.parts):
             if isinstance(part, SystemPromptPart):
                 lines.append(f'SYSTEM: {part.content}')
             elif isinstance(part, UserPromptPart):
-                label = 'RESTATED' if is_restatement(part) else 'USER'
+                label = 'TOOL CONTENT' if index in from_tools else 'RESTATED' if is_restatement(part) else 'USER'
                 lines.append(f'{label}: {user_text(part)}')
             elif isinstance(part, ToolReturnPart):
                 content = return_text(part)
