@@ -42,7 +42,7 @@ from .support import recorded_history
         (lambda: Fork(variant='yaml'), "Fork.variant must be 'json', 'free' or 'fixed'"),  # pyright: ignore[reportArgumentType]
         (lambda: Fork(fallback_keep=0), 'fallback_keep must be at least 1'),
         (lambda: StatelessSummary(keep_recent=-1), 'StatelessSummary.keep_recent must not be negative'),
-        (lambda: ResetToCheckpoint(excerpt_chars=-1), 'ResetToCheckpoint.excerpt_chars must not be negative'),
+        (lambda: ResetToCheckpoint(excerpt_chars=-1), r'ResetToCheckpoint\.excerpt_chars must be an integer ≥ 0'),
         (lambda: RetryPolicy(attempts=0), 'RetryPolicy.attempts must be at least 1'),
         (lambda: InstructionSources(markers=('  ',)), 'markers must not contain empty strings'),
         (lambda: Pipeline([]), 'Pipeline.steps must name at least one strategy'),
