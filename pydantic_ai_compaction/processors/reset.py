@@ -128,7 +128,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     """Characters of each user request or assistant answer carried verbatim (longer ones are clipped, marked)."""
 
     max_chars: int = 16_000
-    """Upper bound on the checkpoint's length; it is also never longer than half of what it replaces."""
+    """Upper bound on the checkpoint's length; it is also kept to about three quarters of what it replaces."""
 
     write_tools: str = WRITE_TOOLS
     """Regular expression over tool names whose calls changed something (listed under "Changed")."""
@@ -158,7 +158,8 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             text = self.checkpoint(ctx.run, view)
             return Proposal(summary=Summary(text), supersedes=self.strategy_name, variant='custom')
         sections, omitted = self.sections(view)
-        budget = min(self.max_chars, self.replaced_tokens(view) * 2)
+        # About three quarters of what it replaces (an estimated token is about four characters).
+        budget = min(self.max_chars, self.replaced_tokens(view) * 3)
         sections, omitted = fold(sections, omitted, budget)
         text = render_checkpoint(sections, omitted, progress=self._progress(view, sections, omitted))
         return Proposal(
@@ -266,8 +267,13 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             f'Progress: {calls:,} tool call{"s" if calls != 1 else ""} completed'
             + (f' (the latest: {newest})' if newest else '')
             + f'; {answers:,} of your messages above.',
-            'Next step: continue the request in progress from where the latest call left it; the calls under Read '
-            'are done and their facts are under Found, so do not repeat them unless you need their exact output.',
+            (
+                'Next step: continue the request in progress from where the latest call left it; the calls under '
+                'Read are done and their facts are under Found, so do not repeat them unless you need their exact '
+                'output.'
+            )
+            if calls
+            else 'Next step: answer the request in progress; the conversation above is what came before it.',
         ]
         return '\n'.join(lines)
 

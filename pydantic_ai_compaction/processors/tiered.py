@@ -218,8 +218,11 @@ class Tiered(AbstractCapability[AgentDepsT]):
         window = self.window(request_context.model)
         view = self.view(persisted)
         tokens = estimate_token_count(view)
+        summarized: list[ModelMessage] | None = None
         if self.summarize and tokens >= min(self.summarize_at * window, self.summarize_max_tokens):
-            view = await self._summarize(view, persisted, window, for_request(ctx, request_context, self.retry))
+            summarized = await self._summarize(view, persisted, window, for_request(ctx, request_context, self.retry))
+        if summarized is not None:
+            view = summarized
             self._projection = replace(self._projection, covers=len(persisted), messages=view, covered=tuple(persisted))
         elif tokens >= self.clear_at * window:
             cleared = self._clear(view, window, ctx)
@@ -303,14 +306,17 @@ class Tiered(AbstractCapability[AgentDepsT]):
 
     async def _summarize(
         self, view: list[ModelMessage], persisted: Sequence[ModelMessage], window: int, ctx: CompactionContext
-    ) -> list[ModelMessage]:
+    ) -> list[ModelMessage] | None:
+        """The view with older exchanges replaced by the updated handoff note, or `None` when nothing older
+        than what must stay is left to summarize (the exchange in progress alone crossed the threshold):
+        a note call would then have nothing to read."""
         segmented = segment(view)
         keep = _newest_within(segmented, int(self.summarize_to * window))
         replaced = [e for e in segmented.exchanges if e.id not in keep and not e.unfinished and e.kind != 'opening']
-        transcript = handoff_transcript(
-            [m for e in replaced for m in segmented.messages_of(e) if not _is_our_boundary(m)],
-            int(self.handoff_input_share * window) * 4,
-        )
+        summarized = [m for e in replaced for m in segmented.messages_of(e) if not _is_our_boundary(m)]
+        if not summarized:
+            return None
+        transcript = handoff_transcript(summarized, int(self.handoff_input_share * window) * 4)
         previous = self._projection.note
         update = UPDATE_INSTRUCTION.format(previous=neutralize(previous)) if previous else ''
         prompt = HANDOFF_PROMPT.format(marker=HANDOFF_MARKER, update=update, transcript=neutralize(transcript))
