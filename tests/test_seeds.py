@@ -140,6 +140,28 @@ def test_selection_never_drops_the_running_loops_own_results() -> None:
         ]
 
 
+def test_tool_attached_content_does_not_split_the_running_loop() -> None:
+    # A tool's `ToolReturn(content=...)` is a user-role part beside its result: not a new user request, so the
+    # loop's earlier results stay in the bundle being answered and are sent, however small the budget.
+    seen: list[list[ModelMessage]] = []
+    steps = iter([[ToolCallPart('look', {'n': i})] for i in range(4)] + [[TextPart('done')]])
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        return ModelResponse(parts=next(steps))
+
+    agent = Agent(FunctionModel(respond), capabilities=[BoundedSelection(budget=1)])
+
+    @agent.tool_plain
+    def look(n: int) -> Any:  # pyright: ignore[reportUnusedFunction]
+        return ToolReturn(return_value=f'result {n} ' + 'y ' * 300, content=[f'screenshot caption {n}'])
+
+    agent.run_sync('Look four times.', message_history=tool_chat(3))
+    last = texts(seen[-1])
+    assert all(f'result {n} ' in last and f'screenshot caption {n}' in last for n in range(4))
+    assert 'Look four times.' in last and 'Question 0:' not in last
+
+
 @pytest.mark.parametrize('build', [Orientation, CuratedSelection])
 def test_orientation_comes_after_the_system_prompt_on_the_first_request(build: Callable[[], Any]) -> None:
     seen: list[list[ModelMessage]] = []

@@ -266,7 +266,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         lines = [
             f'Progress: {calls:,} tool call{"s" if calls != 1 else ""} completed'
             + (f' (the latest: {newest})' if newest else '')
-            + f'; {answers:,} of your messages above.',
+            + (f'; {answers:,} of your earlier messages are listed above.' if answers else '.'),
             (
                 'Next step: continue the request in progress from where the latest call left it; the calls under '
                 'Read are done and their facts are under Found, so do not repeat them unless you need their exact '

@@ -178,7 +178,7 @@ def bundles(view: ConversationView) -> tuple[Bundle, ...]:
     """The view's exchanges grouped into bundles (a view over the runtime's segmentation, which stays as it is)."""
     groups: list[list[Exchange]] = []
     for exchange in view.exchanges:
-        starts = exchange.kind in _STANDALONE or exchange.kind == 'turn' or not groups
+        starts = exchange.kind in _STANDALONE or is_user_request(view, exchange) or not groups
         if not starts and groups[-1][0].kind in _STANDALONE:
             starts = True  # the opening's answer, or work after a boundary: its own bundle
         if starts:
@@ -188,7 +188,7 @@ def bundles(view: ConversationView) -> tuple[Bundle, ...]:
     # The request being answered and its running tool loop are always sent (seed 003 protected the current
     # request; its checkpoints were answer-only, so there was no loop to cut into).
     current = next(
-        (index for index in range(len(groups) - 1, -1, -1) if groups[index][0].kind in ('turn', 'opening')), len(groups)
+        (index for index in range(len(groups) - 1, -1, -1) if is_user_request(view, groups[index][0])), len(groups)
     )
     return tuple(
         Bundle(
@@ -199,6 +199,29 @@ def bundles(view: ConversationView) -> tuple[Bundle, ...]:
         )
         for index, group in enumerate(groups)
     )
+
+
+def is_user_request(view: ConversationView, exchange: Exchange) -> bool:
+    """Whether *exchange* opens a bundle: the opening, or a turn holding text the user wrote.
+
+    A user-role part that a tool attached to its result (`ToolReturn(content=...)`) sits in the request
+    that carries the tool return; it is part of the running episode, not a new request.
+    """
+    if exchange.kind == 'opening':
+        return True
+    if exchange.kind != 'turn':
+        return False
+    for index, parts in exchange.refs:
+        message = view.messages[index]
+        chosen = message.parts if parts is None else [message.parts[p] for p in parts]
+        if any(isinstance(p, UserPromptPart) and not tool_provided(message, p) for p in chosen):
+            return True
+    return False
+
+
+def current_user_request(view: ConversationView) -> Exchange | None:
+    """The exchange holding the user request being answered (the latest one), if any."""
+    return next((e for e in reversed(view.exchanges) if is_user_request(view, e)), None)
 
 
 def _bundle_of(found: Sequence[Bundle]) -> dict[str, Bundle]:
@@ -284,7 +307,8 @@ def project(view: ConversationView, chosen: set[str], orientation: str | None = 
     keep = {e.id for b in found if b.forced or any(e.id in chosen for e in b.exchanges) for e in b.exchanges}
     out: list[ModelMessage] = []
     orientation_added = orientation is None
-    anchor = next((e.id for e in reversed(view.exchanges) if e.kind in ('turn', 'opening')), None)
+    current = current_user_request(view)
+    anchor = current.id if current is not None else None
     for exchange in view.exchanges:
         at_anchor = exchange.id == anchor if anchor is not None else exchange.unfinished
         if not orientation_added and at_anchor:
@@ -443,7 +467,8 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
         """Curate once per user request; send focal bundles (or everything) with the orientation."""
         view = segment(request_context.messages)
         request = current_request_text(request_context.messages)
-        turn = next((e.id for e in reversed(view.exchanges) if e.kind in ('turn', 'opening')), '')
+        current = current_user_request(view)
+        turn = current.id if current is not None else ''
         if self._state.request != (turn, request):
             curation, failure = await self._curate(view, request, for_request(ctx, request_context, self.retry))
             self._state = _CuratorState(request=(turn, request), curation=curation, failure=failure)
