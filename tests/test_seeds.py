@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic_ai import Agent, ToolReturn
 from pydantic_ai.messages import (
     CompactionPart,
@@ -42,12 +45,20 @@ from pydantic_ai_compaction import (
     segment,
 )
 from pydantic_ai_compaction.processors.reset import fold, rare_lines, render_checkpoint
-from pydantic_ai_compaction.processors.selection import CURATOR_MARKER, bundles
+from pydantic_ai_compaction.processors.selection import (
+    CURATOR_MARKER,
+    bundles,
+    current_request_text,
+    current_user_request,
+    project,
+    select,
+)
 from pydantic_ai_compaction.processors.tiered import HANDOFF_MARKER
 from pydantic_ai_compaction.runtime.checks import ConfigurationError
 from pydantic_ai_compaction.runtime.wrappers import neutralize, wrap
 from pydantic_ai_compaction.testing import BUDGET_PRESETS, checkpoints, replay_views
 
+from .reliability import histories
 from .support import log_text
 
 EMPTY_CURATION = '{"focal": [], "orientation": {"relevant_state": "s", "required": [], "prohibited": []}}'
@@ -597,3 +608,64 @@ def test_replay_views_at_the_seeds_budget_presets() -> None:
     assert all(r.auxiliary_usage.requests == 1 and r.auxiliary_usage.input_tokens == 900 for r in curated)
     full = asyncio.run(replay_views(Orientation(), history, model=model, at=at[:1]))
     assert full[0].sent_tokens > max(r.sent_tokens for r in bounded)
+
+
+# --- Invariants and configuration --------------------------------------------------------------------------------
+
+EXAMPLES = int(os.environ.get('PAC_EXAMPLES', '40'))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=histories(), budget=st.integers(1, 3_000))
+def test_selection_sends_bundles_whole_or_not_at_all(history: list[ModelMessage], budget: int) -> None:
+    view = segment(history)
+    found = bundles(view)
+    # Every exchange is in exactly one bundle, in order.
+    assert [e.id for b in found for e in b.exchanges] == list(view.ids)
+    sent = project(view, select(view, current_request_text(history), budget))
+    sent_parts = {id(p) for m in sent for p in m.parts}
+    used = 0
+    for bundle in found:
+        parts = [id(p) for e in bundle.exchanges for m in view.messages_of(e) for p in m.parts]
+        inside = [p in sent_parts for p in parts]
+        assert all(inside) or not any(inside), bundle.id
+        if all(inside) and not bundle.forced:
+            used += bundle.tokens
+    assert used <= budget
+    # The request being answered and everything after it is always sent.
+    current = current_user_request(view)
+    if current is not None:
+        start = view.ids.index(current.id)
+        assert all(b.forced for b in found if view.ids.index(b.id) >= start)
+
+
+@pytest.mark.parametrize(
+    ('build', 'field'),
+    [
+        (lambda: BoundedSelection(budget=True), 'BoundedSelection.budget'),
+        (lambda: BoundedSelection(budget=2.5), 'BoundedSelection.budget'),
+        (lambda: BoundedSelection(retrieve='3'), 'BoundedSelection.retrieve'),
+        (lambda: BoundedSelection(retrieval_share=float('nan')), 'BoundedSelection.retrieval_share'),
+        (lambda: BoundedSelection(retrieval_share=0), 'BoundedSelection.retrieval_share'),
+        (lambda: CuratedSelection(orientation_budget=float('inf')), 'CuratedSelection.orientation_budget'),
+        (lambda: CuratedSelection(secret_patterns='sk-'), 'CuratedSelection.secret_patterns'),
+        (lambda: CuratedSelection(secret_patterns=['(']), r'CuratedSelection.secret_patterns\[0\]'),
+        (lambda: CuratedSelection(fallback=None), 'CuratedSelection.fallback'),
+        (lambda: CuratedSelection(full_history='yes'), 'CuratedSelection.full_history'),
+        (lambda: Tiered(keep_results=-1), 'Tiered.keep_results'),
+        (lambda: Tiered(summarize_max_tokens=1.5), 'Tiered.summarize_max_tokens'),
+        (lambda: Tiered(handoff_input_share=2), 'Tiered.handoff_input_share'),
+        (lambda: Tiered(write_tools='('), 'Tiered.write_tools'),
+        (lambda: Tiered(context_window=True), 'Tiered.context_window'),
+        (lambda: ResetToCheckpoint(max_chars=10), 'ResetToCheckpoint.max_chars'),
+        (lambda: ResetToCheckpoint(facts_per_result=0), 'ResetToCheckpoint.facts_per_result'),
+        (lambda: ResetToCheckpoint(extract='lines'), 'ResetToCheckpoint.extract'),
+        (lambda: ResetToCheckpoint(sources=('CHANGE:',)), 'ResetToCheckpoint.sources'),
+        (lambda: Reassert(Native(), sources=('CHANGE:',)), 'Reassert.sources'),
+        (lambda: InstructionSources(markers=(), user_prompts='no'), 'InstructionSources.user_prompts'),
+        (lambda: InstructionSources(markers=['  ']), 'InstructionSources.markers'),
+    ],
+)
+def test_bad_configuration_fails_at_construction_naming_the_field(build: Callable[[], object], field: str) -> None:
+    with pytest.raises(ConfigurationError, match=field.replace('.', r'\.')):
+        build()
