@@ -12,6 +12,7 @@ sent and sit outside the budget.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter
@@ -29,15 +30,14 @@ from pydantic_ai.tools import AgentDepsT, RunContext
 
 from pydantic_ai_compaction.protocols.schemas import CURATOR_SCHEMA
 from pydantic_ai_compaction.protocols.types import Exchange
-from pydantic_ai_compaction.runtime import compactor
+from pydantic_ai_compaction.runtime import compactor, replies
 from pydantic_ai_compaction.runtime.checks import check_instance, check_int, check_number, check_patterns
 from pydantic_ai_compaction.runtime.context import CompactionContext, for_request
-from pydantic_ai_compaction.runtime.encoding import from_json
 from pydantic_ai_compaction.runtime.instructions import tool_provided
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, segment
 from pydantic_ai_compaction.runtime.transcript import describe, render_messages, user_text
-from pydantic_ai_compaction.runtime.wrappers import wrap
+from pydantic_ai_compaction.runtime.wrappers import neutralize, wrap
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
@@ -114,6 +114,48 @@ STOP_WORDS = frozenset(
 
 _TERM = re.compile(r'[a-z0-9_]+')
 CURATOR_MARKER = '[pydantic-ai-compaction: curator request]'
+"""First line of the curator's prompt."""
+
+CURATOR_EXAMPLE: dict[str, Any] = {
+    'focal': ['<bundle id>', '<bundle id>'],
+    'orientation': {
+        'relevant_state': '<the state the answer depends on>',
+        'required': ['<proposition the answer must respect>'],
+        'prohibited': ['<stale proposition the answer must not repeat>'],
+    },
+}
+"""The example reply the curator is shown; an orientation still holding one of its `<...>` placeholders is refused."""
+
+CURATOR_PROMPT = compactor.fill(
+    """{marker}
+You prepare the context for the next answer. The conversation so far is listed below by bundle id.
+Choose the bundles the answer needs verbatim (focal), and write an orientation: the relevant state,
+propositions the answer must respect, and stale propositions it must not repeat.
+Answer with one JSON object and nothing else, shaped like this example:
+{example}
+Replace every <...> with real content. "focal": ids from the bundle list of the bundles the answer needs
+verbatim ([] for none). "relevant_state": the state the answer depends on. "required": propositions the
+answer must respect. "prohibited": stale propositions it must not repeat. "focal", "required" and
+"prohibited" take as many items as they need ([] for none).
+
+<bundles>
+{bundles}
+</bundles>
+
+<transcript>
+{transcript}
+</transcript>
+
+<current-request>
+{request}
+</current-request>""",
+    partial=True,
+    example=json.dumps(CURATOR_EXAMPLE, ensure_ascii=False),
+)
+"""The curator's prompt; `{bundles}`, `{transcript}` and `{request}` are filled per call."""
+
+_CURATOR_PLACEHOLDERS = replies.placeholders(CURATOR_EXAMPLE)
+_CURATOR_VALIDATOR = Draft202012Validator(CURATOR_SCHEMA)
 SECRET_PATTERNS = (
     r'sk-[A-Za-z0-9_-]{16,}',
     r'AKIA[0-9A-Z]{16}',
@@ -341,9 +383,9 @@ def bundle_listing(view: ConversationView, found: Sequence[Bundle] | None = None
     """One line per bundle for the curator: id, size, whether it is always sent, and what it holds."""
     lines: list[str] = []
     for bundle in found if found is not None else bundles(view):
-        flags = [f'~{bundle.tokens:,} tokens']
+        flags = [bundle.exchanges[0].kind, f'~{bundle.tokens:,} tokens']
         if bundle.forced:
-            flags.append('always sent')
+            flags.append('protected: always sent')
         what = ' | '.join(describe(view, e, limit=80) for e in bundle.exchanges[:4])
         if len(bundle.exchanges) > 4:
             what += f' | … {len(bundle.exchanges) - 4} more exchanges'
@@ -489,14 +531,12 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
     async def _curate(
         self, view: ConversationView, request: str, ctx: CompactionContext
     ) -> tuple[Curation | None, str | None]:
-        prompt = (
-            f'{CURATOR_MARKER}\nYou prepare the context for the next answer. The conversation so far is listed '
-            'below by bundle id. Choose the bundles the answer needs verbatim (focal), and write an orientation: '
-            'the relevant state, propositions the answer must respect, and stale propositions it must not repeat. '
-            'Answer with JSON only: {"focal": ["g3", ...], "orientation": {"relevant_state": "...", '
-            '"required": ["..."], "prohibited": ["..."]}}\n\n'
-            f'{wrap("bundles", bundle_listing(view))}\n\n{wrap("transcript", render_messages(view.messages))}\n\n'
-            f'{wrap("current-request", request)}'
+        prompt = compactor.fill(
+            CURATOR_PROMPT,
+            marker=CURATOR_MARKER,
+            bundles=neutralize(bundle_listing(view)),
+            transcript=neutralize(render_messages(view.messages)),
+            request=neutralize(request),
         )
         try:
             response = await compactor.request(
@@ -508,16 +548,17 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
 
     def check(self, reply: str, view: ConversationView) -> tuple[Curation | None, str | None]:
         """Host checks: JSON and schema, known ids, budgets, protected content, secrets."""
-        start, end = reply.find('{'), reply.rfind('}')
         try:
-            data: Any = from_json(reply[start : end + 1]) if start >= 0 < end else None
-        except ValueError:
-            data = None
-        if data is None:
-            return None, 'unparseable'
-        errors = list(Draft202012Validator(CURATOR_SCHEMA).iter_errors(data))  # pyright: ignore[reportUnknownMemberType]
-        if errors:
-            return None, f'schema: {errors[0].message[:200]}'
+            data = replies.read_json_object(reply).data
+        except replies.ReplyError as error:
+            return None, f'{error.problem}: {error.detail}'
+        # A placeholder left among the focal ids is an unknown id, refused below with the others.
+        copied = replies.unfilled(data.get('orientation'), _CURATOR_PLACEHOLDERS)
+        if copied:
+            return None, f"unfilled: the reply repeats the prompt's example (placeholders {', '.join(copied[:3])})"
+        problem = replies.schema_problem(_CURATOR_VALIDATOR, data)
+        if problem is not None:
+            return None, f'schema: {problem}'
         focal = tuple(dict.fromkeys(data['focal']))
         unknown = [i for i in focal if i not in view.by_id]
         if unknown:

@@ -40,6 +40,26 @@ def clean_text(text: str) -> str:
     return _SURROGATE.sub('\ufffd', text) if has_surrogates(text) else text
 
 
+def clean_value(value: Any) -> Any:
+    """*value* with `clean_text` applied to every string in it, keys included (for records we write)."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean_value(key): clean_value(item) for key, item in value.items()}  # pyright: ignore[reportUnknownVariableType]
+    if isinstance(value, list | tuple):
+        return [clean_value(item) for item in value]  # pyright: ignore[reportUnknownVariableType]
+    return value
+
+
+def args_text(args: object) -> str:
+    """A tool call's arguments as canonical JSON text (`ToolCallPart.args_as_json_str` refuses lone surrogates)."""
+    if args is None:
+        return '{}'
+    if isinstance(args, str):
+        return args
+    return to_json(args)
+
+
 def to_bytes(text: str) -> bytes:
     """The lossless bytes of *text* (UTF-8, lone surrogates kept with `surrogatepass`)."""
     return text.encode('utf-8', 'surrogatepass')
