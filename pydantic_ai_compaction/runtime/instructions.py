@@ -13,17 +13,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelRequest,
-    RetryPromptPart,  # pyright: ignore[reportDeprecated]
-    ToolReturnPart,
-    UserPromptPart,
-)
+from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
 from pydantic_ai_harness.compaction import is_pinned
 
 from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_instance
-from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, str_dict
+from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, str_dict, tool_content_parts
 from pydantic_ai_compaction.runtime.transcript import return_text, user_text
 
 _TIMESTAMP = re.compile(
@@ -112,18 +106,14 @@ def line_body(line: str) -> str:
 
 
 def tool_provided(message: ModelMessage, part: object) -> bool:
-    """Whether *part* is a user-role part a tool supplied rather than text the user wrote.
+    """Whether *part* is a user-role part a tool supplied (`ToolReturn(content=...)`) rather than text the user wrote.
 
-    `ToolReturn(content=...)` reaches the model as a `UserPromptPart` beside the tool return in the same
-    request, so a user prompt in a request that holds tool results is taken as tool content. This errs
-    on the safe side: a user prompt merged into such a request is not restated either.
+    *message* is the whole persisted request holding *part*; the runtime's `tool_content_parts` decides.
     """
     if not isinstance(part, UserPromptPart) or not isinstance(message, ModelRequest):
         return False
-    return any(
-        isinstance(other, ToolReturnPart) or (isinstance(other, RetryPromptPart) and other.tool_name is not None)  # pyright: ignore[reportDeprecated]
-        for other in message.parts
-    )
+    index = next((i for i, other in enumerate(message.parts) if other is part), None)
+    return index is not None and index in tool_content_parts(message)
 
 
 def gather_instructions(view: ConversationView, sources: InstructionSources) -> tuple[str, ...]:
