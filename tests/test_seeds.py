@@ -520,6 +520,39 @@ def test_the_handoff_writer_reads_whole_outputs_or_is_told_what_was_cut(lines: i
         assert 'NEEDLE-0 at the very end' in handoffs[0] and 'more chars]' not in handoffs[0]
 
 
+def test_the_handoff_writer_reads_cleared_outputs_in_full_from_the_log() -> None:
+    handoffs: list[str] = []
+    seen: list[list[ModelMessage]] = []
+    state = {'step': 0}
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        prompt = prompt_of(messages)
+        if HANDOFF_MARKER in prompt:
+            handoffs.append(prompt)
+            return ModelResponse(parts=[TextPart('note')])
+        seen.append(list(messages))
+        step = state['step']
+        state['step'] += 1
+        if step >= 10:
+            return ModelResponse(parts=[TextPart('done')])
+        return ModelResponse(parts=[ToolCallPart('read_log', {'index': step})])
+
+    # Small logs are cleared along the way; the large ninth one then crosses the summarizing threshold.
+    tiered = Tiered(
+        context_window=20_000, clear_at=0.15, summarize_at=0.5, summarize_to=0.1, keep_results=1, clear_min_saving=0.02
+    )
+    agent = Agent(FunctionModel(respond), capabilities=[tiered])
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return log_text(index, 2_000 if index == 8 else 100) + f'\nNEEDLE-{index} at the very end'
+
+    agent.run_sync('Audit.')
+    cleared_before = any('[cleared:' in texts(request) for request in seen)
+    assert cleared_before and handoffs
+    assert 'NEEDLE-0 at the very end' in handoffs[0] and '[cleared:' not in handoffs[0]
+
+
 # --- Seed 000: archive reminder ----------------------------------------------------------------------------------
 
 

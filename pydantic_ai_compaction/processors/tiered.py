@@ -316,7 +316,9 @@ class Tiered(AbstractCapability[AgentDepsT]):
         summarized = [m for e in replaced for m in segmented.messages_of(e) if not _is_our_boundary(m)]
         if not summarized:
             return None
-        transcript = handoff_transcript(summarized, int(self.handoff_input_share * window) * 4)
+        # The note writer reads what clearing stubbed out in full, from the log: a summary written from
+        # one-line stubs would lose exactly what clearing set aside.
+        transcript = handoff_transcript(_uncleared(summarized, persisted), int(self.handoff_input_share * window) * 4)
         previous = self._projection.note
         update = UPDATE_INSTRUCTION.format(previous=neutralize(previous)) if previous else ''
         prompt = HANDOFF_PROMPT.format(marker=HANDOFF_MARKER, update=update, transcript=neutralize(transcript))
@@ -428,6 +430,31 @@ def handoff_transcript(messages: Sequence[ModelMessage], limit: int) -> str:
         'first part (each says how many characters follow); recall finds their full text.]'
     )
     return notice + '\n' + render_messages(messages, tool_limit=low)
+
+
+def _uncleared(messages: Sequence[ModelMessage], log: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """*messages* with every cleared tool output replaced by the original the log still holds."""
+    originals = {
+        part.tool_call_id: part
+        for message in log
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, ToolReturnPart) and not _is_cleared(part)
+    }
+    out: list[ModelMessage] = []
+    for message in messages:
+        if isinstance(message, ModelRequest) and any(
+            isinstance(p, ToolReturnPart) and _is_cleared(p) and p.tool_call_id in originals for p in message.parts
+        ):
+            parts = [
+                originals[p.tool_call_id]
+                if isinstance(p, ToolReturnPart) and _is_cleared(p) and p.tool_call_id in originals
+                else p
+                for p in message.parts
+            ]
+            message = replace(message, parts=parts)
+        out.append(message)
+    return out
 
 
 def _user_messages(log: Sequence[ModelMessage], budget: int) -> str:
