@@ -126,6 +126,33 @@ async def test_continuing_a_run_with_no_new_prompt_compacts_and_keeps_the_shape(
         assert shape_problems(request) == [], name
 
 
+def _keep_newest(kind: str, messages: list[ModelMessage]) -> str:
+    """A fork reply that keeps the newest exchange the prompt lists (the case that used to end on a response)."""
+    import re
+
+    ids = [int(n) for n in re.findall(r'\bg(\d+)\b', _prompt_text(messages[-1]))]
+    keep = [f'g{max(ids)}'] if ids else []
+    return json.dumps({'keep': keep, 'summary': {'rules': [], 'facts': ['x'], 'progress': 'p', 'next_step': 'n'}})
+
+
+@pytest.mark.parametrize('variant', ['json', 'free'])
+async def test_continuing_with_a_fork_that_keeps_the_newest_exchange(variant: str) -> None:
+    def reply(kind: str, messages: list[ModelMessage]) -> str:
+        if variant == 'json':
+            return _keep_newest(kind, messages)
+        keep = json.loads(_keep_newest(kind, messages))['keep']
+        return f'KEEP: {", ".join(keep)}\nsummary of the work so far'
+
+    player = Player(reply=reply)
+    agent = audit(player, Fork(variant=variant, trigger=LOW, retry=NO_WAIT), instructions='Audit the logs.')
+    history = (await agent.run('Audit logs 1-6.')).all_messages()
+    result = await agent.run(None, message_history=history)
+    records = boundaries(result.all_messages())
+    assert records and any(r.get('fallback_reason') is None for r in records)
+    for request in player.agent_requests:
+        assert shape_problems(request) == []
+
+
 @pytest.mark.parametrize('name', list(STRATEGIES))
 async def test_an_agent_with_instructions_and_no_prompt_keeps_its_opening_request(name: str) -> None:
     player = Player(steps=8)

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, cast
 
-import networkx as nx
 from pydantic_ai.messages import (
     CompactionPart,
     ModelMessage,
@@ -295,6 +294,8 @@ def tool_content_parts(message: ModelRequest, prompt: object = None) -> frozense
     for restatement (never restated) and keep the part with the call that produced it.
     """
     parts = message.parts
+    if len(parts) < 2 or not isinstance(parts[-1], UserPromptPart):
+        return frozenset()  # tool content comes last in its request
     returns = [part for part in parts if isinstance(part, ToolReturnPart) and part.outcome == 'success']
     if not returns:
         return frozenset()
@@ -425,26 +426,31 @@ def _boundary_stamp(message: ModelMessage) -> str | None:
 
 
 def _merge_linked(units: list[_Unit]) -> list[list[_Unit]]:
-    """Group units whose spans interleave (a deferred return after other units) into one exchange."""
-    graph: nx.Graph[int] = nx.Graph()
-    graph.add_nodes_from(range(len(units)))
+    """Group units whose spans interleave (a deferred return after other units) into one exchange.
+
+    In start order, a unit joins the current group when it starts before the furthest end reached so
+    far; otherwise it opens a new group. That is the connected components of the overlap graph, which
+    are always contiguous runs in start order, found in one sweep (a graph library would only repeat it).
+    """
     starts = [unit.start() for unit in units]
     order = sorted(range(len(units)), key=lambda position: starts[position])
+    groups: list[list[_Unit]] = []
     reach_end = (-1, -1)
-    reach_owner = -1
     for position in order:
-        if starts[position] <= reach_end:
-            graph.add_edge(reach_owner, position)
-        end = units[position].end()
+        unit = units[position]
+        if groups and starts[position] <= reach_end:
+            groups[-1].append(unit)
+        else:
+            groups.append([unit])
+        end = unit.end()
         if end > reach_end:
-            reach_end, reach_owner = end, position
-    components: Iterable[set[int]] = nx.connected_components(graph)
-    groups = [sorted(component, key=lambda position: starts[position]) for component in components]
-    groups.sort(key=lambda group: starts[group[0]])
-    return [[units[position] for position in group] for group in groups]
+            reach_end = end
+    return groups
 
 
 def _merge_parts(group: list[_Unit]) -> dict[int, list[int]]:
+    if len(group) == 1:
+        return group[0].parts  # built in order, one entry per message
     merged: dict[int, list[int]] = {}
     for unit in group:
         for message_index, parts in unit.parts.items():
