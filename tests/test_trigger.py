@@ -42,7 +42,7 @@ from .support import recorded_history
         (lambda: Fork(variant='yaml'), "Fork.variant must be one of 'json', 'free', 'fixed', got 'yaml'"),  # pyright: ignore[reportArgumentType]
         (lambda: Fork(fallback_keep=0), r'Fork.fallback_keep must be an integer ≥ 1, got 0'),
         (lambda: StatelessSummary(keep_recent=-1), 'StatelessSummary.keep_recent must be an integer ≥ 0, got -1'),
-        (lambda: ResetToCheckpoint(excerpt_chars=-1), 'ResetToCheckpoint.excerpt_chars must not be negative'),
+        (lambda: ResetToCheckpoint(excerpt_chars=-1), r'ResetToCheckpoint\.excerpt_chars must be an integer ≥ 0'),
         (lambda: RetryPolicy(attempts=0), 'RetryPolicy.attempts must be an integer from 1 to 100, got 0'),
         (lambda: InstructionSources(markers=('  ',)), 'markers must not contain empty strings'),
         (lambda: Pipeline([]), 'Pipeline.steps must be a non-empty list of compaction strategies, got'),

@@ -20,7 +20,8 @@ class Switch(CompactionCapability[AgentDepsT]):
 
     Example (seed 004's untested hybrid: reassert+native on short horizons, fork on long ones):
         ```python
-        Switch(when=lambda s: s.compactions < 3, then=Reassert(Native()), otherwise=Fork())
+        changes = InstructionSources(markers=('CHANGE:',))
+        Switch(when=lambda s: s.compactions < 3, then=Reassert(Native(), sources=changes), otherwise=Fork())
         ```
     """
 
