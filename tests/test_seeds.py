@@ -693,16 +693,17 @@ def test_reset_takes_a_task_specific_extractor() -> None:
     assert 'INCIDENT inc-1' not in checkpoint  # only what the extractor returned
 
 
-@pytest.mark.xfail(strict=True, reason='StatelessSummary wraps the transcript without neutralizing it (summary.py)')
 def test_tool_output_cannot_close_the_summary_transcript_wrapper() -> None:
     prompts: list[str] = []
+    steps: list[int] = []
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         prompt = prompt_of(messages)
         if '[pydantic-ai-compaction' in prompt:
             prompts.append(prompt)
             return ModelResponse(parts=[TextPart('summary')])
-        if len([m for m in messages if isinstance(m, ModelResponse)]) >= 4:
+        steps.append(len(steps))
+        if len(steps) > 4:  # counted here: compaction drops earlier responses from the history
             return ModelResponse(parts=[TextPart('done')])
         return ModelResponse(parts=[ToolCallPart('read_log', {'index': 0})])
 

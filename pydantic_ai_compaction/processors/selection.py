@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -34,8 +35,10 @@ from pydantic_ai_compaction.runtime import compactor, replies
 from pydantic_ai_compaction.runtime.checks import check_instance, check_int, check_number, check_patterns
 from pydantic_ai_compaction.runtime.context import CompactionContext, for_request
 from pydantic_ai_compaction.runtime.instructions import tool_provided
+from pydantic_ai_compaction.runtime.memo import IdentityMemo
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, segment
+from pydantic_ai_compaction.runtime.shape import checked_projection
 from pydantic_ai_compaction.runtime.transcript import describe, render_messages, user_text
 from pydantic_ai_compaction.runtime.wrappers import neutralize, wrap
 
@@ -270,8 +273,8 @@ def _bundle_of(found: Sequence[Bundle]) -> dict[str, Bundle]:
     return {e.id: bundle for bundle in found for e in bundle.exchanges}
 
 
-_TERMS_CACHE: dict[tuple[int, ...], tuple[tuple[object, ...], Counter[str], str]] = {}
-_TERMS_CACHE_LIMIT = 50_000
+_TERMS: IdentityMemo[tuple[Counter[str], str]] = IdentityMemo()
+"""Bundle terms by the identity of the bundle's parts (weak: never keeps a history alive)."""
 
 
 def bundle_terms(view: ConversationView, bundle: Bundle) -> tuple[Counter[str], str]:
@@ -282,15 +285,11 @@ def bundle_terms(view: ConversationView, bundle: Bundle) -> tuple[Counter[str], 
     """
     messages = [m for e in bundle.exchanges for m in view.messages_of(e)]
     parts = tuple(part for message in messages for part in message.parts)
-    key = tuple(id(part) for part in parts)
-    cached = _TERMS_CACHE.get(key)
-    if cached is not None and all(a is b for a, b in zip(cached[0], parts, strict=True)):
-        return cached[1], cached[2]
+    cached = _TERMS.get(parts)
+    if cached is not None:
+        return cached
     words = terms(render_messages(messages))
-    if len(_TERMS_CACHE) >= _TERMS_CACHE_LIMIT:
-        _TERMS_CACHE.clear()
-    _TERMS_CACHE[key] = (parts, Counter(words), ' '.join(words))
-    return _TERMS_CACHE[key][1], _TERMS_CACHE[key][2]
+    return _TERMS.put(parts, (Counter(words), ' '.join(words)))
 
 
 def rank(view: ConversationView, candidates: Sequence[Bundle], request: str) -> list[tuple[str, float]]:
@@ -424,10 +423,16 @@ class BoundedSelection(AbstractCapability[AgentDepsT]):
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         """Send the selection; the persisted history is not touched."""
-        view = segment(request_context.messages)
-        request = current_request_text(request_context.messages)
-        chosen = select(view, request, self.budget, retrieve=self.retrieve, share=self.retrieval_share)
-        return replace(request_context, messages=project(view, chosen))
+        original = request_context.messages
+        try:
+            view = segment(original, prompt=ctx.prompt)
+            request = current_request_text(original)
+            chosen = select(view, request, self.budget, retrieve=self.retrieve, share=self.retrieval_share)
+            projected = project(view, chosen)
+        except Exception as error:  # a view must never fail the run: send the request unprojected
+            warnings.warn(f'BoundedSelection sent the request unprojected: {error!r}', RuntimeWarning, stacklevel=2)
+            return request_context
+        return replace(request_context, messages=checked_projection(original, projected, 'BoundedSelection'))
 
 
 @dataclass(frozen=True)
@@ -507,7 +512,16 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         """Curate once per user request; send focal bundles (or everything) with the orientation."""
-        view = segment(request_context.messages)
+        original = request_context.messages
+        try:
+            projected = await self._project(ctx, request_context)
+        except Exception as error:  # a view must never fail the run: send the request unprojected
+            warnings.warn(f'CuratedSelection sent the request unprojected: {error!r}', RuntimeWarning, stacklevel=2)
+            return request_context
+        return replace(request_context, messages=checked_projection(original, projected, 'CuratedSelection'))
+
+    async def _project(self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext) -> list[ModelMessage]:
+        view = segment(request_context.messages, prompt=ctx.prompt)
         request = current_request_text(request_context.messages)
         current = current_user_request(view)
         turn = current.id if current is not None else ''
@@ -523,10 +537,10 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
                 retrieve=self.fallback.retrieve,
                 share=self.fallback.retrieval_share,
             )
-            return replace(request_context, messages=project(view, chosen))
+            return project(view, chosen)
         orientation = wrap_orientation(curation.orientation)
         chosen = {e.id for e in view.exchanges} if self.full_history else set(curation.focal)
-        return replace(request_context, messages=project(view, chosen, orientation))
+        return project(view, chosen, orientation)
 
     async def _curate(
         self, view: ConversationView, request: str, ctx: CompactionContext

@@ -19,6 +19,7 @@ from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.segment import ConversationView
 from pydantic_ai_compaction.runtime.transcript import render_messages
+from pydantic_ai_compaction.runtime.wrappers import neutralize
 
 SUMMARY_MARKER = '[pydantic-ai-compaction: summary request]'
 """First line of the summarizer's prompt, so logs and test models can recognize the call."""
@@ -92,7 +93,8 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
             return Proposal.failed('empty', 'nothing to summarize')
         budget = self.max_transcript_tokens or transcript_budget(compactor.resolve_model(self.model, ctx))
         transcript, left_out, cut = bounded_transcript(view, dropped, budget)
-        prompt = clean_text(SUMMARY_PROMPT.format(marker=SUMMARY_MARKER, transcript=transcript))
+        # Tool output must not be able to close the transcript and speak as the prompt.
+        prompt = clean_text(SUMMARY_PROMPT.format(marker=SUMMARY_MARKER, transcript=neutralize(transcript)))
         request = ModelRequest(parts=[UserPromptPart(prompt)], instructions=self.instructions)
         response = await compactor.request(ctx, [request], model=self.model, settings=self.model_settings)
         text = compactor.response_text(response)

@@ -12,6 +12,7 @@ With `Recall` in front, every cleared or summarized detail stays searchable.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -50,6 +51,7 @@ from pydantic_ai_compaction.runtime.instructions import tool_provided
 from pydantic_ai_compaction.runtime.notes import NOTES_HEADER, gather_notes
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, segment, str_dict
+from pydantic_ai_compaction.runtime.shape import checked_projection
 from pydantic_ai_compaction.runtime.transcript import clip, render_messages, return_text, user_text
 from pydantic_ai_compaction.runtime.wrappers import neutralize
 
@@ -215,6 +217,16 @@ class Tiered(AbstractCapability[AgentDepsT]):
     ) -> ModelRequestContext:
         """Send the projection; move to the next tier when the projected request crosses its threshold."""
         persisted = list(request_context.messages)
+        try:
+            view = await self._project(ctx, request_context, persisted)
+        except Exception as error:  # a view must never fail the run: send the request unprojected
+            warnings.warn(f'Tiered sent the request unprojected: {error!r}', RuntimeWarning, stacklevel=2)
+            return request_context
+        return replace(request_context, messages=checked_projection(persisted, view, 'Tiered'))
+
+    async def _project(
+        self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext, persisted: list[ModelMessage]
+    ) -> list[ModelMessage]:
         window = self.window(request_context.model)
         view = self.view(persisted)
         tokens = estimate_token_count(view)
@@ -231,7 +243,7 @@ class Tiered(AbstractCapability[AgentDepsT]):
                 self._projection = replace(
                     self._projection, covers=len(persisted), messages=view, covered=tuple(persisted)
                 )
-        return replace(request_context, messages=view)
+        return view
 
     def _clear(self, view: list[ModelMessage], window: int, ctx: RunContext[AgentDepsT]) -> list[ModelMessage] | None:
         calls = {p.tool_call_id: p for m in view for p in m.parts if isinstance(p, ToolCallPart)}

@@ -14,7 +14,6 @@ user prompt for the next.
 from __future__ import annotations
 
 import re
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -40,6 +39,7 @@ from pydantic_ai.messages import (
 from pydantic_ai_harness.compaction import estimate_token_count, is_pinned
 
 from pydantic_ai_compaction.protocols.types import METADATA_KEY, Exchange, ExchangeKind, PartRef
+from pydantic_ai_compaction.runtime.memo import IdentityMemo
 
 ProtectPredicate = Callable[[Exchange, list[ModelMessage]], bool]
 """User hook: return `True` to protect an exchange (it receives the exchange and its messages)."""
@@ -508,50 +508,19 @@ def _id_counter(messages: Sequence[ModelMessage], units: list[_Unit]) -> tuple[i
     return highest, stamped
 
 
-class _TokenMemo:
-    """Token estimates per message object, held through weak references.
-
-    Messages are reused as the same objects from request to request, so after the first request only
-    new messages are measured. Messages are unhashable dataclasses, so entries are keyed by `id()`
-    and dropped by a weak-reference callback when their message is collected: the memo never keeps
-    a history alive, and an id reused by a new message never reads an old estimate.
-    """
-
-    def __init__(self) -> None:
-        self._entries: dict[int, tuple[weakref.ref[ModelMessage], int]] = {}
-
-    def get(self, message: ModelMessage) -> int | None:
-        entry = self._entries.get(id(message))
-        return entry[1] if entry is not None and entry[0]() is message else None
-
-    def put(self, message: ModelMessage, tokens: int) -> None:
-        key = id(message)
-        entries = self._entries
-
-        def forget(ref: weakref.ref[ModelMessage]) -> None:
-            entry = entries.get(key)
-            if entry is not None and entry[0] is ref:
-                del entries[key]
-
-        entries[key] = (weakref.ref(message, forget), tokens)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-_TOKENS = _TokenMemo()
+_TOKENS: IdentityMemo[int] = IdentityMemo()
+"""Token estimates per message object (never keeps a message alive)."""
 
 
 def message_tokens(message: ModelMessage) -> int:
     """Estimated tokens a message adds (harness's text estimate; a response at least its output tokens)."""
-    cached = _TOKENS.get(message)
+    cached = _TOKENS.get((message,))
     if cached is not None:
         return cached
     tokens = estimate_token_count([_without_instructions(message)])
     if isinstance(message, ModelResponse):
         tokens = max(tokens, message.usage.output_tokens)
-    _TOKENS.put(message, tokens)
-    return tokens
+    return _TOKENS.put((message,), tokens)
 
 
 def _tokens(messages: Sequence[ModelMessage], refs: tuple[PartRef, ...], counts: list[int]) -> int:
