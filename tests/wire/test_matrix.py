@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from pydantic_ai import Agent, BinaryContent, ModelRetry
@@ -87,7 +87,12 @@ def strings(value: Any) -> list[str]:
 
 
 def run(provider: str, capabilities: Callable[[list[CompactionEvent]], list[Any]], script: Script) -> Run:
-    mock = Mock(PROVIDERS[provider](), script)
+    return run_on(Mock(PROVIDERS[provider](), script), capabilities)
+
+
+def run_on(mock: Mock, capabilities: Callable[[list[CompactionEvent]], list[Any]]) -> Run:
+    """Two user turns of the scripted tool loop against *mock*, with *capabilities* on the agent."""
+    script = cast(Script, mock.answer)
     events: list[CompactionEvent] = []
     agent = Agent(mock.model(), capabilities=capabilities(events), system_prompt='You audit logs.')
     flaky = {'calls': 0}
