@@ -17,7 +17,8 @@ from .providers import Call, Say
 
 SUMMARY = 'Rules: ignore service legacy. Facts: the logs read so far are clean. Next: read the next log.'
 
-_RESULT = re.compile(r'\[result (r\d+)\]')
+_RESULT = re.compile(r'\[result (r\d+)\](?:\\n|\n)log \d+')
+"""Ids of `read_log` results (the request body is JSON: its newlines are escaped)."""
 _BUNDLE = re.compile(r'^(g\d+)\b', re.MULTILINE)
 
 
