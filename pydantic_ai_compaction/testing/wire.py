@@ -261,6 +261,8 @@ def anthropic_problems(payload: Payload, issued: Issued | None = None) -> list[s
     - `[anthropic.thinking-unmodified]`: with thinking enabled, the assistant turn of the running tool
       loop starts with its signed `thinking` block (after any compaction block); thinking blocks carry a
       signature and, with `issued`, the exact text signed; compaction blocks come back as issued.
+    - `[anthropic.thinking-tool-choice]`: with thinking enabled, `tool_choice` is `auto` or `none`
+      (extended thinking, "Extended thinking with tool use").
     """
     out: list[str] = []
     messages = _items(payload.get('messages'))
@@ -311,6 +313,9 @@ def anthropic_problems(payload: Payload, issued: Issued | None = None) -> list[s
     thinking = _dict(payload.get('thinking'))
     if thinking and thinking.get('type') != 'disabled':
         out.extend(_running_loop_problems(turns))
+        choice = _dict(payload.get('tool_choice')).get('type')
+        if choice not in (None, 'auto', 'none'):
+            out.append(f'[anthropic.thinking-tool-choice] tool_choice {choice!r} with thinking enabled')
     return out
 
 

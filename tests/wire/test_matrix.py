@@ -102,7 +102,8 @@ def run_on(mock: Mock, capabilities: Callable[[list[CompactionEvent]], list[Any]
     @agent.tool_plain
     def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
         """Read one log."""
-        return log_text(index, 100)
+        change = 'CHANGE: report ids in lowercase\n' if index == 3 else ''
+        return change + log_text(index, 100)
 
     @agent.tool_plain
     def flaky_check() -> str:  # pyright: ignore[reportUnusedFunction]
@@ -139,6 +140,14 @@ def compacted_several_times(outcome: Run) -> None:
         assert event.record is not None and event.record.fallback_reason is None, event.record
         assert pairing_problems(list(event.history)) == []
     assert outcome.records(), 'no boundary record in the persisted history'
+
+
+def restated_after_compaction(outcome: Run) -> None:
+    """The marked change, read in log 3, is restated once its exchange is summarized away."""
+    compacted_several_times(outcome)
+    restated = [e.record.restated for e in outcome.compactions() if e.record and e.record.restated]
+    assert len(restated) >= 2 and all(r == ('CHANGE: report ids in lowercase',) for r in restated), restated
+    assert sum('CHANGE: report ids in lowercase' in text for text in outcome.agent_payloads()[-3:]) == 3
 
 
 def ignored_every_crossing(outcome: Run) -> None:
@@ -206,10 +215,10 @@ CASES: dict[str, Case] = {
     'reassert': Case(
         observed(
             lambda o: Reassert(
-                StatelessSummary(trigger=TRIGGER, observer=o), sources=InstructionSources(markers=('Ignore',))
+                StatelessSummary(trigger=TRIGGER, observer=o), sources=InstructionSources(markers=('CHANGE:',))
             )
         ),
-        compacted_several_times,
+        restated_after_compaction,
     ),
     'reset': Case(observed(lambda o: ResetToCheckpoint(trigger=TRIGGER, observer=o)), compacted_several_times),
     'switch': Case(

@@ -254,6 +254,12 @@ BAD: list[tuple[str, wire.ProviderKind, dict[str, Any], str]] = [
         'anthropic.thinking-unmodified',
     ),
     (
+        'anthropic: forced tool choice with thinking',
+        'anthropic',
+        {**ANTHROPIC_OK, 'tool_choice': {'type': 'any'}},
+        'anthropic.thinking-tool-choice',
+    ),
+    (
         'google: unknown role',
         'google',
         {'contents': [{'role': 'assistant', 'parts': [{'text': 'x'}]}, *GOOGLE_OK['contents']]},
