@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from pydantic import BaseModel, Field
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ModelRetry
@@ -36,6 +35,7 @@ from pydantic_ai_harness.compaction import estimate_token_count
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, ArchiveStore
 from pydantic_ai_compaction.protocols.types import METADATA_KEY
 from pydantic_ai_compaction.runtime.context import conversation_of
+from pydantic_ai_compaction.runtime.encoding import to_json
 from pydantic_ai_compaction.runtime.segment import is_restatement, str_dict
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
 
@@ -49,10 +49,12 @@ _RESULT_ID = re.compile(r'^r\d+$')
 ARCHIVE_INSTRUCTIONS = """\
 Every tool result carries an id such as [result r7]. Your context is limited, so curate it:
 - when a result has served its purpose (you have drawn the conclusion, or written it down), archive it with
-  context_apply, a short note each saying what it held and what you concluded: [{"result_id": "r7", "note": "..."}];
+  context_apply, a short note each saying what it held and what you concluded:
+  [{"result_id": "<the result's id>", "note": "<what it held; what you concluded>"}];
 - archive in batches, after diagnostic progress, not one result at a time;
 - keep results that are still evidence for an open question;
-- context_recover("a3") brings back the exact original of an archived result whenever you need it again."""
+- context_recover("<archive reference from the stub>") brings back the exact original of an archived result
+  whenever you need it again."""
 
 
 class ArchiveItem(BaseModel):
@@ -389,5 +391,5 @@ def _image_count(content: object) -> int:
 
 
 def args_json(call: ToolCallPart) -> str:
-    """A call's arguments as compact JSON."""
-    return orjson.dumps(call.args_as_dict(), option=orjson.OPT_SORT_KEYS).decode()
+    """A call's arguments as canonical JSON (big integers and lone surrogates included)."""
+    return to_json(call.args_as_dict())

@@ -6,13 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from pydantic_ai.messages import ModelRequest, ToolCallPart, ToolReturnPart
 from pydantic_ai.tools import AgentDepsT, RunContext
 
 from pydantic_ai_compaction.protocols.types import Proposal, Summary
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
 from pydantic_ai_compaction.runtime.context import CompactionContext
+from pydantic_ai_compaction.runtime.encoding import to_json
 from pydantic_ai_compaction.runtime.instructions import InstructionSources, gather_instructions
 from pydantic_ai_compaction.runtime.segment import ConversationView, str_dict
 from pydantic_ai_compaction.runtime.transcript import clip, return_text
@@ -98,7 +98,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         return list(dict.fromkeys(entries))
 
     def _entry(self, call: ToolCallPart, result: ToolReturnPart) -> str:
-        args = orjson.dumps(call.args_as_dict(), option=orjson.OPT_SORT_KEYS).decode()
+        args = to_json(call.args_as_dict())
         content = return_text(result)
         excerpt = clip(content, self.excerpt_chars) if self.excerpt_chars else ''
         return f'{call.tool_name}({args}) → {result.outcome}, {len(content):,} chars: {excerpt}'.rstrip(': ')

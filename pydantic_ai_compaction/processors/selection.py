@@ -12,6 +12,7 @@ sent and sit outside the budget.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter
@@ -20,7 +21,6 @@ from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from jsonschema import Draft202012Validator
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
@@ -30,7 +30,7 @@ from pydantic_ai.tools import AgentDepsT, RunContext
 
 from pydantic_ai_compaction.protocols.schemas import CURATOR_SCHEMA
 from pydantic_ai_compaction.protocols.types import Exchange
-from pydantic_ai_compaction.runtime import compactor
+from pydantic_ai_compaction.runtime import compactor, replies
 from pydantic_ai_compaction.runtime.context import CompactionContext, for_request
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, segment
@@ -111,6 +111,48 @@ STOP_WORDS = frozenset(
 
 _TERM = re.compile(r'[a-z0-9_]+')
 CURATOR_MARKER = '[pydantic-ai-compaction: curator request]'
+"""First line of the curator's prompt."""
+
+CURATOR_EXAMPLE: dict[str, Any] = {
+    'focal': ['<bundle id>', '<bundle id>'],
+    'orientation': {
+        'relevant_state': '<the state the answer depends on>',
+        'required': ['<proposition the answer must respect>'],
+        'prohibited': ['<stale proposition the answer must not repeat>'],
+    },
+}
+"""The example reply the curator is shown; an orientation still holding one of its `<...>` placeholders is refused."""
+
+CURATOR_PROMPT = compactor.fill(
+    """{marker}
+You prepare the context for the next answer. The conversation so far is listed below by bundle id.
+Choose the bundles the answer needs verbatim (focal), and write an orientation: the relevant state,
+propositions the answer must respect, and stale propositions it must not repeat.
+Answer with one JSON object and nothing else, shaped like this example:
+{example}
+Replace every <...> with real content. "focal": ids from the bundle list of the bundles the answer needs
+verbatim ([] for none). "relevant_state": the state the answer depends on. "required": propositions the
+answer must respect. "prohibited": stale propositions it must not repeat. "focal", "required" and
+"prohibited" take as many items as they need ([] for none).
+
+<bundles>
+{bundles}
+</bundles>
+
+<transcript>
+{transcript}
+</transcript>
+
+<current-request>
+{request}
+</current-request>""",
+    partial=True,
+    example=json.dumps(CURATOR_EXAMPLE, ensure_ascii=False),
+)
+"""The curator's prompt; `{bundles}`, `{transcript}` and `{request}` are filled per call."""
+
+_CURATOR_PLACEHOLDERS = replies.placeholders(CURATOR_EXAMPLE)
+_CURATOR_VALIDATOR = Draft202012Validator(CURATOR_SCHEMA)
 SECRET_PATTERNS = (
     r'sk-[A-Za-z0-9_-]{16,}',
     r'AKIA[0-9A-Z]{16}',
@@ -357,14 +399,12 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
     async def _curate(
         self, view: ConversationView, request: str, ctx: CompactionContext
     ) -> tuple[Curation | None, str | None]:
-        prompt = (
-            f'{CURATOR_MARKER}\nYou prepare the context for the next answer. The conversation so far is listed '
-            'below by bundle id. Choose the bundles the answer needs verbatim (focal), and write an orientation: '
-            'the relevant state, propositions the answer must respect, and stale propositions it must not repeat. '
-            'Answer with JSON only: {"focal": ["g3", ...], "orientation": {"relevant_state": "...", '
-            '"required": ["..."], "prohibited": ["..."]}}\n\n'
-            f'<bundles>\n{listing(view)}\n</bundles>\n\n<transcript>\n{render_messages(view.messages)}\n</transcript>\n\n'
-            f'<current-request>\n{request}\n</current-request>'
+        prompt = compactor.fill(
+            CURATOR_PROMPT,
+            marker=CURATOR_MARKER,
+            bundles=listing(view),
+            transcript=render_messages(view.messages),
+            request=request,
         )
         try:
             response = await compactor.request(
@@ -376,16 +416,17 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
 
     def check(self, reply: str, view: ConversationView) -> tuple[Curation | None, str | None]:
         """Host checks: JSON and schema, known ids, budgets, protected content, secrets."""
-        start, end = reply.find('{'), reply.rfind('}')
         try:
-            data: Any = orjson.loads(reply[start : end + 1]) if start >= 0 < end else None
-        except orjson.JSONDecodeError:
-            data = None
-        if data is None:
-            return None, 'unparseable'
-        errors = list(Draft202012Validator(CURATOR_SCHEMA).iter_errors(data))  # pyright: ignore[reportUnknownMemberType]
-        if errors:
-            return None, f'schema: {errors[0].message[:200]}'
+            data = replies.read_json_object(reply).data
+        except replies.ReplyError as error:
+            return None, f'{error.problem}: {error.detail}'
+        # A placeholder left among the focal ids is an unknown id, refused below with the others.
+        copied = replies.unfilled(data.get('orientation'), _CURATOR_PLACEHOLDERS)
+        if copied:
+            return None, f"unfilled: the reply repeats the prompt's example (placeholders {', '.join(copied[:3])})"
+        problem = replies.schema_problem(_CURATOR_VALIDATOR, data)
+        if problem is not None:
+            return None, f'schema: {problem}'
         focal = tuple(dict.fromkeys(data['focal']))
         unknown = [i for i in focal if i not in view.by_id]
         if unknown:

@@ -295,4 +295,9 @@ class CompactionEvent:
     """The history after the event (for `compacted`), so observers can snapshot it."""
 
     reason: str | None = None
-    """Why a crossing was ignored: `baseline` (`NoCompaction`) or `nothing to drop` (all exchanges forced)."""
+    """Why a crossing was ignored: `baseline` (`NoCompaction`), `nothing to drop` (all exchanges forced),
+    `below minimum saving` (too little could be dropped to be worth a compactor call), `grew` (the result
+    would not be smaller) or `shape` (the result would break the provider's message shape)."""
+
+    detail: str | None = None
+    """What was measured behind `reason`, when there is more to say."""

@@ -20,6 +20,7 @@ from pydantic_ai.messages import (
 from pydantic_ai_harness.compaction import is_pinned
 
 from pydantic_ai_compaction.protocols.types import Exchange
+from pydantic_ai_compaction.runtime.encoding import args_text
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement
 
 
@@ -79,7 +80,7 @@ def describe(view: ConversationView, exchange: Exchange, *, limit: int = 100) ->
     if calls:
         sizes = {part.tool_call_id: len(return_text(part)) for part in returns}
         rendered = ', '.join(
-            f'{call.tool_name}({clip(call.args_as_json_str(), 60)}) → {sizes.get(call.tool_call_id, 0):,} chars'
+            f'{call.tool_name}({clip(args_text(call.args), 60)}) → {sizes.get(call.tool_call_id, 0):,} chars'
             for call in calls
         )
         return clip(rendered, limit)
@@ -132,7 +133,7 @@ def render_messages(messages: Iterable[ModelMessage], *, tool_limit: int | None 
             elif isinstance(part, TextPart):
                 lines.append(f'ASSISTANT: {part.content}')
             elif isinstance(part, ToolCallPart):
-                lines.append(f'TOOL CALL {part.tool_name}({part.args_as_json_str()})')
+                lines.append(f'TOOL CALL {part.tool_name}({args_text(part.args)})')
             elif isinstance(part, ThinkingPart) and part.content:
                 lines.append(f'THINKING: {part.content}')
     return '\n'.join(lines)
