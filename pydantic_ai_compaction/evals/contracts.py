@@ -52,7 +52,7 @@ _SERVICES = ('api', 'billing', 'search', 'media', 'auth')
 _OWNERS = ('alice', 'bob', 'chen', 'dana')
 
 
-def history(seed: int, steps: int = 5) -> list[ModelMessage]:
+def history(seed: int, steps: int = 8) -> list[ModelMessage]:
     """A small audit tool loop (a rule change half-way), ending with a tool return awaiting the model."""
     rng = random.Random(seed)
     owner = rng.choice(_OWNERS)
@@ -119,7 +119,8 @@ async def check_prompt(name: str, model: Model, seeds: Sequence[int]) -> Outcome
             continue
         records = [record for message in compacted for part in message.parts if (record := our_record(part))]
         if not records:
-            outcome.failures['no_compaction'] += 1
+            # Even the fallback layout would drop nothing: the history is too short to tell.
+            outcome.failures['nothing_dropped'] += 1
             continue
         reason = records[-1].get('fallback_reason')
         if reason is None:
