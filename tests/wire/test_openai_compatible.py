@@ -17,7 +17,9 @@ from .stub_server import Stub, serve
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     # `--base-url` routes this process's `openai:` models; keep that inside each test.
     for name in ('OPENAI_BASE_URL', 'OPENAI_API_KEY', models.BASE_URL_ENV):
-        monkeypatch.delenv(name, raising=False)
+        # setenv first, so teardown restores the variable even when `use_base_url` set it afresh.
+        monkeypatch.setenv(name, '')
+        monkeypatch.delenv(name)
 
 
 @pytest.fixture
