@@ -4,8 +4,8 @@ A compaction that leaves a history pydantic-ai accepts can still produce a reque
 rejects with a 400 in the middle of a long run: a tool call without its result, a result at the
 wrong place, a signed thinking block that changed, an opaque compaction item that did not come
 back as received. Each validator here reads one request body, exactly as sent over HTTP (record it
-with an `httpx` transport), and returns the rules it breaks, each message starting with the rule's
-name in brackets, e.g. `[anthropic.tool-result-first]`.
+with an `httpx2` mock transport given to the provider SDK's client), and returns the rules it breaks,
+each message starting with the rule's name in brackets, e.g. `[anthropic.tool-result-first]`.
 
 Validators that check signed or opaque items against what the provider handed out take an
 `Issued` record; without it they check only what the payload shows by itself.
@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias, cast
@@ -28,8 +29,10 @@ ProviderKind: TypeAlias = Literal['openai-chat', 'openai-responses', 'anthropic'
 """The request formats the validators know."""
 
 PROVIDER_KINDS: tuple[ProviderKind, ...] = ('openai-chat', 'openai-responses', 'anthropic', 'google')
+"""Every `ProviderKind`, in order."""
 
 Payload: TypeAlias = Mapping[str, Any]
+"""A request body as sent over HTTP, decoded from JSON."""
 
 
 @dataclass
@@ -40,7 +43,10 @@ class Issued:
     """Signature -> the content it signs: Anthropic thinking text, Gemini function call (JSON, sorted keys)."""
 
     opaque: dict[str, dict[str, Any]] = field(default_factory=dict[str, dict[str, Any]])
-    """Item id (OpenAI) or signature (Anthropic) -> the opaque item as the provider returned it."""
+    """Item id (OpenAI) or signature (Anthropic) -> the opaque item as the provider returned it.
+
+    A Responses `reasoning` item may carry an extra `followed_by` key: the `call_id` (or `id`) of the
+    output item returned right after it, which must still follow it when it is sent back."""
 
 
 class WireViolation(AssertionError):
@@ -460,6 +466,4 @@ def _current_turn_signatures(contents: Sequence[dict[str, Any]], issued: Issued 
 
 
 def _canonical(value: Any) -> str:
-    import json
-
     return json.dumps(value, sort_keys=True)
