@@ -2,6 +2,7 @@
 
 pai-compaction bench incident --sizes 8 20 --seeds 101-103 --variants owner lowercase scope
 pai-compaction bench recall --seeds 1-5
+pai-compaction bench incident --model openai:qwen3-8b --base-url http://127.0.0.1:8080/v1
 pai-compaction summarize out/incident.jsonl --baseline native
 pai-compaction costsim --prices fable
 """
@@ -14,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pydantic_ai_compaction.evals import costsim, strategies
+from pydantic_ai_compaction.evals import costsim, models, strategies
 from pydantic_ai_compaction.evals.cost import PriceTable
 from pydantic_ai_compaction.evals.plots import plot
 from pydantic_ai_compaction.evals.report import read_records, summarize, write_records
@@ -63,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument('--sizes', nargs='+', type=int, default=[8, 20], help='incident: logs per run')
     bench.add_argument('--variants', nargs='+', default=['owner', 'lowercase', 'scope'], choices=incident.VARIANTS)
     bench.add_argument('--model', default=REFERENCE, help="'reference' (offline) or any pydantic-ai model string")
+    bench.add_argument(
+        '--base-url', default=None,
+        help=f'OpenAI-compatible server for --model openai:NAME (llama.cpp, vLLM); default ${models.BASE_URL_ENV}',
+    )  # fmt: skip
     bench.add_argument('--trigger', type=int, default=None, help='trigger in estimated tokens (task default)')
     bench.add_argument('--summary-budget', type=int, default=500, help='reference model: tokens per summary')
     bench.add_argument('--think-tokens', type=int, default=0, help='reference model: reasoning tokens per step')
@@ -124,6 +129,20 @@ def specs_for(args: argparse.Namespace) -> list[RunSpec]:
 
 def bench(args: argparse.Namespace) -> int:
     """Run, write records and plots, print the table."""
+    if args.model != REFERENCE:
+        try:
+            routed = models.use_base_url(args.model, args.base_url)
+        except ValueError as error:
+            print(f'pai-compaction: {error}', file=sys.stderr)
+            return 2
+        if routed != args.model and args.prices is None:
+            # No price is known for a self-hosted model; the table still shows token counts.
+            print('pai-compaction: no --prices given for the server; costs are shown as $0', file=sys.stderr)
+            args.prices = models.FREE
+        args.model = routed
+    elif args.base_url:
+        print('pai-compaction: --base-url needs --model openai:NAME', file=sys.stderr)
+        return 2
     specs = specs_for(args)
     records = asyncio.run(run_all(specs, concurrency=args.concurrency, progress=not args.quiet))
     path = args.out / f'{args.task}.jsonl'
