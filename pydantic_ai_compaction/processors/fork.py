@@ -141,7 +141,7 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
         """Ask the fork, then parse its reply for the variant."""
         if self.variant == 'fixed' and sum(not exchange.forced for exchange in view.exchanges) <= self.fixed_keep:
             # Everything droppable is among the exchanges `fixed` keeps: no call, no compaction.
-            return Proposal(keep=view.ids, variant='fixed')
+            return Proposal.decline(f'at most {self.fixed_keep} exchange(s) can be dropped', variant='fixed')
         settings, parameters = compactor.text_only(ctx)
         messages = compactor.with_appended_prompt(view.messages, self.prompt(view))
         response = await compactor.request(ctx, messages, model=self.model, settings=settings, parameters=parameters)

@@ -109,6 +109,18 @@ class Proposal:
     extra: dict[str, Any] = field(default_factory=dict[str, Any])
     """Strategy-specific facts worth keeping in the boundary record (JSON-serializable)."""
 
+    declined: str | None = None
+    """Why the strategy chooses not to compact now (nothing is written, no fallback), or `None`."""
+
+    @classmethod
+    def decline(cls, reason: str, *, variant: str | None = None) -> Proposal:
+        """A proposal to leave the history as it is: no boundary, no fallback (an `ignored` event says why).
+
+        Unlike a proposal that keeps every exchange, which the runtime overrides with the fallback while
+        the request is over the trigger, a declined proposal is respected.
+        """
+        return cls(declined=reason, variant=variant)
+
     @classmethod
     def failed(cls, reason: str, detail: str | None = None, *, variant: str | None = None) -> Proposal:
         """A proposal that tells the validator to fall back."""

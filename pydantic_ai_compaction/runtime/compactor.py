@@ -6,6 +6,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
+from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart, repair_messages
 from pydantic_ai.models import Model, ModelRequestContext, ModelRequestParameters, infer_model
 from pydantic_ai.settings import ModelSettings
@@ -91,9 +92,15 @@ async def provider_compact(ctx: CompactionContext, messages: Sequence[ModelMessa
         model_request_parameters=ctx.parameters,
     )
     response: ModelResponse | None = None
-    async for attempt in _retrying(ctx):
-        with attempt:
-            response = await ctx.model.compact_messages(request_context)
+    try:
+        async for attempt in _retrying(ctx):
+            with attempt:
+                response = await ctx.model.compact_messages(request_context)
+    except (NotImplementedError, UserError):
+        raise  # the model has no (on-demand) provider compaction: not a failed attempt
+    except BaseException:
+        ctx.usage.failed_attempts += 1  # the last attempt, as `request` counts it
+        raise
     assert response is not None
     _account(ctx, response.usage)
     return response

@@ -27,7 +27,7 @@ class Skipped:
     """Why a crossing led to no compaction (the history is sent as it was)."""
 
     reason: str
-    """`nothing to drop`, `below minimum saving`, `grew` or `shape`."""
+    """`nothing to drop`, `below minimum saving`, `declined` (the strategy chose not to), `grew` or `shape`."""
 
     detail: str | None = None
     """What was measured."""
@@ -82,6 +82,8 @@ async def run_compaction(
             f'(minimum {min_saving:.0%})',
         )
     proposal, left_out, error = await _propose(strategy, view, ctx, protect)
+    if proposal.declined is not None:
+        return Skipped('declined', proposal.declined)
     layout = validate(proposal, view, fallback_keep=fallback_keep)
     if not layout.dropped and not layout.restate:
         # Nothing removed while the request is over the limit. A valid proposal that keeps

@@ -91,11 +91,6 @@ def test_provider_error_falls_back_with_a_reason(provider: type[Provider], statu
     assert mock.problems() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='runtime/compactor.py provider_compact counts only the retried failures in failed_attempts, '
-    'not the last one (compactor.request counts every attempt that raised)',
-)
 @pytest.mark.parametrize('status', [400, 500])
 def test_failed_provider_compactions_count_every_attempt(status: int) -> None:
     def fail(path: str, payload: Payload) -> int | None:
