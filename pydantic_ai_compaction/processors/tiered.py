@@ -36,10 +36,11 @@ from pydantic_ai_compaction.processors.forget import WRITE_TOOLS
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, ArchiveStore
 from pydantic_ai_compaction.protocols.types import METADATA_KEY
 from pydantic_ai_compaction.runtime import compactor
-from pydantic_ai_compaction.runtime.context import CompactionContext, conversation_of, for_request
+from pydantic_ai_compaction.runtime.context import CompactionContext, for_request
 from pydantic_ai_compaction.runtime.notes import NOTES_HEADER, gather_notes
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.segment import ConversationView, segment, str_dict
+from pydantic_ai_compaction.runtime.stores.access import conversation_key
 from pydantic_ai_compaction.runtime.transcript import clip, render_messages, user_text
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ class Tiered(AbstractCapability[AgentDepsT]):
     so `Archive`'s `context_recover` (same store and conversation) brings back the exact original."""
 
     conversation: Callable[[RunContext[AgentDepsT]], str] | None = None
-    """The conversation id archived outputs are filed under; default: the run's `conversation_id`."""
+    """The key archived outputs are filed under (as `Archive.conversation`); default: the run."""
 
     write_tools: str = WRITE_TOOLS
     """Tool names whose calls changed files; the handoff note lists their `path` arguments."""
@@ -245,8 +246,8 @@ class Tiered(AbstractCapability[AgentDepsT]):
         """Archive cleared outputs when a store is set; their references, or `None` each."""
         if self.store is None or not cleared:
             return [None] * len(cleared)
-        conversation = conversation_of(ctx, self.conversation)
         try:
+            conversation = conversation_key(ctx, self.conversation)
             numbers = self.store.next_numbers(conversation, 'archive', len(cleared))
             now = datetime.now(UTC).isoformat()
             entries = [
