@@ -216,7 +216,17 @@ class Archive(AbstractCapability[AgentDepsT]):
         todo.reverse()
         if not todo:
             return None
-        numbers = self._reserve(self.conversation_id(ctx), 'result', len(todo), highest)
+        try:
+            numbers = self._reserve(self.conversation_id(ctx), 'result', len(todo), highest)
+        except ArchiveError as error:
+            # Numbering degrades rather than stops: ids that follow the history's own are unique in it, so
+            # the agent can still name results; the store's counter moves past them once it answers again.
+            warnings.warn(
+                f'Archive numbered new results from the history alone, the store failed: {error}',
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            numbers = list(range(highest + 1, highest + len(todo) + 1))
         out = list(messages)
         for (index, part_index), number in zip(todo, numbers, strict=True):
             request = out[index]
