@@ -29,10 +29,11 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import FunctionToolset
+from pydantic_core import to_jsonable_python
 
 from pydantic_ai_compaction.processors.archive import args_json, original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore, Hit, LineSource, LogLine
-from pydantic_ai_compaction.runtime.encoding import strip_nul, to_bytes
+from pydantic_ai_compaction.runtime.encoding import strip_nul, to_bytes, to_json
 from pydantic_ai_compaction.runtime.stores.access import (
     ConversationKey,
     call_store,
@@ -182,7 +183,14 @@ def _render(hit: Hit) -> str:
 
 def _text_of(part: object) -> str:
     if isinstance(part, ToolReturnPart):
-        return part.model_response_str()
+        try:
+            return part.model_response_str()
+        except ValueError:
+            # pydantic will not write lone surrogates in structured output; the lossless encoding will.
+            try:
+                return to_json(to_jsonable_python(part.content))
+            except ValueError:
+                return str(part.content)
     if isinstance(part, UserPromptPart):
         return user_text(part)
     if isinstance(part, TextPart | CompactionPart):

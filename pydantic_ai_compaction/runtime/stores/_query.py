@@ -5,40 +5,39 @@ Query words are lowercase letters and digits of any script, so `timeout_ms` matc
 
 from __future__ import annotations
 
-import json
+import base64
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, LogLine
-from pydantic_ai_compaction.runtime.encoding import clean_text, has_surrogates, strip_nul, to_json
+from pydantic_ai_compaction.runtime.encoding import clean_text, from_bytes, has_surrogates, strip_nul, to_bytes
 
 _ESCAPED = '\x1b'
-"""Leads a column value holding the JSON form of a text no database can hold as it is."""
+"""Leads a column value holding, in base64, the bytes of a text no database can hold as it is."""
 
 
 def db_text(text: str) -> str:
     """*text* as any text column can hold it (no NUL, no lone surrogate), reversibly.
 
     Text that needs it (a NUL, a lone surrogate, or the escape mark itself in front) is stored as the
-    escape mark followed by its JSON string; everything else as it is, so keys stay readable and equal
-    text always gives equal column values (lookups by key keep working).
+    escape mark followed by the base64 of its lossless bytes (`to_bytes`); everything else as it is, so
+    keys stay readable and equal text always gives equal column values (lookups by key keep working).
+    Not JSON: JSON spells a high surrogate followed by a low one exactly as the character the pair
+    encodes, so it cannot give such text back as it was.
     """
     if '\x00' in text or text.startswith(_ESCAPED) or has_surrogates(text):
-        return _ESCAPED + to_json(text)
+        return _ESCAPED + base64.b64encode(to_bytes(text)).decode('ascii')
     return text
 
 
 def py_text(value: str) -> str:
     """The inverse of `db_text`."""
     if value.startswith(_ESCAPED):
-        # The standard library parser: it keeps escaped lone surrogates, exactly.
         try:
-            decoded = json.loads(value[len(_ESCAPED) :])
+            return from_bytes(base64.b64decode(value[len(_ESCAPED) :], validate=True))
         except ValueError:
             return value  # not written by `db_text`: keep what is there
-        if isinstance(decoded, str):
-            return decoded
     return value
 
 
