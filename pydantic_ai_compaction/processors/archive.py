@@ -171,7 +171,7 @@ class Archive(AbstractCapability[AgentDepsT]):
             # In a worker thread (it reserves ids in the store): the run waits, the event loop does not.
             numbered = await call_store('next_numbers', self._number_results, ctx, list(ctx.messages))
         except ArchiveError as error:
-            # Numbering degrades: results go out without ids this time and are numbered by the next request.
+            # No key (its function failed): results go out without ids this time; the next request numbers them.
             warnings.warn(f'Archive could not number new results this request: {error}', RuntimeWarning, stacklevel=2)
             numbered = None
         if numbered is not None:
