@@ -195,13 +195,3 @@ def test_store_contract_keeps_awkward_keys_and_text_exact(
     assert shared_store.indexed(conversation, [fingerprint, f'{fingerprint}x']) == {fingerprint}
     hits = shared_store.search(conversation, 'findme')
     assert len(hits) == 1 and hits[0].text.endswith('findme') and not has_surrogates(hits[0].text)
-
-
-@pytest.mark.xfail(
-    strict=True, reason='runtime/encoding.from_json: the orjson fast path reads integers beyond 64 bits as floats'
-)
-def test_the_canonical_json_reads_back_integers_beyond_64_bits() -> None:
-    from pydantic_ai_compaction.runtime.encoding import from_json, to_json
-
-    value = {'n': 2**70 + 1, 'm': -(2**64) - 3}  # not representable as floats
-    assert from_json(to_json(value)) == value

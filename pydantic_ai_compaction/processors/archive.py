@@ -58,10 +58,12 @@ _ARCHIVE_REF = re.compile(r'^a\d+$')
 ARCHIVE_INSTRUCTIONS = """\
 Every tool result carries an id such as [result r7]. Your context is limited, so curate it:
 - when a result has served its purpose (you have drawn the conclusion, or written it down), archive it with
-  context_apply, a short note each saying what it held and what you concluded: [{"result_id": "r7", "note": "..."}];
+  context_apply, a short note each saying what it held and what you concluded:
+  [{"result_id": "<the result's id>", "note": "<what it held; what you concluded>"}];
 - archive in batches, after diagnostic progress, not one result at a time;
 - keep results that are still evidence for an open question;
-- context_recover("a3") brings back the exact original of an archived result whenever you need it again."""
+- context_recover("<archive reference from the stub>") brings back the exact original of an archived result
+  whenever you need it again."""
 
 
 class ArchiveItem(BaseModel):
@@ -94,8 +96,8 @@ class _ReminderState:
     """Per run: when the last reminder fired."""
 
     reminded: bool = False
-    chars_at_reminder: int = 0
-    images_at_reminder: int = 0
+    known_at_reminder: frozenset[str] = frozenset()
+    """Result ids that existed when the last reminder fired: only output arriving after it counts as new."""
     user_prompts: int = -1
 
 
@@ -278,17 +280,22 @@ class Archive(AbstractCapability[AgentDepsT]):
             self._state = state = _ReminderState(user_prompts=prompts)
         if not eligible:
             return None
-        chars = sum(size for _, size in eligible)
-        images = sum(_image_count(part.content) for part, _ in eligible)
         tokens: int | None = None
         if state.reminded:
-            due = chars - state.chars_at_reminder >= self.reminder_every_chars or images > state.images_at_reminder
+            # Seed 000: another reminder needs 20,000 characters (or an image) of eligible output that is *new*
+            # since the last one. Comparing totals instead would let archiving after a reminder (which lowers
+            # the total) silence the next one.
+            fresh = [(part, size) for part, size in eligible if result_id_of(part) not in state.known_at_reminder]
+            due = sum(size for _, size in fresh) >= self.reminder_every_chars or any(
+                _image_count(part.content) for part, _ in fresh
+            )
         else:
             tokens = estimate_token_count(messages)
-            due = images > 0 or tokens >= self.reminder_tokens
+            due = any(_image_count(part.content) for part, _ in eligible) or tokens >= self.reminder_tokens
         if not due:
             return None
-        self._state = replace(state, reminded=True, chars_at_reminder=chars, images_at_reminder=images)
+        known = frozenset(rid for part, _ in eligible if (rid := result_id_of(part)) is not None)
+        self._state = replace(state, reminded=True, known_at_reminder=state.known_at_reminder | known)
         tokens = tokens if tokens is not None else estimate_token_count(messages)
         listing = ', '.join(f'{result_id_of(p)} {p.tool_name} ({size:,} chars)' for p, size in eligible)
         return (

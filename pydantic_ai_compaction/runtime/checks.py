@@ -16,11 +16,16 @@ from typing import Any, TypeVar, cast
 T = TypeVar('T')
 
 
-class ConfigurationError(ValueError):
-    """A configuration value is not acceptable. Also a `ValueError`, as a bad argument is."""
+class ConfigurationError(ValueError, TypeError):
+    """A configuration value is not acceptable.
+
+    Both a `ValueError` and a `TypeError`, so code that catches either for a bad argument keeps working
+    whether the value had the wrong type (`'3'`) or the wrong value (`-3`).
+    """
 
 
-def _fail(owner: str, name: str, expected: str, value: object) -> ConfigurationError:
+def fail(owner: str, name: str, expected: str, value: object) -> ConfigurationError:
+    """The error for `owner.name`, which must be *expected* but is *value* (raise it)."""
     shown = repr(value)
     if len(shown) > 80:
         shown = shown[:77] + '...'
@@ -31,9 +36,9 @@ def check_int(owner: str, name: str, value: object, *, minimum: int | None = Non
     """*value* if it is an integer (not a bool) within the bounds, else `ConfigurationError`."""
     expected = _range('an integer', minimum, maximum)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(owner, name, expected, value)
+        raise fail(owner, name, expected, value)
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        raise _fail(owner, name, expected, value)
+        raise fail(owner, name, expected, value)
     return value
 
 
@@ -58,14 +63,17 @@ def check_number(
     high = None if maximum is None else f'≤ {maximum:g}'
     expected = 'a finite number' + ''.join(f' {bound}' for bound in (low, high) if bound)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _fail(owner, name, expected, value)
-    number = float(value)
+        raise fail(owner, name, expected, value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond the float range
+        raise fail(owner, name, expected, value) from None
     if not math.isfinite(number):
-        raise _fail(owner, name, expected, value)
+        raise fail(owner, name, expected, value)
     if minimum is not None and (number <= minimum if exclusive_minimum else number < minimum):
-        raise _fail(owner, name, expected, value)
+        raise fail(owner, name, expected, value)
     if maximum is not None and number > maximum:
-        raise _fail(owner, name, expected, value)
+        raise fail(owner, name, expected, value)
     return number
 
 
@@ -88,11 +96,11 @@ def check_strings(owner: str, name: str, value: object, *, allow_empty_items: bo
     """*value* as a tuple of strings. A bare string is refused: it would iterate as characters."""
     expected = 'a sequence of strings (a list or tuple; a bare string would be split into characters)'
     if isinstance(value, str | bytes | bytearray) or not isinstance(value, Iterable):
-        raise _fail(owner, name, expected, value)
+        raise fail(owner, name, expected, value)
     items: list[str] = []
     for index, item in enumerate(cast('Iterable[object]', value)):
         if not isinstance(item, str) or (not allow_empty_items and not item):
-            raise _fail(owner, f'{name}[{index}]', 'a non-empty string', item)
+            raise fail(owner, f'{name}[{index}]', 'a non-empty string', item)
         items.append(item)
     return tuple(items)
 
@@ -100,14 +108,14 @@ def check_strings(owner: str, name: str, value: object, *, allow_empty_items: bo
 def check_patterns(owner: str, name: str, value: object) -> tuple[re.Pattern[str], ...]:
     """*value* (a sequence of regex strings or compiled patterns) compiled; a bad pattern names itself."""
     if isinstance(value, str | bytes | bytearray) or not isinstance(value, Iterable):
-        raise _fail(owner, name, 'a sequence of regular expressions (a bare string is refused)', value)
+        raise fail(owner, name, 'a sequence of regular expressions (a bare string is refused)', value)
     compiled: list[re.Pattern[str]] = []
     for index, item in enumerate(cast('Iterable[object]', value)):
         if isinstance(item, re.Pattern):
             compiled.append(cast('re.Pattern[str]', item))
             continue
         if not isinstance(item, str) or not item:
-            raise _fail(owner, f'{name}[{index}]', 'a non-empty regular expression string', item)
+            raise fail(owner, f'{name}[{index}]', 'a non-empty regular expression string', item)
         try:
             compiled.append(re.compile(item))
         except re.error as error:
@@ -121,15 +129,22 @@ def check_choice(owner: str, name: str, value: object, choices: Iterable[T]) -> 
     """*value* if it is one of *choices*."""
     options = tuple(choices)
     if isinstance(value, bool) or value not in options:
-        raise _fail(owner, name, 'one of ' + ', '.join(repr(option) for option in options), value)
+        raise fail(owner, name, 'one of ' + ', '.join(repr(option) for option in options), value)
     return value  # pyright: ignore[reportReturnType]
 
 
 def check_instance(owner: str, name: str, value: object, kind: type[T] | tuple[type[Any], ...], what: str) -> T:
     """*value* if it is an instance of *kind* (described as *what* in the error)."""
     if not isinstance(value, kind):
-        raise _fail(owner, name, what, value)
+        raise fail(owner, name, what, value)
     return value  # pyright: ignore[reportReturnType]
+
+
+def check_bool(owner: str, name: str, value: object) -> bool:
+    """*value* if it is `True` or `False` (not 0, 1 or a string)."""
+    if not isinstance(value, bool):
+        raise fail(owner, name, 'True or False', value)
+    return value
 
 
 def check_callable(owner: str, name: str, value: object, *, optional: bool = True) -> Callable[..., Any] | None:
@@ -137,7 +152,7 @@ def check_callable(owner: str, name: str, value: object, *, optional: bool = Tru
     if value is None and optional:
         return None
     if not callable(value):
-        raise _fail(owner, name, 'a callable' + (' or None' if optional else ''), value)
+        raise fail(owner, name, 'a callable' + (' or None' if optional else ''), value)
     return value
 
 
