@@ -22,7 +22,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import RunContext
 
-from pydantic_ai_compaction import Archive, Fork, Notes, Recall, Trigger
+from pydantic_ai_compaction import Archive, Fork, Notes, Recall, Tiered, Trigger
 from pydantic_ai_compaction.processors.archive import archived_ref_of, original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchiveError, Note
 from pydantic_ai_compaction.runtime import our_record
@@ -385,3 +385,42 @@ def test_a_key_function_that_fails_is_a_tool_answer_not_a_failed_run() -> None:
     said = {p.tool_name: p.model_response_str() for p in returns(seen[-1])}
     assert 'returned 7, not a non-empty string' in said['note']
     assert 'Recall is unavailable' in said['recall'] and 'LookupError' in said['recall']
+
+
+@pytest.mark.parametrize(
+    ('build', 'field'),
+    [
+        (lambda: Archive(reminder_tokens=True), 'Archive.reminder_tokens'),
+        (lambda: Archive(reminder_tokens=2.5), 'Archive.reminder_tokens'),
+        (lambda: Archive(reminder_every_chars=float('nan')), 'Archive.reminder_every_chars'),
+        (lambda: Archive(store='agent.sqlite3'), 'Archive.store'),
+        (lambda: Archive(protect='r1'), 'Archive.protect'),
+        (lambda: Recall(limit='8'), 'Recall.limit'),
+        (lambda: Recall(limit=0), 'Recall.limit'),
+        (lambda: Recall(store=None), 'Recall.store'),
+        (lambda: Notes(store={}), 'Notes.store'),
+        (lambda: Notes(instructions=None), 'Notes.instructions'),
+        (lambda: Tiered(conversation=''), 'Tiered.conversation'),
+    ],
+)
+def test_bad_memory_configuration_fails_at_construction_naming_the_field(
+    build: Callable[[], object], field: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=field.replace('.', r'\.')):
+        build()
+
+
+def test_a_fixed_key_is_shared_by_every_capability_and_run(store: Any) -> None:
+    conversation = f'fixed-{uuid.uuid4().hex}'
+    seen: list[list[ModelMessage]] = []
+    first = agent_with(
+        scripted([[ToolCallPart('read', {'index': 3})], apply(('r1', 'file 3')), [TextPart('done')]], seen),
+        [Archive(store=store, conversation=conversation), Tiered(store=store, conversation=conversation)],
+    ).run_sync('go')
+    seen.clear()
+    steps = [[ToolCallPart('context_recover', {'archive_ref': 'a1'})], [TextPart('done')]]
+    agent_with(scripted(steps, seen), [Archive(store=store, conversation=conversation)]).run_sync(
+        'again', message_history=first.all_messages()
+    )
+    recovered = next(p for p in returns(seen[-1]) if p.tool_name == 'context_recover')
+    assert original_part(recovered).content == 'content of file 3\n' + 'x = 1\n' * 5

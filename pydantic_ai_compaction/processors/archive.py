@@ -36,6 +36,7 @@ from pydantic_ai_harness.compaction import estimate_token_count
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, ArchiveStore
 from pydantic_ai_compaction.protocols.types import METADATA_KEY
+from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int
 from pydantic_ai_compaction.runtime.encoding import clean_text, from_bytes, to_bytes, to_json
 from pydantic_ai_compaction.runtime.segment import is_restatement, str_dict
 from pydantic_ai_compaction.runtime.stores.access import (
@@ -136,11 +137,12 @@ class Archive(AbstractCapability[AgentDepsT]):
     """One `context_apply` batch at a time: a batch is checked against the history its stubs change."""
 
     def __post_init__(self) -> None:
+        check_instance('Archive', 'store', self.store, ArchiveStore, 'an ArchiveStore')
         check_conversation('Archive', self.conversation)
-        if self.reminder_tokens < 1:
-            raise ValueError(f'Archive.reminder_tokens must be positive, got {self.reminder_tokens!r}.')
-        if self.reminder_every_chars < 1:
-            raise ValueError(f'Archive.reminder_every_chars must be positive, got {self.reminder_every_chars!r}.')
+        check_callable('Archive', 'protect', self.protect)
+        check_int('Archive', 'reminder_tokens', self.reminder_tokens, minimum=1)
+        check_int('Archive', 'reminder_every_chars', self.reminder_every_chars, minimum=1)
+        check_instance('Archive', 'instructions', self.instructions, str, 'a string')
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """A copy with its own reminder schedule for this run."""

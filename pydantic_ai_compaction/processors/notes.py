@@ -13,6 +13,7 @@ from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore, Note, NoteKind
+from pydantic_ai_compaction.runtime.checks import check_instance
 from pydantic_ai_compaction.runtime.notes import NOTE_TOOL
 from pydantic_ai_compaction.runtime.stores.access import (
     ConversationKey,
@@ -50,7 +51,9 @@ class Notes(AbstractCapability[AgentDepsT]):
     """What the agent is taught about notes."""
 
     def __post_init__(self) -> None:
+        check_instance('Notes', 'store', self.store, ArchiveStore, 'an ArchiveStore')
         check_conversation('Notes', self.conversation)
+        check_instance('Notes', 'instructions', self.instructions, str, 'a string')
 
     def get_instructions(self) -> str:
         """When to write a note."""

@@ -33,6 +33,7 @@ from pydantic_core import to_jsonable_python
 
 from pydantic_ai_compaction.processors.archive import args_json, original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore, Hit, LineSource, LogLine
+from pydantic_ai_compaction.runtime.checks import check_instance, check_int
 from pydantic_ai_compaction.runtime.encoding import strip_nul, to_bytes, to_json
 from pydantic_ai_compaction.runtime.stores.access import (
     ConversationKey,
@@ -82,9 +83,10 @@ class Recall(AbstractCapability[AgentDepsT]):
     _indexed: set[str] = field(default_factory=set[str], repr=False)
 
     def __post_init__(self) -> None:
+        check_instance('Recall', 'store', self.store, ArchiveStore, 'an ArchiveStore')
         check_conversation('Recall', self.conversation)
-        if self.limit < 1:
-            raise ValueError(f'Recall.limit must be positive, got {self.limit!r}.')
+        check_int('Recall', 'limit', self.limit, minimum=1)
+        check_instance('Recall', 'instructions', self.instructions, str, 'a string')
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """A copy with its own memo of parts already fingerprinted."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -39,7 +39,6 @@ from pydantic_ai_compaction.protocols.types import METADATA_KEY
 from pydantic_ai_compaction.runtime import compactor
 from pydantic_ai_compaction.runtime.checks import (
     ConfigurationError,
-    check_callable,
     check_instance,
     check_int,
     check_number,
@@ -52,7 +51,7 @@ from pydantic_ai_compaction.runtime.notes import NOTES_HEADER, gather_notes
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, segment, str_dict
 from pydantic_ai_compaction.runtime.shape import checked_projection
-from pydantic_ai_compaction.runtime.stores.access import conversation_key
+from pydantic_ai_compaction.runtime.stores.access import ConversationKey, check_conversation, conversation_key
 from pydantic_ai_compaction.runtime.transcript import clip, render_messages, return_text, user_text
 from pydantic_ai_compaction.runtime.wrappers import neutralize
 
@@ -149,7 +148,7 @@ class Tiered(AbstractCapability[AgentDepsT]):
     """When set, cleared outputs are archived there and their one-line stub names the archive reference,
     so `Archive`'s `context_recover` (same store and conversation) brings back the exact original."""
 
-    conversation: Callable[[RunContext[AgentDepsT]], str] | None = None
+    conversation: ConversationKey = None
     """The key archived outputs are filed under (as `Archive.conversation`); default: the run."""
 
     write_tools: str = WRITE_TOOLS
@@ -187,7 +186,7 @@ class Tiered(AbstractCapability[AgentDepsT]):
         check_instance(owner, 'model', self.model, (Model, str, type(None)), 'a Model, a model name or None')
         check_instance(owner, 'model_settings', self.model_settings, (dict, type(None)), 'a ModelSettings dict or None')
         check_instance(owner, 'retry', self.retry, RetryPolicy, 'a RetryPolicy')
-        check_callable(owner, 'conversation', self.conversation)
+        check_conversation(owner, self.conversation)
         (self._writes,) = check_patterns(owner, 'write_tools', (self.write_tools,))
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
