@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+import anyio.to_thread
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     CompactionPart,
@@ -237,7 +238,8 @@ class Tiered(AbstractCapability[AgentDepsT]):
             view = summarized
             self._projection = replace(self._projection, covers=len(persisted), messages=view, covered=tuple(persisted))
         elif tokens >= self.clear_at * window:
-            cleared = self._clear(view, window, ctx)
+            # In a worker thread: clearing archives the outputs it clears, and a store call may block.
+            cleared = await anyio.to_thread.run_sync(self._clear, view, window, ctx)
             if cleared is not None:
                 view = cleared
                 self._projection = replace(
