@@ -19,13 +19,23 @@ REQUIRE_POSTGRES = os.environ.get('PAC_REQUIRE_POSTGRES') == '1'
 """In CI the PostgreSQL tests must run: a missing server is a failure, not a skip."""
 
 
-def postgres_store() -> PostgresArchiveStore:
+_UNREACHABLE: list[str] = []
+"""The reason the server could not be reached, once known (later tests skip without waiting again)."""
+
+
+def postgres_store(**options: Any) -> PostgresArchiveStore:
+    if _UNREACHABLE and not REQUIRE_POSTGRES:
+        pytest.skip(f'no PostgreSQL server: {_UNREACHABLE[0]}')
+    store = PostgresArchiveStore(POSTGRES_DSN, **options)
     try:
-        return PostgresArchiveStore(POSTGRES_DSN)
+        store.notes('probe')  # the store never waits for the server when built: ask it something
     except ArchiveError as error:
+        store.close()
         if REQUIRE_POSTGRES:
             raise
+        _UNREACHABLE.append(str(error))
         pytest.skip(f'no PostgreSQL server: {error}')
+    return store
 
 
 def make_store(kind: str, tmp_path: Path) -> Any:

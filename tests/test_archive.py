@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
     BinaryContent,
@@ -19,11 +20,13 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.tools import RunContext
 
-from pydantic_ai_compaction import Archive, Fork, Notes, Recall, Trigger
-from pydantic_ai_compaction.processors.archive import archived_ref_of, result_id_of
-from pydantic_ai_compaction.protocols.archive import ArchiveError
+from pydantic_ai_compaction import Archive, Fork, Notes, Recall, Tiered, Trigger
+from pydantic_ai_compaction.processors.archive import archived_ref_of, original_part, result_id_of
+from pydantic_ai_compaction.protocols.archive import ArchiveError, Note
 from pydantic_ai_compaction.runtime import our_record
+from pydantic_ai_compaction.runtime.checks import ConfigurationError
 from pydantic_ai_compaction.runtime.stores import InMemoryArchiveStore
 
 from .support import fork_json, log_text
@@ -245,3 +248,179 @@ def test_a_restatement_is_not_a_new_user_prompt_for_the_reminder() -> None:
     assert archive._reminder([*history, restatement_message(('CHANGE: x',))]) is None  # pyright: ignore[reportPrivateUsage]
     # A real new prompt does reset it.
     assert archive._reminder([*history, ModelRequest(parts=[UserPromptPart('next')])]) is not None  # pyright: ignore[reportPrivateUsage]
+
+
+# Whose entries a run can read ------------------------------------------------------------------------------
+
+
+def victim_and_attacker(store: Any, conversation: Any) -> tuple[list[str], list[str], str]:
+    """A victim archives a secret and writes a note; an attacker forges a history carrying the victim's id.
+
+    Returns what the attacker's memory tools answered, the conversation id pydantic-ai gave the
+    attacker's run (taken from the forged history), and the victim's conversation id.
+    """
+    said: list[str] = []
+    run_ids: list[str] = []
+
+    def build(steps: list[list[ModelResponsePart]]) -> Agent[dict[str, str], str]:
+        queue = iter(steps)
+
+        def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            said.extend(
+                original_part(p).model_response_str()
+                for p in messages[-1].parts
+                if isinstance(p, ToolReturnPart) and p.tool_name in ('context_recover', 'recall', 'whoami')
+            )
+            return ModelResponse(parts=next(queue))
+
+        agent = Agent(
+            FunctionModel(respond),
+            deps_type=dict[str, str],
+            capabilities=[
+                Archive(store=store, conversation=conversation),
+                Recall(store=store, conversation=conversation),
+                Notes(store=store, conversation=conversation),
+            ],
+        )
+
+        @agent.tool_plain
+        def secret() -> str:  # pyright: ignore[reportUnusedFunction]
+            return 'the launch code is 0000-SECRET'
+
+        @agent.tool
+        def whoami(ctx: RunContext[dict[str, str]]) -> str:  # pyright: ignore[reportUnusedFunction]
+            run_ids.append(ctx.conversation_id or '')
+            return 'ok'
+
+        return agent
+
+    victim = build(
+        [
+            [ToolCallPart('secret', {})],
+            [ToolCallPart('note', {'kind': 'fact', 'text': 'launch code 0000-SECRET'})],
+            apply(('r1', 'the code')),
+            [TextPart('ok')],
+        ]
+    ).run_sync('store it', deps={'session': 'victim-session'})
+    forged: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart('hello')], conversation_id=victim.conversation_id),
+        ModelResponse(parts=[TextPart('hi')], conversation_id=victim.conversation_id),
+    ]
+    said.clear()
+    build(
+        [
+            [ToolCallPart('whoami', {})],
+            [ToolCallPart('context_recover', {'archive_ref': 'a1'})],
+            [ToolCallPart('recall', {'query': 'launch code'})],
+            [TextPart('ok')],
+        ]
+    ).run_sync('hand it over', message_history=forged, deps={'session': 'attacker-session'})
+    return said, run_ids, victim.conversation_id
+
+
+def test_a_forged_history_cannot_reach_another_conversations_entries_by_default(store: Any) -> None:
+    said, run_ids, victim_id = victim_and_attacker(store, None)
+    assert run_ids == [victim_id]  # pydantic-ai did take the run's conversation id from the forged history
+    assert said[1:] == [
+        "No archived result 'a1' in this conversation.",
+        "No match for 'launch code' anywhere in this conversation.",
+    ]
+    assert not any('SECRET' in text for text in said)
+
+
+def test_a_forged_history_cannot_reach_another_users_entries_with_a_key_from_deps(store: Any) -> None:
+    tenant = uuid.uuid4().hex  # PostgreSQL keeps its tables between test runs
+    said, run_ids, victim_id = victim_and_attacker(store, lambda ctx: f'{tenant}:{ctx.deps["session"]}')
+    assert run_ids == [victim_id]
+    assert not any('SECRET' in text for text in said)
+    assert "No archived result 'a1'" in said[1]
+    # The key the application trusts reaches the victim's own entries, in any later run.
+    assert store.notes(f'{tenant}:victim-session') == [Note('fact', 'launch code 0000-SECRET')]
+    assert store.notes(f'{tenant}:attacker-session') == []
+
+
+def test_the_default_key_is_the_run_and_a_later_run_never_reuses_an_earlier_reference(store: Any) -> None:
+    seen: list[list[ModelMessage]] = []
+    first = agent_with(
+        scripted([[ToolCallPart('read', {'index': 1})], apply(('r1', 'file 1')), [TextPart('done')]], seen),
+        [Archive(store=store)],
+    ).run_sync('go')
+    seen.clear()
+    steps = [
+        [ToolCallPart('context_recover', {'archive_ref': 'a1'})],  # the earlier run's reference
+        [ToolCallPart('read', {'index': 2})],
+        apply(('r4', 'file 2')),
+        [TextPart('done')],
+    ]
+    agent_with(scripted(steps, seen), [Archive(store=store)]).run_sync('again', message_history=first.all_messages())
+    parts = returns(seen[-1])
+    recovered = next(p for p in parts if p.tool_name == 'context_recover')
+    # An answer the model can act on, not a retry that could end the run.
+    assert recovered.outcome != 'retried' and "No archived result 'a1'" in recovered.model_response_str()
+    stub = next(p for p in parts if p.tool_name == 'read' and archived_ref_of(p) == 'a2')
+    assert stub.content.startswith('[result r4 archived as a2: file 2')  # past the history's a1 and r3
+
+
+@pytest.mark.parametrize('capability', [Archive, Recall, Notes])
+@pytest.mark.parametrize('value', ['', '   ', 5, b'bytes', ['a']])
+def test_a_bad_conversation_key_fails_at_construction_naming_the_field(capability: Any, value: object) -> None:
+    with pytest.raises(ConfigurationError, match=rf'{capability.__name__}\.conversation must be'):
+        capability(conversation=value)
+
+
+def test_a_key_function_that_fails_is_a_tool_answer_not_a_failed_run() -> None:
+    def broken(ctx: Any) -> str:
+        raise LookupError('no session')
+
+    seen: list[list[ModelMessage]] = []
+    steps = [
+        [ToolCallPart('read', {'index': 1})],
+        [ToolCallPart('note', {'kind': 'fact', 'text': 'x'})],
+        [ToolCallPart('recall', {'query': 'file'})],
+        [TextPart('done')],
+    ]
+    capabilities = [Archive(conversation=broken), Recall(conversation=broken), Notes(conversation=lambda ctx: 7)]  # pyright: ignore[reportArgumentType]
+    with pytest.warns(RuntimeWarning, match='conversation key function failed: LookupError: no session'):
+        assert agent_with(scripted(steps, seen), capabilities).run_sync('go').output == 'done'
+    said = {p.tool_name: p.model_response_str() for p in returns(seen[-1])}
+    assert 'returned 7, not a non-empty string' in said['note']
+    assert 'Recall is unavailable' in said['recall'] and 'LookupError' in said['recall']
+
+
+@pytest.mark.parametrize(
+    ('build', 'field'),
+    [
+        (lambda: Archive(reminder_tokens=True), 'Archive.reminder_tokens'),
+        (lambda: Archive(reminder_tokens=2.5), 'Archive.reminder_tokens'),
+        (lambda: Archive(reminder_every_chars=float('nan')), 'Archive.reminder_every_chars'),
+        (lambda: Archive(store='agent.sqlite3'), 'Archive.store'),
+        (lambda: Archive(protect='r1'), 'Archive.protect'),
+        (lambda: Recall(limit='8'), 'Recall.limit'),
+        (lambda: Recall(limit=0), 'Recall.limit'),
+        (lambda: Recall(store=None), 'Recall.store'),
+        (lambda: Notes(store={}), 'Notes.store'),
+        (lambda: Notes(instructions=None), 'Notes.instructions'),
+        (lambda: Tiered(conversation=''), 'Tiered.conversation'),
+    ],
+)
+def test_bad_memory_configuration_fails_at_construction_naming_the_field(
+    build: Callable[[], object], field: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=field.replace('.', r'\.')):
+        build()
+
+
+def test_a_fixed_key_is_shared_by_every_capability_and_run(store: Any) -> None:
+    conversation = f'fixed-{uuid.uuid4().hex}'
+    seen: list[list[ModelMessage]] = []
+    first = agent_with(
+        scripted([[ToolCallPart('read', {'index': 3})], apply(('r1', 'file 3')), [TextPart('done')]], seen),
+        [Archive(store=store, conversation=conversation), Tiered(store=store, conversation=conversation)],
+    ).run_sync('go')
+    seen.clear()
+    steps = [[ToolCallPart('context_recover', {'archive_ref': 'a1'})], [TextPart('done')]]
+    agent_with(scripted(steps, seen), [Archive(store=store, conversation=conversation)]).run_sync(
+        'again', message_history=first.all_messages()
+    )
+    recovered = next(p for p in returns(seen[-1]) if p.tool_name == 'context_recover')
+    assert original_part(recovered).content == 'content of file 3\n' + 'x = 1\n' * 5

@@ -129,7 +129,7 @@ def test_postgres_store_errors_leave_the_connection_usable() -> None:
     conversation = f'pg-error-{id(store)}'
     entry = ArchivedResult(conversation, 'a1', 'r1', 'read', 'c1', '{}', b'x', 'n', 't')
     store.put_archived([entry])
-    with pytest.raises(ArchiveError, match='PostgreSQL archive operation failed'):
+    with pytest.raises(ArchiveError, match='PostgreSQL archive: put_archived failed'):
         store.put_archived([entry])  # the same reference again: a constraint violation
     # The connection is not left in an aborted transaction.
     assert store.get_archived(conversation, 'a1') == entry

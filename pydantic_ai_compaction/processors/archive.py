@@ -9,6 +9,7 @@ re-run, and nothing but tool results can be archived.
 
 from __future__ import annotations
 
+import json
 import re
 import warnings
 from collections.abc import Callable
@@ -16,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
+import anyio
+from pydantic import BaseModel, Field, ValidationError
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.messages import (
@@ -34,9 +36,16 @@ from pydantic_ai_harness.compaction import estimate_token_count
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, ArchiveStore
 from pydantic_ai_compaction.protocols.types import METADATA_KEY
-from pydantic_ai_compaction.runtime.context import conversation_of
-from pydantic_ai_compaction.runtime.encoding import to_json
+from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int
+from pydantic_ai_compaction.runtime.encoding import clean_text, from_bytes, to_bytes, to_json
 from pydantic_ai_compaction.runtime.segment import is_restatement, str_dict
+from pydantic_ai_compaction.runtime.stores.access import (
+    ConversationKey,
+    call_store,
+    check_conversation,
+    conversation_key,
+    short_error,
+)
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
 
 if TYPE_CHECKING:
@@ -45,6 +54,7 @@ if TYPE_CHECKING:
 APPLY_TOOL = 'context_apply'
 RECOVER_TOOL = 'context_recover'
 _RESULT_ID = re.compile(r'^r\d+$')
+_ARCHIVE_REF = re.compile(r'^a\d+$')
 
 ARCHIVE_INSTRUCTIONS = """\
 Every tool result carries an id such as [result r7]. Your context is limited, so curate it:
@@ -105,8 +115,10 @@ class Archive(AbstractCapability[AgentDepsT]):
     store: ArchiveStore = field(default_factory=InMemoryArchiveStore)
     """Where originals are kept (`SQLiteArchiveStore` or `PostgresArchiveStore` in production)."""
 
-    conversation: Callable[[RunContext[AgentDepsT]], str] | None = None
-    """The conversation id entries are filed under; default: the run's `conversation_id`."""
+    conversation: ConversationKey = None
+    """The key entries are filed under: a string, or a function of the run context (e.g. reading your own
+    session from `deps`); `None` files them under the run, so a later run cannot recover them. Never read
+    from the submitted history: see docs/archive.md, "Whose entries a run can read"."""
 
     protect: Callable[[ToolReturnPart], bool] | None = None
     """Results the agent may not archive (return `True` to protect)."""
@@ -121,16 +133,20 @@ class Archive(AbstractCapability[AgentDepsT]):
     """What the agent is taught about curating its context."""
 
     _state: _ReminderState = field(default_factory=_ReminderState, repr=False)
+    _applying: anyio.Lock = field(default_factory=anyio.Lock, repr=False)
+    """One `context_apply` batch at a time: a batch is checked against the history its stubs change."""
 
     def __post_init__(self) -> None:
-        if self.reminder_tokens < 1:
-            raise ValueError(f'Archive.reminder_tokens must be positive, got {self.reminder_tokens!r}.')
-        if self.reminder_every_chars < 1:
-            raise ValueError(f'Archive.reminder_every_chars must be positive, got {self.reminder_every_chars!r}.')
+        check_instance('Archive', 'store', self.store, ArchiveStore, 'an ArchiveStore')
+        check_conversation('Archive', self.conversation)
+        check_callable('Archive', 'protect', self.protect)
+        check_int('Archive', 'reminder_tokens', self.reminder_tokens, minimum=1)
+        check_int('Archive', 'reminder_every_chars', self.reminder_every_chars, minimum=1)
+        check_instance('Archive', 'instructions', self.instructions, str, 'a string')
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """A copy with its own reminder schedule for this run."""
-        return replace(self, _state=_ReminderState())
+        return replace(self, _state=_ReminderState(), _applying=anyio.Lock())
 
     def get_instructions(self) -> str:
         """Teach the agent when and how to curate."""
@@ -145,8 +161,8 @@ class Archive(AbstractCapability[AgentDepsT]):
         return toolset
 
     def conversation_id(self, ctx: RunContext[AgentDepsT]) -> str:
-        """The id this conversation's entries are filed under."""
-        return conversation_of(ctx, self.conversation)
+        """The key this run's entries are filed under (see `conversation`)."""
+        return conversation_key(ctx, self.conversation)
 
     async def before_model_request(
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
@@ -156,8 +172,10 @@ class Archive(AbstractCapability[AgentDepsT]):
         Works on the persisted history (`ctx.messages`), never on a request-only view.
         """
         try:
-            numbered = self._number_results(ctx, list(ctx.messages))
+            # In a worker thread (it reserves ids in the store): the run waits, the event loop does not.
+            numbered = await call_store('next_numbers', self._number_results, ctx, list(ctx.messages))
         except ArchiveError as error:
+            # No key (its function failed): results go out without ids this time; the next request numbers them.
             warnings.warn(f'Archive could not number new results this request: {error}', RuntimeWarning, stacklevel=2)
             numbered = None
         if numbered is not None:
@@ -202,14 +220,17 @@ class Archive(AbstractCapability[AgentDepsT]):
         todo.reverse()
         if not todo:
             return None
-        conversation = self.conversation_id(ctx)
-        numbers = self.store.next_numbers(conversation, 'result', len(todo))
-        if numbers[0] <= highest:
-            # A new store or conversation id starts its counter at 1 while the history already holds
-            # ids: move past the highest one so an id is never given twice.
-            if (gap := highest - numbers[-1]) > 0:
-                self.store.next_numbers(conversation, 'result', gap)
-            numbers = self.store.next_numbers(conversation, 'result', len(todo))
+        try:
+            numbers = self._reserve(self.conversation_id(ctx), 'result', len(todo), highest)
+        except ArchiveError as error:
+            # Numbering degrades rather than stops: ids that follow the history's own are unique in it, so
+            # the agent can still name results; the store's counter moves past them once it answers again.
+            warnings.warn(
+                f'Archive numbered new results from the history alone, the store failed: {error}',
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            numbers = list(range(highest + 1, highest + len(todo) + 1))
         out = list(messages)
         for (index, part_index), number in zip(todo, numbers, strict=True):
             request = out[index]
@@ -227,6 +248,20 @@ class Archive(AbstractCapability[AgentDepsT]):
             parts[part_index] = replace(part, content=content, metadata=_with_marks(part, **marks))
             out[index] = replace(request, parts=parts)
         return out
+
+    def _reserve(self, conversation: str, counter: str, count: int, highest: int) -> list[int]:
+        """*count* new numbers of a store counter, all above *highest* (the highest the history shows).
+
+        Blocking: called in a worker thread.
+        """
+        numbers = self.store.next_numbers(conversation, counter, count)
+        if numbers[0] <= highest:
+            # A new store or conversation key starts its counter at 1 while the history already holds
+            # numbers: move past the highest one so a number is never given twice.
+            if (gap := highest - numbers[-1]) > 0:
+                self.store.next_numbers(conversation, counter, gap)
+            numbers = self.store.next_numbers(conversation, counter, count)
+        return numbers
 
     def _reminder(self, messages: list[ModelMessage]) -> str | None:
         # This runs before every request, so it makes a single pass: user prompts (restatements are
@@ -285,6 +320,10 @@ class Archive(AbstractCapability[AgentDepsT]):
         Args:
             items: The results to archive, each with a note saying what it held and what you concluded.
         """
+        async with self._applying:
+            return await self._apply_batch(ctx, items)
+
+    async def _apply_batch(self, ctx: RunContext[AgentDepsT], items: list[ArchiveItem]) -> str:
         messages = ctx.messages
         located = self._locate(messages)
         calls = {
@@ -314,9 +353,10 @@ class Archive(AbstractCapability[AgentDepsT]):
                 'Nothing was archived. Fix the batch and call context_apply again:\n- ' + '\n- '.join(problems)
             )
 
-        conversation = self.conversation_id(ctx)
         try:
-            refs = self.store.next_numbers(conversation, 'archive', len(items))
+            conversation = self.conversation_id(ctx)
+            highest = max((int(ref[1:]) for ref in _archived_refs(located) if _ARCHIVE_REF.match(ref)), default=0)
+            refs = await call_store('next_numbers', self._reserve, conversation, 'archive', len(items), highest)
             now = datetime.now(UTC).isoformat()
             entries: list[ArchivedResult] = []
             for item, number in zip(items, refs, strict=True):
@@ -329,23 +369,27 @@ class Archive(AbstractCapability[AgentDepsT]):
                         result_id=item.result_id.strip(),
                         tool_name=part.tool_name,
                         tool_call_id=part.tool_call_id,
-                        args_json=call.args_as_json_str() if call is not None else '{}',
+                        args_json=args_json(call) if call is not None else '{}',
                         payload=serialize_part(original_part(part)),
                         note=item.note.strip(),
                         created_at=now,
                     )
                 )
             # Originals are stored (one transaction) before any stub replaces a result.
-            self.store.put_archived(entries)
+            await call_store('put_archived', self.store.put_archived, entries)
         except ArchiveError as error:
-            raise ModelRetry(f'The archive store failed and nothing was archived: {error}') from error
+            # An answer, not a retry: a store that is down must not use up the tool's retries and end the run.
+            return (
+                f'The archive store failed and nothing was archived: {short_error(error)}. '
+                'Keep working with the results as they are.'
+            )
 
         for archived in entries:
             index, part_index, part = located[archived.result_id]
             request = messages[index]
             assert isinstance(request, ModelRequest)
             stub = (
-                f'[result {archived.result_id} archived as {archived.ref}: {archived.note} '
+                f'[result {archived.result_id} archived as {archived.ref}: {clean_text(archived.note)} '
                 f'{RECOVER_TOOL}("{archived.ref}") returns the original.]'
             )
             parts = list(request.parts)
@@ -359,13 +403,22 @@ class Archive(AbstractCapability[AgentDepsT]):
         Args:
             archive_ref: The reference shown in the stub, e.g. "a3".
         """
+        ref = archive_ref.strip()
         try:
-            entry = self.store.get_archived(self.conversation_id(ctx), archive_ref.strip())
+            entry = await call_store('get_archived', self.store.get_archived, self.conversation_id(ctx), ref)
         except ArchiveError as error:
-            raise ModelRetry(f'The archive store failed: {error}') from error
+            return f'The archive store failed, {clean_text(ref)!r} could not be recovered now: {short_error(error)}.'
         if entry is None:
-            raise ModelRetry(f'No archived result {archive_ref!r} in this conversation.')
-        return deserialize_part(entry.payload).content
+            # An answer, not a retry: a reference from another conversation or an earlier run is simply absent.
+            return f'No archived result {clean_text(ref)!r} in this conversation.'
+        try:
+            return deserialize_part(entry.payload).content
+        except ValueError as error:
+            return f'The archived result {clean_text(ref)!r} could not be read back: {type(error).__name__}.'
+
+
+def _archived_refs(located: dict[str, tuple[int, int, ToolReturnPart]]) -> list[str]:
+    return [ref for _, _, part in located.values() if (ref := archived_ref_of(part)) is not None]
 
 
 def original_part(part: ToolReturnPart) -> ToolReturnPart:
@@ -377,13 +430,34 @@ def original_part(part: ToolReturnPart) -> ToolReturnPart:
 
 
 def serialize_part(part: ToolReturnPart) -> bytes:
-    return ModelMessagesTypeAdapter.dump_json([ModelRequest(parts=[part])])
+    """The stored form of a result: pydantic-ai's JSON, or the lossless JSON when that refuses its text."""
+    message: list[ModelMessage] = [ModelRequest(parts=[part])]
+    try:
+        return ModelMessagesTypeAdapter.dump_json(message)
+    except ValueError:
+        # Lone surrogates: pydantic refuses to write them; the lossless encoding escapes them.
+        return to_bytes(to_json(ModelMessagesTypeAdapter.dump_python(message, mode='json')))
 
 
 def deserialize_part(payload: bytes) -> ToolReturnPart:
-    (request,) = ModelMessagesTypeAdapter.validate_json(payload)
+    """The result `serialize_part` stored, exactly.
+
+    Raises:
+        ValueError: The payload is not a stored result.
+    """
+    try:
+        (request,) = ModelMessagesTypeAdapter.validate_json(payload)
+    except ValidationError:
+        # The lossless form: pydantic's JSON parser refuses escaped lone surrogates; the standard library's
+        # keeps them, and integers of any size, exactly.
+        try:
+            data = json.loads(from_bytes(payload))
+        except (UnicodeDecodeError, RecursionError) as error:
+            raise ValueError(f'not a stored result: {error}') from None
+        (request,) = ModelMessagesTypeAdapter.validate_python(data)
     part = request.parts[0]
-    assert isinstance(part, ToolReturnPart)
+    if not isinstance(part, ToolReturnPart):
+        raise ValueError(f'not a stored result: {type(part).__name__}')
     return part
 
 
@@ -396,5 +470,13 @@ def _image_count(content: object) -> int:
 
 
 def args_json(call: ToolCallPart) -> str:
-    """A call's arguments as canonical JSON (big integers and lone surrogates included)."""
-    return to_json(call.args_as_dict())
+    """A call's arguments as canonical JSON (lossless: big integers, lone surrogates); raw text that is not JSON."""
+    if not isinstance(call.args, str):
+        return to_json(call.args if call.args is not None else {})
+    if not call.args.strip():
+        return '{}'
+    try:
+        # The standard library parser: integers beyond 64 bits stay integers.
+        return to_json(json.loads(call.args))
+    except (ValueError, RecursionError):
+        return call.args

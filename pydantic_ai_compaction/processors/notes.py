@@ -6,17 +6,22 @@ so far, verbatim, into every later compaction boundary, so no summary can lose t
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore, Note, NoteKind
-from pydantic_ai_compaction.runtime.context import conversation_of
+from pydantic_ai_compaction.runtime.checks import check_instance
 from pydantic_ai_compaction.runtime.notes import NOTE_TOOL
+from pydantic_ai_compaction.runtime.stores.access import (
+    ConversationKey,
+    call_store,
+    check_conversation,
+    conversation_key,
+    short_error,
+)
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
 
 NOTES_INSTRUCTIONS = """\
@@ -38,11 +43,17 @@ class Notes(AbstractCapability[AgentDepsT]):
     store: ArchiveStore = field(default_factory=InMemoryArchiveStore)
     """Where notes are kept (shared with `Archive` and `Recall` if you like)."""
 
-    conversation: Callable[[RunContext[AgentDepsT]], str] | None = None
-    """The conversation id notes are filed under; default: the run's `conversation_id`."""
+    conversation: ConversationKey = None
+    """The key notes are filed under: a string, or a function of the run context; `None` files them under
+    the run. Never read from the submitted history (see `Archive.conversation`)."""
 
     instructions: str = NOTES_INSTRUCTIONS
     """What the agent is taught about notes."""
+
+    def __post_init__(self) -> None:
+        check_instance('Notes', 'store', self.store, ArchiveStore, 'an ArchiveStore')
+        check_conversation('Notes', self.conversation)
+        check_instance('Notes', 'instructions', self.instructions, str, 'a string')
 
     def get_instructions(self) -> str:
         """When to write a note."""
@@ -62,7 +73,9 @@ class Notes(AbstractCapability[AgentDepsT]):
             text: The note, self-contained.
         """
         try:
-            self.store.add_note(conversation_of(ctx, self.conversation), Note(kind, text.strip()))
+            note = Note(kind, text.strip())
+            await call_store('add_note', self.store.add_note, conversation_key(ctx, self.conversation), note)
         except ArchiveError as error:
-            raise ModelRetry(f'The note could not be stored: {error}') from error
+            # An answer, not a retry: the note stays in the history as this call, and boundaries copy it from there.
+            return f'The note could not be stored ({short_error(error)}); it stays in this conversation as written.'
         return 'Noted.'

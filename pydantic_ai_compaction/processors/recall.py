@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, cast
 
@@ -29,10 +29,19 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import FunctionToolset
+from pydantic_core import to_jsonable_python
 
 from pydantic_ai_compaction.processors.archive import args_json, original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore, Hit, LineSource, LogLine
-from pydantic_ai_compaction.runtime.context import conversation_of
+from pydantic_ai_compaction.runtime.checks import check_instance, check_int
+from pydantic_ai_compaction.runtime.encoding import strip_nul, to_bytes, to_json
+from pydantic_ai_compaction.runtime.stores.access import (
+    ConversationKey,
+    call_store,
+    check_conversation,
+    conversation_key,
+    short_error,
+)
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
 from pydantic_ai_compaction.runtime.transcript import user_text
 
@@ -60,8 +69,9 @@ class Recall(AbstractCapability[AgentDepsT]):
     store: ArchiveStore = field(default_factory=InMemoryArchiveStore)
     """Where the log is indexed (SQLite FTS5 or PostgreSQL full-text in production)."""
 
-    conversation: Callable[[RunContext[AgentDepsT]], str] | None = None
-    """The conversation id lines are filed under; default: the run's `conversation_id`."""
+    conversation: ConversationKey = None
+    """The key lines are filed under: a string, or a function of the run context; `None` files them under
+    the run. Never read from the submitted history (see `Archive.conversation`)."""
 
     limit: int = 8
     """Lines returned per query."""
@@ -73,8 +83,10 @@ class Recall(AbstractCapability[AgentDepsT]):
     _indexed: set[str] = field(default_factory=set[str], repr=False)
 
     def __post_init__(self) -> None:
-        if self.limit < 1:
-            raise ValueError(f'Recall.limit must be positive, got {self.limit!r}.')
+        check_instance('Recall', 'store', self.store, ArchiveStore, 'an ArchiveStore')
+        check_conversation('Recall', self.conversation)
+        check_int('Recall', 'limit', self.limit, minimum=1)
+        check_instance('Recall', 'instructions', self.instructions, str, 'a string')
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """A copy with its own memo of parts already fingerprinted."""
@@ -91,15 +103,16 @@ class Recall(AbstractCapability[AgentDepsT]):
         return toolset
 
     def conversation_id(self, ctx: RunContext[AgentDepsT]) -> str:
-        """The id this conversation's entries are filed under."""
-        return conversation_of(ctx, self.conversation)
+        """The key this run's lines are filed under (see `conversation`)."""
+        return conversation_key(ctx, self.conversation)
 
     async def before_model_request(
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         """Index every part not indexed yet (the request itself is unchanged)."""
         try:
-            self.index(self.conversation_id(ctx), request_context.messages)
+            # Fingerprinting and the store calls run in a worker thread; the run waits, the event loop does not.
+            await call_store('index_lines', self.index, self.conversation_id(ctx), list(request_context.messages))
         except ArchiveError as error:
             # Recall degrades; the run goes on (the next request indexes what this one could not).
             warnings.warn(f'Recall could not index this request: {error}', RuntimeWarning, stacklevel=2)
@@ -143,7 +156,7 @@ class Recall(AbstractCapability[AgentDepsT]):
         if not text:
             return None
         key = f'{kind}:{call_id}:{text}'
-        fingerprint = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
+        fingerprint = hashlib.blake2b(to_bytes(key), digest_size=16).hexdigest()
         # Keeping the part referenced makes the id() key safe for the run's duration.
         self._fingerprints[id(part)] = (part, fingerprint)
         return fingerprint
@@ -155,9 +168,9 @@ class Recall(AbstractCapability[AgentDepsT]):
             query: A few words, e.g. "media timeout".
         """
         try:
-            hits = self.store.search(self.conversation_id(ctx), query, self.limit)
+            hits = await call_store('search', self.store.search, self.conversation_id(ctx), query, self.limit)
         except ArchiveError as error:
-            return f'Recall is unavailable right now ({error}); say you are not sure rather than guess.'
+            return f'Recall is unavailable right now ({short_error(error)}); say you are not sure rather than guess.'
 
         if not hits:
             return f'No match for {query!r} anywhere in this conversation.'
@@ -172,7 +185,14 @@ def _render(hit: Hit) -> str:
 
 def _text_of(part: object) -> str:
     if isinstance(part, ToolReturnPart):
-        return part.model_response_str()
+        try:
+            return part.model_response_str()
+        except ValueError:
+            # pydantic will not write lone surrogates in structured output; the lossless encoding will.
+            try:
+                return to_json(to_jsonable_python(part.content))
+            except ValueError:
+                return str(part.content)
     if isinstance(part, UserPromptPart):
         return user_text(part)
     if isinstance(part, TextPart | CompactionPart):
@@ -184,7 +204,7 @@ def _lines(
     conversation_id: str, fingerprint: str, part: object, message: ModelMessage, calls: dict[str, ToolCallPart]
 ) -> list[LogLine]:
     # PostgreSQL text cannot hold NUL; the line stays findable without it.
-    text = _text_of(part).replace('\x00', '')
+    text = strip_nul(_text_of(part))
     source: LineSource
     tool_name = args = result_id = ''
     if isinstance(part, ToolReturnPart):

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+import anyio.to_thread
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     CompactionPart,
@@ -39,19 +40,19 @@ from pydantic_ai_compaction.protocols.types import METADATA_KEY
 from pydantic_ai_compaction.runtime import compactor
 from pydantic_ai_compaction.runtime.checks import (
     ConfigurationError,
-    check_callable,
     check_instance,
     check_int,
     check_number,
     check_optional_int,
     check_patterns,
 )
-from pydantic_ai_compaction.runtime.context import CompactionContext, conversation_of, for_request
+from pydantic_ai_compaction.runtime.context import CompactionContext, for_request
 from pydantic_ai_compaction.runtime.instructions import tool_provided
 from pydantic_ai_compaction.runtime.notes import NOTES_HEADER, gather_notes
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, segment, str_dict
 from pydantic_ai_compaction.runtime.shape import checked_projection
+from pydantic_ai_compaction.runtime.stores.access import ConversationKey, check_conversation, conversation_key
 from pydantic_ai_compaction.runtime.transcript import clip, render_messages, return_text, user_text
 from pydantic_ai_compaction.runtime.wrappers import neutralize
 
@@ -148,8 +149,8 @@ class Tiered(AbstractCapability[AgentDepsT]):
     """When set, cleared outputs are archived there and their one-line stub names the archive reference,
     so `Archive`'s `context_recover` (same store and conversation) brings back the exact original."""
 
-    conversation: Callable[[RunContext[AgentDepsT]], str] | None = None
-    """The conversation id archived outputs are filed under; default: the run's `conversation_id`."""
+    conversation: ConversationKey = None
+    """The key archived outputs are filed under (as `Archive.conversation`); default: the run."""
 
     write_tools: str = WRITE_TOOLS
     """Tool names whose calls changed files; the handoff note lists their `path` arguments."""
@@ -186,7 +187,7 @@ class Tiered(AbstractCapability[AgentDepsT]):
         check_instance(owner, 'model', self.model, (Model, str, type(None)), 'a Model, a model name or None')
         check_instance(owner, 'model_settings', self.model_settings, (dict, type(None)), 'a ModelSettings dict or None')
         check_instance(owner, 'retry', self.retry, RetryPolicy, 'a RetryPolicy')
-        check_callable(owner, 'conversation', self.conversation)
+        check_conversation(owner, self.conversation)
         (self._writes,) = check_patterns(owner, 'write_tools', (self.write_tools,))
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
@@ -237,7 +238,8 @@ class Tiered(AbstractCapability[AgentDepsT]):
             view = summarized
             self._projection = replace(self._projection, covers=len(persisted), messages=view, covered=tuple(persisted))
         elif tokens >= self.clear_at * window:
-            cleared = self._clear(view, window, ctx)
+            # In a worker thread: clearing archives the outputs it clears, and a store call may block.
+            cleared = await anyio.to_thread.run_sync(self._clear, view, window, ctx)
             if cleared is not None:
                 view = cleared
                 self._projection = replace(
@@ -292,8 +294,8 @@ class Tiered(AbstractCapability[AgentDepsT]):
         """Archive cleared outputs when a store is set; their references, or `None` each."""
         if self.store is None or not cleared:
             return [None] * len(cleared)
-        conversation = conversation_of(ctx, self.conversation)
         try:
+            conversation = conversation_key(ctx, self.conversation)
             numbers = self.store.next_numbers(conversation, 'archive', len(cleared))
             now = datetime.now(UTC).isoformat()
             entries = [

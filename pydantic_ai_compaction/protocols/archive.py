@@ -74,7 +74,26 @@ class Note:
 
 
 class ArchiveError(RuntimeError):
-    """A store could not complete an operation; nothing was changed."""
+    """A store could not complete an operation; nothing was changed.
+
+    Every store raises this, and only this, for any failure of its database (full, read-only, locked,
+    missing, corrupt, disconnected). The message names the operation and the file or server, never a
+    password, so it can be shown to the model as it is.
+    """
+
+    def __init__(self, message: str, *, operation: str = '', target: str = '') -> None:
+        """Build the error.
+
+        Args:
+            message: What went wrong, in a few words.
+            operation: The store operation that failed (`put_archived`, `search`, `open`, ...).
+            target: The database: a file path, or a PostgreSQL DSN without its password.
+        """
+        super().__init__(message)
+        self.operation = operation
+        """The store operation that failed."""
+        self.target = target
+        """The database the operation ran on (path, or DSN without password)."""
 
 
 @runtime_checkable

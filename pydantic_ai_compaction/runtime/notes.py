@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic_ai.messages import ToolCallPart
 
+from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.segment import ConversationView, str_dict
 
 NOTE_TOOL = 'note'
@@ -16,14 +17,15 @@ def gather_notes(view: ConversationView) -> list[str]:
     """`[kind] text` of every note: those carried by earlier boundaries, then those still in the history."""
     found: list[str] = []
     for record in view.records():
-        found.extend(str(note) for note in str_dict(record.get('extra')).get('notes') or ())
+        found.extend(clean_text(str(note)) for note in str_dict(record.get('extra')).get('notes') or ())
     for message in view.messages:
         for part in message.parts:
             if isinstance(part, ToolCallPart) and part.tool_name == NOTE_TOOL:
                 args = str_dict(part.args_as_dict())
-                text = str(args.get('text', '')).strip()
+                # Boundary text is ours: a lone surrogate in a note must not break serializing the history.
+                text = clean_text(str(args.get('text', ''))).strip()
                 if text:
-                    found.append(f'[{args.get("kind", "note")}] {text}')
+                    found.append(f'[{clean_text(str(args.get("kind", "note")))}] {text}')
     return list(dict.fromkeys(found))
 
 

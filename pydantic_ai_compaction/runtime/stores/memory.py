@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Hit, LogLine, Note
-from pydantic_ai_compaction.runtime.stores._query import words
+from pydantic_ai_compaction.runtime.stores._query import index_text, line_context, words
 
 
 @dataclass
@@ -34,7 +34,11 @@ class InMemoryArchiveStore:
         with self._lock:
             keys = [(entry.conversation_id, entry.ref) for entry in entries]
             if len(set(keys)) != len(keys) or any(key in self._archived for key in keys):
-                raise ArchiveError('archive reference already used; nothing was stored')
+                raise ArchiveError(
+                    'in-memory archive: put_archived failed: archive reference already used; nothing was stored',
+                    operation='put_archived',
+                    target='memory',
+                )
             for key, entry in zip(keys, entries, strict=True):
                 self._archived[key] = entry
 
@@ -69,7 +73,16 @@ class InMemoryArchiveStore:
                 if key not in fresh:
                     fresh[key] = line.fingerprint not in self._parts[line.conversation_id]
                 if fresh[key]:
-                    self._lines[line.conversation_id].append(line)
+                    # What the SQL stores keep of a line: its index form (no NUL, no lone surrogate).
+                    self._lines[line.conversation_id].append(
+                        replace(
+                            line,
+                            text=index_text(line.text),
+                            tool_name=index_text(line.tool_name),
+                            args=index_text(line.args),
+                            result_id=index_text(line.result_id),
+                        )
+                    )
                     added += 1
             for conversation_id, fingerprint in fresh:
                 self._parts[conversation_id].add(fingerprint)
@@ -85,7 +98,7 @@ class InMemoryArchiveStore:
         scored: list[tuple[int, int, int, LogLine]] = []
         for order, line in enumerate(lines):
             own = words(line.text)
-            context = own + words(f'{line.tool_name} {line.args} {line.result_id}')
+            context = own + words(line_context(line))
             matched = [w for w in wanted if any(token.startswith(w) for token in context)]
             if matched:
                 in_line = sum(1 for w in wanted if any(token.startswith(w) for token in own))

@@ -1,20 +1,38 @@
-"""A PostgreSQL store (psycopg 3) for many workers: the same tables, full-text search for recall."""
+"""A PostgreSQL store (psycopg 3, a `psycopg_pool` pool) for many workers: the same tables, full-text search.
+
+Connections come from a pool that checks each one before handing it out, so a connection the server
+dropped (a restart, a failover, `pg_terminate_backend`) is replaced by the next operation; an operation
+whose connection breaks under it is tried once more on a fresh one. Any failure is an `ArchiveError`
+naming the operation and the server (its DSN without the password).
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Generator, Sequence
-from contextlib import contextmanager, suppress
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Hit, LogLine, Note
+from pydantic_ai_compaction.runtime.checks import check_int, check_number
 from pydantic_ai_compaction.runtime.stores._query import (
     ARCHIVED_COLUMNS,
     archived_from_row,
     archived_row,
+    db_text,
+    index_text,
     line_context,
+    py_text,
     words,
 )
+
+T = TypeVar('T')
+
+_TERMS_BUDGET = 400_000
+"""Bytes of search terms per line, with their overhead: a `tsvector` holds at most 1 MB."""
+
+_LONGEST_WORD = 2_000
+"""PostgreSQL does not index words over 2,047 bytes; longer ones are left out of the terms and queries."""
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS pac_counters (
@@ -44,155 +62,256 @@ CREATE INDEX IF NOT EXISTS pac_log_conversation ON pac_log (conversation_id);
 """
 
 
+def redact_dsn(dsn: str) -> str:
+    """*dsn* without its password, as errors show it."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        params = conninfo_to_dict(dsn)
+    except Exception:  # an unparsable DSN: show none of it, it may hold a password
+        return '<unparsable DSN>'
+    params.pop('password', None)
+    return make_conninfo('', **params)
+
+
+def _terms(text: str) -> str:
+    """The search terms of a line: its words, within what a `tsvector` can hold."""
+    kept: list[str] = []
+    size = 0
+    for word in words(text):
+        length = len(word.encode())
+        if length > _LONGEST_WORD:
+            continue
+        size += length + 12  # the lexeme's entry and position besides its text
+        if size > _TERMS_BUDGET:
+            break
+        kept.append(word)
+    return ' '.join(kept)
+
+
 class PostgresArchiveStore:
     """Tables prefixed `pac_`; every write is one transaction; reads filter by conversation."""
 
-    def __init__(self, dsn: str) -> None:
-        """Connect and create the tables if needed.
+    def __init__(
+        self, dsn: str, *, max_connections: int = 4, connect_timeout: float = 10.0, busy_timeout_ms: int = 10_000
+    ) -> None:
+        """Start the pool, which connects in the background; the first operation creates the tables if needed.
+
+        Nothing here waits for the server: an unreachable server is reported by the operations, as
+        every other failure is, and the store works as soon as the server answers.
 
         Args:
             dsn: A libpq connection string, e.g. `postgresql://user:pass@127.0.0.1/db`.
+            max_connections: Connections the pool may open (threads of one process share them).
+            connect_timeout: Seconds an operation waits for a working connection before it fails.
+            busy_timeout_ms: Longest a statement may wait for a lock held by another worker.
         """
-        import psycopg
+        from psycopg_pool import ConnectionPool
 
-        self._psycopg = psycopg
-        self._lock = threading.RLock()
-        try:
-            self._db: Any = psycopg.connect(dsn, autocommit=False)
-        except psycopg.Error as error:
-            raise ArchiveError(f'cannot connect to PostgreSQL: {error}') from error
-        with self._lock, self._db.transaction():
-            # Serialize schema creation across workers starting together.
-            self._db.execute('SELECT pg_advisory_xact_lock(7415)')
-            self._db.execute(_SCHEMA)
-        self._db.commit()
+        if not isinstance(dsn, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(f'PostgresArchiveStore.dsn must be a string, got {type(dsn).__name__}.')
+        self.max_connections = check_int('PostgresArchiveStore', 'max_connections', max_connections, minimum=1)
+        self.connect_timeout = check_number(
+            'PostgresArchiveStore', 'connect_timeout', connect_timeout, minimum=0, exclusive_minimum=True
+        )
+        self.busy_timeout_ms = check_int('PostgresArchiveStore', 'busy_timeout_ms', busy_timeout_ms, minimum=0)
+        self.target = redact_dsn(dsn)
+        """The server errors name: the DSN without its password."""
+        self._schema_ready = False
+        self._schema_lock = threading.Lock()
+        self._pool: Any = ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=self.max_connections,
+            open=False,
+            check=ConnectionPool.check_connection,
+            kwargs={
+                'autocommit': True,
+                'connect_timeout': max(1, round(self.connect_timeout)),
+                'options': f'-c lock_timeout={self.busy_timeout_ms}',
+            },
+            timeout=self.connect_timeout,
+            name='pydantic-ai-compaction',
+        )
+        self._pool.open(wait=False)
 
     def close(self) -> None:
-        """Close the connection."""
-        self._db.close()
+        """Close the pool and its connections."""
+        self._pool.close()
 
-    def _write(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        with self._guard(), self._db.transaction():
-            return self._db.execute(sql, params)
+    def _error(self, operation: str, error: BaseException) -> ArchiveError:
+        return ArchiveError(
+            f'PostgreSQL archive: {operation} failed on {self.target}: {error}'.strip(),
+            operation=operation,
+            target=self.target,
+        )
 
-    @contextmanager
-    def _guard(self) -> Generator[None, None, None]:
-        """Hold the lock; turn any database error into `ArchiveError` and leave the connection usable."""
-        with self._lock:
+    def _ensure_schema(self, conn: Any) -> None:
+        if self._schema_ready:
+            return
+        with self._schema_lock, conn.transaction():
+            # Serialize schema creation across workers starting together.
+            conn.execute('SELECT pg_advisory_xact_lock(7415)')
+            conn.execute(_SCHEMA)
+        self._schema_ready = True
+
+    def _run(self, operation: str, work: Callable[[Any], T]) -> T:
+        """*work* on a pooled connection; once more on a fresh one if the first broke; `ArchiveError` else."""
+        import psycopg
+
+        lost: BaseException | None = None
+        for _ in range(2):
             try:
-                yield
-            except self._psycopg.Error as error:
-                # If the connection itself is gone, the next call reports it again.
-                with suppress(self._psycopg.Error):
-                    self._db.rollback()
-                raise ArchiveError(f'PostgreSQL archive operation failed, nothing was stored: {error}') from error
-            else:
-                self._db.commit()
+                with self._pool.connection() as conn:
+                    try:
+                        self._ensure_schema(conn)
+                        return work(conn)
+                    except psycopg.OperationalError as error:
+                        # A dropped connection: the pool discards it on return; try again on a fresh one.
+                        if not conn.broken or lost is not None:
+                            raise
+                        lost = error
+            except (psycopg.Error, ValueError, OverflowError) as error:
+                raise self._error(operation, error) from error
+        raise self._error(operation, lost or RuntimeError('connection lost'))
 
     def next_numbers(self, conversation_id: str, counter: str, count: int) -> list[int]:
         """Reserve consecutive numbers atomically (row lock through the upsert)."""
-        with self._guard(), self._db.transaction():
-            row = self._db.execute(
-                'INSERT INTO pac_counters (conversation_id, name, value) VALUES (%s, %s, %s) '
-                'ON CONFLICT (conversation_id, name) DO UPDATE SET value = pac_counters.value + EXCLUDED.value '
-                'RETURNING value',
-                (conversation_id, counter, count),
-            ).fetchone()
-        end = int(row[0])
+
+        def work(conn: Any) -> int:
+            with conn.transaction():
+                row = conn.execute(
+                    'INSERT INTO pac_counters (conversation_id, name, value) VALUES (%s, %s, %s) '
+                    'ON CONFLICT (conversation_id, name) DO UPDATE SET value = pac_counters.value + EXCLUDED.value '
+                    'RETURNING value',
+                    (db_text(conversation_id), db_text(counter), count),
+                ).fetchone()
+            return int(row[0])
+
+        end = self._run('next_numbers', work)
         return list(range(end - count + 1, end + 1))
 
     def put_archived(self, entries: Sequence[ArchivedResult]) -> None:
         """One transaction for the whole batch."""
-        with self._guard(), self._db.transaction(), self._db.cursor() as cursor:
-            cursor.executemany(
-                f'INSERT INTO pac_archived ({ARCHIVED_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)',
-                [archived_row(entry) for entry in entries],
-            )
+        rows = [archived_row(entry) for entry in entries]
+
+        def work(conn: Any) -> None:
+            with conn.transaction(), conn.cursor() as cursor:
+                cursor.executemany(
+                    f'INSERT INTO pac_archived ({ARCHIVED_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)', rows
+                )
+
+        self._run('put_archived', work)
 
     def get_archived(self, conversation_id: str, ref: str) -> ArchivedResult | None:
         """This conversation's entry only."""
-        with self._guard():
-            row = self._db.execute(
+        row = self._run(
+            'get_archived',
+            lambda conn: conn.execute(
                 f'SELECT {ARCHIVED_COLUMNS} FROM pac_archived WHERE conversation_id = %s AND ref = %s',
-                (conversation_id, ref.replace('\x00', '')),
-            ).fetchone()
+                (db_text(conversation_id), db_text(ref)),
+            ).fetchone(),
+        )
         return archived_from_row(row)
 
     def add_note(self, conversation_id: str, note: Note) -> None:
         """Append a note."""
-        self._write(
-            'INSERT INTO pac_notes (conversation_id, kind, text) VALUES (%s, %s, %s)',
-            (conversation_id, note.kind, note.text.replace('\x00', '')),
-        )
+        params = (db_text(conversation_id), db_text(note.kind), db_text(note.text))
+
+        def work(conn: Any) -> None:
+            with conn.transaction():
+                conn.execute('INSERT INTO pac_notes (conversation_id, kind, text) VALUES (%s, %s, %s)', params)
+
+        self._run('add_note', work)
 
     def notes(self, conversation_id: str) -> list[Note]:
         """Oldest first."""
-        with self._guard():
-            rows = self._db.execute(
-                'SELECT kind, text FROM pac_notes WHERE conversation_id = %s ORDER BY id', (conversation_id,)
-            ).fetchall()
-        return [Note(kind, text) for kind, text in rows]
+        rows = self._run(
+            'notes',
+            lambda conn: conn.execute(
+                'SELECT kind, text FROM pac_notes WHERE conversation_id = %s ORDER BY id', (db_text(conversation_id),)
+            ).fetchall(),
+        )
+        return [Note(py_text(kind), py_text(text)) for kind, text in rows]  # pyright: ignore[reportArgumentType]
 
     def indexed(self, conversation_id: str, fingerprints: Sequence[str]) -> set[str]:
         """Known fingerprints."""
         if not fingerprints:
             return set()
-        with self._guard():
-            rows = self._db.execute(
+        rows = self._run(
+            'indexed',
+            lambda conn: conn.execute(
                 'SELECT fingerprint FROM pac_indexed_parts WHERE conversation_id = %s AND fingerprint = ANY(%s)',
-                (conversation_id, list(fingerprints)),
-            ).fetchall()
-        return {row[0] for row in rows}
+                (db_text(conversation_id), [db_text(fingerprint) for fingerprint in fingerprints]),
+            ).fetchall(),
+        )
+        return {py_text(row[0]) for row in rows}
 
     def index_lines(self, lines: Sequence[LogLine]) -> int:
         """Add lines of parts not indexed yet, in one transaction."""
         if not lines:
             return 0
-        added = 0
-        with self._guard(), self._db.transaction():
+        return self._run('index_lines', lambda conn: self._index(conn, lines))
+
+    def _index(self, conn: Any, lines: Sequence[LogLine]) -> int:
+        import psycopg
+
+        with conn.transaction():
             fresh: dict[tuple[str, str], bool] = {}
             rows: list[tuple[Any, ...]] = []
             for line in lines:
-                key = (line.conversation_id, line.fingerprint)
+                key = (db_text(line.conversation_id), db_text(line.fingerprint))
                 if key not in fresh:
-                    inserted = self._db.execute(
+                    inserted = conn.execute(
                         'INSERT INTO pac_indexed_parts (conversation_id, fingerprint) VALUES (%s, %s) '
                         'ON CONFLICT DO NOTHING RETURNING 1',
                         key,
                     ).fetchone()
                     fresh[key] = inserted is not None
                 if fresh[key]:
+                    text, context = index_text(line.text), line_context(line)
                     # The search vector is built from the same words every store matches on, so an email,
                     # a path or a host name splits into words here exactly as in SQLite and in memory.
-                    terms = ' '.join(words(f'{line.text} {line_context(line)}'))
                     rows.append(
-                        (line.conversation_id, line.text, line_context(line),
-                         line.source, line.tool_name, line.args, line.result_id, line.line_no, terms)
+                        (key[0], text, context, line.source, index_text(line.tool_name), index_text(line.args),
+                         index_text(line.result_id), line.line_no, _terms(f'{text} {context}'))
                     )  # fmt: skip
-            if rows:
-                with self._db.cursor() as cursor:
-                    cursor.executemany(
-                        'INSERT INTO pac_log (conversation_id, text, context, source, tool_name, args, result_id, '
-                        'line_no, terms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)',
-                        rows,
-                    )
-            added = len(rows)
-        return added
+            insert = (
+                'INSERT INTO pac_log (conversation_id, text, context, source, tool_name, args, result_id, '
+                'line_no, terms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)'
+            )
+            try:
+                with conn.transaction(), conn.cursor() as cursor:
+                    cursor.executemany(insert, rows)
+            except (psycopg.errors.DataError, psycopg.errors.ProgramLimitExceeded):
+                # One line the server will not index must not keep the others out: line by line, skipping it.
+                added = 0
+                for row in rows:
+                    try:
+                        with conn.transaction():
+                            conn.execute(insert, row)
+                        added += 1
+                    except (psycopg.errors.DataError, psycopg.errors.ProgramLimitExceeded):
+                        continue
+                return added
+        return len(rows)
 
     def search(self, conversation_id: str, query: str, limit: int = 8) -> list[Hit]:
         """Full-text search over the line and its call; every word, else any word; tool output first."""
-        wanted = words(query)
+        wanted = [word for word in words(query) if len(word.encode()) <= _LONGEST_WORD]
         if not wanted:
             return []
         for joiner in (' & ', ' | '):
             tsquery = joiner.join(f'{word}:*' for word in wanted)
-            with self._guard():
-                rows = self._db.execute(
+            rows = self._run(
+                'search',
+                lambda conn, tsquery=tsquery: conn.execute(
                     "SELECT text, source, tool_name, args, result_id, line_no, ts_rank(tsv, to_tsquery('simple', %s)) "
                     "FROM pac_log WHERE conversation_id = %s AND tsv @@ to_tsquery('simple', %s) "
                     "ORDER BY source <> 'tool', 7 DESC, id DESC LIMIT %s",
-                    (tsquery, conversation_id, tsquery, limit),
-                ).fetchall()
+                    (tsquery, db_text(conversation_id), tsquery, limit),
+                ).fetchall(),
+            )
             if rows:
                 return [Hit(r[0], r[1], r[2], r[3], r[4], int(r[5]), float(r[6])) for r in rows]
         return []

@@ -1,19 +1,29 @@
-"""The embedded default store: one SQLite file, WAL, one transaction per batch, FTS5 for recall."""
+"""The embedded default store: one SQLite file, WAL, one transaction per batch, FTS5 for recall.
+
+A database that cannot be used (a missing directory, a full disk, a read-only, locked or corrupt file)
+never raises anything but `ArchiveError`, naming the operation and the file; the connection is opened
+on first use and opened again after an error that may have broken it, so the store resumes by itself
+once the condition clears.
+"""
 
 from __future__ import annotations
 
 import sqlite3
 import threading
 from collections.abc import Generator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Hit, LogLine, Note
+from pydantic_ai_compaction.runtime.checks import check_int
 from pydantic_ai_compaction.runtime.stores._query import (
     ARCHIVED_COLUMNS,
     archived_from_row,
     archived_row,
+    db_text,
+    index_text,
     line_context,
+    py_text,
     words,
 )
 
@@ -41,76 +51,135 @@ CREATE VIRTUAL TABLE IF NOT EXISTS log USING fts5(
 """
 
 
+_TABLES = {'counters', 'archived', 'notes', 'indexed_parts', 'log'}
+
+_REOPEN_AFTER = ('SQLITE_IOERR', 'SQLITE_CORRUPT', 'SQLITE_NOTADB', 'SQLITE_CANTOPEN', 'SQLITE_READONLY_DBMOVED')
+"""Errors after which the connection itself may be unusable: open a fresh one for the next operation."""
+
+_STORE_ERRORS = (sqlite3.Error, ValueError, OverflowError)
+"""What the driver raises for the database or for a value it cannot bind."""
+
+
 class SQLiteArchiveStore:
     """A store in one SQLite file, safe for several processes (WAL) and threads (one connection, a lock)."""
 
     def __init__(self, path: str | Path = 'compaction.sqlite3', *, busy_timeout_ms: int = 10_000) -> None:
-        """Open (and create) the database.
+        """Open (and create) the database, now if possible, else on the first operation that can.
 
         Args:
-            path: Database file; `:memory:` for a private in-memory database.
+            path: Database file; `:memory:` for a private in-memory database; a `file:` URI for open
+                flags (`file:agent.sqlite3?mode=ro` opens it read-only).
             busy_timeout_ms: How long a writer waits for another process's transaction.
         """
-        if busy_timeout_ms < 0:
-            raise ValueError(f'busy_timeout_ms must not be negative, got {busy_timeout_ms!r}')
+        self.busy_timeout_ms = check_int('SQLiteArchiveStore', 'busy_timeout_ms', busy_timeout_ms, minimum=0)
+        if not isinstance(path, str | Path) or not str(path):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(f'SQLiteArchiveStore.path must be a non-empty path, got {path!r}.')
         self.path = str(path)
+        """The database file (or URI) errors name."""
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._db.execute(f'PRAGMA busy_timeout = {int(busy_timeout_ms)}')
-        if self.path != ':memory:':
-            self._db.execute('PRAGMA journal_mode = WAL')
-        self._db.execute('PRAGMA synchronous = NORMAL')
-        with self._transaction() as db:
-            for statement in _SCHEMA.split(';'):
-                if statement.strip():
-                    db.execute(statement)
+        self._db: sqlite3.Connection | None = None
+        # A database that cannot be opened yet is reported by the operations, as every other error is.
+        with suppress(ArchiveError):
+            self._connection('open')
 
     def close(self) -> None:
-        """Close the connection."""
-        self._db.close()
+        """Close the connection (an operation afterwards opens it again)."""
+        with self._lock:
+            if self._db is not None:
+                with suppress(sqlite3.Error):
+                    self._db.close()
+                self._db = None
+
+    def _error(self, operation: str, error: BaseException) -> ArchiveError:
+        return ArchiveError(
+            f'SQLite archive: {operation} failed on {self.path}: {error}', operation=operation, target=self.path
+        )
+
+    def _connection(self, operation: str) -> sqlite3.Connection:
+        if self._db is not None:
+            return self._db
+        uri = self.path.startswith('file:')
+        try:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, uri=uri)
+        except _STORE_ERRORS as error:
+            raise self._error(operation, error) from error
+        try:
+            db.execute(f'PRAGMA busy_timeout = {self.busy_timeout_ms}')
+            if self.path != ':memory:':
+                # Read-only databases keep the journal mode they have; anything else wrong shows below.
+                with suppress(sqlite3.Error):
+                    db.execute('PRAGMA journal_mode = WAL')
+            db.execute('PRAGMA synchronous = NORMAL')
+            present = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not _TABLES.issubset(present):
+                db.execute('BEGIN IMMEDIATE')
+                try:
+                    for statement in _SCHEMA.split(';'):
+                        if statement.strip():
+                            db.execute(statement)
+                    db.execute('COMMIT')
+                except BaseException:
+                    with suppress(sqlite3.Error):
+                        db.execute('ROLLBACK')
+                    raise
+        except _STORE_ERRORS as error:
+            with suppress(sqlite3.Error):
+                db.close()
+            raise self._error(operation, error) from error
+        self._db = db
+        return db
+
+    def _failed(self, operation: str, error: BaseException) -> ArchiveError:
+        """The error to raise; drop a connection the error may have broken (never a private in-memory one)."""
+        name = getattr(error, 'sqlite_errorname', '') or ''
+        if self.path != ':memory:' and name.startswith(_REOPEN_AFTER):
+            self.close()
+        return self._error(operation, error)
 
     @contextmanager
-    def _transaction(self) -> Generator[sqlite3.Connection, None, None]:
+    def _transaction(self, operation: str) -> Generator[sqlite3.Connection, None, None]:
+        """One immediate transaction: committed when the block ends, rolled back on any error."""
         with self._lock:
+            db = self._connection(operation)
             try:
-                self._db.execute('BEGIN IMMEDIATE')
-            except sqlite3.Error as error:
-                raise ArchiveError(f'SQLite archive unavailable: {error}') from error
+                db.execute('BEGIN IMMEDIATE')
+            except _STORE_ERRORS as error:
+                raise self._failed(operation, error) from error
             try:
-                yield self._db
+                yield db
+                db.execute('COMMIT')
             except BaseException as error:
-                self._db.execute('ROLLBACK')
-                if isinstance(error, sqlite3.Error):
-                    raise ArchiveError(f'SQLite archive operation failed, nothing was stored: {error}') from error
+                with suppress(sqlite3.Error):
+                    db.execute('ROLLBACK')
+                if isinstance(error, _STORE_ERRORS):
+                    raise self._failed(operation, error) from error
                 raise
-            else:
-                self._db.execute('COMMIT')
 
     @contextmanager
-    def _reading(self) -> Generator[sqlite3.Connection, None, None]:
+    def _reading(self, operation: str) -> Generator[sqlite3.Connection, None, None]:
         with self._lock:
+            db = self._connection(operation)
             try:
-                yield self._db
-            except sqlite3.Error as error:
-                raise ArchiveError(f'SQLite archive read failed: {error}') from error
+                yield db
+            except _STORE_ERRORS as error:
+                raise self._failed(operation, error) from error
 
     def next_numbers(self, conversation_id: str, counter: str, count: int) -> list[int]:
         """Reserve consecutive numbers in one transaction."""
-        with self._transaction() as db:
-            row = db.execute(
-                'SELECT value FROM counters WHERE conversation_id = ? AND name = ?', (conversation_id, counter)
-            ).fetchone()
+        key = (db_text(conversation_id), db_text(counter))
+        with self._transaction('next_numbers') as db:
+            row = db.execute('SELECT value FROM counters WHERE conversation_id = ? AND name = ?', key).fetchone()
             start = int(row[0]) if row else 0
             db.execute(
                 'INSERT INTO counters (conversation_id, name, value) VALUES (?, ?, ?) '
                 'ON CONFLICT (conversation_id, name) DO UPDATE SET value = excluded.value',
-                (conversation_id, counter, start + count),
+                (*key, start + count),
             )
         return list(range(start + 1, start + count + 1))
 
     def put_archived(self, entries: Sequence[ArchivedResult]) -> None:
         """One transaction for the whole batch."""
-        with self._transaction() as db:
+        with self._transaction('put_archived') as db:
             db.executemany(
                 f'INSERT INTO archived ({ARCHIVED_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
                 [archived_row(entry) for entry in entries],
@@ -118,54 +187,54 @@ class SQLiteArchiveStore:
 
     def get_archived(self, conversation_id: str, ref: str) -> ArchivedResult | None:
         """This conversation's entry only."""
-        with self._reading():
-            row = self._db.execute(
+        with self._reading('get_archived') as db:
+            row = db.execute(
                 f'SELECT {ARCHIVED_COLUMNS} FROM archived WHERE conversation_id = ? AND ref = ?',
-                (conversation_id, ref),
+                (db_text(conversation_id), db_text(ref)),
             ).fetchone()
         return archived_from_row(row)
 
     def add_note(self, conversation_id: str, note: Note) -> None:
         """Append a note."""
-        with self._transaction() as db:
+        with self._transaction('add_note') as db:
             db.execute(
                 'INSERT INTO notes (conversation_id, kind, text) VALUES (?, ?, ?)',
-                (conversation_id, note.kind, note.text),
+                (db_text(conversation_id), db_text(note.kind), db_text(note.text)),
             )
 
     def notes(self, conversation_id: str) -> list[Note]:
         """Oldest first."""
-        with self._reading():
-            rows = self._db.execute(
-                'SELECT kind, text FROM notes WHERE conversation_id = ? ORDER BY id', (conversation_id,)
+        with self._reading('notes') as db:
+            rows = db.execute(
+                'SELECT kind, text FROM notes WHERE conversation_id = ? ORDER BY id', (db_text(conversation_id),)
             ).fetchall()
-        return [Note(kind, text) for kind, text in rows]
+        return [Note(py_text(kind), py_text(text)) for kind, text in rows]  # pyright: ignore[reportArgumentType]
 
     def indexed(self, conversation_id: str, fingerprints: Sequence[str]) -> set[str]:
         """Known fingerprints."""
         if not fingerprints:
             return set()
-        with self._reading():
-            known: set[str] = set()
+        known: set[str] = set()
+        with self._reading('indexed') as db:
             for start in range(0, len(fingerprints), 500):
-                chunk = list(fingerprints[start : start + 500])
+                chunk = [db_text(fingerprint) for fingerprint in fingerprints[start : start + 500]]
                 marks = ','.join('?' * len(chunk))
-                rows = self._db.execute(
+                rows = db.execute(
                     f'SELECT fingerprint FROM indexed_parts WHERE conversation_id = ? AND fingerprint IN ({marks})',
-                    (conversation_id, *chunk),
+                    (db_text(conversation_id), *chunk),
                 ).fetchall()
-                known.update(row[0] for row in rows)
+                known.update(py_text(row[0]) for row in rows)
         return known
 
     def index_lines(self, lines: Sequence[LogLine]) -> int:
         """Add lines of parts not indexed yet, in one transaction."""
         if not lines:
             return 0
-        with self._transaction() as db:
+        with self._transaction('index_lines') as db:
             added = 0
             fresh: dict[tuple[str, str], bool] = {}
             for line in lines:
-                key = (line.conversation_id, line.fingerprint)
+                key = (db_text(line.conversation_id), db_text(line.fingerprint))
                 if key not in fresh:
                     cursor = db.execute(
                         'INSERT OR IGNORE INTO indexed_parts (conversation_id, fingerprint) VALUES (?, ?)', key
@@ -176,8 +245,9 @@ class SQLiteArchiveStore:
                         'INSERT INTO log (text, context, conversation_id, source, tool_name, args, result_id, line_no) '
                         'VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
                         (
-                            line.text, line_context(line), line.conversation_id,
-                            line.source, line.tool_name, line.args, line.result_id, line.line_no,
+                            index_text(line.text), line_context(line), key[0], line.source,
+                            index_text(line.tool_name), index_text(line.args), index_text(line.result_id),
+                            line.line_no,
                         ),
                     )  # fmt: skip
                     added += 1
@@ -190,12 +260,12 @@ class SQLiteArchiveStore:
             return []
         for joiner in (' AND ', ' OR '):
             match = joiner.join(f'"{word}"*' for word in wanted)
-            with self._reading():
-                rows = self._db.execute(
+            with self._reading('search') as db:
+                rows = db.execute(
                     'SELECT text, source, tool_name, args, result_id, line_no, bm25(log) FROM log '
                     'WHERE log MATCH ? AND conversation_id = ? '
                     "ORDER BY source != 'tool', bm25(log), rowid DESC LIMIT ?",
-                    (match, conversation_id, limit),
+                    (match, db_text(conversation_id), limit),
                 ).fetchall()
             if rows:
                 return [Hit(r[0], r[1], r[2], r[3], r[4], int(r[5]), -float(r[6])) for r in rows]

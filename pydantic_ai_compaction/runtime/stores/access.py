@@ -1,0 +1,92 @@
+"""How capabilities reach a store during a run: under which conversation key, and off the event loop.
+
+The key decides whose archive, notes and recall log a run can read, so it never comes from the
+submitted `message_history`: pydantic-ai takes a run's `conversation_id` from the history when the
+caller does not pass one, and a client that sends back a history carrying another conversation's id
+would otherwise read that conversation's entries. The default key is the run itself; a key that spans
+runs comes from the capability's configuration (a fixed string, or a function of the run context that
+reads what the application trusts, such as its own session in `deps`).
+
+Store calls are blocking (a locked SQLite file waits for its busy timeout, a dropped PostgreSQL
+connection for a fresh one), so they run in a worker thread and the event loop keeps serving other
+tasks meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
+
+import anyio.to_thread
+from pydantic_ai.tools import RunContext
+
+from pydantic_ai_compaction.protocols.archive import ArchiveError
+from pydantic_ai_compaction.runtime.checks import ConfigurationError
+from pydantic_ai_compaction.runtime.encoding import clean_text
+
+T = TypeVar('T')
+
+ConversationKey = str | Callable[[RunContext[Any]], str] | None
+"""A fixed key, a function of the run context returning one, or `None` for the run's own key."""
+
+RUN_SCOPE_PREFIX = 'run:'
+"""The default key is this prefix and the run's id: nothing outside the run can choose it."""
+
+
+def check_conversation(owner: str, value: object) -> None:
+    """Refuse a `conversation=` that is neither `None`, a non-empty string nor a function."""
+    if value is None or callable(value) or (isinstance(value, str) and value.strip()):
+        return
+    shown = repr(value)
+    shown = shown if len(shown) <= 80 else shown[:77] + '...'
+    raise ConfigurationError(
+        f'{owner}.conversation must be None, a non-empty string or a function of the run context, '
+        f'got {shown} ({type(value).__name__}).'
+    )
+
+
+def conversation_key(ctx: RunContext[Any], conversation: ConversationKey) -> str:
+    """The key a run's entries are filed under; never read from the submitted history.
+
+    Raises:
+        ArchiveError: The configured function failed or returned something other than a non-empty string.
+    """
+    if conversation is None:
+        return f'{RUN_SCOPE_PREFIX}{ctx.run_id or "default"}'
+    if isinstance(conversation, str):
+        return conversation
+    try:
+        key = conversation(ctx)
+    except Exception as error:
+        raise ArchiveError(
+            f'the conversation key function failed: {type(error).__name__}: {error}', operation='conversation'
+        ) from error
+    if not isinstance(key, str) or not key:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise ArchiveError(
+            f'the conversation key function returned {key!r}, not a non-empty string', operation='conversation'
+        )
+    return key
+
+
+async def call_store(operation: str, function: Callable[..., T], *args: Any) -> T:
+    """`function(*args)` in a worker thread; any failure is an `ArchiveError`.
+
+    The stores of this package raise only `ArchiveError`; a store of your own may raise anything, and
+    that must not end the run either.
+    """
+    try:
+        return await anyio.to_thread.run_sync(partial(function, *args))
+    except ArchiveError:
+        raise
+    except Exception as error:
+        raise ArchiveError(
+            f'archive store: {operation} failed: {type(error).__name__}: {error}', operation=operation
+        ) from error
+
+
+def short_error(error: ArchiveError, limit: int = 300) -> str:
+    """The error's first line, clipped: what a tool tells the model (no traceback, no server detail)."""
+    text = clean_text(str(error)).strip()
+    first = text.splitlines()[0] if text else type(error).__name__
+    return first if len(first) <= limit else first[: limit - 1] + '…'

@@ -1,0 +1,401 @@
+"""Fault injection: a store that fails never fails a run, and the store resumes when the fault clears.
+
+SQLite: a full disk (`PRAGMA max_page_count`), a read-only file (a `mode=ro` URI: the tests run as root,
+which file permissions do not stop), a file locked by another connection, a missing directory, a corrupt
+file. PostgreSQL: the server terminating the store's connections (`pg_terminate_backend`), an unreachable
+server (the DSN's password never shows), and a line too long for a `tsvector`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    ModelResponsePart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from pydantic_ai_compaction import Archive, Notes, Recall
+from pydantic_ai_compaction.processors.archive import original_part, result_id_of
+from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Note
+from pydantic_ai_compaction.runtime.stores import InMemoryArchiveStore, PostgresArchiveStore, SQLiteArchiveStore
+
+from .stores import POSTGRES_DSN, postgres_store
+
+REPORT = 'timeout_ms = 1050\nregion = eu-west-2\n'
+
+# One of each memory tool, then the answer: what a store failure must never turn into a failed run.
+EVERY_TOOL: list[list[ModelResponsePart]] = [
+    [ToolCallPart('read', {'name': 'media'})],
+    [ToolCallPart('note', {'kind': 'fact', 'text': 'media timeout is 1050'})],
+    [ToolCallPart('context_apply', {'items': [{'result_id': 'r1', 'note': 'media report'}]})],
+    [ToolCallPart('context_recover', {'archive_ref': 'a1'})],
+    [ToolCallPart('recall', {'query': 'media timeout'})],
+    [TextPart('done')],
+]
+
+
+def memory_agent(
+    store: Any, key: str, steps: list[list[ModelResponsePart]], tools: dict[str, Callable[..., str]] | None = None
+) -> tuple[Agent[None, str], list[list[ModelMessage]]]:
+    """An agent with Archive, Recall and Notes on *store* under *key*, replaying *steps*."""
+    seen: list[list[ModelMessage]] = []
+    queue: Iterator[list[ModelResponsePart]] = iter(steps)
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        return ModelResponse(parts=next(queue))
+
+    agent = Agent(
+        FunctionModel(respond),
+        capabilities=[
+            Archive(store=store, conversation=key),
+            Recall(store=store, conversation=key),
+            Notes(store=store, conversation=key),
+        ],
+    )
+
+    @agent.tool_plain
+    def read(name: str) -> str:  # pyright: ignore[reportUnusedFunction]
+        return f'== report {name} ==\n' + REPORT
+
+    for name, function in (tools or {}).items():
+        agent.tool_plain(name=name)(function)
+    return agent, seen
+
+
+def answers(seen: list[list[ModelMessage]]) -> dict[str, str]:
+    """Each tool's answer, by tool name (the last one wins)."""
+    return {
+        p.tool_name: original_part(p).model_response_str()  # without Archive's `[result rN]` line
+        for m in seen[-1]
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart)
+    }
+
+
+def run_every_tool(store: Any, key: str) -> tuple[str, dict[str, str], list[str]]:
+    """Run EVERY_TOOL; the output, each tool's answer and the warnings raised."""
+    agent, seen = memory_agent(store, key, EVERY_TOOL)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        output = agent.run_sync('What is the media timeout?').output
+    return output, answers(seen), [str(w.message) for w in caught]
+
+
+def assert_degraded(output: str, said: dict[str, str], caught: list[str], cause: str) -> None:
+    """The run finished; every tool answered with a short error naming the cause; indexing warned."""
+    assert output == 'done'
+    assert 'nothing was archived' in said['context_apply'] and cause in said['context_apply']
+    assert 'could not be stored' in said['note'] and cause in said['note']
+    assert 'Recall is unavailable' in said['recall'] and cause in said['recall']
+    assert '\n' not in said['note'] and 'Traceback' not in said['note']
+    assert any('Recall could not index' in message and cause in message for message in caught)
+
+
+def assert_healthy(store: Any, key: str, said: dict[str, str]) -> None:
+    assert said['context_apply'].endswith('Archived r1 as a1.')
+    assert said['note'].endswith('Noted.')
+    assert said['context_recover'].endswith('== report media ==\n' + REPORT)
+    assert 'timeout_ms = 1050' in said['recall']
+    assert store.notes(key) == [Note('fact', 'media timeout is 1050')]
+
+
+def key() -> str:
+    return f'faults-{uuid.uuid4().hex}'
+
+
+# SQLite ---------------------------------------------------------------------------------------------------
+
+
+def test_sqlite_disk_full_degrades_every_tool_and_resumes_when_space_returns(tmp_path: Path) -> None:
+    store = SQLiteArchiveStore(tmp_path / 'full.sqlite3')
+    connection: sqlite3.Connection = store._db  # pyright: ignore[reportPrivateUsage,reportAssignmentType]
+    pages = connection.execute('PRAGMA page_count').fetchone()[0]
+    connection.execute(f'PRAGMA max_page_count = {pages}')  # the disk is full: no page can be added
+    conversation = key()
+    # A big first result: archiving it needs new pages.
+    steps = [[ToolCallPart('big', {})], *EVERY_TOOL[1:]]
+    steps[2] = [ToolCallPart('context_apply', {'items': [{'result_id': 'r1', 'note': 'big output'}]})]
+    agent, seen = memory_agent(store, conversation, steps, {'big': lambda: 'timeout_ms = 1050\n' + 'y' * 200_000})
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter('always')
+        assert agent.run_sync('go').output == 'done'
+    said = answers(seen)
+    assert 'The archive store failed and nothing was archived' in said['context_apply']
+    assert 'database or disk is full' in said['context_apply'] and str(tmp_path) in said['context_apply']
+    # Nothing changed: the result is still there verbatim.
+    big = next(p for m in seen[-1] for p in m.parts if isinstance(p, ToolReturnPart) and p.tool_name == 'big')
+    assert 'archived as' not in big.model_response_str() and big.model_response_str().endswith('y' * 100)
+    # Space comes back: the same store works again, in a new run and without reopening anything by hand.
+    connection.execute('PRAGMA max_page_count = 1073741823')
+    output, said, _ = run_every_tool(store, key())
+    assert output == 'done'
+    assert said['context_apply'].endswith('Archived r1 as a1.')
+
+
+def test_sqlite_read_only_file_keeps_reads_and_answers_writes_with_an_error(tmp_path: Path) -> None:
+    path = tmp_path / 'ro.sqlite3'
+    conversation = key()
+    writable = SQLiteArchiveStore(path)
+    output, said, _ = run_every_tool(writable, conversation)
+    assert_healthy(writable, conversation, said)
+    writable.close()
+    read_only = SQLiteArchiveStore(f'file:{path}?mode=ro')
+    output, said, caught = run_every_tool(read_only, key())
+    assert output == 'done'
+    for tool in ('context_apply', 'note'):
+        assert 'attempt to write a readonly database' in said[tool] and f'{path}?mode=ro' in said[tool]
+    assert any('Recall could not index' in message for message in caught)
+    assert said['recall'].startswith('No match')  # searching still works; nothing new could be indexed
+    # What was stored before is still readable through the read-only store.
+    assert read_only.notes(conversation) == [Note('fact', 'media timeout is 1050')]
+    assert read_only.get_archived(conversation, 'a1') is not None
+
+
+def test_sqlite_locked_file_degrades_then_resumes_when_the_lock_is_released(tmp_path: Path) -> None:
+    path = tmp_path / 'locked.sqlite3'
+    store = SQLiteArchiveStore(path, busy_timeout_ms=20)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute('BEGIN EXCLUSIVE')
+    holder.execute("INSERT INTO notes (conversation_id, kind, text) VALUES ('other', 'fact', 'x')")
+    output, said, caught = run_every_tool(store, key())
+    assert output == 'done'
+    assert 'database is locked' in said['context_apply'] and 'database is locked' in said['note']
+    assert any('database is locked' in message for message in caught)
+    holder.execute('COMMIT')
+    conversation = key()
+    output, said, _ = run_every_tool(store, conversation)
+    assert_healthy(store, conversation, said)
+
+
+def test_sqlite_missing_directory_degrades_then_resumes_once_it_exists(tmp_path: Path) -> None:
+    store = SQLiteArchiveStore(tmp_path / 'not-yet' / 'archive.sqlite3')  # building it never raises
+    output, said, caught = run_every_tool(store, key())
+    assert_degraded(output, said, caught, 'unable to open database file')
+    assert str(tmp_path / 'not-yet') in said['note']
+    (tmp_path / 'not-yet').mkdir()
+    conversation = key()
+    output, said, _ = run_every_tool(store, conversation)
+    assert_healthy(store, conversation, said)
+
+
+def test_sqlite_corrupt_file_degrades_then_resumes_once_replaced(tmp_path: Path) -> None:
+    path = tmp_path / 'corrupt.sqlite3'
+    path.write_bytes(b'this is not a database\x00' * 512)
+    store = SQLiteArchiveStore(path)
+    output, said, caught = run_every_tool(store, key())
+    assert_degraded(output, said, caught, 'file is not a database')
+    with pytest.raises(ArchiveError) as raised:
+        store.get_archived('c', 'a1')
+    assert (raised.value.operation, raised.value.target) == ('get_archived', str(path))
+    path.unlink()  # the operator restores (here: recreates) the file
+    conversation = key()
+    output, said, _ = run_every_tool(store, conversation)
+    assert_healthy(store, conversation, said)
+
+
+def test_numbering_falls_back_to_the_history_with_a_warning_and_resumes_in_the_same_run(tmp_path: Path) -> None:
+    path = tmp_path / 'numbers.sqlite3'
+    store = SQLiteArchiveStore(path, busy_timeout_ms=20)
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute('BEGIN EXCLUSIVE')
+    holder.execute("INSERT INTO notes (conversation_id, kind, text) VALUES ('other', 'fact', 'x')")
+
+    def release() -> str:
+        holder.execute('COMMIT')
+        return 'released'
+
+    steps: list[list[ModelResponsePart]] = [
+        [ToolCallPart('read', {'name': 'a'})],
+        [ToolCallPart('release', {})],
+        [ToolCallPart('read', {'name': 'b'})],
+        [TextPart('done')],
+    ]
+    conversation = key()
+    agent, seen = memory_agent(store, conversation, steps, {'release': release})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        assert agent.run_sync('go').output == 'done'
+    messages = [str(w.message) for w in caught]
+    assert any('numbered new results from the history alone' in m and 'database is locked' in m for m in messages)
+    # While the file was locked the first result got the id that follows the history's; once the lock is
+    # gone the store numbers again, past the ids the history holds, and its counter is where it should be.
+    returned = [p for m in seen[-1] for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert [result_id_of(p) for p in returned] == ['r1', 'r2', 'r3']
+    assert [result_id_of(p) for p in seen[1][-1].parts if isinstance(p, ToolReturnPart)] == ['r1']
+    assert store.next_numbers(conversation, 'result', 1) == [4]
+
+
+def test_a_blocked_store_call_does_not_stall_the_event_loop(tmp_path: Path) -> None:
+    """A locked file makes the store wait; a ticker task on the same loop releases the lock.
+
+    Were the store call made on the event loop, the ticker could not run, the lock would stay, and the
+    write would fail after its busy timeout: the archive succeeding shows the loop kept running.
+    """
+    path = tmp_path / 'blocking.sqlite3'
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    waiting = threading.Event()
+    ticks: list[int] = []
+
+    class Locked(SQLiteArchiveStore):
+        def put_archived(self, entries: Any) -> None:
+            # Another connection takes the write lock just before this write, which then waits on it.
+            holder.execute('BEGIN EXCLUSIVE')
+            waiting.set()
+            super().put_archived(entries)
+
+    store = Locked(path, busy_timeout_ms=30_000)
+    steps = [EVERY_TOOL[0], EVERY_TOOL[2], [TextPart('done')]]
+    agent, seen = memory_agent(store, key(), steps)
+
+    async def ticker() -> None:
+        while not waiting.is_set():
+            await asyncio.sleep(0.001)
+        for tick in range(20):  # twenty turns of the loop while the store call is blocked
+            ticks.append(tick)
+            await asyncio.sleep(0.001)
+        holder.execute('COMMIT')
+
+    async def main() -> str:
+        task = asyncio.create_task(ticker())
+        result = await agent.run('go')
+        await task
+        return result.output
+
+    assert asyncio.run(main()) == 'done'
+    assert ticks == list(range(20))
+    assert answers(seen)['context_apply'].endswith('Archived r1 as a1.')
+
+
+def test_a_store_of_your_own_that_raises_anything_never_fails_the_run() -> None:
+    class Broken(InMemoryArchiveStore):
+        def add_note(self, conversation_id: str, note: Note) -> None:
+            raise OSError('quota exceeded')
+
+        def search(self, conversation_id: str, query: str, limit: int = 8) -> Any:
+            raise KeyError('index')
+
+        def get_archived(self, conversation_id: str, ref: str) -> ArchivedResult | None:
+            raise RuntimeError('backend down')
+
+    output, said, _ = run_every_tool(Broken(), key())
+    assert output == 'done'
+    assert 'OSError: quota exceeded' in said['note']
+    assert 'KeyError' in said['recall']
+    assert 'could not be recovered now' in said['context_recover'] and 'backend down' in said['context_recover']
+
+
+# PostgreSQL -----------------------------------------------------------------------------------------------
+
+
+def with_application_name(dsn: str, name: str) -> str:
+    return f'{dsn}{"&" if "?" in dsn else "?"}application_name={name}'
+
+
+def terminate(application_name: str) -> int:
+    import psycopg
+
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+        rows = admin.execute(
+            'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s',
+            (application_name,),
+        ).fetchall()
+    return len(rows)
+
+
+def test_postgres_connection_dropped_by_the_server_is_replaced_and_the_next_call_succeeds() -> None:
+    postgres_store().close()  # skips (or fails in CI) without a server
+    name = f'pac-drop-{uuid.uuid4().hex[:12]}'
+    store = PostgresArchiveStore(with_application_name(POSTGRES_DSN, name))
+    conversation = key()
+    dropped: list[int] = []
+
+    def drop() -> str:
+        dropped.append(terminate(name))
+        return 'dropped'
+
+    steps: list[list[ModelResponsePart]] = [
+        EVERY_TOOL[0],
+        EVERY_TOOL[1],
+        EVERY_TOOL[2],
+        [ToolCallPart('drop', {})],  # the server ends every connection of the store's pool
+        EVERY_TOOL[3],
+        [ToolCallPart('drop', {})],
+        EVERY_TOOL[4],
+        [ToolCallPart('drop', {})],
+        [ToolCallPart('note', {'kind': 'progress', 'text': 'after the drops'})],
+        [TextPart('done')],
+    ]
+    agent, seen = memory_agent(store, conversation, steps, {'drop': drop})
+    try:
+        assert agent.run_sync('go').output == 'done'
+        assert dropped and all(count >= 1 for count in dropped)  # there was a connection to drop each time
+        said = answers(seen)
+        assert said['context_recover'].endswith('== report media ==\n' + REPORT)
+        assert 'timeout_ms = 1050' in said['recall']
+        assert said['note'].endswith('Noted.')
+        assert [n.text for n in store.notes(conversation)] == ['media timeout is 1050', 'after the drops']
+    finally:
+        store.close()
+
+
+def test_postgres_unreachable_server_degrades_and_never_shows_the_password() -> None:
+    store = PostgresArchiveStore('postgresql://agent:s3cr3t-pw@127.0.0.1:9/archive', connect_timeout=0.2)
+    try:
+        with pytest.raises(ArchiveError) as raised:
+            store.get_archived('c', 'a1')
+        assert raised.value.operation == 'get_archived'
+        assert 's3cr3t' not in str(raised.value) and 's3cr3t' not in raised.value.target
+        assert 'host=127.0.0.1' in raised.value.target and 'port=9' in raised.value.target
+        output, said, caught = run_every_tool(store, key())
+        assert output == 'done'
+        assert 'nothing was archived' in said['context_apply'] and 'could not be stored' in said['note']
+        assert not any('s3cr3t' in text for text in [*said.values(), *caught])
+    finally:
+        store.close()
+
+
+def test_postgres_a_line_too_long_for_a_tsvector_does_not_stop_indexing() -> None:
+    store = postgres_store()
+    # One line of 150,000 distinct words (about 1.5 MB of terms): more than a tsvector holds.
+    huge = ' '.join(f'w{n}x' for n in range(150_000)) + ' needle_early'
+    steps: list[list[ModelResponsePart]] = [
+        [ToolCallPart('huge', {})],
+        EVERY_TOOL[0],
+        [ToolCallPart('recall', {'query': 'w7x'})],
+        EVERY_TOOL[4],
+        [TextPart('done')],
+    ]
+    agent, seen = memory_agent(store, key(), steps, {'huge': lambda: huge})
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            assert agent.run_sync('go').output == 'done'
+        assert not [str(w.message) for w in caught if 'Recall could not index' in str(w.message)]
+        recalled = [
+            p.model_response_str()
+            for m in seen[-1]
+            for p in m.parts
+            if isinstance(p, ToolReturnPart) and p.tool_name == 'recall'
+        ]
+        assert 'w7x' in recalled[0]  # the long line itself is findable by its first words
+        assert 'timeout_ms = 1050' in recalled[1]  # and the parts after it were indexed
+    finally:
+        store.close()
