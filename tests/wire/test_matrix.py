@@ -254,7 +254,8 @@ CASES: dict[str, Case] = {
         lambda: Script(note=True),
     ),
     'recall': Case(
-        lambda events: [Recall(), StatelessSummary(trigger=TRIGGER, observer=events.append)],
+        # A key the application trusts, so the second run can recall what the first one read.
+        lambda events: [Recall(conversation='audit-1'), StatelessSummary(trigger=TRIGGER, observer=events.append)],
         recall_found_dropped_log,
         lambda: Script(recall=True),
         turns=2,
