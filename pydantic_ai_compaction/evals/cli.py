@@ -241,7 +241,25 @@ def run_costsim(args: argparse.Namespace) -> int:
         )
     multiplier = costsim.break_even_multiplier(config, 'drop')
     print(f'\nDropping reasoning at append time breaks even at {(multiplier - 1) * 100:.0f}% more reasoning per step.')
+    print_thresholds(costsim.ThresholdConfig())
     return 0
+
+
+def print_thresholds(config: costsim.ThresholdConfig) -> None:
+    """Seed 001's compaction-threshold cost model: how often to compact."""
+    results = costsim.compare_thresholds(config)
+    late = results['late']
+    print(
+        f'\nCompaction threshold, {config.turns}-turn session, {config.window_tokens:,}-token window '
+        f'(seed 001 cost model, sonnet prices):\n'
+    )
+    print('| threshold | summaries | input tokens | bill | vs late |')
+    print('|---|---|---|---|---|')
+    for name, result in results.items():
+        print(
+            f'| {name} ({result.threshold:.0%}) | {result.summaries} | {result.input_tokens:,.0f} | '
+            f'${result.total_cost:.2f} | {(result.total_cost / late.total_cost - 1) * 100:+.0f}% |'
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
