@@ -256,7 +256,7 @@ def summarize(
     for record in records:
         groups[group_key(record)].append(record)
     sections: list[str] = []
-    for key, group in sorted(groups.items(), key=lambda item: tuple(str(x) for x in item[0])):
+    for key, group in sorted(groups.items(), key=lambda item: _order(item[0])):
         task, size, model, trigger, summary_budget, player, pins = key
         if summary_budget is not None and summary_budget != chosen_budget:
             continue
@@ -287,6 +287,12 @@ def summarize(
     return '\n\n'.join(sections) + '\n'
 
 
+def _order(key: GroupKey) -> tuple[Any, ...]:
+    """Tables by task, size (numerically), model, then the silent player before the note-taking one."""
+    task, size, model, trigger, budget, player, pins = key
+    return (task, size, model, trigger, budget or 0, player != 'silent', str(player), bool(pins))
+
+
 def sensitivity_tables(records: Sequence[Record]) -> list[str]:
     """Pass counts per strategy across summary budgets and players, one table per task, size and model."""
     groups: dict[tuple[str, int, str, Any], list[Record]] = defaultdict(list)
@@ -294,7 +300,7 @@ def sensitivity_tables(records: Sequence[Record]) -> list[str]:
         if record.get('summary_budget') is not None and record.get('player') is not None:
             groups[(record['task'], record['size'], record['model'], record.get('anchor_pins'))].append(record)
     tables: list[str] = []
-    for (task, size, model, pins), group in sorted(groups.items(), key=lambda item: tuple(map(str, item[0]))):
+    for (task, size, model, pins), group in sorted(groups.items(), key=lambda item: (item[0][:3], bool(item[0][3]))):
         columns = sorted({(r['player'], r['summary_budget']) for r in group}, key=lambda c: (c[0] != 'silent', c))
         if len(columns) < 2:
             continue

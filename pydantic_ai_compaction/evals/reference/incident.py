@@ -101,17 +101,19 @@ def report(view: AuditView) -> dict[str, object]:
 
 
 def notable(text: str) -> list[str]:
-    """Every timestamped log line that is not routine request traffic, verbatim, in order.
+    """Every timestamped log line that is not routine request traffic, verbatim, oldest first by timestamp.
 
     Generic on purpose: it does not know which lines change the rules, so an unmarked note reads as
-    notable as a marked change (what a summarizer or a note-taker would see).
+    notable as a marked change (what a summarizer or a note-taker would see). Ordered by time, not by
+    where a line stands in the request, so "newest first" means the same whatever layout a summarizer
+    request uses (harness puts an earlier summary after the messages, a native request before them).
     """
     found: list[str] = []
     for line in text.splitlines():
         stripped = line.strip()
         if (match := _LOG_LINE.match(stripped)) and not _ROUTINE.match(match.group(1)):
             found.append(stripped.removeprefix('- ').removeprefix('* '))
-    return found
+    return sorted(found, key=lambda line: line[:20])  # the timestamp; a stable sort keeps ties in order
 
 
 @dataclass
