@@ -29,7 +29,14 @@ from pydantic_ai_compaction.processors.native import NATIVE_PROMPT
 from pydantic_ai_compaction.processors.summary import SUMMARY_MARKER, SUMMARY_PROMPT
 from pydantic_ai_compaction.runtime.transcript import render_messages
 
-AGENT = AgentInfo(function_tools=[], allow_text_output=True, output_tools=[], model_settings=None, model_request_parameters=None, instructions=None)  # type: ignore[arg-type]  # fmt: skip
+AGENT = AgentInfo(
+    function_tools=[],
+    allow_text_output=True,
+    output_tools=[],
+    model_settings=None,
+    model_request_parameters=None,  # type: ignore[arg-type]
+    instructions=None,
+)
 
 
 def history(scenario: incident.IncidentScenario, logs: int) -> list[ModelMessage]:
@@ -205,3 +212,23 @@ def test_the_fake_instruction_measure_is_recorded() -> None:
     assert summarized['fake_in_summary'] is True and uncompacted['fake_in_summary'] is False
     assert summarized['followed_fake'] is False and uncompacted['followed_fake'] is False
     assert run('summary', 'owner')['fake_in_summary'] is None
+
+
+def test_delayed_recall_defaults_to_the_seed_window() -> None:
+    from pydantic_ai_compaction.evals import cli
+    from pydantic_ai_compaction.evals.runner import run_recall
+
+    specs = cli.specs_for(cli.build_parser().parse_args(['bench', 'recall', '--seeds', '1']))
+    assert {spec.trigger_tokens for spec in specs} == {20_000}
+    assert {spec.strategy for spec in specs} == set(strategies.RECALL_SETUPS)
+    # Seed 001's 40K window: the window-based setups take twice the trigger.
+    tiered = strategies.build('tiered', strategies.StrategyConfig(trigger_tokens=20_000))[0]
+    assert tiered.context_window == 40_000  # type: ignore[attr-defined]
+    # The window is small enough to force compaction: clearing loses a round of facts, recall finds them again.
+    clear = asyncio.run(run_recall(RunSpec('recall', 'clear', 1, 'base', 1, trigger_tokens=20_000)))
+    recalled = asyncio.run(run_recall(RunSpec('recall', 'clear+recall', 1, 'base', 1, trigger_tokens=20_000)))
+    assert clear['answers'] == {'correct': 8, 'invented': 0, 'not_sure': 4}
+    assert recalled['answers'] == {'correct': 12, 'invented': 0, 'not_sure': 0}
+    # The smaller window stays available for speed.
+    fast = cli.specs_for(cli.build_parser().parse_args(['bench', 'recall', '--seeds', '1', '--trigger', '8000']))
+    assert {spec.trigger_tokens for spec in fast} == {8_000}
