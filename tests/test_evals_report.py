@@ -139,3 +139,15 @@ def test_savings_target_is_judged_from_records() -> None:
     assert verdict.endswith(': met.')
     table = savings.table(records)
     assert '| summary | none | 3/3 | 3/3 | 0.12× |' in table
+
+
+def test_every_strategy_has_its_own_colour_and_marker_and_markers_do_not_overlap() -> None:
+    from pydantic_ai_compaction.evals import strategies
+    from pydantic_ai_compaction.evals.plots import dodge, style
+
+    styles = [style(name) for name in strategies.ALL]
+    assert len({colour for colour, _ in styles}) == len({marker for _, marker in styles}) == len(strategies.ALL)
+    # Two strategies at the same pass rate and nearly the same cost are drawn apart; a third one far away is not.
+    nudges = dodge([(0.600, 0.0), (0.601, 0.0), (1.4, 0.0), (0.600, 1.0)])
+    assert nudges[0] != nudges[1] and nudges[2] == 0.0 and nudges[3] == 0.0
+    assert abs(nudges[0] - nudges[1]) >= 0.04
