@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -264,7 +265,9 @@ def summarize(
         variants = sorted({r['variant'] for r in group})
         title = f'### {task}, size {size}, model {model}'
         if player is not None:
-            title += f', player {player}, summary cap {summary_budget}'
+            title += f', player {player}'
+        if summary_budget is not None:
+            title += f', summary cap {summary_budget}'
         if pins:
             title += ', anchors pin markers'
         meta = (
@@ -364,8 +367,10 @@ def configurations(records: Sequence[Record]) -> str:
     lines = ['### Configurations (as recorded)', '']
     for name in sorted(seen):
         lines.extend(f'- `{name}`: `{line}`' for line in seen[name])
-    rules = sorted({r['summary_rule'] for r in records if r.get('summary_rule')})
+    rules = sorted(
+        {re.sub(r'cap \d+', "each table's summary cap", r['summary_rule']) for r in records if r.get('summary_rule')}
+    )
     if rules:
         lines.append('')
-        lines.extend(f'Reference summarizer: {rule}.' for rule in rules[:1])
+        lines.extend(f'Reference summarizer: {rule}.' for rule in rules)
     return '\n'.join(lines)

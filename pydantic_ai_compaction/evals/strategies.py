@@ -157,7 +157,9 @@ def describe(value: Any) -> Any:
         return value
     if callable(value):
         return getattr(value, '__qualname__', type(value).__name__)
-    return repr(value)  # pyright: ignore[reportUnknownArgumentType]
+    text = repr(value)  # pyright: ignore[reportUnknownArgumentType]
+    # An object without a readable repr is named by its class: a memory address would differ on every run.
+    return type(value).__name__ if ' at 0x' in text else text
 
 
 def settings_line(described: Any) -> str:
