@@ -342,7 +342,8 @@ def sensitivity_tables(records: Sequence[Record]) -> list[str]:
         title = f'### Sensitivity: {task}, size {size}, model {model}' + (', anchors pin markers' if pins else '')
         caption = (
             f"Passes per strategy for each player (silent: tool calls only; notes: a note of each log's notable "
-            f'lines beside its call) and summary cap in tokens; {len(seeds)} seeds × {len(variants)} variant(s).'
+            f'lines beside its call) and summary cap in tokens; {len(seeds)} seeds × {len(variants)} variant(s) per '
+            'cell (few, so that the grid runs in minutes; `--seeds` takes more).'
         )
         if carried:
             caption += ' `*`: the strategy made no summary request, so its result at the main cap holds at every cap.'
