@@ -85,8 +85,7 @@ class PinMarkedLines(AbstractCapability[Any]):
     _pattern: re.Pattern[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        alternatives = '|'.join(re.escape(marker) for marker in self.markers)
-        self._pattern = re.compile(r'^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ )?(?:' + alternatives + ')')
+        self._pattern = re.compile('|'.join(marker_pattern(marker).pattern for marker in self.markers))
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
@@ -151,6 +150,8 @@ def describe(value: Any) -> Any:
                 continue
             out[item.name] = describe(current)
         return out
+    if isinstance(value, re.Pattern):
+        return f'/{value.pattern}/'  # pyright: ignore[reportUnknownMemberType]
     if isinstance(value, list | tuple):
         return [describe(item) for item in value]  # pyright: ignore[reportUnknownVariableType]
     if value is None or isinstance(value, str | int | float | bool):
@@ -171,6 +172,8 @@ def settings_line(described: Any) -> str:
         return ' + '.join(settings_line(item) for item in described['pipeline'])  # pyright: ignore[reportUnknownVariableType]
     if isinstance(described, list):
         return '[' + ', '.join(settings_line(item) for item in described) + ']'  # pyright: ignore[reportUnknownVariableType]
+    if isinstance(described, str) and described.startswith('/') and described.endswith('/'):
+        return described  # a pattern, shown as written
     return repr(described)  # pyright: ignore[reportUnknownArgumentType]
 
 
@@ -178,8 +181,13 @@ def _trigger(config: StrategyConfig) -> Trigger:
     return Trigger(tokens=config.trigger_tokens)
 
 
+def marker_pattern(marker: str) -> re.Pattern[str]:
+    """A marker counts at the start of a line, after an optional timestamp: not quoted inside a sentence."""
+    return re.compile(r'^\s*(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ )?' + re.escape(marker).replace('\\ ', ' '))
+
+
 def _sources(config: StrategyConfig) -> InstructionSources:
-    return InstructionSources(markers=tuple(config.markers))
+    return InstructionSources(markers=tuple(marker_pattern(marker) for marker in config.markers))
 
 
 _Builder = Callable[[StrategyConfig, EventObserver | None], AbstractCapability[Any]]
