@@ -232,3 +232,26 @@ def test_delayed_recall_defaults_to_the_seed_window() -> None:
     # The smaller window stays available for speed.
     fast = cli.specs_for(cli.build_parser().parse_args(['bench', 'recall', '--seeds', '1', '--trigger', '8000']))
     assert {spec.trigger_tokens for spec in fast} == {8_000}
+
+
+def test_in_a_real_run_ours_and_harness_summarizer_get_the_same_first_summary() -> None:
+    from pydantic_ai import Agent, Tool
+
+    scenario = incident.generate(101, 8, 'owner')
+    replies: dict[str, list[str]] = {}
+    for name in ('summary', 'harness-summarizing'):
+        reference = ReferenceModel(IncidentPlayer())
+        agent = Agent(
+            reference.model(),
+            output_type=incident.IncidentReport,
+            capabilities=strategies.build(name, strategies.StrategyConfig()),
+            tools=[Tool(scenario.read_log, name='read_log')],
+        )
+        asyncio.run(agent.run(scenario.prompt))
+        replies[name] = [entry.reply for entry in reference.log if entry.kind in ('summary', 'harness-summary')]
+    # Both compact at the same point and ask to carry logs 1 and 2: the reference writes the same summary,
+    # whichever library's prompt wrapped the request.
+    first = replies['summary'][0]
+    assert first == replies['harness-summarizing'][0]
+    assert first.startswith('Logs read: 1, 2\nNext step: read log 3\n')
+    assert first.splitlines()[2:] == notable('\n'.join(scenario.logs[:2]))
