@@ -6,6 +6,7 @@ Shared by the quick profile in CI (`tests/test_invariants.py`) and the soak run 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,10 +18,10 @@ from pydantic_ai.messages import (
     CompactionPart,
     FilePart,
     ModelMessage,
-    ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
     ModelResponsePart,
+    RetryPromptPart,  # pyright: ignore[reportDeprecated]
     SystemPromptPart,
     TextPart,
     ThinkingPart,
@@ -29,6 +30,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import RequestUsage
 from pydantic_ai_harness.compaction import estimate_token_count, pin
 
 from pydantic_ai_compaction import (
@@ -42,10 +44,23 @@ from pydantic_ai_compaction import (
     segment,
 )
 from pydantic_ai_compaction.runtime import our_record, pairing_problems
+from pydantic_ai_compaction.runtime.shape import shape_problems
 from pydantic_ai_compaction.testing import replay
 
 PNG = BinaryContent(data=b'\x89PNG\r\n\x1a\n' + bytes(range(64)), media_type='image/png')
-WORDS = st.sampled_from(['alpha', 'beta', 'incident', 'CHANGE: use lowercase', 'owner=ayse', 'timeout_ms = 1050', 'x'])
+WORDS = st.sampled_from(
+    [
+        'alpha',
+        'beta',
+        'incident',
+        'CHANGE: use lowercase',
+        'owner=ayse',
+        'timeout_ms = 1050',
+        'x',
+        'bad\udcffbyte',
+        '\ud800',
+    ]
+)
 REASONS = {
     None,
     'unparseable',
@@ -67,13 +82,21 @@ def _text(draw: Callable[[Any], Any], low: int = 1, high: int = 40) -> str:
 def histories(draw: Callable[[Any], Any]) -> list[ModelMessage]:
     """Tool loops with parallel and retried calls, thinking (signed and not), files and images, several
     user turns, pinned parts and earlier compaction boundaries; ends with a request, as in a run."""
-    messages: list[ModelMessage] = [
-        ModelRequest(parts=[SystemPromptPart('You audit logs.'), UserPromptPart(_text(draw, 3, 10))])
-    ]
+    opening: ModelRequest = draw(
+        st.sampled_from(
+            [
+                ModelRequest(parts=[SystemPromptPart('You audit logs.'), UserPromptPart(_text(draw, 3, 10))]),
+                # An agent with `instructions=` and no prompt opens with a request that has no parts.
+                ModelRequest(parts=[], instructions='You audit logs.'),
+            ]
+        )
+    )
+    messages: list[ModelMessage] = [opening]
     counter = 0
     boundary_number = 1000
+    kinds = ['tools', 'tools', 'tools', 'retry', 'turn', 'boundary', 'pin', 'content', 'legacy', 'empty']
     for _ in range(draw(st.integers(1, 10))):
-        kind = draw(st.sampled_from(['tools', 'tools', 'tools', 'retry', 'turn', 'boundary', 'pin']))
+        kind = draw(st.sampled_from(kinds))
         parts: list[ModelResponsePart] = []
         if draw(st.booleans()):
             parts.append(ThinkingPart(_text(draw), signature='sig' if draw(st.booleans()) else None))
@@ -81,7 +104,9 @@ def histories(draw: Callable[[Any], Any]) -> list[ModelMessage]:
             calls: list[ToolCallPart] = []
             for _ in range(draw(st.integers(1, 3))):
                 counter += 1
-                calls.append(ToolCallPart('read', {'index': counter}, tool_call_id=f'c{counter}'))
+                # Integers beyond 64 bits are legal tool arguments.
+                index = counter + (2**70 if draw(st.integers(0, 4)) == 0 else 0)
+                calls.append(ToolCallPart('read', {'index': index}, tool_call_id=f'c{counter}'))
             if draw(st.integers(0, 5)) == 0:
                 parts.append(FilePart(PNG))
             messages.append(ModelResponse(parts=[*parts, *calls], model_name='gen'))
@@ -105,6 +130,24 @@ def histories(draw: Callable[[Any], Any]) -> list[ModelMessage]:
                 for c in calls
             ]
             messages.append(ModelRequest(parts=returns))
+        elif kind == 'content':
+            # `ToolReturn(content=...)`: a user part beside the return, created with it.
+            counter += 1
+            call = ToolCallPart('read', {'index': counter}, tool_call_id=f'c{counter}')
+            returned = ToolReturnPart('read', 'see attachment', tool_call_id=call.tool_call_id)
+            attachment = UserPromptPart(_text(draw, 5, 100), timestamp=returned.timestamp)
+            messages.append(ModelResponse(parts=[*parts, call], model_name='gen'))
+            messages.append(ModelRequest(parts=[returned, attachment]))
+        elif kind == 'legacy':
+            # A legacy retry prompt without a tool name answers the model's last text, not the user.
+            messages.append(ModelResponse(parts=[TextPart(_text(draw))], model_name='gen'))
+            messages.append(ModelRequest(parts=[RetryPromptPart('answer in JSON')]))  # pyright: ignore[reportDeprecated]
+            messages.append(ModelResponse(parts=[TextPart('{}')], model_name='gen'))
+            messages.append(ModelRequest(parts=[UserPromptPart(_text(draw, 2, 12))]))
+        elif kind == 'empty':
+            # `run(None, message_history=...)` after a final answer appends a request with no parts.
+            messages.append(ModelResponse(parts=[*parts, TextPart(_text(draw))], model_name='gen'))
+            messages.append(ModelRequest(parts=[], instructions='You audit logs.'))
         elif kind == 'turn':
             messages.append(ModelResponse(parts=[*parts, TextPart(_text(draw))], model_name='gen'))
             messages.append(ModelRequest(parts=[UserPromptPart(_text(draw, 2, 12))]))
@@ -169,7 +212,8 @@ def reply_model(reply: str) -> FunctionModel:
         return ReferenceModel(IncidentPlayer()).model()
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        return ModelResponse(parts=[TextPart(reply)])
+        # Reported usage, as a provider gives it (FunctionModel's own estimate cannot encode lone surrogates).
+        return ModelResponse(parts=[TextPart(reply)], usage=RequestUsage(input_tokens=100, output_tokens=10))
 
     return FunctionModel(respond)
 
@@ -196,16 +240,21 @@ class Checked:
 
 def compact_and_check(name: str, history: list[ModelMessage], reply: str) -> Checked:
     """Compact *history* once with strategy *name* and a model answering *reply*; assert every invariant."""
-    before_bytes = ModelMessagesTypeAdapter.dump_json(history)
+    before = copy.deepcopy(history)  # not JSON: lone surrogates have no JSON encoding
     view = segment(history)
     out = asyncio.run(replay(STRATEGIES[name](), history, model=reply_model(reply)))
     # No input part mutated.
-    assert ModelMessagesTypeAdapter.dump_json(history) == before_bytes
+    assert history == before
     if out is history or out == history:
         return Checked(False, None)
     assert out, 'empty history'
     assert isinstance(out[-1], ModelRequest), 'the history must end with a request'
     assert pairing_problems(out) == [], pairing_problems(out)
+    # The provider shape: first message a request, last a request, no two responses in a row.
+    assert shape_problems(out, before=history) == [], shape_problems(out, before=history)
+    # Every message of the input belongs to exactly one exchange.
+    covered = sorted({index for exchange in view.exchanges for index, _ in exchange.refs})
+    assert covered == list(range(len(history)))
     records = [r for m in out for p in m.parts if (r := our_record(p)) is not None and r.get('sequence')]
     record = records[-1]
     assert record['fallback_reason'] in REASONS, record['fallback_reason']

@@ -86,4 +86,4 @@ async def test_overflow_that_persists_gives_the_fallback() -> None:
     out = await replay(Fork(retry=NO_WAIT), recorded_history(), model=FunctionModel(never_fits))
     record = record_of(out)
     assert record['fallback_reason'] == 'context_overflow'
-    assert record['kept'] == ['g0', 'g3', 'g4', 'g5', 'g6']
+    assert record['kept'] == ['g0', 'g2', 'g3', 'g4', 'g5', 'g6']

@@ -16,7 +16,7 @@ from pydantic_ai_harness.compaction import (
     compact_now,
 )
 
-from pydantic_ai_compaction import Fork, Reassert, ResetToCheckpoint, StatelessSummary
+from pydantic_ai_compaction import Fork, InstructionSources, Reassert, ResetToCheckpoint, StatelessSummary
 from pydantic_ai_compaction.runtime import our_record, pairing_problems
 
 from .support import ScriptedAgentModel, audit_agent, fork_json, recorded_history
@@ -78,8 +78,10 @@ def test_fallback_compaction_falls_back_to_our_strategy() -> None:
 
 async def test_compact_now_drives_a_wrapped_strategy() -> None:
     model = ScriptedAgentModel(compactor=lambda messages, kind: 'summary of logs 0-5').model()
-    out = await compact_now(Reassert(StatelessSummary()), recorded_history(), model=model)
+    out = await compact_now(
+        Reassert(StatelessSummary(), sources=InstructionSources(markers=())), recorded_history(), model=model
+    )
     (record,) = records(out)
     assert record['strategy'] == 'reassert+summary'
-    assert record['restated'] == []  # default sources: user prompts only; the CHANGE line is unmarked
+    assert record['restated'] == []  # user prompts only: tool output is not read
     assert out[-1] is recorded_history()[-1] or out[-1].parts == recorded_history()[-1].parts

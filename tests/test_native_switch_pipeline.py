@@ -12,6 +12,7 @@ from pydantic_ai.usage import RequestUsage
 from pydantic_ai_compaction import (
     CompactionEvent,
     Fork,
+    InstructionSources,
     Native,
     Pipeline,
     Reassert,
@@ -98,7 +99,7 @@ def test_switch_picks_by_state() -> None:
     script = ScriptedAgentModel(logs=10, compactor=reply)
     switch = Switch(
         when=lambda state: state.compactions < 2,
-        then=Reassert(Native(trigger=TRIGGER, observer=events.append)),
+        then=Reassert(Native(trigger=TRIGGER, observer=events.append), sources=InstructionSources(markers=())),
         otherwise=Fork(trigger=TRIGGER, observer=events.append),
     )
     result = audit_agent(script, [switch]).run_sync('Audit.')

@@ -84,7 +84,7 @@ def test_marked_changes_are_restated_once_before_the_exchange_in_progress() -> N
 
 def test_user_prompts_after_the_opening_are_restated() -> None:
     script = ScriptedAgentModel(logs=3, compactor=lambda messages, kind: fork_json([]))
-    agent = change_agent(script, Reassert(Fork(trigger=TRIGGER)))
+    agent = change_agent(script, Reassert(Fork(trigger=TRIGGER), sources=InstructionSources(markers=())))
     first = agent.run_sync('Audit logs 0-2.')
     script.step = 0
     second = agent.run_sync('Now report ids in lowercase.', message_history=first.all_messages())
@@ -114,13 +114,13 @@ def test_reset_keeps_opening_checkpoint_and_exchange_in_progress() -> None:
         assert view.exchanges[-1].unfinished
     last = compactions[-1].record
     assert last is not None
-    entries = last.extra['checkpoint_entries']
+    entries = last.extra['checkpoint']['read']
     # Every completed call so far, carried over from earlier checkpoints, in order, once each.
     completed = [int(e.split('"index":')[1].split('}')[0]) for e in entries]
     assert completed == sorted(completed) == list(range(len(completed)))
     assert len(completed) >= 6
     boundary = next(p for m in result.all_messages() for p in m.parts if our_record(p))
-    instructions_section = (boundary.content or '').split('Completed tool calls')[0]
+    instructions_section = (boundary.content or '').split('Read (tool calls completed)')[0]
     assert MARKED in instructions_section and FAKE not in instructions_section
     assert 'read_log({"index":0}) → success' in (boundary.content or '')
 

@@ -79,7 +79,7 @@ async def test_a_proposal_that_keeps_everything_over_the_trigger_falls_back() ->
     out = await replay(Fork(), history, model=FunctionModel(reply))
     record = next(r for m in out for p in m.parts if (r := our_record(p)) is not None)
     assert record['fallback_reason'] == 'kept_all'
-    assert record['dropped'] == ['g1', 'g2']
+    assert record['dropped'] == ['g1']
 
 
 def test_fork_calls_are_prepared_like_agent_requests() -> None:

@@ -119,7 +119,7 @@ def test_a_conversation_cannot_recover_or_recall_another_conversations_entries()
         (lambda: Tiered(clear_at=1.5), 'Tiered.clear_at'),
         (lambda: Tiered(context_window=0), 'Tiered.context_window'),
         (lambda: BoundedSelection(budget=-1), 'budget'),
-        (lambda: CuratedSelection(focal_budget=0), 'CuratedSelection budgets'),
+        (lambda: CuratedSelection(focal_budget=0), 'CuratedSelection.focal_budget'),
         (lambda: ForgetReasoning(policy='sometimes'), 'ForgetReasoning.policy'),  # pyright: ignore[reportArgumentType]
         (lambda: ForgetReasoning(write_tools='('), 'ForgetReasoning.write_tools'),
     ],

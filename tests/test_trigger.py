@@ -31,21 +31,21 @@ from .support import recorded_history
     ('build', 'message'),
     [
         (lambda: Trigger(), 'Trigger needs a limit'),
-        (lambda: Trigger(tokens=0), 'Trigger.tokens must be a positive integer'),
-        (lambda: Trigger(tokens=-5), 'Trigger.tokens must be a positive integer'),
-        (lambda: Trigger(fraction=0), r'Trigger.fraction must be in \(0, 1\]'),
-        (lambda: Trigger(fraction=1.5), r'Trigger.fraction must be in \(0, 1\]'),
+        (lambda: Trigger(tokens=0), 'Trigger.tokens must be an integer ≥ 1, got 0'),
+        (lambda: Trigger(tokens=-5), 'Trigger.tokens must be an integer ≥ 1, got -5'),
+        (lambda: Trigger(fraction=0), r'Trigger.fraction must be a finite number > 0 ≤ 1, got 0'),
+        (lambda: Trigger(fraction=1.5), r'Trigger.fraction must be a finite number > 0 ≤ 1, got 1.5'),
         (lambda: Trigger(tokens=10, fraction=0.5), 'at most one of `tokens` and `fraction`'),
-        (lambda: Trigger(messages=0), 'Trigger.messages must be a positive integer'),
+        (lambda: Trigger(messages=0), 'Trigger.messages must be an integer ≥ 1, got 0'),
         (lambda: Trigger(tokens=10, context_window=1000), 'context_window only applies together with `fraction`'),
-        (lambda: Trigger(fraction=0.5, context_window=0), 'Trigger.context_window must be positive'),
-        (lambda: Fork(variant='yaml'), "Fork.variant must be 'json', 'free' or 'fixed'"),  # pyright: ignore[reportArgumentType]
-        (lambda: Fork(fallback_keep=0), 'fallback_keep must be at least 1'),
-        (lambda: StatelessSummary(keep_recent=-1), 'StatelessSummary.keep_recent must not be negative'),
-        (lambda: ResetToCheckpoint(excerpt_chars=-1), 'ResetToCheckpoint.excerpt_chars must not be negative'),
-        (lambda: RetryPolicy(attempts=0), 'RetryPolicy.attempts must be at least 1'),
+        (lambda: Trigger(fraction=0.5, context_window=0), 'Trigger.context_window must be an integer ≥ 1, got 0'),
+        (lambda: Fork(variant='yaml'), "Fork.variant must be one of 'json', 'free', 'fixed', got 'yaml'"),  # pyright: ignore[reportArgumentType]
+        (lambda: Fork(fallback_keep=0), r'Fork.fallback_keep must be an integer ≥ 1, got 0'),
+        (lambda: StatelessSummary(keep_recent=-1), 'StatelessSummary.keep_recent must be an integer ≥ 0, got -1'),
+        (lambda: ResetToCheckpoint(excerpt_chars=-1), r'ResetToCheckpoint\.excerpt_chars must be an integer ≥ 0'),
+        (lambda: RetryPolicy(attempts=0), 'RetryPolicy.attempts must be an integer from 1 to 100, got 0'),
         (lambda: InstructionSources(markers=('  ',)), 'markers must not contain empty strings'),
-        (lambda: Pipeline([]), 'Pipeline.steps must name at least one strategy'),
+        (lambda: Pipeline([]), 'Pipeline.steps must be a non-empty list of compaction strategies, got'),
     ],
 )
 def test_bad_configuration_fails_at_construction_naming_the_field(build: object, message: str) -> None:
@@ -57,7 +57,7 @@ def test_bad_configuration_fails_at_construction_naming_the_field(build: object,
     ('build', 'message'),
     [
         (lambda: Reassert('native'), 'Reassert.inner must be a compaction strategy'),  # pyright: ignore[reportArgumentType]
-        (lambda: Fork(trigger=18_000), 'trigger must be a Trigger'),  # pyright: ignore[reportArgumentType]
+        (lambda: Fork(trigger=18_000), 'Fork.trigger must be a Trigger, got 18000'),  # pyright: ignore[reportArgumentType]
         (
             lambda: Switch(when=lambda s: True, then=Fork(), otherwise=None),
             'Switch.otherwise must be a compaction strategy',

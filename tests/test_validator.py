@@ -82,11 +82,12 @@ async def test_malformed_replies_fall_back_to_the_last_four_exchanges(reply: str
     out = await replay(Fork(), history, model=replying(reply))
     record = record_of(out)
     assert record['fallback_reason'] == reason
-    # Last four exchanges (g3..g6) plus the opening; a boundary says what went.
-    assert record['kept'] == ['g0', 'g3', 'g4', 'g5', 'g6']
-    assert record['dropped'] == ['g1', 'g2']
+    # Seed 004: the last four finished exchanges (g2..g5) besides the opening and the exchange in
+    # progress (g6), which does not count among the four; a boundary says what went.
+    assert record['kept'] == ['g0', 'g2', 'g3', 'g4', 'g5', 'g6']
+    assert record['dropped'] == ['g1']
     boundary = next(p for m in out for p in m.parts if our_record(p))
-    assert 'g1–g2' in (boundary.content or '') and reason in (boundary.content or '')
+    assert '(g1, about' in (boundary.content or '') and reason in (boundary.content or '')
 
 
 async def test_free_variant_without_keep_line_falls_back() -> None:

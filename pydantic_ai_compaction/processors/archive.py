@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from pydantic import BaseModel, Field
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ModelRetry
@@ -36,6 +35,7 @@ from pydantic_ai_harness.compaction import estimate_token_count
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, ArchiveStore
 from pydantic_ai_compaction.protocols.types import METADATA_KEY
 from pydantic_ai_compaction.runtime.context import conversation_of
+from pydantic_ai_compaction.runtime.encoding import to_json
 from pydantic_ai_compaction.runtime.segment import is_restatement, str_dict
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
 
@@ -49,10 +49,12 @@ _RESULT_ID = re.compile(r'^r\d+$')
 ARCHIVE_INSTRUCTIONS = """\
 Every tool result carries an id such as [result r7]. Your context is limited, so curate it:
 - when a result has served its purpose (you have drawn the conclusion, or written it down), archive it with
-  context_apply, a short note each saying what it held and what you concluded: [{"result_id": "r7", "note": "..."}];
+  context_apply, a short note each saying what it held and what you concluded:
+  [{"result_id": "<the result's id>", "note": "<what it held; what you concluded>"}];
 - archive in batches, after diagnostic progress, not one result at a time;
 - keep results that are still evidence for an open question;
-- context_recover("a3") brings back the exact original of an archived result whenever you need it again."""
+- context_recover("<archive reference from the stub>") brings back the exact original of an archived result
+  whenever you need it again."""
 
 
 class ArchiveItem(BaseModel):
@@ -85,8 +87,8 @@ class _ReminderState:
     """Per run: when the last reminder fired."""
 
     reminded: bool = False
-    chars_at_reminder: int = 0
-    images_at_reminder: int = 0
+    known_at_reminder: frozenset[str] = frozenset()
+    """Result ids that existed when the last reminder fired: only output arriving after it counts as new."""
     user_prompts: int = -1
 
 
@@ -245,17 +247,22 @@ class Archive(AbstractCapability[AgentDepsT]):
             self._state = state = _ReminderState(user_prompts=prompts)
         if not eligible:
             return None
-        chars = sum(size for _, size in eligible)
-        images = sum(_image_count(part.content) for part, _ in eligible)
         tokens: int | None = None
         if state.reminded:
-            due = chars - state.chars_at_reminder >= self.reminder_every_chars or images > state.images_at_reminder
+            # Seed 000: another reminder needs 20,000 characters (or an image) of eligible output that is *new*
+            # since the last one. Comparing totals instead would let archiving after a reminder (which lowers
+            # the total) silence the next one.
+            fresh = [(part, size) for part, size in eligible if result_id_of(part) not in state.known_at_reminder]
+            due = sum(size for _, size in fresh) >= self.reminder_every_chars or any(
+                _image_count(part.content) for part, _ in fresh
+            )
         else:
             tokens = estimate_token_count(messages)
-            due = images > 0 or tokens >= self.reminder_tokens
+            due = any(_image_count(part.content) for part, _ in eligible) or tokens >= self.reminder_tokens
         if not due:
             return None
-        self._state = replace(state, reminded=True, chars_at_reminder=chars, images_at_reminder=images)
+        known = frozenset(rid for part, _ in eligible if (rid := result_id_of(part)) is not None)
+        self._state = replace(state, reminded=True, known_at_reminder=state.known_at_reminder | known)
         tokens = tokens if tokens is not None else estimate_token_count(messages)
         listing = ', '.join(f'{result_id_of(p)} {p.tool_name} ({size:,} chars)' for p, size in eligible)
         return (
@@ -389,5 +396,5 @@ def _image_count(content: object) -> int:
 
 
 def args_json(call: ToolCallPart) -> str:
-    """A call's arguments as compact JSON."""
-    return orjson.dumps(call.args_as_dict(), option=orjson.OPT_SORT_KEYS).decode()
+    """A call's arguments as canonical JSON (big integers and lone surrogates included)."""
+    return to_json(call.args_as_dict())

@@ -24,6 +24,7 @@ cached prefix it charges for.
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -41,6 +42,7 @@ from pydantic_ai.tools import AgentDepsT, RunContext
 
 from pydantic_ai_compaction.protocols.types import METADATA_KEY
 from pydantic_ai_compaction.runtime.segment import is_restatement, str_dict
+from pydantic_ai_compaction.runtime.shape import shape_problems
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
@@ -94,8 +96,12 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
         Works on the persisted history (`ctx.messages`), never on a request-only view.
         """
         messages = list(ctx.messages)
-        decided = self.decide(messages)
-        if decided is None:
+        try:
+            decided = self.decide(messages)
+        except Exception as error:  # forgetting must never fail the run: keep the step as it was
+            warnings.warn(f'ForgetReasoning kept the history as it was: {error!r}', RuntimeWarning, stacklevel=2)
+            return request_context
+        if decided is None or shape_problems(decided, before=messages):
             return request_context
         ctx.messages[:] = decided
         return replace(request_context, messages=list(decided))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
 from pydantic_ai.models import Model
@@ -18,8 +18,9 @@ from pydantic_ai.tools import AgentDepsT
 
 from pydantic_ai_compaction.protocols.schemas import FORK_JSON_SCHEMA
 from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
-from pydantic_ai_compaction.runtime import compactor
+from pydantic_ai_compaction.runtime import compactor, replies
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
+from pydantic_ai_compaction.runtime.checks import check_choice, check_instance, check_int
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.segment import ConversationView
 from pydantic_ai_compaction.runtime.transcript import listing
@@ -34,31 +35,62 @@ _KEEP_LINE = re.compile(r'^\s*KEEP\s*:\s*(?P<ids>.*)$', re.IGNORECASE | re.MULTI
 _ID = re.compile(r'\bg\d+\b')
 _MAX_REPLY_CHARS = 2_000_000
 
-_INTRO = """{marker} variant={variant}
+FORK_PROMPT = """{marker} variant={variant}
 Your context is about to be compacted. Pause the task: do not call tools and do not answer the task now.
 The exchanges of this conversation so far are listed below (id, kind, estimated size, content).
 Protected and in-progress exchanges are kept whatever you answer; earlier summaries stay in place,
 so do not repeat what they already say.
 
 {listing}
-"""
 
-_JSON_FORMAT = """Choose which exchanges must stay verbatim (only what you will need to read again word for word)
-and summarize everything else. Answer with one JSON object and nothing else:
-{{"keep": ["g3", ...], "summary": {{
-  "rules": ["every instruction in force, latest wording, changes included"],
-  "facts": ["facts later steps need, with exact values"],
-  "progress": "what is done", "next_step": "the very next action"}}}}"""
+{format}"""
+"""The message appended to the conversation; `{format}` is the variant's answer format."""
 
-_FREE_FORMAT = """Choose which exchanges must stay verbatim (only what you will need to read again word for word)
-and summarize everything else. Answer in this form:
-KEEP: g3, g7            (or KEEP: none)
-<your summary: every instruction in force with its latest wording, facts with exact values,
-progress, next step>"""
+FORK_JSON_EXAMPLE: dict[str, Any] = {
+    'keep': ['<exchange id>', '<exchange id>'],
+    'summary': {
+        'rules': ['<instruction in force, latest wording>'],
+        'facts': ['<fact later steps need, exact values>'],
+        'progress': '<what is done>',
+        'next_step': '<the very next action>',
+    },
+}
+"""The example reply the `json` variant shows; a summary that still holds one of its `<...>` placeholders falls back."""
 
-_FIXED_FORMAT = """The {count} most recent finished exchange(s) stay verbatim. Summarize everything else for yourself:
-every instruction in force with its latest wording, facts with exact values, progress and the next step.
+FORK_JSON_FORMAT = compactor.fill(
+    """Choose which exchanges must stay verbatim (only what you will need to read again word for word)
+and summarize everything else. Answer with one JSON object and nothing else, shaped like this example:
+{example}
+Replace every <...> with real content. "keep": ids from the list above of the exchanges to keep verbatim
+([] for none). "rules": every instruction in force, in its latest wording, changes included. "facts": facts
+later steps need, with exact values. "progress": what is done. "next_step": the very next action.
+"keep", "rules" and "facts" take as many items as they need.""",
+    example=json.dumps(FORK_JSON_EXAMPLE, ensure_ascii=False),
+)
+"""Answer format of the `json` variant (valid against `FORK_JSON_SCHEMA` once filled)."""
+
+_FREE_KEEP = '<ids from the list above of the exchanges to keep verbatim, comma-separated, or none>'
+_FREE_SUMMARY = (
+    '<summary: every instruction in force in its latest wording, facts with exact values, progress, next step>'
+)
+
+FORK_FREE_FORMAT = compactor.fill(
+    """Choose which exchanges must stay verbatim (only what you will need to read again word for word)
+and summarize everything else. Answer in this form, replacing each <...>:
+KEEP: {keep}
+{summary}""",
+    keep=_FREE_KEEP,
+    summary=_FREE_SUMMARY,
+)
+"""Answer format of the `free` variant."""
+
+FORK_FIXED_FORMAT = """The {count} most recent finished exchange(s) stay verbatim. Summarize everything else
+for yourself: every instruction in force with its latest wording, facts with exact values, progress and the next step.
 Answer with the summary only."""
+"""Answer format of the `fixed` variant; `{count}` is `Fork.fixed_keep`."""
+
+_JSON_PLACEHOLDERS = replies.placeholders(FORK_JSON_EXAMPLE)
+_FREE_PLACEHOLDERS = (_FREE_KEEP, _FREE_SUMMARY)
 
 
 @dataclass
@@ -85,10 +117,9 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.variant not in ('json', 'free', 'fixed'):
-            raise ValueError(f"Fork.variant must be 'json', 'free' or 'fixed', got {self.variant!r}.")
-        if self.fixed_keep < 0:
-            raise ValueError(f'Fork.fixed_keep must not be negative, got {self.fixed_keep!r}.')
+        check_choice('Fork', 'variant', self.variant, ('json', 'free', 'fixed'))
+        check_int('Fork', 'fixed_keep', self.fixed_keep, minimum=0)
+        check_instance('Fork', 'model', self.model, (Model, str, type(None)), 'a Model, a model name or None')
 
     @property
     def strategy_name(self) -> str:
@@ -97,10 +128,14 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
 
     def prompt(self, view: ConversationView) -> str:
         """The message appended to the conversation."""
-        body = {'json': _JSON_FORMAT, 'free': _FREE_FORMAT, 'fixed': _FIXED_FORMAT.format(count=self.fixed_keep)}[
-            self.variant
-        ]
-        return _INTRO.format(marker=FORK_MARKER, variant=self.variant, listing=listing(view)) + '\n' + body
+        answer = {
+            'json': FORK_JSON_FORMAT,
+            'free': FORK_FREE_FORMAT,
+            'fixed': compactor.fill(FORK_FIXED_FORMAT, count=str(self.fixed_keep)),
+        }[self.variant]
+        return compactor.fill(
+            FORK_PROMPT, marker=FORK_MARKER, variant=self.variant, listing=listing(view), format=answer
+        )
 
     async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
         """Ask the fork, then parse its reply for the variant."""
@@ -132,48 +167,37 @@ def _recent(view: ConversationView, count: int) -> tuple[str, ...]:
 
 
 def _parse_json(reply: str) -> Proposal:
-    text = reply.strip()
-    if text.startswith('```'):
-        text = text.strip('`')
-        text = text[text.find('\n') + 1 :] if '\n' in text else text
-    data, error = _first_json_object(text)
-    if data is None:
-        return Proposal.failed('unparseable', error, variant='json')
-    errors = sorted(_VALIDATOR.iter_errors(data), key=lambda error: list(error.absolute_path))  # pyright: ignore[reportUnknownMemberType]
-    if errors:
-        first = errors[0]
-        where = '/'.join(str(step) for step in first.absolute_path) or '(root)'
-        return Proposal.failed('schema', f'{where}: {first.message[:300]}', variant='json')
+    try:
+        parsed = replies.read_json_object(reply)
+    except replies.ReplyError as error:
+        return Proposal.failed(error.problem, error.detail, variant='json')
+    data = parsed.data
+    # Only the summary is checked for placeholders: a placeholder left among the ids is an unknown id,
+    # which the validator rejects on its own while the rest of the proposal applies.
+    copied = replies.unfilled(data.get('summary'), _JSON_PLACEHOLDERS)
+    if copied:
+        return Proposal.failed('unfilled', _unfilled_detail(copied), variant='json')
+    problem = replies.schema_problem(_VALIDATOR, data)
+    if problem is not None:
+        return Proposal.failed('schema', problem, variant='json')
     summary: dict[str, Any] = data['summary']
     text_summary = render_structured(summary)
     if not text_summary.strip() and not data['keep']:
         return Proposal.failed('empty', 'empty keep list and empty summary', variant='json')
+    extra: dict[str, Any] = {'structured_summary': summary}
+    if parsed.tolerated:
+        extra['reply_tolerated'] = list(parsed.tolerated)
     return Proposal(
         keep=tuple(data['keep']),
         summary=Summary(text_summary, structured=summary) if text_summary.strip() else None,
         variant='json',
-        extra={'structured_summary': summary},
+        extra=extra,
     )
 
 
-def _first_json_object(text: str) -> tuple[Any, str]:
-    """The first JSON object in *text* (prose or fences around it allowed), or `None` and why not."""
-    decoder = json.JSONDecoder()
-    error = 'no JSON object in the reply'
-    position = text.find('{')
-    attempts = 0
-    # Bounded: a reply full of braces must not turn parsing quadratic.
-    while position >= 0 and attempts < 64:
-        attempts += 1
-        try:
-            data, _ = decoder.raw_decode(text, position)
-        except (ValueError, RecursionError) as problem:
-            error = str(problem)[:300]
-        else:
-            if isinstance(data, dict):
-                return cast('dict[str, Any]', data), ''
-        position = text.find('{', position + 1)
-    return None, error
+def _unfilled_detail(copied: list[str]) -> str:
+    shown = ', '.join(copied[:3])
+    return f"the reply repeats the prompt's example instead of filling it in (placeholders {shown})"
 
 
 def render_structured(summary: dict[str, Any]) -> str:
@@ -193,6 +217,9 @@ def render_structured(summary: dict[str, Any]) -> str:
 
 
 def _parse_free(reply: str) -> Proposal:
+    copied = [placeholder for placeholder in _FREE_PLACEHOLDERS if placeholder in reply]
+    if copied:
+        return Proposal.failed('unfilled', _unfilled_detail(copied), variant='free')
     match = _KEEP_LINE.search(reply)
     if match is None:
         return Proposal.failed('unparseable', 'no KEEP: line in the reply', variant='free')

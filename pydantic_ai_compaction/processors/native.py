@@ -10,6 +10,7 @@ from pydantic_ai_compaction.protocols.types import Proposal, ProviderSummary, Su
 from pydantic_ai_compaction.runtime import compactor
 from pydantic_ai_compaction.runtime.apply import assemble
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
+from pydantic_ai_compaction.runtime.checks import check_bool
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.segment import ConversationView
 
@@ -39,6 +40,10 @@ class Native(ConfiguredCompaction[AgentDepsT]):
 
     emulate: bool = True
     """Use the emulation when the model has no provider compaction; `False` gives the fallback layout instead."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_bool('Native', 'emulate', self.emulate)
 
     @property
     def strategy_name(self) -> str:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import AgentDepsT, RunContext
 
 from pydantic_ai_compaction.runtime.capability import CompactionCapability
+from pydantic_ai_compaction.runtime.checks import check_instance, fail
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
@@ -34,11 +35,11 @@ class Pipeline(AbstractCapability[AgentDepsT]):
     """Strategies in the order they run."""
 
     def __post_init__(self) -> None:
-        if not self.steps:
-            raise ValueError('Pipeline.steps must name at least one strategy.')
-        for index, step in enumerate(self.steps):
-            if not isinstance(step, CompactionCapability):  # pyright: ignore[reportUnnecessaryIsInstance]
-                raise TypeError(f'Pipeline.steps[{index}] must be a compaction strategy, got {type(step).__name__}.')
+        steps = cast('object', self.steps)
+        if isinstance(steps, CompactionCapability | str) or not isinstance(steps, Sequence) or not steps:
+            raise fail('Pipeline', 'steps', 'a non-empty list of compaction strategies', self.steps)
+        for index, step in enumerate(cast('Sequence[object]', steps)):
+            check_instance('Pipeline', f'steps[{index}]', step, CompactionCapability, 'a compaction strategy')
 
     async def before_model_request(
         self,

@@ -7,13 +7,14 @@ in progress is cheap and closes most of that gap.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic_ai.tools import AgentDepsT
 
 from pydantic_ai_compaction.protocols.types import CompactionState, Proposal
 from pydantic_ai_compaction.runtime.capability import CompactionCapability, RuntimeSettings
+from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_instance
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.instructions import InstructionSources, gather_instructions
 from pydantic_ai_compaction.runtime.segment import ConversationView
@@ -25,7 +26,11 @@ class Reassert(CompactionCapability[AgentDepsT]):
 
     The restatement replaces the previous one (never duplicates it) and carries changes whose
     original text an earlier compaction removed. Only user prompts after the first and tool-output
-    lines carrying a configured marker count: unmarked text is never restated.
+    lines that start with a configured marker count: unmarked text is never restated, and content a
+    tool attached to its result is never taken for the user's words.
+
+    `sources` is required: in the seed study the changes arrived in tool output behind a marker, and
+    reading tool output is a decision about trust the user makes explicitly.
 
     Example:
         ```python
@@ -37,14 +42,20 @@ class Reassert(CompactionCapability[AgentDepsT]):
     inner: CompactionCapability[AgentDepsT]
     """The strategy that compacts; its trigger and settings apply."""
 
-    sources: InstructionSources = field(default_factory=InstructionSources)
-    """Which texts count as instruction changes."""
+    sources: InstructionSources | None = None
+    """Which texts count as instruction changes. Required: `InstructionSources(markers=('CHANGE:',))` restates
+    marked tool-output lines too (the seed study's setup), `InstructionSources(markers=())` only user prompts."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.inner, CompactionCapability):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f'Reassert.inner must be a compaction strategy, got {type(self.inner).__name__}.')
-        if not isinstance(self.sources, InstructionSources):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError(f'Reassert.sources must be InstructionSources, got {type(self.sources).__name__}.')
+        if self.sources is None:
+            raise ConfigurationError(
+                "Reassert.sources is required: pass sources=InstructionSources(markers=('CHANGE:',)) to restate "
+                'tool-output lines that start with a marker (how the seed study delivered instruction changes), or '
+                'sources=InstructionSources(markers=()) to restate only what the user wrote.'
+            )
+        check_instance('Reassert', 'sources', self.sources, InstructionSources, 'an InstructionSources')
 
     @property
     def strategy_name(self) -> str:
@@ -73,6 +84,7 @@ class Reassert(CompactionCapability[AgentDepsT]):
 
     async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
         """The inner proposal plus the instruction changes to restate."""
+        assert self.sources is not None  # checked at construction
         restate = gather_instructions(view, self.sources)
         proposal = await self.inner.propose(view, ctx)
         extra: dict[str, Any] = dict(proposal.extra)

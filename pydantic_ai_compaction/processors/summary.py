@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT
+from pydantic_ai_harness.compaction import DEFAULT_CONTEXT_WINDOW, estimate_token_count, resolve_context_window
 
-from pydantic_ai_compaction.protocols.types import Proposal, Summary
+from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime import compactor
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
+from pydantic_ai_compaction.runtime.checks import check_instance, check_int, check_optional_int
 from pydantic_ai_compaction.runtime.context import CompactionContext
+from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.segment import ConversationView
 from pydantic_ai_compaction.runtime.transcript import render_messages
+from pydantic_ai_compaction.runtime.wrappers import neutralize
 
 SUMMARY_MARKER = '[pydantic-ai-compaction: summary request]'
 """First line of the summarizer's prompt, so logs and test models can recognize the call."""
@@ -55,13 +60,24 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
     keep_recent: int = 0
     """Finished exchanges to keep verbatim (the most recent ones), besides protected and unfinished."""
 
+    max_transcript_tokens: int | None = None
+    """Largest transcript sent to the summarizer, in estimated tokens. `None`: 60 % of the summarizer's
+    context window (harness's default window when the model's is unknown). When the exchanges to drop
+    are larger, the oldest ones are left out of the transcript (still dropped, listed in the record's
+    `extra['not_summarized']` and named at the top of the transcript), and a single exchange larger than
+    the budget is cut, its tail kept."""
+
     instructions: str = field(default=SUMMARY_INSTRUCTIONS, kw_only=True)
     """System instructions of the summarizer call."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.keep_recent < 0:
-            raise ValueError(f'StatelessSummary.keep_recent must not be negative, got {self.keep_recent!r}.')
+        check_int('StatelessSummary', 'keep_recent', self.keep_recent, minimum=0)
+        check_optional_int('StatelessSummary', 'max_transcript_tokens', self.max_transcript_tokens, minimum=100)
+        check_instance(
+            'StatelessSummary', 'model', self.model, (Model, str, type(None)), 'a Model, a model name or None'
+        )
+        check_instance('StatelessSummary', 'instructions', self.instructions, str, 'a string')
 
     @property
     def strategy_name(self) -> str:
@@ -75,11 +91,73 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
         dropped = [exchange for exchange in candidates if exchange not in kept]
         if not dropped:
             return Proposal.failed('empty', 'nothing to summarize')
-        transcript = render_messages(message for exchange in dropped for message in view.messages_of(exchange))
-        prompt = SUMMARY_PROMPT.format(marker=SUMMARY_MARKER, transcript=transcript)
+        budget = self.max_transcript_tokens or transcript_budget(compactor.resolve_model(self.model, ctx))
+        transcript, left_out, cut = bounded_transcript(view, dropped, budget)
+        # Tool output must not be able to close the transcript and speak as the prompt.
+        prompt = clean_text(SUMMARY_PROMPT.format(marker=SUMMARY_MARKER, transcript=neutralize(transcript)))
         request = ModelRequest(parts=[UserPromptPart(prompt)], instructions=self.instructions)
         response = await compactor.request(ctx, [request], model=self.model, settings=self.model_settings)
         text = compactor.response_text(response)
         if not text:
             return Proposal.failed('empty', 'the summarizer returned no text')
-        return Proposal(keep=tuple(exchange.id for exchange in kept), summary=Summary(text))
+        extra: dict[str, Any] = {}
+        if left_out:
+            extra['not_summarized'] = list(left_out)
+        if cut:
+            extra['transcript_cut'] = list(cut)
+        return Proposal(keep=tuple(exchange.id for exchange in kept), summary=Summary(text), extra=extra)
+
+
+TRANSCRIPT_SHARE = 0.6
+"""Share of the summarizer's window a transcript may fill, leaving room for instructions and the answer."""
+
+
+def text_tokens(text: str) -> int:
+    """Estimated tokens of *text*, with the same estimator the trigger uses."""
+    return estimate_token_count([ModelRequest(parts=[UserPromptPart(text)])])
+
+
+def transcript_budget(model: Model) -> int:
+    """Estimated tokens of transcript the summarizer *model* can read."""
+    window = resolve_context_window(model) or DEFAULT_CONTEXT_WINDOW
+    return max(100, int(window * TRANSCRIPT_SHARE))
+
+
+def bounded_transcript(
+    view: ConversationView, exchanges: list[Exchange], budget: int
+) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """A transcript of *exchanges* within *budget* estimated tokens, newest kept first.
+
+    Returns the transcript, the ids left out (oldest first) and the ids whose text was cut.
+    """
+    # Measured on the text sent, not on `Exchange.tokens`: a response's reported output tokens include
+    # hidden reasoning the transcript does not carry.
+    rendered = [render_messages(view.messages_of(exchange)) for exchange in exchanges]
+    sizes = [text_tokens(text) for text in rendered]
+    chosen = 0
+    used = 0
+    for size in reversed(sizes):
+        if chosen and used + size > budget:
+            break
+        chosen += 1
+        used += size
+    first = len(exchanges) - chosen
+    left_out = tuple(exchange.id for exchange in exchanges[:first])
+    pieces: list[str] = []
+    cut: list[str] = []
+    if left_out:
+        tokens = sum(sizes[:first])
+        span = left_out[0] if len(left_out) == 1 else f'{left_out[0]}–{left_out[-1]}'
+        pieces.append(
+            f'[{len(left_out)} earlier exchange(s) ({span}, about {tokens:,} tokens) did not fit in this '
+            'transcript and are not shown.]'
+        )
+    for exchange, text, size in zip(exchanges[first:], rendered[first:], sizes[first:], strict=True):
+        if size > budget:
+            # One exchange larger than the whole budget: keep its end, where results and answers are.
+            keep_chars = max(1, len(text) * budget // max(size, 1))
+            note = f'[… the first {len(text) - keep_chars:,} characters of this exchange are cut …]'
+            text = f'{note}\n{text[-keep_chars:]}'
+            cut.append(exchange.id)
+        pieces.append(text)
+    return '\n'.join(pieces), left_out, tuple(cut)

@@ -9,6 +9,7 @@ from pydantic_ai.tools import AgentDepsT
 
 from pydantic_ai_compaction.protocols.types import CompactionState, Proposal
 from pydantic_ai_compaction.runtime.capability import CompactionCapability, RuntimeSettings
+from pydantic_ai_compaction.runtime.checks import check_callable, check_instance
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.segment import ConversationView, compactions_so_far
 
@@ -19,7 +20,8 @@ class Switch(CompactionCapability[AgentDepsT]):
 
     Example (seed 004's untested hybrid: reassert+native on short horizons, fork on long ones):
         ```python
-        Switch(when=lambda s: s.compactions < 3, then=Reassert(Native()), otherwise=Fork())
+        changes = InstructionSources(markers=('CHANGE:',))
+        Switch(when=lambda s: s.compactions < 3, then=Reassert(Native(), sources=changes), otherwise=Fork())
         ```
     """
 
@@ -33,13 +35,9 @@ class Switch(CompactionCapability[AgentDepsT]):
     """Strategy when it does not."""
 
     def __post_init__(self) -> None:
-        if not callable(self.when):
-            raise TypeError('Switch.when must be a callable taking a CompactionState.')
+        check_callable('Switch', 'when', self.when, optional=False)
         for name in ('then', 'otherwise'):
-            if not isinstance(getattr(self, name), CompactionCapability):
-                raise TypeError(
-                    f'Switch.{name} must be a compaction strategy, got {type(getattr(self, name)).__name__}.'
-                )
+            check_instance('Switch', name, getattr(self, name), CompactionCapability, 'a compaction strategy')
 
     @property
     def strategy_name(self) -> str:

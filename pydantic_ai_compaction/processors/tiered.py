@@ -12,6 +12,7 @@ With `Recall` in front, every cleared or summarized detail stays searchable.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -36,11 +37,23 @@ from pydantic_ai_compaction.processors.forget import WRITE_TOOLS
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, ArchiveStore
 from pydantic_ai_compaction.protocols.types import METADATA_KEY
 from pydantic_ai_compaction.runtime import compactor
+from pydantic_ai_compaction.runtime.checks import (
+    ConfigurationError,
+    check_callable,
+    check_instance,
+    check_int,
+    check_number,
+    check_optional_int,
+    check_patterns,
+)
 from pydantic_ai_compaction.runtime.context import CompactionContext, conversation_of, for_request
+from pydantic_ai_compaction.runtime.instructions import tool_provided
 from pydantic_ai_compaction.runtime.notes import NOTES_HEADER, gather_notes
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
-from pydantic_ai_compaction.runtime.segment import ConversationView, segment, str_dict
-from pydantic_ai_compaction.runtime.transcript import clip, render_messages, user_text
+from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, segment, str_dict
+from pydantic_ai_compaction.runtime.shape import checked_projection
+from pydantic_ai_compaction.runtime.transcript import clip, render_messages, return_text, user_text
+from pydantic_ai_compaction.runtime.wrappers import neutralize
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
@@ -141,19 +154,40 @@ class Tiered(AbstractCapability[AgentDepsT]):
     write_tools: str = WRITE_TOOLS
     """Tool names whose calls changed files; the handoff note lists their `path` arguments."""
 
+    handoff_input_share: float = 0.8
+    """Share of the window the transcript given to the handoff-note writer may take. Tool outputs are given
+    whole when they fit; otherwise the longest are shortened evenly, and the transcript says so."""
+
     _projection: _Projection = field(default_factory=_Projection, repr=False)
 
+    _writes: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
-        for name in ('clear_at', 'clear_min_saving', 'summarize_at', 'summarize_to', 'user_messages_share'):
-            value: float = getattr(self, name)
-            if not 0 < value <= 1:
-                raise ValueError(f'Tiered.{name} must be in (0, 1], got {value!r}.')
+        owner = 'Tiered'
+        check_optional_int(owner, 'context_window', self.context_window, minimum=1)
+        check_int(owner, 'fallback_context_window', self.fallback_context_window, minimum=1)
+        for name in (
+            'clear_at',
+            'clear_min_saving',
+            'summarize_at',
+            'summarize_to',
+            'user_messages_share',
+            'handoff_input_share',
+        ):
+            check_number(owner, name, getattr(self, name), minimum=0, maximum=1, exclusive_minimum=True)
         if not self.summarize_to < self.clear_at <= self.summarize_at:
-            raise ValueError('Tiered thresholds must satisfy summarize_to < clear_at <= summarize_at.')
-        if self.keep_results < 0 or self.summarize_max_tokens < 1:
-            raise ValueError('Tiered.keep_results must not be negative and summarize_max_tokens must be positive.')
-        if self.context_window is not None and self.context_window < 1:
-            raise ValueError(f'Tiered.context_window must be positive, got {self.context_window!r}.')
+            raise ConfigurationError(
+                'Tiered thresholds must satisfy summarize_to < clear_at <= summarize_at, got '
+                f'summarize_to={self.summarize_to!r}, clear_at={self.clear_at!r}, summarize_at={self.summarize_at!r}.'
+            )
+        check_int(owner, 'keep_results', self.keep_results, minimum=0)
+        check_instance(owner, 'summarize', self.summarize, bool, 'True or False')
+        check_int(owner, 'summarize_max_tokens', self.summarize_max_tokens, minimum=1)
+        check_instance(owner, 'model', self.model, (Model, str, type(None)), 'a Model, a model name or None')
+        check_instance(owner, 'model_settings', self.model_settings, (dict, type(None)), 'a ModelSettings dict or None')
+        check_instance(owner, 'retry', self.retry, RetryPolicy, 'a RetryPolicy')
+        check_callable(owner, 'conversation', self.conversation)
+        (self._writes,) = check_patterns(owner, 'write_tools', (self.write_tools,))
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """A copy with its own projection for this run."""
@@ -183,11 +217,24 @@ class Tiered(AbstractCapability[AgentDepsT]):
     ) -> ModelRequestContext:
         """Send the projection; move to the next tier when the projected request crosses its threshold."""
         persisted = list(request_context.messages)
+        try:
+            view = await self._project(ctx, request_context, persisted)
+        except Exception as error:  # a view must never fail the run: send the request unprojected
+            warnings.warn(f'Tiered sent the request unprojected: {error!r}', RuntimeWarning, stacklevel=2)
+            return request_context
+        return replace(request_context, messages=checked_projection(persisted, view, 'Tiered'))
+
+    async def _project(
+        self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext, persisted: list[ModelMessage]
+    ) -> list[ModelMessage]:
         window = self.window(request_context.model)
         view = self.view(persisted)
         tokens = estimate_token_count(view)
+        summarized: list[ModelMessage] | None = None
         if self.summarize and tokens >= min(self.summarize_at * window, self.summarize_max_tokens):
-            view = await self._summarize(view, window, for_request(ctx, request_context, self.retry))
+            summarized = await self._summarize(view, persisted, window, for_request(ctx, request_context, self.retry))
+        if summarized is not None:
+            view = summarized
             self._projection = replace(self._projection, covers=len(persisted), messages=view, covered=tuple(persisted))
         elif tokens >= self.clear_at * window:
             cleared = self._clear(view, window, ctx)
@@ -196,7 +243,7 @@ class Tiered(AbstractCapability[AgentDepsT]):
                 self._projection = replace(
                     self._projection, covers=len(persisted), messages=view, covered=tuple(persisted)
                 )
-        return replace(request_context, messages=view)
+        return view
 
     def _clear(self, view: list[ModelMessage], window: int, ctx: RunContext[AgentDepsT]) -> list[ModelMessage] | None:
         calls = {p.tool_call_id: p for m in view for p in m.parts if isinstance(p, ToolCallPart)}
@@ -269,16 +316,24 @@ class Tiered(AbstractCapability[AgentDepsT]):
             return [None] * len(cleared)
         return [entry.ref for entry in entries]
 
-    async def _summarize(self, view: list[ModelMessage], window: int, ctx: CompactionContext) -> list[ModelMessage]:
+    async def _summarize(
+        self, view: list[ModelMessage], persisted: Sequence[ModelMessage], window: int, ctx: CompactionContext
+    ) -> list[ModelMessage] | None:
+        """The view with older exchanges replaced by the updated handoff note, or `None` when nothing older
+        than what must stay is left to summarize (the exchange in progress alone crossed the threshold):
+        a note call would then have nothing to read."""
         segmented = segment(view)
         keep = _newest_within(segmented, int(self.summarize_to * window))
         replaced = [e for e in segmented.exchanges if e.id not in keep and not e.unfinished and e.kind != 'opening']
-        transcript = render_messages(
-            (m for e in replaced for m in segmented.messages_of(e) if not _is_our_boundary(m)), tool_limit=2_000
-        )
+        summarized = [m for e in replaced for m in segmented.messages_of(e) if not _is_our_boundary(m)]
+        if not summarized:
+            return None
+        # The note writer reads what clearing stubbed out in full, from the log: a summary written from
+        # one-line stubs would lose exactly what clearing set aside.
+        transcript = handoff_transcript(_uncleared(summarized, persisted), int(self.handoff_input_share * window) * 4)
         previous = self._projection.note
-        update = UPDATE_INSTRUCTION.format(previous=previous) if previous else ''
-        prompt = HANDOFF_PROMPT.format(marker=HANDOFF_MARKER, update=update, transcript=transcript)
+        update = UPDATE_INSTRUCTION.format(previous=neutralize(previous)) if previous else ''
+        prompt = HANDOFF_PROMPT.format(marker=HANDOFF_MARKER, update=update, transcript=neutralize(transcript))
         try:
             response = await compactor.request(
                 ctx, [ModelRequest(parts=[UserPromptPart(prompt)])], model=self.model, settings=self.model_settings
@@ -287,14 +342,17 @@ class Tiered(AbstractCapability[AgentDepsT]):
         except Exception as error:  # the note is best effort; the copied parts below still carry the essentials
             note = (previous or '') + f'\n[handoff note could not be updated: {type(error).__name__}]'
         self._projection = replace(self._projection, note=note)
-        notes = gather_notes(segmented)
+        # Copied by code from the full log, not from the view: after the first summary the view holds only
+        # the opening and the newest exchanges, and what is copied must not depend on what was summarized.
+        log = segment(persisted)
+        notes = list(dict.fromkeys([*gather_notes(log), *gather_notes(segmented)]))
         body = '\n\n'.join(
             part
             for part in (
                 HANDOFF_HEADER,
                 note.strip(),
-                _user_messages(view, int(self.user_messages_share * window)),
-                _files_changed(view, re.compile(self.write_tools, re.IGNORECASE)),
+                _user_messages(persisted, int(self.user_messages_share * window)),
+                _files_changed([*persisted, *view], self._writes),
                 ('\n'.join([NOTES_HEADER, *(f'- {n}' for n in notes)])) if notes else '',
             )
             if part
@@ -357,13 +415,68 @@ def _newest_within(view: ConversationView, budget: int) -> set[str]:
     return keep
 
 
-def _user_messages(view: Sequence[ModelMessage], budget: int) -> str:
-    prompts = [
-        user_text(part)
-        for message in view
+def handoff_transcript(messages: Sequence[ModelMessage], limit: int) -> str:
+    """The transcript the handoff-note writer reads: tool outputs whole when the transcript fits *limit*
+    characters, else every output longer than the largest length that fits is cut to it, and the
+    transcript begins by saying which outputs were cut and how much of each is shown."""
+    whole = render_messages(messages)
+    if len(whole) <= limit:
+        return whole
+    sizes = [
+        len(return_text(part))
+        for message in messages
         if isinstance(message, ModelRequest)
         for part in message.parts
-        if isinstance(part, UserPromptPart)
+        if isinstance(part, ToolReturnPart)
+    ]
+    low, high = 200, max(sizes, default=200)
+    while low < high:  # the largest per-output length whose transcript fits
+        middle = (low + high + 1) // 2
+        if len(render_messages(messages, tool_limit=middle)) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    cut = sum(1 for size in sizes if size > low)
+    notice = (
+        f'[{cut:,} of {len(sizes):,} tool outputs below are longer than {low:,} characters and show only their '
+        'first part (each says how many characters follow); recall finds their full text.]'
+    )
+    return notice + '\n' + render_messages(messages, tool_limit=low)
+
+
+def _uncleared(messages: Sequence[ModelMessage], log: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """*messages* with every cleared tool output replaced by the original the log still holds."""
+    originals = {
+        part.tool_call_id: part
+        for message in log
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, ToolReturnPart) and not _is_cleared(part)
+    }
+    out: list[ModelMessage] = []
+    for message in messages:
+        if isinstance(message, ModelRequest) and any(
+            isinstance(p, ToolReturnPart) and _is_cleared(p) and p.tool_call_id in originals for p in message.parts
+        ):
+            parts = [
+                originals[p.tool_call_id]
+                if isinstance(p, ToolReturnPart) and _is_cleared(p) and p.tool_call_id in originals
+                else p
+                for p in message.parts
+            ]
+            message = replace(message, parts=parts)
+        out.append(message)
+    return out
+
+
+def _user_messages(log: Sequence[ModelMessage], budget: int) -> str:
+    # Only what the user wrote: not restatements, not content a tool attached to its result.
+    prompts = [
+        user_text(part)
+        for message in log
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, UserPromptPart) and not is_restatement(part) and not tool_provided(message, part)
     ]
     chosen: list[str] = []
     used = 0

@@ -47,15 +47,28 @@ CURATOR_SCHEMA: dict[str, Any] = {
     'additionalProperties': False,
     'required': ['focal', 'orientation'],
     'properties': {
-        'focal': {'type': 'array', 'items': {'type': 'string'}, 'maxItems': 1_000},
+        'focal': {
+            'description': 'Bundle ids the answer needs verbatim, e.g. ["g1"].',
+            'type': 'array',
+            'items': {'type': 'string'},
+            'maxItems': 1_000,
+        },
         'orientation': {
             'type': 'object',
             'additionalProperties': False,
             'required': ['relevant_state', 'required', 'prohibited'],
             'properties': {
-                'relevant_state': {'type': 'string'},
-                'required': {'type': 'array', 'items': {'type': 'string'}},
-                'prohibited': {'type': 'array', 'items': {'type': 'string'}},
+                'relevant_state': {'description': 'The state the answer depends on.', 'type': 'string'},
+                'required': {
+                    'description': 'Propositions the answer must respect.',
+                    'type': 'array',
+                    'items': {'type': 'string'},
+                },
+                'prohibited': {
+                    'description': 'Stale propositions the answer must not repeat.',
+                    'type': 'array',
+                    'items': {'type': 'string'},
+                },
             },
         },
     },

@@ -50,7 +50,8 @@ class Exchange:
     """Estimated tokens its messages add to a request."""
 
     protected: str | None = None
-    """Why the runtime always keeps it (`opening`, `boundary`, `pinned`, `current_turn`, `predicate`), or `None`."""
+    """Why the runtime always keeps it (`opening`, `boundary`, `pinned`, `state` (it holds a tool reveal or a
+    settings or instruction change pydantic-ai reads back), `current_turn`, `predicate`), or `None`."""
 
     unfinished: bool = False
     """Whether it is the exchange in progress (the current request and the response it answers)."""
@@ -295,4 +296,9 @@ class CompactionEvent:
     """The history after the event (for `compacted`), so observers can snapshot it."""
 
     reason: str | None = None
-    """Why a crossing was ignored: `baseline` (`NoCompaction`) or `nothing to drop` (all exchanges forced)."""
+    """Why a crossing was ignored: `baseline` (`NoCompaction`), `nothing to drop` (all exchanges forced),
+    `below minimum saving` (too little could be dropped to be worth a compactor call), `grew` (the result
+    would not be smaller) or `shape` (the result would break the provider's message shape)."""
+
+    detail: str | None = None
+    """What was measured behind `reason`, when there is more to say."""

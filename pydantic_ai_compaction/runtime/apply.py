@@ -20,6 +20,7 @@ from pydantic_ai.messages import (
 )
 
 from pydantic_ai_compaction.protocols.types import METADATA_KEY, Exchange, Layout, ProviderSummary, Summary
+from pydantic_ai_compaction.runtime.encoding import clean_text, clean_value
 from pydantic_ai_compaction.runtime.segment import RESTATEMENT_MARK, ConversationView, fragment, message_stamp
 
 RESTATEMENT_HEADER = 'Instructions restated verbatim from earlier in this conversation (latest last):'
@@ -59,7 +60,12 @@ def assemble(view: ConversationView, keep: set[str]) -> list[ModelMessage]:
 
 
 def boundary_message(summary: Summary | ProviderSummary | None, record: dict[str, Any], note: str) -> ModelMessage:
-    """The message holding the one `CompactionPart` a compaction leaves, with its record in metadata."""
+    """The message holding the one `CompactionPart` a compaction leaves, with its record in metadata.
+
+    Text and record are what this library writes into the history, so both are cleaned of lone
+    surrogates (a compactor's reply may carry one): the history must stay serializable.
+    """
+    record = clean_value(record)
     if isinstance(summary, ProviderSummary):
         parts = [
             replace(part, metadata={**(part.metadata or {}), METADATA_KEY: record})
@@ -68,13 +74,13 @@ def boundary_message(summary: Summary | ProviderSummary | None, record: dict[str
             for part in summary.response.parts
         ]
         return replace(summary.response, parts=parts)
-    text = summary.text if summary is not None else note
+    text = clean_text(summary.text if summary is not None else note)
     return ModelRequest(parts=[CompactionPart(content=text, metadata={METADATA_KEY: record})])
 
 
 def restatement_message(texts: tuple[str, ...]) -> ModelRequest:
     """A user-role request restating instruction texts verbatim, marked so the next compaction replaces it."""
-    body = '\n'.join([RESTATEMENT_HEADER, *(f'- {text}' for text in texts)])
+    body = clean_text('\n'.join([RESTATEMENT_HEADER, *(f'- {text}' for text in texts)]))
     return ModelRequest(parts=[UserPromptPart([TextContent(body, metadata={METADATA_KEY: RESTATEMENT_MARK})])])
 
 

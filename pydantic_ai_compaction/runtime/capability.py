@@ -20,8 +20,9 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT, RunContext
 
 from pydantic_ai_compaction.protocols.types import CompactionEvent, CompactionState, Proposal
+from pydantic_ai_compaction.runtime.checks import check_bool, check_callable, check_instance, check_int, check_number
 from pydantic_ai_compaction.runtime.context import CompactionContext
-from pydantic_ai_compaction.runtime.engine import Outcome, run_compaction
+from pydantic_ai_compaction.runtime.engine import DEFAULT_MIN_SAVING, Outcome, Skipped, run_compaction
 from pydantic_ai_compaction.runtime.events import EventObserver, emit
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, compactions_so_far
@@ -42,6 +43,7 @@ class RuntimeSettings:
     fallback_keep: int
     observer: EventObserver | None
     reraise: bool = False
+    min_saving: float = DEFAULT_MIN_SAVING
 
 
 @dataclass
@@ -175,7 +177,10 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
             parameters=ModelRequestParameters(),
             retry=settings.retry,
         )
-        outcome = await self._run(chosen, list(messages), cctx, settings, raise_errors=settings.reraise)
+        # Asked for explicitly, so no minimum saving: harness decided compaction is due.
+        outcome = await self._run(
+            chosen, list(messages), cctx, replace(settings, min_saving=0.0), raise_errors=settings.reraise
+        )
         return outcome.messages if outcome is not None else messages
 
     @staticmethod
@@ -189,7 +194,12 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
     ) -> Outcome | None:
         try:
             outcome = await run_compaction(
-                chosen, messages, cctx, protect=settings.protect, fallback_keep=settings.fallback_keep
+                chosen,
+                messages,
+                cctx,
+                protect=settings.protect,
+                fallback_keep=settings.fallback_keep,
+                min_saving=settings.min_saving,
             )
         except Exception as error:  # compaction must never fail a run; a runtime bug leaves the history as it was
             warnings.warn(
@@ -198,9 +208,7 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
                 stacklevel=2,
             )
             return None
-        if raise_errors and outcome is not None and outcome.error is not None:
-            raise outcome.error
-        if outcome is None:
+        if isinstance(outcome, Skipped):
             emit(
                 CompactionEvent(
                     'ignored',
@@ -209,12 +217,15 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
                     None,
                     len(messages),
                     len(messages),
-                    reason='nothing to drop',
+                    reason=outcome.reason,
+                    detail=outcome.detail,
                 ),
                 cctx.run.tracer,
                 settings.observer,
             )
             return None
+        if raise_errors and outcome.error is not None:
+            raise outcome.error
         emit(
             CompactionEvent(
                 'compacted',
@@ -255,15 +266,31 @@ class ConfiguredCompaction(CompactionCapability[AgentDepsT], ABC):
     instead of applying the fallback layout, so harness `FallbackCompaction` can try its next strategy.
     Inside the agent's own trigger path the fallback always applies: compaction never fails a run."""
 
+    min_saving: float = field(default=DEFAULT_MIN_SAVING, kw_only=True)
+    """Share of the history's estimated tokens that must be droppable (not protected, not in progress)
+    for a crossing to call the compactor. Below it the crossing is reported as ignored with reason
+    `below minimum saving`: when protected content alone is over the trigger, a compactor call per step
+    that frees a sliver would cost more than it saves. `0` compacts whatever can be dropped."""
+
     def __post_init__(self) -> None:
-        if not isinstance(self.trigger, Trigger):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError(f'trigger must be a Trigger, got {type(self.trigger).__name__}.')
-        if self.fallback_keep < 1:
-            raise ValueError(f'fallback_keep must be at least 1, got {self.fallback_keep!r}.')
+        owner = type(self).__name__
+        check_instance(owner, 'trigger', self.trigger, Trigger, 'a Trigger')
+        check_instance(owner, 'retry', self.retry, RetryPolicy, 'a RetryPolicy')
+        check_int(owner, 'fallback_keep', self.fallback_keep, minimum=1)
+        check_number(owner, 'min_saving', self.min_saving, minimum=0, maximum=1)
+        check_callable(owner, 'protect', self.protect)
+        check_callable(owner, 'observer', self.observer)
+        check_bool(owner, 'reraise_in_compact', self.reraise_in_compact)
 
     @property
     def runtime(self) -> RuntimeSettings:
         """Trigger, protection, retries and fallback this strategy runs with."""
         return RuntimeSettings(
-            self.trigger, self.protect, self.retry, self.fallback_keep, self.observer, self.reraise_in_compact
+            self.trigger,
+            self.protect,
+            self.retry,
+            self.fallback_keep,
+            self.observer,
+            self.reraise_in_compact,
+            self.min_saving,
         )

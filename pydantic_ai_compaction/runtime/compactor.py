@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -12,6 +13,7 @@ from pydantic_ai.usage import RequestUsage
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from pydantic_ai_compaction.runtime.context import CompactionContext
+from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.retry import is_transient
 
 
@@ -119,10 +121,39 @@ def with_appended_prompt(messages: Sequence[ModelMessage], prompt: str) -> list[
     Appending to the current request keeps every earlier byte identical to what the agent sends,
     which is what lets a fork reuse the conversation's cached prefix.
     """
+    prompt = clean_text(prompt)  # our own text: it must encode whatever the history holds
     out = list(messages)
     if out and isinstance(out[-1], ModelRequest):
         last = out[-1]
         out[-1] = replace(last, parts=[*last.parts, UserPromptPart(prompt)])
     else:
         out.append(ModelRequest(parts=[UserPromptPart(prompt)]))
+    return out
+
+
+_SLOT = re.compile(r'\{([a-z_]+)\}')
+
+
+def fill(template: str, /, *, partial: bool = False, **slots: str) -> str:
+    """*template* with each `{name}` slot replaced by its value, in one pass.
+
+    Unlike `str.format`, braces that are not a slot (a JSON example) are left as written, a value's own
+    braces are never read as slots, and a slot without a value, or a value without a slot, raises
+    `KeyError`: no template placeholder can reach a model. `partial=True` leaves slots without a value
+    in place, for a template filled in two steps (fixed parts once, the rest per call).
+    """
+    used: set[str] = set()
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in slots:
+            if partial:
+                return match.group(0)
+            raise KeyError(f'prompt slot {{{name}}} has no value')
+        used.add(name)
+        return slots[name]
+
+    out = _SLOT.sub(value, template)
+    if unused := sorted(set(slots) - used):
+        raise KeyError(f'prompt has no slot for {", ".join(unused)}')
     return out

@@ -13,10 +13,24 @@ from pydantic_ai_compaction.protocols.types import CompactionRecord, Layout, Pro
 from pydantic_ai_compaction.runtime.apply import apply_layout, assemble, boundary_message
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.notes import gather_notes, with_notes
-from pydantic_ai_compaction.runtime.pairing import pairing_problems
 from pydantic_ai_compaction.runtime.retry import is_context_overflow
 from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, compactions_so_far, segment
+from pydantic_ai_compaction.runtime.shape import shape_problems
 from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP, fallback_layout, validate
+
+DEFAULT_MIN_SAVING = 0.10
+"""Share of the history's estimated tokens that must be droppable before a compactor is called."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Why a crossing led to no compaction (the history is sent as it was)."""
+
+    reason: str
+    """`nothing to drop`, `below minimum saving`, `grew` or `shape`."""
+
+    detail: str | None = None
+    """What was measured."""
 
 
 @dataclass(frozen=True)
@@ -40,17 +54,34 @@ async def run_compaction(
     *,
     protect: ProtectPredicate | None = None,
     fallback_keep: int = DEFAULT_FALLBACK_KEEP,
-) -> Outcome | None:
+    min_saving: float = DEFAULT_MIN_SAVING,
+) -> Outcome | Skipped:
     """Compact *messages* with *strategy*. Never raises for a model or proposal failure.
 
-    Returns `None` when there is nothing to remove: every exchange is protected or in progress (no
-    model is called), or neither the proposal nor the fallback would make the history smaller (no
-    boundary is written).
+    Returns `Skipped` with the reason when there is nothing worth removing: every exchange is
+    protected or in progress, or what could be removed is under *min_saving* of the history (no model
+    is called), or neither the proposal nor the fallback would make the history smaller, or the result
+    would break the provider shape (no boundary is written).
     """
-    view = segment(messages, protect)
-    if all(exchange.forced for exchange in view.exchanges):
-        return None
-    proposal, left_out, error = await _propose(strategy, view, ctx)
+    view = segment(messages, protect, prompt=ctx.run.prompt)
+    droppable = [exchange for exchange in view.exchanges if not exchange.forced]
+    if not droppable:
+        return Skipped('nothing to drop')
+    # When protected content alone (a long opening prompt, pins, the exchange in progress) is over the
+    # trigger, every step would otherwise call the compactor to free a sliver. What the last compaction
+    # kept by falling back (not by anyone's choice) will be kept again by the next fallback, so only what
+    # arrived since counts then; what a valid proposal kept may well go next time, so it counts.
+    records = view.records()
+    last = records[-1] if records else None
+    weighed = set(last.get('kept') or ()) if last is not None and last.get('fallback_reason') else set[str]()
+    new_tokens = sum(exchange.tokens for exchange in droppable if exchange.id not in weighed)
+    if new_tokens < min_saving * view.tokens:
+        return Skipped(
+            'below minimum saving',
+            f'only {new_tokens:,} of {view.tokens:,} estimated tokens are new and can be dropped '
+            f'(minimum {min_saving:.0%})',
+        )
+    proposal, left_out, error = await _propose(strategy, view, ctx, protect)
     layout = validate(proposal, view, fallback_keep=fallback_keep)
     if not layout.dropped and not layout.restate:
         # Nothing removed while the request is over the limit. A valid proposal that keeps
@@ -59,28 +90,26 @@ async def run_compaction(
         if layout.fallback_reason is None:
             layout = fallback_layout(view, 'kept_all', fallback_keep=fallback_keep)
         if not layout.dropped:
-            return None
+            return Skipped('nothing to drop', 'neither the proposal nor the fallback removes an exchange')
     outcome = _build(strategy, view, layout, proposal, ctx, left_out)
     if outcome.record.tokens_after >= outcome.record.tokens_before:
         # A compaction that does not shrink the history (a summary longer than what it replaces)
         # is worse than none: fall back, and give up if that does not shrink it either.
         smaller = replace(fallback_layout(view, 'grew', fallback_keep=fallback_keep), restate=layout.restate)
         if not smaller.dropped:
-            return None
+            return Skipped('grew', 'the compaction would not make the history smaller')
         outcome = _build(strategy, view, smaller, proposal, ctx, left_out)
         if outcome.record.tokens_after >= outcome.record.tokens_before:
-            return None
-    if problems := pairing_problems(outcome.messages):
-        # Segmentation keeps pairs inside exchanges, so this is a last line of defence: keep every
-        # exchange rather than send a request the provider would reject.
-        keep_all = fallback_layout(view, 'pairing', fallback_keep=len(view.exchanges))
-        keep_all = replace(keep_all, restate=layout.restate)
-        outcome = _build(strategy, view, keep_all, replace(proposal, detail='; '.join(problems)), ctx, left_out)
+            return Skipped('grew', 'the compaction would not make the history smaller')
+    if problems := shape_problems(outcome.messages, before=messages):
+        # Segmentation keeps pairs inside exchanges and the validator settles roles, so this is a
+        # last line of defence: send the history as it was rather than one a provider would reject.
+        return Skipped('shape', '; '.join(problems[:5]))
     return replace(outcome, error=error)
 
 
 async def _propose(
-    strategy: Strategy, view: ConversationView, ctx: CompactionContext
+    strategy: Strategy, view: ConversationView, ctx: CompactionContext, protect: ProtectPredicate | None
 ) -> tuple[Proposal, tuple[str, ...], Exception | None]:
     """Ask for a proposal; on a context overflow, ask once more with the oldest unprotected exchanges left out."""
     try:
@@ -89,7 +118,7 @@ async def _propose(
         if not is_context_overflow(error):
             return Proposal.failed('compactor_error', _describe(error)), (), error
         first_error = error
-    reduced, left_out = shrink(view)
+    reduced, left_out = shrink(view, protect=protect, prompt=ctx.run.prompt)
     if not left_out:
         return Proposal.failed('context_overflow', 'nothing left to leave out of the compactor view'), (), first_error
     try:
@@ -99,7 +128,9 @@ async def _propose(
         return Proposal.failed(reason, _describe(error)), left_out, error
 
 
-def shrink(view: ConversationView) -> tuple[ConversationView, tuple[str, ...]]:
+def shrink(
+    view: ConversationView, *, protect: ProtectPredicate | None = None, prompt: object = None
+) -> tuple[ConversationView, tuple[str, ...]]:
     """*view* without its oldest unprotected exchanges, about half of their tokens."""
     candidates = [exchange for exchange in view.exchanges if not exchange.forced]
     budget = sum(exchange.tokens for exchange in candidates) / 2
@@ -113,7 +144,7 @@ def shrink(view: ConversationView) -> tuple[ConversationView, tuple[str, ...]]:
     if not left_out:
         return view, ()
     remaining = assemble(view, set(view.ids) - set(left_out))
-    return segment(remaining), tuple(left_out)
+    return segment(remaining, protect, prompt=prompt), tuple(left_out)
 
 
 def _build(

@@ -39,6 +39,8 @@ def _attributes(event: CompactionEvent) -> dict[str, Any]:
     }
     if event.trigger_tokens is not None:
         attributes['compaction.trigger_tokens'] = event.trigger_tokens
+    if event.reason is not None:
+        attributes['compaction.reason'] = event.reason
     record = event.record
     if record is not None:
         attributes.update(

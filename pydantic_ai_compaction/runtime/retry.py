@@ -15,6 +15,8 @@ from pydantic_ai.exceptions import (
     ModelUnavailableError,
 )
 
+from pydantic_ai_compaction.runtime.checks import check_int, check_number
+
 _OVERFLOW_WORDS = (
     'context length',
     'context window',
@@ -23,6 +25,13 @@ _OVERFLOW_WORDS = (
     'maximum context',
     'too many tokens',
 )
+
+
+MAX_ATTEMPTS = 100
+"""Upper bound on `RetryPolicy.attempts`: compaction must end."""
+
+MAX_WAIT = 3600.0
+"""Upper bound, in seconds, on one retry wait."""
 
 
 @dataclass(frozen=True)
@@ -39,10 +48,10 @@ class RetryPolicy:
     """Upper bound on one wait, in seconds."""
 
     def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError(f'RetryPolicy.attempts must be at least 1, got {self.attempts!r}.')
-        if self.initial_wait < 0 or self.max_wait < 0:
-            raise ValueError('RetryPolicy waits must not be negative.')
+        # Finite bounds matter: `attempts=inf` or a NaN wait would retry a failing compactor forever.
+        check_int('RetryPolicy', 'attempts', self.attempts, minimum=1, maximum=MAX_ATTEMPTS)
+        check_number('RetryPolicy', 'initial_wait', self.initial_wait, minimum=0, maximum=MAX_WAIT)
+        check_number('RetryPolicy', 'max_wait', self.max_wait, minimum=0, maximum=MAX_WAIT)
 
 
 def is_context_overflow(error: BaseException) -> bool:

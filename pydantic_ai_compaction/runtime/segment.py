@@ -14,20 +14,24 @@ user prompt for the next.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-import networkx as nx
 from pydantic_ai.messages import (
     CompactionPart,
+    InstructionBaselinePart,
+    InstructionDeltaPart,
     ModelMessage,
     ModelRequest,
     ModelRequestPart,
     ModelResponse,
+    ModelSettingsDeltaPart,
     RetryFeedbackPart,
     RetryPromptPart,  # pyright: ignore[reportDeprecated]
     TextContent,
+    ToolAvailabilityDeltaPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -35,6 +39,7 @@ from pydantic_ai.messages import (
 from pydantic_ai_harness.compaction import estimate_token_count, is_pinned
 
 from pydantic_ai_compaction.protocols.types import METADATA_KEY, Exchange, ExchangeKind, PartRef
+from pydantic_ai_compaction.runtime.memo import IdentityMemo
 
 ProtectPredicate = Callable[[Exchange, list[ModelMessage]], bool]
 """User hook: return `True` to protect an exchange (it receives the exchange and its messages)."""
@@ -42,7 +47,12 @@ ProtectPredicate = Callable[[Exchange, list[ModelMessage]], bool]
 RESTATEMENT_MARK = 'restatement'
 """Value under `METADATA_KEY` in the `TextContent.metadata` of a `Reassert` restatement."""
 
-_ID_PATTERN = re.compile(r'^g(\d+)$')
+_ID_PATTERN = re.compile(r'^g(\d{1,12})$')
+"""Exchange ids: `g` and up to twelve digits. Longer numbers come from no history this library wrote, and
+converting thousands of digits fails (CPython's limit) or inflates every later id."""
+
+MAX_EXCHANGE_NUMBER = 10**12
+"""Counters read back from records (`next_id`, `sequence`) above this are ignored as forged or corrupt."""
 
 
 def exchange_number(exchange_id: str) -> int | None:
@@ -57,11 +67,50 @@ def str_dict(value: object) -> dict[str, Any]:
 
 
 def our_record(part: object) -> dict[str, Any] | None:
-    """The boundary record this library stored on a `CompactionPart`, or `None`."""
+    """The boundary record this library stored on a `CompactionPart`, or `None`.
+
+    Records come back from storage written by any version (or edited by hand), so every field is
+    checked for its type here, once, and a field of the wrong type is left out (`kept: 7` reads as no
+    `kept`): an odd old record must never stop compaction of its history for good.
+    """
     if not isinstance(part, CompactionPart):
         return None
     record = str_dict(part.metadata).get(METADATA_KEY)
-    return str_dict(record) if isinstance(record, dict) else None  # pyright: ignore[reportUnknownArgumentType]
+    return _well_typed(str_dict(record)) if isinstance(record, dict) else None  # pyright: ignore[reportUnknownArgumentType]
+
+
+_STRING_LISTS = ('kept', 'dropped', 'rejected', 'restated', 'view_reduced')
+_INTEGERS = ('sequence', 'next_id', 'tokens_before', 'tokens_after')
+_COUNTERS = ('sequence', 'next_id')
+_STRINGS = ('strategy', 'variant', 'boundary_id', 'fallback_reason', 'detail')
+
+
+def _well_typed(record: dict[str, Any]) -> dict[str, Any]:
+    out = dict(record)
+    for key in _STRING_LISTS:
+        value = out.get(key)
+        if value is not None:
+            items = cast('list[object]', value) if isinstance(value, list | tuple) else []
+            out[key] = [item for item in items if isinstance(item, str)]
+    for key in _INTEGERS:
+        value = out.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            del out[key]
+    for key in _COUNTERS:
+        value = out.get(key)
+        if isinstance(value, int) and not 0 <= value <= MAX_EXCHANGE_NUMBER:
+            del out[key]
+    for key in _STRINGS:
+        if key in out and out[key] is not None and not isinstance(out[key], str):
+            del out[key]
+    if 'extra' in out:
+        extra = str_dict(out['extra'])
+        if 'notes' in extra:
+            notes = extra['notes']
+            items = cast('list[object]', notes) if isinstance(notes, list | tuple) else []
+            extra = {**extra, 'notes': [item for item in items if isinstance(item, str)]}
+        out['extra'] = extra
+    return out
 
 
 def compactions_so_far(messages: Sequence[ModelMessage]) -> int:
@@ -119,11 +168,11 @@ class _Unit:
 
     def start(self) -> tuple[int, int]:
         first = min(self.parts)
-        return first, min(self.parts[first])
+        return first, min(self.parts[first], default=-1)
 
     def end(self) -> tuple[int, int]:
         last = max(self.parts)
-        return last, max(self.parts[last])
+        return last, max(self.parts[last], default=-1)
 
 
 @dataclass(frozen=True)
@@ -189,14 +238,18 @@ def fragment(messages: Sequence[ModelMessage], ref: PartRef) -> ModelMessage:
     return replace(message, parts=[message.parts[p] for p in parts])
 
 
-def segment(messages: Sequence[ModelMessage], protect: ProtectPredicate | None = None) -> ConversationView:
+def segment(
+    messages: Sequence[ModelMessage], protect: ProtectPredicate | None = None, *, prompt: object = None
+) -> ConversationView:
     """Split *messages* into exchanges with stable ids.
 
     Args:
         messages: The history, oldest first.
         protect: Optional user predicate; exchanges it returns `True` for are always kept.
+        prompt: The run's user prompt (`RunContext.prompt`), when known: a user part with this content is
+            the user speaking even where it follows tool returns in the same request.
     """
-    units = _build_units(messages)
+    units = _build_units(messages, prompt)
     groups = _merge_linked(units)
     next_number, stamped_numbers = _id_counter(messages, units)
     token_counts = [message_tokens(message) for message in messages]
@@ -238,7 +291,56 @@ def segment(messages: Sequence[ModelMessage], protect: ProtectPredicate | None =
     return ConversationView(messages=tuple(messages), exchanges=tuple(exchanges), next_id=highest + 1)
 
 
-def _build_units(messages: Sequence[ModelMessage]) -> list[_Unit]:
+TOOL_CONTENT_WINDOW = timedelta(seconds=2)
+"""How long after a tool return a user part can have been created by pydantic-ai for that tool's content."""
+
+
+def tool_content_parts(message: ModelRequest, prompt: object = None) -> frozenset[int]:
+    """Indices of the user parts of *message* that carry tool output (`ToolReturn.content`), not the user.
+
+    pydantic-ai marks nothing: it appends one `UserPromptPart` per tool that returned content, right
+    after the request's tool returns and created a moment after them. A user prompt can also follow
+    returns in the same request (a prompt enqueued during the run, or a new run's prompt merged into a
+    trailing request), so a part counts as tool output only when all of these hold: it is among the
+    first *k* user parts directly after the returns, *k* being the number of successful returns; its
+    timestamp is no earlier than the first return's and at most `TOOL_CONTENT_WINDOW` after the last
+    one's; and its content is not the run's own *prompt*. Errors on the side of "tool output" are safe
+    for restatement (never restated) and keep the part with the call that produced it.
+    """
+    parts = message.parts
+    if len(parts) < 2 or not isinstance(parts[-1], UserPromptPart):
+        return frozenset()  # tool content comes last in its request
+    returns = [part for part in parts if isinstance(part, ToolReturnPart) and part.outcome == 'success']
+    if not returns:
+        return frozenset()
+    last_result = max(index for index, part in enumerate(parts) if _answers_call(part) is not None)
+    stamps = [_utc(part.timestamp) for part in returns]
+    earliest, latest = min(stamps), max(stamps)
+    found: set[int] = set()
+    for index in range(last_result + 1, len(parts)):
+        part = parts[index]
+        if isinstance(part, _BOOKKEEPING):
+            continue  # a tool that reveals tools adds their availability between its return and its content
+        if not isinstance(part, UserPromptPart) or is_restatement(part) or len(found) == len(returns):
+            break
+        if prompt is not None and part.content == prompt:
+            break
+        if not earliest <= _utc(part.timestamp) <= latest + TOOL_CONTENT_WINDOW:
+            break
+        found.add(index)
+    return frozenset(found)
+
+
+_BOOKKEEPING = (ToolAvailabilityDeltaPart, ModelSettingsDeltaPart, InstructionDeltaPart, InstructionBaselinePart)
+"""Request parts that record state changes rather than carry content from the user or a tool."""
+
+
+def _utc(moment: datetime) -> datetime:
+    """*moment* comparable with any other: a history loaded from JSON can mix naive and aware timestamps."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+def _build_units(messages: Sequence[ModelMessage], prompt: object = None) -> list[_Unit]:
     units: list[_Unit] = []
     owner_of_call: dict[str, int] = {}
     last_response: int | None = None
@@ -262,17 +364,41 @@ def _build_units(messages: Sequence[ModelMessage]) -> list[_Unit]:
                 owner_of_call[call.tool_call_id] = position
             continue
 
-        retries_only = bool(message.parts)
+        if not message.parts:
+            # A request with no parts (an agent with `instructions=` only, or `run(None, ...)` continuing
+            # after a response) still belongs to exactly one exchange: the opening when it is first,
+            # else the exchange it continues. Dropping it would leave two responses side by side or a
+            # history that ends on a response.
+            owner = len(units) - 1 if units else None
+            if owner is None:
+                units.append(_Unit('opening', stamp=message_stamp(message)))
+                opening = owner = 0
+            units[owner].parts[index] = []
+            retrying = None
+            continue
+
+        retries_only = True
         run_kind: ExchangeKind | None = None
         owned: list[int] = []
+        tool_owner: int | None = None
+        from_tools = tool_content_parts(message, prompt)
         for part_index, part in enumerate(message.parts):
             call_id = _answers_call(part)
             if call_id is not None and (owner := owner_of_call.get(call_id, last_response)) is not None:
                 units[owner].add(index, part_index)
                 retries_only = retries_only and _is_retry(part)
+                tool_owner = owner
                 continue
-            if isinstance(part, RetryFeedbackPart) and last_response is not None:
+            if _is_feedback(part) and last_response is not None:
+                # Retry feedback (and a legacy retry prompt without a tool name) answers the model's
+                # last response; it is not the user speaking.
                 units[last_response].add(index, part_index)
+                continue
+            if part_index in from_tools and tool_owner is not None:
+                # `ToolReturn(content=...)` puts its content in a user part right after the returns of the
+                # same request: it is tool output, and travels with the call that produced it.
+                units[tool_owner].add(index, part_index)
+                retries_only = False
                 continue
             retries_only = False
             if isinstance(part, CompactionPart):
@@ -301,6 +427,13 @@ def _build_units(messages: Sequence[ModelMessage]) -> list[_Unit]:
     return units
 
 
+def _is_feedback(part: ModelRequestPart) -> bool:
+    """Retry feedback that answers the model's last response rather than a tool call."""
+    if isinstance(part, RetryFeedbackPart):
+        return True
+    return isinstance(part, RetryPromptPart) and part.tool_name is None  # pyright: ignore[reportDeprecated]
+
+
 def _is_retry(part: ModelRequestPart) -> bool:
     """A return that asks the model to call again rather than delivering a result."""
     return (isinstance(part, ToolReturnPart) and part.outcome == 'retried') or isinstance(
@@ -318,26 +451,31 @@ def _boundary_stamp(message: ModelMessage) -> str | None:
 
 
 def _merge_linked(units: list[_Unit]) -> list[list[_Unit]]:
-    """Group units whose spans interleave (a deferred return after other units) into one exchange."""
-    graph: nx.Graph[int] = nx.Graph()
-    graph.add_nodes_from(range(len(units)))
+    """Group units whose spans interleave (a deferred return after other units) into one exchange.
+
+    In start order, a unit joins the current group when it starts before the furthest end reached so
+    far; otherwise it opens a new group. That is the connected components of the overlap graph, which
+    are always contiguous runs in start order, found in one sweep (a graph library would only repeat it).
+    """
     starts = [unit.start() for unit in units]
     order = sorted(range(len(units)), key=lambda position: starts[position])
+    groups: list[list[_Unit]] = []
     reach_end = (-1, -1)
-    reach_owner = -1
     for position in order:
-        if starts[position] <= reach_end:
-            graph.add_edge(reach_owner, position)
-        end = units[position].end()
+        unit = units[position]
+        if groups and starts[position] <= reach_end:
+            groups[-1].append(unit)
+        else:
+            groups.append([unit])
+        end = unit.end()
         if end > reach_end:
-            reach_end, reach_owner = end, position
-    components: Iterable[set[int]] = nx.connected_components(graph)
-    groups = [sorted(component, key=lambda position: starts[position]) for component in components]
-    groups.sort(key=lambda group: starts[group[0]])
-    return [[units[position] for position in group] for group in groups]
+            reach_end = end
+    return groups
 
 
 def _merge_parts(group: list[_Unit]) -> dict[int, list[int]]:
+    if len(group) == 1:
+        return group[0].parts  # built in order, one entry per message
     merged: dict[int, list[int]] = {}
     for unit in group:
         for message_index, parts in unit.parts.items():
@@ -370,26 +508,19 @@ def _id_counter(messages: Sequence[ModelMessage], units: list[_Unit]) -> tuple[i
     return highest, stamped
 
 
-_TOKENS_MEMO: dict[int, tuple[ModelMessage, int]] = {}
-_TOKENS_MEMO_LIMIT = 200_000
+_TOKENS: IdentityMemo[int] = IdentityMemo()
+"""Token estimates per message object (never keeps a message alive)."""
 
 
 def message_tokens(message: ModelMessage) -> int:
-    """Estimated tokens a message adds (harness's text estimate; a response at least its output tokens).
-
-    Memoized by identity: messages are reused as the same objects from request to request, so after
-    the first request only new messages are measured.
-    """
-    cached = _TOKENS_MEMO.get(id(message))
-    if cached is not None and cached[0] is message:
-        return cached[1]
+    """Estimated tokens a message adds (harness's text estimate; a response at least its output tokens)."""
+    cached = _TOKENS.get((message,))
+    if cached is not None:
+        return cached
     tokens = estimate_token_count([_without_instructions(message)])
     if isinstance(message, ModelResponse):
         tokens = max(tokens, message.usage.output_tokens)
-    if len(_TOKENS_MEMO) >= _TOKENS_MEMO_LIMIT:
-        _TOKENS_MEMO.clear()
-    _TOKENS_MEMO[id(message)] = (message, tokens)
-    return tokens
+    return _TOKENS.put((message,), tokens)
 
 
 def _tokens(messages: Sequence[ModelMessage], refs: tuple[PartRef, ...], counts: list[int]) -> int:
@@ -427,6 +558,10 @@ def _protection(
         parts = message.parts if part_indices is None else [message.parts[i] for i in part_indices]
         if any(isinstance(part, UserPromptPart) and is_pinned(part) for part in parts):
             return 'pinned'
+        if any(isinstance(part, _BOOKKEEPING) for part in parts):
+            # A tool reveal, a settings or an instruction change: pydantic-ai reads the run's state back
+            # from these parts, so dropping one would, say, make a revealed tool unavailable again.
+            return 'state'
     return None
 
 

@@ -20,7 +20,8 @@ from pydantic_ai.messages import (
 from pydantic_ai_harness.compaction import is_pinned
 
 from pydantic_ai_compaction.protocols.types import Exchange
-from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement
+from pydantic_ai_compaction.runtime.encoding import args_text
+from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, tool_content_parts
 
 
 def clip(text: str, limit: int) -> str:
@@ -79,7 +80,7 @@ def describe(view: ConversationView, exchange: Exchange, *, limit: int = 100) ->
     if calls:
         sizes = {part.tool_call_id: len(return_text(part)) for part in returns}
         rendered = ', '.join(
-            f'{call.tool_name}({clip(call.args_as_json_str(), 60)}) → {sizes.get(call.tool_call_id, 0):,} chars'
+            f'{call.tool_name}({clip(args_text(call.args), 60)}) → {sizes.get(call.tool_call_id, 0):,} chars'
             for call in calls
         )
         return clip(rendered, limit)
@@ -114,11 +115,14 @@ def render_messages(messages: Iterable[ModelMessage], *, tool_limit: int | None 
     """A plain transcript: who said what, tool calls with arguments, tool results with content."""
     lines: list[str] = []
     for message in messages:
-        for part in message.parts:
+        # A user part that `ToolReturn(content=...)` added is tool output: labelled as the user, its text
+        # would read to a summarizer as the user's own instruction.
+        from_tools = tool_content_parts(message) if isinstance(message, ModelRequest) else frozenset[int]()
+        for index, part in enumerate(message.parts):
             if isinstance(part, SystemPromptPart):
                 lines.append(f'SYSTEM: {part.content}')
             elif isinstance(part, UserPromptPart):
-                label = 'RESTATED' if is_restatement(part) else 'USER'
+                label = 'TOOL CONTENT' if index in from_tools else 'RESTATED' if is_restatement(part) else 'USER'
                 lines.append(f'{label}: {user_text(part)}')
             elif isinstance(part, ToolReturnPart):
                 content = return_text(part)
@@ -132,7 +136,7 @@ def render_messages(messages: Iterable[ModelMessage], *, tool_limit: int | None 
             elif isinstance(part, TextPart):
                 lines.append(f'ASSISTANT: {part.content}')
             elif isinstance(part, ToolCallPart):
-                lines.append(f'TOOL CALL {part.tool_name}({part.args_as_json_str()})')
+                lines.append(f'TOOL CALL {part.tool_name}({args_text(part.args)})')
             elif isinstance(part, ThinkingPart) and part.content:
                 lines.append(f'THINKING: {part.content}')
     return '\n'.join(lines)

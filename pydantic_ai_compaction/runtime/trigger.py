@@ -15,6 +15,13 @@ from pydantic_ai_harness.compaction import (
     resolve_context_window,
 )
 
+from pydantic_ai_compaction.runtime.checks import (
+    ConfigurationError,
+    check_callable,
+    check_int,
+    check_optional_int,
+    check_optional_number,
+)
 from pydantic_ai_compaction.runtime.segment import message_stamp, our_record
 
 
@@ -67,22 +74,18 @@ class Trigger:
     """Optional tokenizer for the part of the estimate not covered by provider usage."""
 
     def __post_init__(self) -> None:
+        check_optional_int('Trigger', 'tokens', self.tokens, minimum=1)
+        check_optional_number('Trigger', 'fraction', self.fraction, minimum=0, maximum=1, exclusive_minimum=True)
+        check_optional_int('Trigger', 'context_window', self.context_window, minimum=1)
+        check_optional_int('Trigger', 'messages', self.messages, minimum=1)
+        check_int('Trigger', 'fallback_context_window', self.fallback_context_window, minimum=1)
+        check_callable('Trigger', 'tokenizer', self.tokenizer)
         if self.tokens is None and self.fraction is None and self.messages is None:
-            raise ValueError('Trigger needs a limit: set `tokens`, `fraction` or `messages`.')
+            raise ConfigurationError('Trigger needs a limit: set `tokens`, `fraction` or `messages`.')
         if self.tokens is not None and self.fraction is not None:
-            raise ValueError('Trigger: set at most one of `tokens` and `fraction`.')
-        if self.tokens is not None and self.tokens < 1:
-            raise ValueError(f'Trigger.tokens must be a positive integer, got {self.tokens!r}.')
-        if self.fraction is not None and not 0 < self.fraction <= 1:
-            raise ValueError(f'Trigger.fraction must be in (0, 1], got {self.fraction!r}.')
-        if self.messages is not None and self.messages < 1:
-            raise ValueError(f'Trigger.messages must be a positive integer, got {self.messages!r}.')
-        if self.context_window is not None and self.context_window < 1:
-            raise ValueError(f'Trigger.context_window must be positive, got {self.context_window!r}.')
+            raise ConfigurationError('Trigger: set at most one of `tokens` and `fraction`.')
         if self.context_window is not None and self.fraction is None:
-            raise ValueError('Trigger.context_window only applies together with `fraction`.')
-        if self.fallback_context_window < 1:
-            raise ValueError(f'Trigger.fallback_context_window must be positive, got {self.fallback_context_window!r}.')
+            raise ConfigurationError('Trigger.context_window only applies together with `fraction`.')
 
     @property
     def measures_tokens(self) -> bool:

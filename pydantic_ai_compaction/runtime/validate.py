@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pydantic_ai.messages import ModelResponse
+
 from pydantic_ai_compaction.protocols.types import Exchange, Layout, Proposal, Summary
 from pydantic_ai_compaction.runtime.segment import ConversationView, our_record
+from pydantic_ai_compaction.runtime.shape import is_compaction_response
 
 DEFAULT_FALLBACK_KEEP = 4
 """Exchanges the fallback layout keeps (besides protected and unfinished ones)."""
@@ -33,6 +36,7 @@ def validate(proposal: Proposal, view: ConversationView, *, fallback_keep: int =
     if proposal.summary is None and not proposal.restate and not (accepted - keep_forced(view)):
         return fallback_layout(view, 'empty', fallback_keep=fallback_keep, rejected=tuple(rejected))
 
+    keep = settle(view, keep, restate=bool(proposal.restate))
     ordered = tuple(e.id for e in view.exchanges if e.id in keep)
     dropped = tuple(e.id for e in view.exchanges if e.id not in keep)
     return Layout(
@@ -60,8 +64,11 @@ def fallback_layout(
     restate: tuple[str, ...] = (),
 ) -> Layout:
     """The layout used when a proposal cannot be: the last exchanges plus everything forced."""
-    tail = {exchange.id for exchange in view.exchanges[-fallback_keep:]} if fallback_keep > 0 else set[str]()
-    keep = tail | keep_forced(view)
+    # Seed 004: the last four exchanges, besides everything protected and the exchange in progress,
+    # which "stays regardless" and so does not count among the four.
+    droppable = [exchange for exchange in view.exchanges if not exchange.forced]
+    tail = {e.id for e in droppable[len(droppable) - fallback_keep :]} if fallback_keep > 0 else set[str]()
+    keep = settle(view, tail | keep_forced(view), restate=bool(restate))
     ordered = tuple(e.id for e in view.exchanges if e.id in keep)
     dropped_exchanges = [e for e in view.exchanges if e.id not in keep]
     return Layout(
@@ -107,3 +114,55 @@ def _written_by(record: dict[str, object], strategy: str) -> bool:
     """Whether *strategy* wrote a record, alone or wrapped (`reassert+native` was written by `native`)."""
     name = record.get('strategy')
     return isinstance(name, str) and (name == strategy or name.endswith(f'+{strategy}'))
+
+
+def settle(view: ConversationView, keep: set[str], *, restate: bool = False) -> set[str]:
+    """*keep* adjusted so the history it gives never has a model turn right after another.
+
+    Dropping a user turn while keeping the answers on both sides of it would put two responses side
+    by side. Where that happens the latest request-only exchange in the gap (the question) is kept as
+    well; when the gap has none, the later answer is dropped too unless it is forced, and only then is
+    the whole gap kept. Each step keeps or drops one more exchange, so this ends.
+    """
+    keep = set(keep)
+    for _ in range(2 * len(view.exchanges) + 1):
+        position = _response_after_response(view, keep, restate)
+        if position is None:
+            return keep
+        earlier = max((p for p in range(position) if view.exchanges[p].id in keep), default=-1)
+        gap = view.exchanges[earlier + 1 : position]
+        questions = [e for e in gap if _roles(view, e) == (False, False)]
+        exchange = view.exchanges[position]
+        if questions:
+            keep.add(questions[-1].id)
+        elif not exchange.forced:
+            keep.discard(exchange.id)
+        else:
+            keep.update(e.id for e in gap)
+    return keep
+
+
+def _roles(view: ConversationView, exchange: Exchange) -> tuple[bool, bool]:
+    """Whether *exchange* starts with a response, and whether it ends with one (a provider compaction aside)."""
+    first = view.messages[exchange.refs[0][0]]
+    last = view.messages[exchange.refs[-1][0]]
+    return isinstance(first, ModelResponse), isinstance(last, ModelResponse) and not is_compaction_response(last)
+
+
+def _response_after_response(view: ConversationView, keep: set[str], restate: bool) -> int | None:
+    """Position of the first kept exchange that would follow a response directly, as `apply_layout` lays it out."""
+    exchanges = view.exchanges
+    dropped = [p for p, e in enumerate(exchanges) if e.id not in keep]
+    unfinished = next((p for p, e in enumerate(exchanges) if e.unfinished), len(exchanges))
+    boundary_at = min(max(dropped) + 1 if dropped else unfinished, unfinished)
+    after_response = False
+    for position, exchange in enumerate(exchanges):
+        if position == boundary_at or (restate and position == unfinished):
+            after_response = False  # the boundary and a restatement are requests
+        if exchange.id not in keep:
+            continue
+        starts, ends = _roles(view, exchange)
+        if starts and after_response:
+            return position
+        after_response = ends
+    return None

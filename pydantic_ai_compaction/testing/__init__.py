@@ -1,6 +1,26 @@
-"""What users import in their own tests: rendering, the syrupy extension, replay."""
+"""What users import in their own tests: rendering, the syrupy extension, replay of strategies and of views."""
 
 from pydantic_ai_compaction.testing.render import render
 from pydantic_ai_compaction.testing.replay import load_history, replay
+from pydantic_ai_compaction.testing.views import (
+    BUDGET_PRESETS,
+    MAX_TOTAL_TOKENS,
+    MIN_PRIOR_TOKENS,
+    Checkpoint,
+    ViewReplay,
+    checkpoints,
+    replay_views,
+)
 
-__all__ = ['load_history', 'render', 'replay']
+__all__ = [
+    'BUDGET_PRESETS',
+    'MAX_TOTAL_TOKENS',
+    'MIN_PRIOR_TOKENS',
+    'Checkpoint',
+    'ViewReplay',
+    'checkpoints',
+    'load_history',
+    'render',
+    'replay',
+    'replay_views',
+]

@@ -1,0 +1,166 @@
+"""One validator for public configuration fields.
+
+Every capability checks its fields in `__post_init__` through these functions, so a bad value fails at
+construction with the same kind of message everywhere: the `Class.field`, what was expected and the
+value given. Without them a `True`, `2.5`, `'3'`, NaN or a bare string slips through and surfaces much
+later as a bare `TypeError` deep in a run, or as one-character markers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, cast
+
+T = TypeVar('T')
+
+
+class ConfigurationError(ValueError, TypeError):
+    """A configuration value is not acceptable.
+
+    Both a `ValueError` and a `TypeError`, so code that catches either for a bad argument keeps working
+    whether the value had the wrong type (`'3'`) or the wrong value (`-3`).
+    """
+
+
+def fail(owner: str, name: str, expected: str, value: object) -> ConfigurationError:
+    """The error for `owner.name`, which must be *expected* but is *value* (raise it)."""
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + '...'
+    return ConfigurationError(f'{owner}.{name} must be {expected}, got {shown} ({type(value).__name__}).')
+
+
+def check_int(owner: str, name: str, value: object, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """*value* if it is an integer (not a bool) within the bounds, else `ConfigurationError`."""
+    expected = _range('an integer', minimum, maximum)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise fail(owner, name, expected, value)
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise fail(owner, name, expected, value)
+    return value
+
+
+def check_optional_int(
+    owner: str, name: str, value: object, *, minimum: int | None = None, maximum: int | None = None
+) -> int | None:
+    """Like `check_int`, also accepting `None`."""
+    return None if value is None else check_int(owner, name, value, minimum=minimum, maximum=maximum)
+
+
+def check_number(
+    owner: str,
+    name: str,
+    value: object,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    exclusive_minimum: bool = False,
+) -> float:
+    """*value* if it is a finite real number (not a bool, not NaN or infinite) within the bounds."""
+    low = None if minimum is None else (f'> {minimum:g}' if exclusive_minimum else f'≥ {minimum:g}')
+    high = None if maximum is None else f'≤ {maximum:g}'
+    expected = 'a finite number' + ''.join(f' {bound}' for bound in (low, high) if bound)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise fail(owner, name, expected, value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond the float range
+        raise fail(owner, name, expected, value) from None
+    if not math.isfinite(number):
+        raise fail(owner, name, expected, value)
+    if minimum is not None and (number <= minimum if exclusive_minimum else number < minimum):
+        raise fail(owner, name, expected, value)
+    if maximum is not None and number > maximum:
+        raise fail(owner, name, expected, value)
+    return number
+
+
+def check_optional_number(
+    owner: str,
+    name: str,
+    value: object,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    exclusive_minimum: bool = False,
+) -> float | None:
+    """Like `check_number`, also accepting `None`."""
+    if value is None:
+        return None
+    return check_number(owner, name, value, minimum=minimum, maximum=maximum, exclusive_minimum=exclusive_minimum)
+
+
+def check_strings(owner: str, name: str, value: object, *, allow_empty_items: bool = False) -> tuple[str, ...]:
+    """*value* as a tuple of strings. A bare string is refused: it would iterate as characters."""
+    expected = 'a sequence of strings (a list or tuple; a bare string would be split into characters)'
+    if isinstance(value, str | bytes | bytearray) or not isinstance(value, Iterable):
+        raise fail(owner, name, expected, value)
+    items: list[str] = []
+    for index, item in enumerate(cast('Iterable[object]', value)):
+        if not isinstance(item, str) or (not allow_empty_items and not item):
+            raise fail(owner, f'{name}[{index}]', 'a non-empty string', item)
+        items.append(item)
+    return tuple(items)
+
+
+def check_patterns(owner: str, name: str, value: object) -> tuple[re.Pattern[str], ...]:
+    """*value* (a sequence of regex strings or compiled patterns) compiled; a bad pattern names itself."""
+    if isinstance(value, str | bytes | bytearray) or not isinstance(value, Iterable):
+        raise fail(owner, name, 'a sequence of regular expressions (a bare string is refused)', value)
+    compiled: list[re.Pattern[str]] = []
+    for index, item in enumerate(cast('Iterable[object]', value)):
+        if isinstance(item, re.Pattern):
+            compiled.append(cast('re.Pattern[str]', item))
+            continue
+        if not isinstance(item, str) or not item:
+            raise fail(owner, f'{name}[{index}]', 'a non-empty regular expression string', item)
+        try:
+            compiled.append(re.compile(item))
+        except re.error as error:
+            raise ConfigurationError(
+                f'{owner}.{name}[{index}] is not a valid regular expression: {item!r} ({error}).'
+            ) from None
+    return tuple(compiled)
+
+
+def check_choice(owner: str, name: str, value: object, choices: Iterable[T]) -> T:
+    """*value* if it is one of *choices*."""
+    options = tuple(choices)
+    if isinstance(value, bool) or value not in options:
+        raise fail(owner, name, 'one of ' + ', '.join(repr(option) for option in options), value)
+    return value  # pyright: ignore[reportReturnType]
+
+
+def check_instance(owner: str, name: str, value: object, kind: type[T] | tuple[type[Any], ...], what: str) -> T:
+    """*value* if it is an instance of *kind* (described as *what* in the error)."""
+    if not isinstance(value, kind):
+        raise fail(owner, name, what, value)
+    return value  # pyright: ignore[reportReturnType]
+
+
+def check_bool(owner: str, name: str, value: object) -> bool:
+    """*value* if it is `True` or `False` (not 0, 1 or a string)."""
+    if not isinstance(value, bool):
+        raise fail(owner, name, 'True or False', value)
+    return value
+
+
+def check_callable(owner: str, name: str, value: object, *, optional: bool = True) -> Callable[..., Any] | None:
+    """*value* if it is callable (or `None` when *optional*)."""
+    if value is None and optional:
+        return None
+    if not callable(value):
+        raise fail(owner, name, 'a callable' + (' or None' if optional else ''), value)
+    return value
+
+
+def _range(kind: str, minimum: int | None, maximum: int | None) -> str:
+    if minimum is not None and maximum is not None:
+        return f'{kind} from {minimum} to {maximum}'
+    if minimum is not None:
+        return f'{kind} ≥ {minimum}'
+    if maximum is not None:
+        return f'{kind} ≤ {maximum}'
+    return kind

@@ -1,0 +1,50 @@
+"""Memoization by object identity that never keeps its keys alive.
+
+pydantic-ai reuses the same message and part objects from request to request, so a value computed
+for them once (a token estimate, a bundle's terms) can be reused on the next request. Messages and
+parts are unhashable dataclasses, so entries are keyed by `id()`; each entry holds weak references
+to its key objects and is dropped as soon as any of them is collected. So the memo never keeps a
+history alive, and an id reused by a new object can never read an old value.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import Generic, TypeVar
+
+V = TypeVar('V')
+
+
+class IdentityMemo(Generic[V]):
+    """Values keyed by the identity of a sequence of objects (each must support weak references)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[int, ...], tuple[tuple[weakref.ref[object], ...], V]] = {}
+
+    def get(self, objects: Sequence[object]) -> V | None:
+        """The value stored for exactly these objects, or `None`."""
+        entry = self._entries.get(tuple(map(id, objects)))
+        if entry is None or len(entry[0]) != len(objects):
+            return None
+        if all(ref() is obj for ref, obj in zip(entry[0], objects, strict=True)):
+            return entry[1]
+        return None
+
+    def put(self, objects: Sequence[object], value: V) -> V:
+        """Store *value* for these objects until any of them is collected; returns *value*."""
+        key = tuple(map(id, objects))
+        entries = self._entries
+        refs: tuple[weakref.ref[object], ...] = ()
+
+        def forget(_: weakref.ref[object]) -> None:
+            entry = entries.get(key)
+            if entry is not None and entry[0] is refs:
+                del entries[key]
+
+        refs = tuple(weakref.ref(obj, forget) for obj in objects)
+        entries[key] = (refs, value)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,88 @@
+"""Bad configuration fails at construction, naming `Class.field` and the value, for every public field."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from pydantic_ai_compaction import (
+    Fork,
+    Native,
+    NoCompaction,
+    Pipeline,
+    RetryPolicy,
+    StatelessSummary,
+    Switch,
+    Trigger,
+)
+from pydantic_ai_compaction.runtime.checks import ConfigurationError
+
+NAN = math.nan
+INF = math.inf
+
+# (class name, field, factory taking the bad value, bad values)
+CASES: list[tuple[str, str, Callable[[Any], object], list[object]]] = [
+    ('Trigger', 'tokens', lambda v: Trigger(tokens=v), [0, -1, True, 2.5, '100', NAN, INF]),
+    ('Trigger', 'fraction', lambda v: Trigger(fraction=v), [0, 1.5, -0.1, NAN, INF, True, '0.5']),
+    ('Trigger', 'messages', lambda v: Trigger(messages=v), [0, True, 3.0, '10']),
+    ('Trigger', 'context_window', lambda v: Trigger(fraction=0.5, context_window=v), [0, NAN, 1e9, True]),
+    ('Trigger', 'fallback_context_window', lambda v: Trigger(tokens=10, fallback_context_window=v), [0, INF]),
+    ('Trigger', 'tokenizer', lambda v: Trigger(tokens=10, tokenizer=v), ['len', 3]),
+    ('RetryPolicy', 'attempts', lambda v: RetryPolicy(attempts=v), [0, INF, NAN, True, 2.5, '3', 10**6]),
+    ('RetryPolicy', 'initial_wait', lambda v: RetryPolicy(initial_wait=v), [-1, NAN, INF, '1', True]),
+    ('RetryPolicy', 'max_wait', lambda v: RetryPolicy(max_wait=v), [-1, NAN, INF, None]),
+    ('Fork', 'variant', lambda v: Fork(variant=v), ['yaml', '', None, True]),
+    ('Fork', 'fixed_keep', lambda v: Fork(fixed_keep=v), [-1, 2.5, True, '2', NAN]),
+    ('Fork', 'model', lambda v: Fork(model=v), [3, ['openai:gpt-5']]),
+    ('Fork', 'fallback_keep', lambda v: Fork(fallback_keep=v), [0, -3, 1.5, True, INF]),
+    ('Fork', 'min_saving', lambda v: Fork(min_saving=v), [-0.1, 1.5, NAN, INF, '0.1']),
+    ('Fork', 'trigger', lambda v: Fork(trigger=v), [18_000, None, 'tokens']),
+    ('Fork', 'retry', lambda v: Fork(retry=v), [3, None]),
+    ('Fork', 'protect', lambda v: Fork(protect=v), ['g1', 1]),
+    ('Fork', 'observer', lambda v: Fork(observer=v), [[], 'print']),
+    ('Fork', 'reraise_in_compact', lambda v: Fork(reraise_in_compact=v), [1, 'yes', None]),
+    ('StatelessSummary', 'keep_recent', lambda v: StatelessSummary(keep_recent=v), [-1, 1.5, True, NAN]),
+    ('StatelessSummary', 'max_transcript_tokens', lambda v: StatelessSummary(max_transcript_tokens=v), [0, 50, 2.5]),
+    ('StatelessSummary', 'instructions', lambda v: StatelessSummary(instructions=v), [None, 3]),
+    ('Native', 'emulate', lambda v: Native(emulate=v), [0, 'no', None]),
+    ('NoCompaction', 'fallback_keep', lambda v: NoCompaction(fallback_keep=v), [0, NAN]),
+    ('Switch', 'when', lambda v: Switch(when=v, then=Fork(), otherwise=Native()), [True, 'compactions < 3']),
+    ('Switch', 'then', lambda v: Switch(when=lambda s: True, then=v, otherwise=Native()), ['fork', None]),
+    ('Switch', 'otherwise', lambda v: Switch(when=lambda s: True, then=Fork(), otherwise=v), [None, Pipeline]),
+    ('Pipeline', 'steps', lambda v: Pipeline(v), [[], Fork(), 'fork', None]),
+]
+
+
+@pytest.mark.parametrize(
+    ('owner', 'name', 'build', 'value'),
+    [(owner, name, build, value) for owner, name, build, values in CASES for value in values],
+    ids=lambda item: repr(item)[:40] if not callable(item) else '',
+)
+def test_a_bad_value_fails_at_construction_naming_the_field_and_the_value(
+    owner: str, name: str, build: Callable[[Any], object], value: object
+) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        build(value)
+    message = str(raised.value)
+    assert f'{owner}.{name}' in message
+    if not callable(value) and not isinstance(value, Fork | list):
+        assert repr(value)[:40] in message
+
+
+def test_a_configuration_error_is_both_a_value_and_a_type_error() -> None:
+    # Callers that caught either for a bad argument keep working.
+    with pytest.raises(ValueError):
+        Trigger(tokens=-1)
+    with pytest.raises(TypeError):
+        Trigger(tokens='100')  # pyright: ignore[reportArgumentType]
+
+
+def test_good_values_are_accepted_unchanged() -> None:
+    assert Trigger(fraction=1).fraction == 1
+    assert RetryPolicy(attempts=100, initial_wait=0, max_wait=0).attempts == 100
+    assert Fork(fixed_keep=0, min_saving=0).min_saving == 0
+    assert StatelessSummary(max_transcript_tokens=100).max_transcript_tokens == 100
+    assert len(Pipeline((Fork(), Native())).steps) == 2
