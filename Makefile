@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo quickstart costsim test soak bench lint format clean
+.PHONY: install demo quickstart costsim test soak bench realmodel lint format clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,16 @@ soak: $(STAMP)  ## Invariants under generated histories and fuzzed replies: SOAK
 
 bench: $(STAMP)  ## Overhead against harness at up to 1M tokens, recall latency, memory, and the savings table.
 	$(BIN)/python -m pydantic_ai_compaction.evals.perf
+
+URL ?=
+MODEL ?= openai:local
+
+realmodel: $(STAMP)  ## Prompt contracts against an OpenAI-compatible server: make realmodel URL=http://127.0.0.1:8080/v1 MODEL=openai:NAME
+	@if [ -z "$(URL)" ]; then \
+		echo 'realmodel: skipped, no server given (make realmodel URL=http://127.0.0.1:8080/v1 MODEL=openai:NAME)'; \
+	else \
+		$(BIN)/python -m pydantic_ai_compaction.evals.contracts --base-url '$(URL)' --model '$(MODEL)' --out out/realmodel.md; \
+	fi
 
 lint: $(STAMP)  ## Ruff (lint + format check) and pyright strict.
 	$(BIN)/ruff check .

@@ -64,6 +64,7 @@ WORDS = st.sampled_from(
 REASONS = {
     None,
     'unparseable',
+    'ambiguous',
     'schema',
     'empty',
     'oversized',

@@ -3,6 +3,7 @@
 pai-compaction bench incident --sizes 8 20 --seeds 101-103 --variants owner lowercase scope
 pai-compaction bench incident --sensitivity-budgets 300 800 1500 --jobs 2 --overwrite
 pai-compaction bench recall --seeds 1-5
+pai-compaction bench incident --model openai:qwen3-8b --base-url http://127.0.0.1:8080/v1
 pai-compaction summarize out/incident.jsonl --baseline native
 pai-compaction costsim --prices fable
 """
@@ -15,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pydantic_ai_compaction.evals import costsim, strategies
+from pydantic_ai_compaction.evals import costsim, models, strategies
 from pydantic_ai_compaction.evals.cost import PriceTable
 from pydantic_ai_compaction.evals.plots import plot
 from pydantic_ai_compaction.evals.report import read_records, summarize, write_records
@@ -73,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument('--sizes', nargs='+', type=int, default=[8, 20], help='incident: logs per run')
     bench.add_argument('--variants', nargs='+', default=['owner', 'lowercase', 'scope'], choices=incident.VARIANTS)
     bench.add_argument('--model', default=REFERENCE, help="'reference' (offline) or any pydantic-ai model string")
+    bench.add_argument(
+        '--base-url', default=None,
+        help=f'OpenAI-compatible server for --model openai:NAME (llama.cpp, vLLM); default ${models.BASE_URL_ENV}',
+    )  # fmt: skip
     bench.add_argument('--trigger', type=int, default=None, help='trigger in estimated tokens (task default)')
     bench.add_argument(
         '--summary-budget', type=positive, default=500,
@@ -185,6 +190,20 @@ def open_records(path: Path, *, resume: bool, overwrite: bool) -> list[dict[str,
 
 def bench(args: argparse.Namespace) -> int:
     """Run, append records as runs finish, write plots, print the tables."""
+    if args.model != REFERENCE:
+        try:
+            routed = models.use_base_url(args.model, args.base_url)
+        except ValueError as error:
+            print(f'pai-compaction: {error}', file=sys.stderr)
+            return 2
+        if routed != args.model and args.prices is None:
+            # No price is known for a self-hosted model; the table still shows token counts.
+            print('pai-compaction: no --prices given for the server; costs are shown as $0', file=sys.stderr)
+            args.prices = models.FREE
+        args.model = routed
+    elif args.base_url:
+        print('pai-compaction: --base-url needs --model openai:NAME', file=sys.stderr)
+        return 2
     specs = specs_for(args)
     path = args.out / f'{args.task}.jsonl'
     opened = open_records(path, resume=args.resume, overwrite=args.overwrite)
@@ -208,7 +227,7 @@ def bench(args: argparse.Namespace) -> int:
     records = [record for key, record in latest.items() if key in wanted]
     print(summarize(records, baseline=args.baseline, prices=args.prices, budget=args.summary_budget))
     try:
-        written = plot(records, args.out / 'plots', budget=args.summary_budget)
+        written = plot(records, args.out / 'plots', budget=args.summary_budget, prices=args.prices)
     except ImportError:
         print('(plots skipped: install the `evals` extra for matplotlib)', file=sys.stderr)
     else:
@@ -271,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         records = read_records(args.records)
         print(summarize(records, baseline=args.baseline, prices=args.prices, budget=args.summary_budget))
         if args.plots is not None:
-            plot(records, args.plots, budget=args.summary_budget)
+            plot(records, args.plots, budget=args.summary_budget, prices=args.prices)
         return 0
     if args.command == 'recall-compare':
         from pydantic_ai_compaction.evals import recall_compare

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic_ai_compaction.evals import strategies
+from pydantic_ai_compaction.evals.cost import PriceTable
 from pydantic_ai_compaction.evals.report import Record, agent_prompts, build_rows, main_budget
 from pydantic_ai_compaction.evals.stats import wilson_interval
 
@@ -31,7 +32,9 @@ def style(name: str) -> tuple[str, str]:
     return _COLOURS[index % len(_COLOURS)], _MARKERS[index % len(_MARKERS)]
 
 
-def plot(records: Sequence[Record], directory: Path, *, budget: int | None = 500) -> list[Path]:
+def plot(
+    records: Sequence[Record], directory: Path, *, budget: int | None = 500, prices: PriceTable | None = None
+) -> list[Path]:
     """One figure per task, size and model: pass rate against cost and against cumulative input (one row per
     player, at the main summary budget), and one of prompt tokens per agent request."""
     import matplotlib
@@ -54,7 +57,7 @@ def plot(records: Sequence[Record], directory: Path, *, budget: int | None = 500
         for row_axes, player in zip(axes, players, strict=True):
             subset = [r for r in group if str(r.get('player')) == player]
             points: list[tuple[str, float, float, int, int]] = []
-            for row in build_rows(subset, baseline=None):
+            for row in build_rows(subset, baseline=None, prices=prices):
                 ok = row.runs - row.missing
                 if ok:
                     points.append((row.strategy, row.cost.high, row.cumulative_input, row.passed, ok))

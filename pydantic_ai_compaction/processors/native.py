@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pydantic_ai.exceptions import UserError
 from pydantic_ai.tools import AgentDepsT
 
 from pydantic_ai_compaction.protocols.types import Proposal, ProviderSummary, Summary
@@ -55,7 +56,9 @@ class Native(ConfiguredCompaction[AgentDepsT]):
         finished = assemble(view, {exchange.id for exchange in view.exchanges if not exchange.unfinished})
         try:
             response = await compactor.provider_compact(ctx, finished)
-        except NotImplementedError:
+        except (NotImplementedError, UserError):
+            # Anthropic models without on-demand compaction raise `UserError` rather than
+            # `NotImplementedError`: the model has no provider compaction either way.
             if not self.emulate:
                 return Proposal.failed(
                     'unsupported', f'{ctx.model.model_name} has no provider compaction', variant='provider'
