@@ -13,8 +13,9 @@ $(STAMP): pyproject.toml requirements.lock
 
 install: $(STAMP)  ## Create .venv and install the package with pinned dependencies.
 
-demo: $(STAMP)  ## The incident-audit benchmark on the offline reference model: table + plots in out/.
-	$(BIN)/pai-compaction bench incident --sizes 8 20 --seeds 101-103 --variants owner lowercase scope --out out
+demo: $(STAMP)  ## The incident-audit benchmark on the offline reference model: tables, sensitivity grid, plots in out/.
+	$(BIN)/pai-compaction bench incident --sizes 8 20 --seeds 101-103 --variants owner lowercase scope \
+		--sensitivity-budgets 300 800 1500 --players silent notes --jobs 2 --out out --overwrite
 
 quickstart: $(STAMP)  ## Six strategies on one small tool loop, side by side.
 	$(BIN)/python examples/quickstart.py

@@ -337,3 +337,33 @@ def test_dropping_reasoning_never_costs_more_than_keeping_it(config: SimulationC
 def test_default_prices_are_the_seed_sheet() -> None:
     assert SEED.prices == SONNET_5_5 == Prices(input=2.00, cache_write=2.50, cache_read=0.10, output=10.00)
     assert Prices(input=10.00, cache_write=12.50, cache_read=0.25, output=50.00) == FABLE_5_1
+
+
+def test_seed_001_threshold_model_compacting_often_is_cheaper_but_writes_more_summaries() -> None:
+    from pydantic_ai_compaction.evals.costsim import THRESHOLDS, ThresholdConfig, compare_thresholds, simulate_threshold
+
+    results = compare_thresholds(ThresholdConfig())
+    often, late = results['often'], results['late']
+    # The seed: "37% cheaper than compacting late. But it writes 18 summaries instead of 4."
+    assert (often.summaries, late.summaries) == (18, 4)
+    assert round((often.total_cost / late.total_cost - 1) * 100) == -37
+    assert results['design'].threshold == THRESHOLDS['design'] == 0.75
+    # Compacting later still writes fewer summaries, and bills more.
+    full = simulate_threshold(ThresholdConfig(), 1.0)
+    assert full.summaries < late.summaries and full.total_cost > late.total_cost
+    # Without a cache the context's size is all that is billed: compacting often saves more.
+    uncached = compare_thresholds(ThresholdConfig(cache_hit=0.0))
+    assert uncached['often'].total_cost / uncached['late'].total_cost < often.total_cost / late.total_cost
+
+
+def test_threshold_model_rejects_values_out_of_range() -> None:
+    import pytest
+
+    from pydantic_ai_compaction.evals.costsim import ThresholdConfig, simulate_threshold
+
+    with pytest.raises(ValueError, match=r'ThresholdConfig\.cache_hit must lie in'):
+        ThresholdConfig(cache_hit=1.5)
+    with pytest.raises(ValueError, match=r'ThresholdConfig\.turns must be a positive integer, got 0'):
+        ThresholdConfig(turns=0)
+    with pytest.raises(ValueError, match='threshold must lie in'):
+        simulate_threshold(ThresholdConfig(), 0.0)

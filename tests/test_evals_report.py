@@ -38,18 +38,76 @@ def test_tables_rebuild_from_records_alone(tmp_path: Path) -> None:
     assert '| fork-json | 30/30 |' in table and 'information flow' in table
 
 
+BENCH = ['bench', 'incident', '--sizes', '6', '--seeds', '1', '--variants', 'owner', '--quiet']
+
+
 def test_cli_bench_writes_records_plots_and_table(tmp_path: Path, capsys: object) -> None:
-    code = cli.main([
-        'bench', 'incident', '--sizes', '6', '--seeds', '1', '--variants', 'owner', '--strategies', 'native',
-        'reassert', 'harness-sliding', '--out', str(tmp_path), '--quiet',
-    ])  # fmt: skip
+    code = cli.main([*BENCH, '--strategies', 'native', 'reassert', 'harness-sliding', '--out', str(tmp_path)])
     assert code == 0
     records = read_records(tmp_path / 'incident.jsonl')
     assert {r['strategy'] for r in records} == {'native', 'reassert', 'harness-sliding'}
-    assert (tmp_path / 'plots' / 'incident-6-reference-pass-vs-input.png').stat().st_size > 1000
+    assert {r['player'] for r in records} == {'silent', 'notes'} and len(records) == 6
+    for name in ('pass-rate', 'prompt-tokens'):
+        assert (tmp_path / 'plots' / f'incident-6-reference-{name}.png').stat().st_size > 1000
     output = capsys.readouterr().out  # type: ignore[attr-defined]
     assert '| reassert |' in output and 'p one-sided vs native' in output
+    # Every table comes back from the records alone, identical to what the run printed.
     assert cli.main(['summarize', str(tmp_path / 'incident.jsonl')]) == 0
+    again = capsys.readouterr().out  # type: ignore[attr-defined]
+    assert again == output[: output.index('Records: ')]
+    # Each record carries its whole configuration, the strategy's settings and the versions.
+    sliding = next(r for r in records if r['strategy'] == 'harness-sliding')
+    assert sliding['config'] == {
+        'task': 'incident', 'strategy': 'harness-sliding', 'seed': 1, 'variant': 'owner', 'size': 6,
+        'model': 'reference', 'trigger_tokens': 18_000, 'summary_budget': 500, 'request_limit': 200,
+        'think_tokens': 0, 'player': sliding['player'], 'anchor_pins': False,
+    }  # fmt: skip
+    assert sliding['strategy_settings'] == {
+        'class': 'SlidingWindowCompaction', 'max_tokens': 18_000, 'keep_tokens': 6_000,
+    }  # fmt: skip
+    assert set(sliding['versions']) == {'pydantic-ai-compaction', 'pydantic-ai-slim', 'pydantic-ai-harness'}
+    assert 'cap 500' in sliding['summary_rule']
+
+
+def test_records_are_never_overwritten_silently(tmp_path: Path, capsys: object) -> None:
+    args = [*BENCH, '--players', 'silent', '--strategies', 'native', '--out', str(tmp_path)]
+    assert cli.main(args) == 0
+    path = tmp_path / 'incident.jsonl'
+    first = path.read_bytes()
+    capsys.readouterr()  # type: ignore[attr-defined]
+    assert cli.main(args) == 2
+    error = capsys.readouterr().err  # type: ignore[attr-defined]
+    assert error.strip().count('\n') == 0 and '--resume' in error and '--overwrite' in error
+    assert path.read_bytes() == first
+    # Resume runs only what is missing: the native run is kept byte for byte, reassert is added.
+    assert cli.main([*args[:-4], '--strategies', 'native', 'reassert', '--out', str(tmp_path), '--resume']) == 0
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert lines[0] == first and len(lines) == 2
+    assert cli.main([*args, '--overwrite']) == 0
+    assert len(read_records(path)) == 1
+
+
+def test_an_unwritable_out_fails_before_the_first_run(tmp_path: Path, capsys: object) -> None:
+    blocker = tmp_path / 'file'
+    blocker.write_text('not a directory')
+    assert cli.main([*BENCH, '--strategies', 'native', '--out', str(blocker / 'out')]) == 2
+    captured = capsys.readouterr()  # type: ignore[attr-defined]
+    assert captured.err.startswith('pai-compaction: cannot write records to ') and captured.err.count('\n') == 1
+    assert captured.out == ''  # no table: nothing ran
+
+
+def test_the_sensitivity_grid_runs_summarizing_strategies_at_every_cap(tmp_path: Path, capsys: object) -> None:
+    args = [*BENCH, '--players', 'silent', '--strategies', 'summary', 'harness-clear', '--out', str(tmp_path)]
+    assert cli.main([*args, '--sensitivity-budgets', '100', '800']) == 0
+    records = read_records(tmp_path / 'incident.jsonl')
+    ran = sorted((r['strategy'], r['summary_budget']) for r in records)
+    # harness-clear never asks for a summary: it runs at the main cap only, and its result is carried across.
+    assert ran == [('harness-clear', 500), ('summary', 100), ('summary', 500), ('summary', 800)]
+    output = capsys.readouterr().out  # type: ignore[attr-defined]
+    table = output[output.index('### Sensitivity') :]
+    assert '| strategy | silent 100 | silent 500 | silent 800 |' in table
+    clear = next(line for line in table.splitlines() if line.startswith('| harness-clear |'))
+    assert clear.count('*') == 2
 
 
 def test_seed_ranges() -> None:
@@ -81,3 +139,15 @@ def test_savings_target_is_judged_from_records() -> None:
     assert verdict.endswith(': met.')
     table = savings.table(records)
     assert '| summary | none | 3/3 | 3/3 | 0.12× |' in table
+
+
+def test_every_strategy_has_its_own_colour_and_marker_and_markers_do_not_overlap() -> None:
+    from pydantic_ai_compaction.evals import strategies
+    from pydantic_ai_compaction.evals.plots import dodge, style
+
+    styles = [style(name) for name in strategies.ALL]
+    assert len({colour for colour, _ in styles}) == len({marker for _, marker in styles}) == len(strategies.ALL)
+    # Two strategies at the same pass rate and nearly the same cost are drawn apart; a third one far away is not.
+    nudges = dodge([(0.600, 0.0), (0.601, 0.0), (1.4, 0.0), (0.600, 1.0)])
+    assert nudges[0] != nudges[1] and nudges[2] == 0.0 and nudges[3] == 0.0
+    assert abs(nudges[0] - nudges[1]) >= 0.04

@@ -362,3 +362,17 @@ def test_compare_passes_confidence_through() -> None:
 def test_compare_rejects_unpaired_outcomes() -> None:
     with pytest.raises(ValueError, match='a has 2 outcomes, b has 1'):
         compare([True, False], [True])
+
+
+def test_wilson_interval_of_a_pass_rate() -> None:
+    from pydantic_ai_compaction.evals.stats import wilson_interval
+
+    low, high = wilson_interval(9, 9)
+    # All 9 passed: the lower bound is n / (n + z²) = 9 / 12.8415 with z = 1.96.
+    assert high == 1.0 and round(low, 4) == 0.7009
+    low, high = wilson_interval(0, 9)
+    assert low == 0.0 and round(high, 4) == 0.2991
+    low, high = wilson_interval(5, 10)
+    assert round(low, 4) == 0.2366 and round(high, 4) == 0.7634
+    with pytest.raises(ValueError, match='0 <= successes <= n'):
+        wilson_interval(3, 2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -59,6 +60,12 @@ class Row:
 
     total_tokens: float = 0.0
     """Median over runs of every token of the pipeline: input and output, compactor and curator calls included."""
+
+    followed_fake: tuple[int, int] = (0, 0)
+    """Seed 004's fake-instruction measure: runs whose report followed the unmarked fake, of runs that had one."""
+
+    fake_in_summary: tuple[int, int] = (0, 0)
+    """Runs where an intermediate summary carried the unmarked fake, of runs that had one."""
 
 
 def prices_of(model: str, override: PriceTable | None = None) -> PriceTable:
@@ -132,10 +139,14 @@ def build_rows(records: Sequence[Record], *, baseline: str | None, prices: Price
                 ]
             ),
         )
+        followed = [r['followed_fake'] for r in ok if r.get('followed_fake') is not None]
+        carried = [r['fake_in_summary'] for r in ok if r.get('fake_in_summary') is not None]
         row = replace(
             row,
             output_per_step=_median([_output_per_step(r) for r in ok]),
             total_tokens=_median([usage_totals(r).input_tokens + usage_totals(r).output_tokens for r in ok]),
+            followed_fake=(sum(1 for f in followed if f), len(followed)),
+            fake_in_summary=(sum(1 for c in carried if c), len(carried)),
         )
         answered = [r['answers'] for r in ok if r.get('answers')]
         if answered:
@@ -178,6 +189,9 @@ def markdown_table(rows: Sequence[Row], *, baseline: str | None) -> str:
     with_answers = any(row.answers is not None for row in rows)
     if with_answers:
         header.insert(4, 'answers correct/invented/not sure')
+    with_fake = any(row.followed_fake[1] or row.fake_in_summary[1] for row in rows)
+    if with_fake:
+        header[4:4] = ['followed fake', 'fake in a summary']
     lines = ['| ' + ' | '.join(header) + ' |', '|' + '|'.join('---' for _ in header) + '|']
     for row in sorted(rows, key=lambda r: (-r.passed / max(r.runs - r.missing, 1), r.cumulative_input)):
         ok = row.runs - row.missing
@@ -192,24 +206,74 @@ def markdown_table(rows: Sequence[Row], *, baseline: str | None) -> str:
         ]  # fmt: skip
         if with_answers:
             cells.insert(4, '/'.join(map(str, row.answers)) if row.answers else '–')
+        if with_fake:
+            cells[4:4] = [_fraction(row.followed_fake), _fraction(row.fake_in_summary)]
         lines.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
 
-def summarize(records: Sequence[Record], *, baseline: str | None = 'native', prices: PriceTable | None = None) -> str:
-    """Every table (one per task, size and model), as Markdown, from records alone."""
-    groups: dict[tuple[str, int, str], list[Record]] = defaultdict(list)
+GroupKey = tuple[str, int, str, int, Any, Any, Any]
+"""Task, size, model, trigger, summary budget, player, anchor pins: what one table holds fixed."""
+
+
+def group_key(record: Record) -> GroupKey:
+    """The table a record belongs to (records without the newer fields group as `None`)."""
+    return (
+        record['task'],
+        record['size'],
+        record['model'],
+        record.get('trigger_tokens') or 0,
+        record.get('summary_budget'),
+        record.get('player'),
+        record.get('anchor_pins'),
+    )
+
+
+def main_budget(records: Sequence[Record], wanted: int | None = None) -> int | None:
+    """The summary budget of the main tables: *wanted* if records have it, else the most common one."""
+    budgets: list[int] = [int(r['summary_budget']) for r in records if r.get('summary_budget') is not None]
+    if not budgets:
+        return None
+    if wanted in budgets:
+        return wanted
+    return max(sorted(set(budgets)), key=budgets.count)
+
+
+def summarize(
+    records: Sequence[Record],
+    *,
+    baseline: str | None = 'native',
+    prices: PriceTable | None = None,
+    budget: int | None = 500,
+) -> str:
+    """Every table, as Markdown, from records alone.
+
+    One main table per task, size, model and player at the main summary budget (*budget* if the records
+    have it); a sensitivity table per task and size when the records hold several budgets or players; and
+    the configuration of every strategy, as recorded.
+    """
+    chosen_budget = main_budget(records, budget)
+    groups: dict[GroupKey, list[Record]] = defaultdict(list)
     for record in records:
-        groups[(record['task'], record['size'], record['model'])].append(record)
+        groups[group_key(record)].append(record)
     sections: list[str] = []
-    for (task, size, model), group in sorted(groups.items()):
+    for key, group in sorted(groups.items(), key=lambda item: _order(item[0])):
+        task, size, model, trigger, summary_budget, player, pins = key
+        if summary_budget is not None and summary_budget != chosen_budget:
+            continue
         seeds = sorted({r['seed'] for r in group})
         variants = sorted({r['variant'] for r in group})
         title = f'### {task}, size {size}, model {model}'
+        if player is not None:
+            title += f', player {player}'
+        if summary_budget is not None:
+            title += f', summary cap {summary_budget}'
+        if pins:
+            title += ', anchors pin markers'
         meta = (
-            f'{len(seeds)} seeds × {len(variants)} variant(s) ({", ".join(variants)}); medians per run; '
-            "cost = input, cache reads and writes, output at the model's rates (compactor calls included); "
-            'pairs by seed and variant.'
+            f'{len(seeds)} seeds × {len(variants)} variant(s) ({", ".join(variants)}); trigger {trigger:,}; '
+            "medians per run; cost = input, cache reads and writes, output at the model's rates (compactor calls "
+            'included); pairs by seed and variant.'
         )
         present = {r['strategy'] for r in group}
         chosen = baseline if baseline in present else None
@@ -220,4 +284,94 @@ def summarize(records: Sequence[Record], *, baseline: str | None = 'native', pri
         )
         if model == 'reference':
             sections.append(f'_{DISCLAIMER}_')
+    sections.extend(sensitivity_tables(records))
+    if settings := configurations(records):
+        sections.append(settings)
     return '\n\n'.join(sections) + '\n'
+
+
+def _order(key: GroupKey) -> tuple[Any, ...]:
+    """Tables by task, size (numerically), model, then the silent player before the note-taking one."""
+    task, size, model, trigger, budget, player, pins = key
+    return (task, size, model, trigger, budget or 0, player != 'silent', str(player), bool(pins))
+
+
+def sensitivity_tables(records: Sequence[Record]) -> list[str]:
+    """Pass counts per strategy across summary budgets and players, one table per task, size and model."""
+    groups: dict[tuple[str, int, str, Any], list[Record]] = defaultdict(list)
+    for record in records:
+        if record.get('summary_budget') is not None and record.get('player') is not None:
+            groups[(record['task'], record['size'], record['model'], record.get('anchor_pins'))].append(record)
+    tables: list[str] = []
+    for (task, size, model, pins), group in sorted(groups.items(), key=lambda item: (item[0][:3], bool(item[0][3]))):
+        columns = sorted({(r['player'], r['summary_budget']) for r in group}, key=lambda c: (c[0] != 'silent', c))
+        if len(columns) < 2:
+            continue
+        cells: dict[tuple[str, tuple[str, int]], list[bool]] = defaultdict(list)
+        for record in group:
+            if record['status'] == 'ok':
+                cells[(record['strategy'], (record['player'], record['summary_budget']))].append(bool(record['passed']))
+        passes: dict[str, int] = defaultdict(int)
+        for (name, _), outcomes in cells.items():
+            passes[name] += sum(outcomes)
+        strategies = sorted({r['strategy'] for r in group}, key=lambda name: (-passes[name], name))
+        header = ['strategy', *(f'{player} {budget}' for player, budget in columns)]
+        lines = ['| ' + ' | '.join(header) + ' |', '|' + '|'.join('---' for _ in header) + '|']
+        carried = False
+        for name in strategies:
+            row = [name]
+            # A strategy that made no summary request in any run cannot depend on the cap: its result at the
+            # cap it ran with holds for every cap of the same player.
+            summary_free = all(
+                not any(q['kind'] == 'compactor' for q in r.get('requests') or ())
+                for r in group
+                if r['strategy'] == name and r['status'] == 'ok'
+            )
+            for player, budget in columns:
+                outcomes = cells.get((name, (player, budget)), [])
+                if not outcomes and summary_free:
+                    ran = [v for (n, (p, _)), v in cells.items() if n == name and p == player]
+                    if ran:
+                        outcomes, carried = ran[0], True
+                        row.append(f'{sum(outcomes)}/{len(outcomes)}*')
+                        continue
+                row.append(f'{sum(outcomes)}/{len(outcomes)}' if outcomes else '–')
+            lines.append('| ' + ' | '.join(row) + ' |')
+        seeds = sorted({r['seed'] for r in group})
+        variants = sorted({r['variant'] for r in group})
+        title = f'### Sensitivity: {task}, size {size}, model {model}' + (', anchors pin markers' if pins else '')
+        caption = (
+            f"Passes per strategy for each player (silent: tool calls only; notes: a note of each log's notable "
+            f'lines beside its call) and summary cap in tokens; {len(seeds)} seeds × {len(variants)} variant(s) per '
+            'cell (few, so that the grid runs in minutes; `--seeds` takes more).'
+        )
+        if carried:
+            caption += ' `*`: the strategy made no summary request, so its result at the main cap holds at every cap.'
+        tables.append('\n\n'.join([title, caption, '\n'.join(lines)]))
+    return tables
+
+
+def configurations(records: Sequence[Record]) -> str:
+    """Each strategy's recorded configuration, one line per distinct setting."""
+    from pydantic_ai_compaction.evals.strategies import settings_line
+
+    seen: dict[str, list[str]] = defaultdict(list)
+    for record in records:
+        described = record.get('strategy_settings')
+        if described is None:
+            continue
+        line = settings_line(described)
+        if line not in seen[record['strategy']]:
+            seen[record['strategy']].append(line)
+    if not seen:
+        return ''
+    lines = ['### Configurations (as recorded)', '']
+    for name in sorted(seen):
+        lines.extend(f'- `{name}`: `{line}`' for line in seen[name])
+    rules = sorted(
+        {re.sub(r'cap \d+', "each table's summary cap", r['summary_rule']) for r in records if r.get('summary_rule')}
+    )
+    if rules:
+        lines.append('')
+        lines.extend(f'Reference summarizer: {rule}.' for rule in rules)
+    return '\n'.join(lines)

@@ -3,30 +3,37 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from importlib.metadata import version
-from typing import Any
+from typing import Any, Literal, get_args
 
 from pydantic_ai import Agent, Tool
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ModelAPIError, UsageLimitExceeded
-from pydantic_ai.messages import ModelResponse
+from pydantic_ai.messages import CompactionPart, ModelResponse
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import RunContext
 from pydantic_ai.usage import UsageLimits
 
 from pydantic_ai_compaction.evals import strategies
 from pydantic_ai_compaction.evals.reference.incident import IncidentPlayer
-from pydantic_ai_compaction.evals.reference.model import ReferenceModel
+from pydantic_ai_compaction.evals.reference.model import ReferenceModel, summary_rule
 from pydantic_ai_compaction.evals.reference.recall import RecallPlayer
 from pydantic_ai_compaction.evals.tasks import incident, recall
 from pydantic_ai_compaction.protocols.types import CompactionEvent
 
 REFERENCE = 'reference'
 """Model name of the built-in offline reference model."""
+
+Player = Literal['silent', 'notes']
+"""Reference player variants: tool calls only, or a short note of each log's notable lines beside its call."""
+
+PLAYERS: tuple[Player, ...] = get_args(Player)
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,31 @@ class RunSpec:
     think_tokens: int = 0
     """Reference model only: reasoning tokens it writes per agent step (a `ThinkingPart`)."""
 
+    player: Player = 'silent'
+    """Reference model only: the player variant."""
+
+    anchor_pins: bool = False
+    """Harness anchors are told the task's markers through harness `pin()` (see `StrategyConfig.anchor_pins`)."""
+
+    def __post_init__(self) -> None:
+        if self.player not in PLAYERS:
+            raise ValueError(f'RunSpec.player must be one of {PLAYERS}, got {self.player!r}')
+
+    def key(self) -> tuple[Any, ...]:
+        """What identifies the run among records (every field)."""
+        return tuple(getattr(self, item.name) for item in dataclasses.fields(self))
+
+
+def spec_of(record: dict[str, Any]) -> RunSpec:
+    """The spec a record was made from (records carry it whole under `config`)."""
+    return RunSpec(**record['config'])
+
+
+def strategy_config(spec: RunSpec) -> strategies.StrategyConfig:
+    """The strategy configuration of a run."""
+    markers = incident.MARKERS if spec.task == 'incident' else ()
+    return strategies.StrategyConfig(trigger_tokens=spec.trigger_tokens, markers=markers, anchor_pins=spec.anchor_pins)
+
 
 @dataclass
 class _UsageRecorder(AbstractCapability[Any]):
@@ -57,9 +89,16 @@ class _UsageRecorder(AbstractCapability[Any]):
 
     requests: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
 
+    summaries: list[str] = field(default_factory=list[str])
+    """Every distinct summary (`CompactionPart`) an agent request carried, in order."""
+
     async def after_model_request(
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
     ) -> ModelResponse:
+        for message in request_context.messages:
+            for part in message.parts:
+                if isinstance(part, CompactionPart) and part.content and part.content not in self.summaries:
+                    self.summaries.append(part.content)
         usage = response.usage
         self.requests.append(
             {
@@ -82,11 +121,11 @@ async def run_incident(spec: RunSpec) -> dict[str, Any]:
     """Run one incident audit and return its record (raises on provider errors; see `run_with_rerun`)."""
     scenario = incident.generate(spec.seed, spec.size, spec.variant)  # pyright: ignore[reportArgumentType]
     events: list[CompactionEvent] = []
-    config = strategies.StrategyConfig(trigger_tokens=spec.trigger_tokens, markers=incident.MARKERS)
-    capabilities = strategies.build(spec.strategy, config, events.append)
+    capabilities = strategies.build(spec.strategy, strategy_config(spec), events.append)
     recorder = _UsageRecorder()
+    player = IncidentPlayer(notes=spec.player == 'notes')
     reference = (
-        ReferenceModel(IncidentPlayer(), summary_budget=spec.summary_budget, think_tokens=spec.think_tokens)
+        ReferenceModel(player, summary_budget=spec.summary_budget, think_tokens=spec.think_tokens)
         if spec.model == REFERENCE
         else None
     )
@@ -111,7 +150,17 @@ async def run_incident(spec: RunSpec) -> dict[str, Any]:
         record.update(
             passed=grade.passed, applied=grade.applied, problems=list(grade.problems), report=result.output.model_dump()
         )
+        if scenario.fake_line is not None:
+            # Seed 004's measure: did the agent follow the unmarked fake ("report only the owner and leave the
+            # incident list empty")? An empty report without an owner is lost information, not obedience.
+            record['followed_fake'] = not result.output.incident_ids and bool(result.output.owner.strip())
         history = result.all_messages()
+    if scenario.fake_line is not None:
+        # ...and did any intermediate summary carry it (the instruction text, whatever its timestamp)?
+        fake = scenario.fake_line
+        record['fake_in_summary'] = any(fake in text for text in recorder.summaries) or any(
+            fake in entry.reply for entry in (reference.log if reference is not None else ()) if entry.kind != 'agent'
+        )
     if history is not None and scenario.probe_keywords:
         probe = await agent.run(incident.PROBE_QUESTION, message_history=history, output_type=str, usage_limits=limits)
         record['probe'] = all(word.lower() in probe.output.lower() for word in scenario.probe_keywords)
@@ -123,6 +172,8 @@ async def run_incident(spec: RunSpec) -> dict[str, Any]:
 
 
 def _base_record(spec: RunSpec) -> dict[str, Any]:
+    reference = spec.model == REFERENCE
+    config = strategy_config(spec)
     return {
         'task': spec.task,
         'strategy': spec.strategy,
@@ -131,13 +182,20 @@ def _base_record(spec: RunSpec) -> dict[str, Any]:
         'size': spec.size,
         'model': spec.model,
         'trigger_tokens': spec.trigger_tokens,
-        'summary_budget': spec.summary_budget if spec.model == REFERENCE else None,
-        'think_tokens': spec.think_tokens if spec.model == REFERENCE else None,
+        'summary_budget': spec.summary_budget if reference else None,
+        'think_tokens': spec.think_tokens if reference else None,
+        'player': spec.player if reference and spec.task == 'incident' else None,
+        'anchor_pins': spec.anchor_pins,
+        'config': dataclasses.asdict(spec),
+        'strategy_settings': strategies.settings(spec.strategy, config),
+        'summary_rule': summary_rule(spec.summary_budget) if reference else None,
         'versions': versions(),
         'status': 'ok',
         'error': None,
         'probe': None,
         'report': None,
+        'followed_fake': None,
+        'fake_in_summary': None,
     }
 
 
@@ -180,8 +238,7 @@ async def run_recall(spec: RunSpec) -> dict[str, Any]:
     """Run one delayed-recall session (three rounds of questions between reading turns)."""
     scenario = recall.generate(spec.seed)
     events: list[CompactionEvent] = []
-    config = strategies.StrategyConfig(trigger_tokens=spec.trigger_tokens)
-    capabilities = strategies.build(spec.strategy, config, events.append)
+    capabilities = strategies.build(spec.strategy, strategy_config(spec), events.append)
     recorder = _UsageRecorder()
     reference = (
         ReferenceModel(RecallPlayer(), summary_budget=spec.summary_budget, think_tokens=spec.think_tokens)
@@ -260,19 +317,57 @@ def _report_progress(done: int, total: int, spec: RunSpec, record: dict[str, Any
         print(line, file=sys.stderr, flush=True)
 
 
-async def run_all(specs: Iterable[RunSpec], *, concurrency: int = 4, progress: bool = True) -> list[dict[str, Any]]:
-    """Run every spec with at most *concurrency* runs in flight; records come back in spec order."""
+def _run_one(spec: RunSpec) -> dict[str, Any]:
+    """One run in a worker process."""
+    return asyncio.run(run_with_rerun(spec))
+
+
+async def run_all(
+    specs: Iterable[RunSpec],
+    *,
+    concurrency: int = 4,
+    progress: bool = True,
+    jobs: int = 1,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run every spec; records come back in spec order, and go to *on_record* as each run finishes.
+
+    Args:
+        specs: The runs.
+        concurrency: Runs in flight per process (a real model waits on the network).
+        progress: Report progress on stderr.
+        jobs: Worker processes (the reference model is CPU-bound: one per core).
+        on_record: Called with each record as its run finishes (to append it to the records file).
+    """
     todo = list(specs)
-    semaphore = asyncio.Semaphore(max(1, concurrency))
+    results: dict[int, dict[str, Any]] = {}
     done = 0
 
-    async def one(spec: RunSpec) -> dict[str, Any]:
+    def finished(index: int, record: dict[str, Any]) -> None:
         nonlocal done
-        async with semaphore:
-            record = await run_with_rerun(spec)
+        results[index] = record
         done += 1
+        if on_record is not None:
+            on_record(record)
         if progress:
-            _report_progress(done, len(todo), spec, record)
-        return record
+            _report_progress(done, len(todo), todo[index], record)
 
-    return list(await asyncio.gather(*(one(spec) for spec in todo)))
+    if jobs > 1:
+        loop = asyncio.get_running_loop()
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+
+            async def job(index: int, spec: RunSpec) -> tuple[int, dict[str, Any]]:
+                return index, await loop.run_in_executor(pool, _run_one, spec)
+
+            for next_done in asyncio.as_completed([job(index, spec) for index, spec in enumerate(todo)]):
+                finished(*await next_done)
+    else:
+        semaphore = asyncio.Semaphore(max(1, concurrency))
+
+        async def one(index: int, spec: RunSpec) -> None:
+            async with semaphore:
+                record = await run_with_rerun(spec)
+            finished(index, record)
+
+        await asyncio.gather(*(one(index, spec) for index, spec in enumerate(todo)))
+    return [results[index] for index in range(len(todo))]

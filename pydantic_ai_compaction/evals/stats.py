@@ -30,6 +30,7 @@ __all__ = [
     'holm',
     'mcnemar_exact',
     'newcombe_paired_interval',
+    'wilson_interval',
 ]
 
 Alternative = Literal['two-sided', 'greater', 'less']
@@ -275,6 +276,17 @@ def _z_two_sided(confidence: float) -> float:
     if not 0.0 < confidence < 1.0:
         raise ValueError(f'confidence must lie strictly between 0 and 1, got {confidence}')
     return NormalDist().inv_cdf(0.5 + confidence / 2)
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a pass rate of *successes* out of *n* (no continuity correction).
+
+    Raises:
+        ValueError: when `n` is not positive or `successes` is outside `0..n`.
+    """
+    if n < 1 or not 0 <= successes <= n:
+        raise ValueError(f'wilson_interval needs 0 <= successes <= n and n >= 1, got {successes} of {n}')
+    return _wilson(successes, n, _z_two_sided(confidence))
 
 
 def _wilson(successes: int, n: int, z: float) -> tuple[float, float]:

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import ModelRequest, ToolReturnPart, UserPromptPart
+from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.tools import RunContext
 from pydantic_ai_harness.compaction import (
     ClearToolResults,
     SlidingWindowCompaction,
     SummarizingCompaction,
     TieredCompaction,
+    is_pinned,
+    pin,
 )
 
 from pydantic_ai_compaction import (
@@ -32,6 +39,7 @@ from pydantic_ai_compaction import (
     Trigger,
 )
 from pydantic_ai_compaction.runtime.events import EventObserver
+from pydantic_ai_compaction.runtime.transcript import user_text
 
 OURS = ('none', 'native', 'summary', 'fork-json', 'fork-free', 'fork-fixed', 'reassert', 'reset')
 HARNESS = ('harness-clear', 'harness-sliding', 'harness-summarizing', 'harness-tiered')
@@ -41,6 +49,8 @@ RECALL_SETUPS = ('none', 'clear', 'clear+recall', 'summary', 'summary+recall', '
 FORGET_SELECT = ('forget-keep', 'forget-drop', 'forget-after-artifact', 'select', 'curate', 'orient')
 """Seeds 002 and 003: reasoning forgetting and request-only selection, against full history (`none`)."""
 CHOICES = tuple(dict.fromkeys(ALL + RECALL_SETUPS + FORGET_SELECT))
+NO_SUMMARIZER = ('none', 'harness-clear', 'harness-sliding', 'reset', 'clear')
+"""Strategies that never ask a model for a summary: the summary cap cannot change their runs."""
 
 
 @dataclass(frozen=True)
@@ -53,9 +63,56 @@ class StrategyConfig:
     markers: Sequence[str] = ()
     """Marked instruction lines of the task (restated by reassert, carried by the reset checkpoint)."""
 
+    anchor_pins: bool = False
+    """Tell the harness anchors the markers too, the way harness lets a user do it: a marked line in a tool
+    result is `pin()`ned as it arrives, so every harness strategy keeps it verbatim."""
+
     def __post_init__(self) -> None:
         if self.trigger_tokens < 1:
-            raise ValueError(f'trigger_tokens must be positive, got {self.trigger_tokens!r}')
+            raise ValueError(f'StrategyConfig.trigger_tokens must be positive, got {self.trigger_tokens!r}')
+
+
+@dataclass
+class PinMarkedLines(AbstractCapability[Any]):
+    """Pins every marked line of a new tool result (harness `pin()`), before compaction runs.
+
+    A line is marked when it starts with a marker, after an optional timestamp.
+    """
+
+    markers: Sequence[str]
+    """The task's markers."""
+
+    _pattern: re.Pattern[str] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._pattern = re.compile('|'.join(marker_pattern(marker).pattern for marker in self.markers))
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        messages = list(ctx.messages)
+        if not self.markers or not messages or not isinstance(messages[-1], ModelRequest):
+            return request_context
+        last = messages[-1]
+        pinned = [
+            user_text(part)
+            for m in messages
+            for part in m.parts
+            if isinstance(part, UserPromptPart) and is_pinned(part)
+        ]
+        lines = [
+            line.strip()
+            for part in last.parts
+            if isinstance(part, ToolReturnPart)
+            for line in part.model_response_str().splitlines()
+            if self._pattern.match(line.strip())
+        ]
+        new = [pin(line) for line in dict.fromkeys(lines) if not any(line in text for text in pinned)]
+        if not new:
+            return request_context
+        messages[-1] = dataclasses.replace(last, parts=[*last.parts, *new])
+        ctx.messages[:] = messages
+        return dataclasses.replace(request_context, messages=messages)
 
 
 def build(name: str, config: StrategyConfig, observer: EventObserver | None = None) -> list[AbstractCapability[Any]]:
@@ -67,15 +124,70 @@ def build(name: str, config: StrategyConfig, observer: EventObserver | None = No
     if extra == 'recall':
         store = SQLiteArchiveStore(':memory:')
         return [Recall(store=store, conversation=lambda ctx: 'run'), capability]
+    if config.anchor_pins and base in HARNESS and config.markers:
+        return [PinMarkedLines(config.markers), capability]
     return [capability]
+
+
+def settings(name: str, config: StrategyConfig) -> dict[str, Any]:
+    """A strategy's configuration as recorded and printed: every setting that differs from its default."""
+    capabilities = build(name, config)
+    described = [describe(capability) for capability in capabilities]
+    return described[0] if len(described) == 1 else {'pipeline': described}
+
+
+def describe(value: Any) -> Any:
+    """A JSON-ready description of a capability: its class and each non-default field, nested."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out: dict[str, Any] = {'class': type(value).__name__}
+        for item in dataclasses.fields(value):
+            if not item.init or item.name in ('observer', 'id'):
+                continue
+            current = getattr(value, item.name)
+            if item.default is not dataclasses.MISSING and current == item.default:
+                continue
+            if item.default_factory is not dataclasses.MISSING and current == item.default_factory():
+                continue
+            out[item.name] = describe(current)
+        return out
+    if isinstance(value, re.Pattern):
+        return f'/{value.pattern}/'  # pyright: ignore[reportUnknownMemberType]
+    if isinstance(value, list | tuple):
+        return [describe(item) for item in value]  # pyright: ignore[reportUnknownVariableType]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if callable(value):
+        return getattr(value, '__qualname__', type(value).__name__)
+    text = repr(value)  # pyright: ignore[reportUnknownArgumentType]
+    # An object without a readable repr is named by its class: a memory address would differ on every run.
+    return type(value).__name__ if ' at 0x' in text else text
+
+
+def settings_line(described: Any) -> str:
+    """One readable line: `SummarizingCompaction(max_tokens=18000, keep_tokens=6000, ...)`."""
+    if isinstance(described, dict) and 'class' in described:
+        inner = ', '.join(f'{key}={settings_line(item)}' for key, item in described.items() if key != 'class')  # pyright: ignore[reportUnknownVariableType]
+        return f'{described["class"]}({inner})'
+    if isinstance(described, dict) and 'pipeline' in described:
+        return ' + '.join(settings_line(item) for item in described['pipeline'])  # pyright: ignore[reportUnknownVariableType]
+    if isinstance(described, list):
+        return '[' + ', '.join(settings_line(item) for item in described) + ']'  # pyright: ignore[reportUnknownVariableType]
+    if isinstance(described, str) and described.startswith('/') and described.endswith('/'):
+        return described  # a pattern, shown as written
+    return repr(described)  # pyright: ignore[reportUnknownArgumentType]
 
 
 def _trigger(config: StrategyConfig) -> Trigger:
     return Trigger(tokens=config.trigger_tokens)
 
 
+def marker_pattern(marker: str) -> re.Pattern[str]:
+    """A marker counts at the start of a line, after an optional timestamp: not quoted inside a sentence."""
+    return re.compile(r'^\s*(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ )?' + re.escape(marker).replace('\\ ', ' '))
+
+
 def _sources(config: StrategyConfig) -> InstructionSources:
-    return InstructionSources(markers=tuple(config.markers))
+    return InstructionSources(markers=tuple(marker_pattern(marker) for marker in config.markers))
 
 
 _Builder = Callable[[StrategyConfig, EventObserver | None], AbstractCapability[Any]]
@@ -97,18 +209,31 @@ _BUILDERS: dict[str, _Builder] = {
     'select': lambda c, o: BoundedSelection(),
     'curate': lambda c, o: CuratedSelection(),
     'orient': lambda c, o: Orientation(),
-    'harness-clear': lambda c, o: ClearToolResults(max_tokens=c.trigger_tokens),
+    # Harness anchors as harness's compaction README recommends for these sizes. Each incident log is about
+    # 6,700 estimated tokens, so two logs fit under the 18K trigger and three do not: kept tails are sized
+    # to stay under the trigger. The summarizer renders tool results whole (`tool_return_max_chars=None`):
+    # what it reads is at most one trigger's worth, far inside any summarizer's window.
+    'harness-clear': lambda c, o: ClearToolResults(max_tokens=c.trigger_tokens, keep_pairs=_pairs_under(c)),
     'harness-sliding': lambda c, o: SlidingWindowCompaction(
         max_tokens=c.trigger_tokens, keep_tokens=c.trigger_tokens // 3
     ),
     'harness-summarizing': lambda c, o: SummarizingCompaction(
-        max_tokens=c.trigger_tokens, keep_tokens=c.trigger_tokens // 3
+        max_tokens=c.trigger_tokens, keep_tokens=c.trigger_tokens // 3, tool_return_max_chars=None
     ),
+    # Clear first, summarize only what clearing could not bring under the target.
     'harness-tiered': lambda c, o: TieredCompaction(
         tiers=[
-            ClearToolResults(max_tokens=1),
-            SummarizingCompaction(max_messages=1, keep_tokens=c.trigger_tokens // 3),
+            ClearToolResults(max_tokens=1, keep_pairs=1),
+            SummarizingCompaction(max_messages=1, keep_tokens=c.trigger_tokens // 3, tool_return_max_chars=None),
         ],
         target_tokens=c.trigger_tokens,
     ),
 }
+
+LARGEST_RESULT_TOKENS = 6_700
+"""The largest tool result of the benchmark tasks, in estimated tokens (an incident log)."""
+
+
+def _pairs_under(config: StrategyConfig) -> int:
+    """How many of the largest tool results fit under the trigger (at least one)."""
+    return max(1, (config.trigger_tokens - 1) // LARGEST_RESULT_TOKENS)

@@ -6,7 +6,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pydantic_ai.messages import ModelMessage, ModelResponsePart, TextPart, ToolCallPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponsePart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo
 
 from pydantic_ai_compaction.evals.tasks.incident import CHANGE_MARKER, POLICY_MARKER, PROBE_QUESTION
@@ -19,8 +26,14 @@ _TOTAL = re.compile(r'logs 1 to (\d+)')
 _INCIDENT = re.compile(r'INCIDENT (inc-\d+) service=(\w+) severity=(\d+) owner=(\w+)')
 _UPDATE = re.compile(r'UPDATE (inc-\d+) severity=(\d+)')
 _RETRACT = re.compile(r'RETRACT (inc-\d+)')
-_POLICY = re.compile(re.escape(POLICY_MARKER) + r' ignore service (\w+)')
+_STAMP = r'^(?:[-*] )?(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ )?'
+"""Where a marker may stand: at the start of a line, after an optional list bullet and timestamp."""
+_CHANGE = re.compile(_STAMP + re.escape(CHANGE_MARKER))
+_POLICY = re.compile(_STAMP + re.escape(POLICY_MARKER) + r' ignore service (\w+)')
 _SCOPE = re.compile(r'report only incidents of services (\w+), (\w+) and (\w+)')
+_LOG_LINE = re.compile(r'^(?:[-*] )?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (.*)$')
+_ROUTINE = re.compile(r'^\w+ [A-Z]+ request_id=')
+"""Routine request traffic: the bulk of every log, never worth a summary line."""
 
 
 @dataclass
@@ -56,7 +69,7 @@ def read_view(visible: str) -> AuditView:
             view.retracted.add(match.group(1))
         elif match := _POLICY.search(line):
             view.ignored.add(match.group(1))
-        elif CHANGE_MARKER in line:
+        elif _CHANGE.search(line):
             lowered = line.lower()
             view.lowest = view.lowest or 'lowest' in lowered
             view.lowercase = view.lowercase or 'lowercase' in lowered
@@ -87,9 +100,32 @@ def report(view: AuditView) -> dict[str, object]:
     return {'incident_ids': ids, 'owner': owner}
 
 
+def notable(text: str) -> list[str]:
+    """Every timestamped log line that is not routine request traffic, verbatim, oldest first by timestamp.
+
+    Generic on purpose: it does not know which lines change the rules, so an unmarked note reads as
+    notable as a marked change (what a summarizer or a note-taker would see). Ordered by time, not by
+    where a line stands in the request, so "newest first" means the same whatever layout a summarizer
+    request uses (harness puts an earlier summary after the messages, a native request before them).
+    """
+    found: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if (match := _LOG_LINE.match(stripped)) and not _ROUTINE.match(match.group(1)):
+            found.append(stripped.removeprefix('- ').removeprefix('* '))
+    return sorted(found, key=lambda line: line[:20])  # the timestamp; a stable sort keeps ties in order
+
+
 @dataclass
 class IncidentPlayer:
-    """Reads the next unread log; reports when the last one is read."""
+    """Reads the next unread log; reports when the last one is read.
+
+    With `notes`, it also writes a short note beside each call: the notable lines of the log it just
+    read (the note-taking player). Without, it answers with tool calls only (the silent player).
+    """
+
+    notes: bool = False
+    """Write a note of each log's notable lines beside the next call."""
 
     def act(self, messages: Sequence[ModelMessage], visible: str, info: AgentInfo) -> list[ModelResponsePart]:
         """One step."""
@@ -98,10 +134,24 @@ class IncidentPlayer:
             return [TextPart(self.instructions_in_force(visible))]
         total = view.total or 1
         next_log = max(view.read, default=0) + 1
+        note = self._note(messages) if self.notes else None
         if next_log <= total:
-            return [ToolCallPart('read_log', {'index': next_log})]
+            call = ToolCallPart('read_log', {'index': next_log})
+            return [TextPart(note), call] if note else [call]
         output = info.output_tools[0].name if info.output_tools else 'final_result'
         return [ToolCallPart(output, report(view))]
+
+    def _note(self, messages: Sequence[ModelMessage]) -> str | None:
+        """A note on the log returned in the last request, if it returned one."""
+        for part in messages[-1].parts if messages else ():
+            if isinstance(part, ToolReturnPart) and part.tool_name == 'read_log':
+                text = part.model_response_str()
+                header = _HEADER.search(text)
+                if header is None:
+                    return None
+                lines = notable(text)
+                return f'Notes on log {header.group(1)}:\n' + ('\n'.join(lines) if lines else 'nothing notable')
+        return None
 
     def instructions_in_force(self, visible: str) -> str:
         """The probe answer: the prompt's rules, then every visible change, verbatim."""
@@ -119,22 +169,8 @@ class IncidentPlayer:
         return '\n'.join(lines)
 
     def facts(self, text: str) -> list[str]:
-        """Incident and event lines (what a report needs), verbatim."""
-        return [
-            line.strip()
-            for line in text.splitlines()
-            if _INCIDENT.search(line) or _UPDATE.search(line) or _RETRACT.search(line)
-        ]
-
-    def rules(self, visible: str) -> list[str]:
-        """Marked instruction changes and policy changes, verbatim, without their timestamps."""
-        found = [
-            line[line.index(marker) :].strip()
-            for line in visible.splitlines()
-            for marker in (CHANGE_MARKER, POLICY_MARKER)
-            if marker in line
-        ]
-        return list(dict.fromkeys(found))
+        """Notable log lines (see `notable`), verbatim."""
+        return notable(text)
 
     def progress(self, visible: str) -> tuple[str, str]:
         """Which logs were read and the next one."""
@@ -142,10 +178,6 @@ class IncidentPlayer:
         done = sorted(view.read)
         nxt = max(done, default=0) + 1
         return (f'Logs read: {", ".join(map(str, done)) if done else "none"}', f'read log {nxt}')
-
-    def verbatim(self, text: str) -> bool:
-        """A log that changed the rules stays verbatim."""
-        return CHANGE_MARKER in text
 
 
 def _last_prompt(messages: Sequence[ModelMessage]) -> str:

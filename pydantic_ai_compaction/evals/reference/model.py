@@ -3,8 +3,9 @@
 Every decision uses only what is literally visible in the messages it receives: raw tool output,
 summaries, restated instructions, checkpoints. It never invents: what it cannot see, it does not
 know. Compaction requests (fork, stateless summary, native emulation, harness's summarizer) get
-valid, extractive replies within a stated token budget, so information can really be lost. Usage
-is reported for every request, with cache reads and writes from a prefix-cache simulator.
+valid, extractive replies under one rule (`summary_rule`), the same for every request kind and
+whichever library sent it, so information can really be lost. Usage is reported for every request,
+with cache reads and writes from a prefix-cache simulator.
 
 Results obtained with it measure information flow and cost, not LLM behaviour.
 """
@@ -20,7 +21,6 @@ import orjson
 from pydantic_ai.messages import (
     CompactionPart,
     ModelMessage,
-    ModelRequest,
     ModelResponse,
     ModelResponsePart,
     SystemPromptPart,
@@ -64,19 +64,15 @@ class Player(Protocol):
         ...
 
     def facts(self, text: str) -> list[str]:
-        """Fact lines an extractive summary of *text* keeps, oldest first, each readable on its own."""
-        ...
+        """Notable lines an extractive summary of *text* carries, oldest first, each readable on its own.
 
-    def rules(self, visible: str) -> list[str]:
-        """Instruction changes visible in *visible*, verbatim."""
+        Which lines are notable is domain knowledge (not routine traffic), never a task's instruction
+        markers: a summarizer is not told which lines change the rules.
+        """
         ...
 
     def progress(self, visible: str) -> tuple[str, str]:
         """`(progress, next step)` as the player can tell them from *visible*."""
-        ...
-
-    def verbatim(self, text: str) -> bool:
-        """Whether an exchange with this content is worth keeping verbatim (the fork's choice)."""
         ...
 
 
@@ -132,6 +128,17 @@ class RequestLog:
     cache_read_tokens: int
     cache_write_tokens: int
     output_tokens: int
+    reply: str = ''
+    """The reply's text (summaries, fork replies and answers; empty for a bare tool call)."""
+
+
+def summary_rule(cap: int) -> str:
+    """The one summarization rule, as recorded with every run."""
+    return (
+        'every summarizer (fork, stateless summary, native emulation, harness SummarizingCompaction): progress, '
+        'next step, then every notable line of what it is asked to carry, earlier summaries included, newest kept '
+        f'first; budget = min(tokens of that content, cap {cap}); no exchange kept verbatim by the fork'
+    )
 
 
 @dataclass
@@ -142,7 +149,8 @@ class ReferenceModel:
     """The task-specific policy."""
 
     summary_budget: int = 500
-    """Token budget of every summary it writes; facts beyond it are left out, oldest first."""
+    """Cap on the tokens of any summary it writes. Below the cap a summary carries everything notable it
+    is asked to carry; above it, the oldest notable lines are left out. The same for every request kind."""
 
     cache: PrefixCacheSimulator = field(default_factory=PrefixCacheSimulator)
     """Prefix cache shared by every request of the conversation."""
@@ -169,16 +177,25 @@ class ReferenceModel:
         elif kind == 'fork':
             parts = [TextPart(self._fork(messages))]
         elif kind in ('summary', 'harness-summary'):
-            prompt = visible_text(messages[-1:])
-            parts = [TextPart(self._extract(prompt))]
+            parts = [TextPart(self.summarize(visible_text(messages[-1:])))]
         elif kind == 'native':
-            parts = [TextPart(self._extract(visible_text(messages[:-1]) + '\n' + _without_prompt(messages[-1])))]
+            parts = [TextPart(self.summarize(visible_text(messages[:-1]) + '\n' + _without_prompt(messages[-1])))]
         else:
             visible = visible_text(messages)
             parts = self.player.act(messages, visible, info)
             if self.think_tokens and kind == 'agent':
                 parts = [ThinkingPart(_reasoning(visible, self.think_tokens)), *parts]
         return ModelResponse(parts=parts, usage=self._usage(kind, messages, info, parts), model_name='reference')
+
+    def summarize(self, source: str) -> str:
+        """The summary of *source* every request kind gets (see `summary_rule`): a pure function of the text."""
+        progress, next_step, facts = self._content(source)
+        return '\n'.join([progress, f'Next step: {next_step}', *facts])
+
+    def _content(self, source: str) -> tuple[str, str, list[str]]:
+        progress, next_step = self.player.progress(source)
+        head = tokens(f'{progress}\nNext step: {next_step}')
+        return progress, next_step, self._facts(source, budget=self.summary_budget - head)
 
     def _usage(
         self, kind: RequestKind, messages: Sequence[ModelMessage], info: AgentInfo, parts: Sequence[ModelResponsePart]
@@ -199,8 +216,9 @@ class ReferenceModel:
                 blocks.append((f'{message.kind}:{type(part).__name__}:{text}', max(tokens(text), 1)))
         outcome = self.cache.account(blocks)
         output = sum(max(tokens(part_text(part)), 1) for part in parts)
+        reply = '\n'.join(part.content for part in parts if isinstance(part, TextPart))
         self.log.append(
-            RequestLog(kind, outcome.input_tokens, outcome.cache_read_tokens, outcome.cache_write_tokens, output)
+            RequestLog(kind, outcome.input_tokens, outcome.cache_read_tokens, outcome.cache_write_tokens, output, reply)
         )
         return RequestUsage(
             input_tokens=outcome.input_tokens,
@@ -209,16 +227,8 @@ class ReferenceModel:
             output_tokens=output,
         )
 
-    def _extract(self, text: str) -> str:
-        """An extractive summary of *text*: rules, progress, then facts newest first, within budget."""
-        rules = self.player.rules(text)
-        progress, next_step = self.player.progress(text)
-        head = [*rules, progress, f'Next step: {next_step}']
-        return '\n'.join([*head, *self._facts(text, budget=self.summary_budget - tokens('\n'.join(head)))])
-
     def _facts(self, text: str, *, budget: int) -> list[str]:
-        rules = set(self.player.rules(text))
-        facts = list(dict.fromkeys(fact for fact in self.player.facts(text) if fact not in rules))
+        facts = list(dict.fromkeys(self.player.facts(text)))
         kept: list[str] = []
         used = 0
         for line in reversed(facts):
@@ -241,57 +251,27 @@ class ReferenceModel:
                 focal.append(exchange_id)
         conversation = visible_text(messages)
         progress, _ = self.player.progress(conversation)
-        orientation = {
-            'relevant_state': progress,
-            'required': self.player.rules(conversation),
-            'prohibited': [],
-        }
+        orientation: dict[str, str | list[str]] = {'relevant_state': progress, 'required': [], 'prohibited': []}
         return orjson.dumps({'focal': focal[-10:], 'orientation': orientation}).decode()
 
     def _fork(self, messages: Sequence[ModelMessage]) -> str:
+        """The same summary as every other request kind, in the format the fork asks for; nothing kept verbatim.
+
+        Which exchange a model keeps verbatim is its own judgement; any rule the reference applied here
+        would be a hint the other strategies do not get, so the reference fork keeps none.
+        """
         prompt = _fork_prompt(messages[-1])
         conversation = visible_text(messages[:-1]) + '\n' + _without_prompt(messages[-1])
         variant = re.search(r'variant=(\w+)', prompt)
         variant_name = variant.group(1) if variant else 'json'
-        # Earlier summaries stay in place, so the fork summarizes what they do not already hold.
-        raw = _raw_text(messages)
-        rules = self.player.rules(conversation)
-        progress, next_step = self.player.progress(conversation)
-        head_tokens = tokens('\n'.join([*rules, progress, next_step]))
-        facts = self._facts(raw, budget=self.summary_budget - head_tokens)
-        keep = self._verbatim_ids(messages, prompt)
+        progress, next_step, facts = self._content(conversation)
         if variant_name == 'json':
-            summary = {'rules': rules, 'facts': facts, 'progress': progress, 'next_step': next_step}
-            return orjson.dumps({'keep': keep, 'summary': summary}).decode()
-        text = '\n'.join([*rules, progress, f'Next step: {next_step}', *facts])
+            summary = {'rules': [], 'facts': facts, 'progress': progress, 'next_step': next_step}
+            return orjson.dumps({'keep': [], 'summary': summary}).decode()
+        text = self.summarize(conversation)
         if variant_name == 'free':
-            return f'KEEP: {", ".join(keep) if keep else "none"}\n{text}'
+            return f'KEEP: none\n{text}'
         return text
-
-    def _verbatim_ids(self, messages: Sequence[ModelMessage], prompt: str) -> list[str]:
-        """The newest listed tool exchange whose result the player wants verbatim (at most one).
-
-        Matched by the call shown in the listing. One, because keeping every such exchange can leave
-        nothing to drop while the request is over the limit; the rest goes into the summary.
-        """
-        returns: dict[str, str] = {}
-        calls: dict[str, str] = {}
-        for message in messages:
-            for part in message.parts:
-                if isinstance(part, ToolCallPart):
-                    calls[part.tool_call_id] = f'{part.tool_name}({part.args_as_json_str()}'
-                elif isinstance(part, ToolReturnPart):
-                    returns[part.tool_call_id] = part.model_response_str()
-        keep: list[str] = []
-        for match in _LISTING_LINE.finditer(prompt):
-            exchange_id, kind, description = match.groups()
-            if kind != 'tools':
-                continue
-            for call_id, call in calls.items():
-                if description.startswith(call[:40]) and self.player.verbatim(returns.get(call_id, '')):
-                    keep.append(exchange_id)
-                    break
-        return keep[-1:]
 
 
 _COMMON = frozenset({'the', 'a', 'of', 'what', 'is', 'and', 'to', 'in', 'on', 'for', 'read', 'log', 'logs', 'service'})
@@ -317,17 +297,3 @@ def _without_prompt(message: ModelMessage) -> str:
         for part in message.parts
         if not (isinstance(part, UserPromptPart) and any(marker in part_text(part) for marker in markers))
     )
-
-
-def _raw_text(messages: Sequence[ModelMessage]) -> str:
-    """Visible text without earlier summaries (they are kept in place by the runtime)."""
-    chunks: list[str] = []
-    for message in messages:
-        for part in message.parts:
-            if isinstance(part, CompactionPart):
-                continue
-            if isinstance(part, UserPromptPart) and FORK_MARKER in part_text(part):
-                continue
-            if isinstance(message, ModelRequest) or isinstance(part, TextPart):
-                chunks.append(part_text(part))
-    return '\n'.join(chunks)

@@ -105,19 +105,10 @@ class RecallPlayer:
         """Service facts, annotated so a summary line stands on its own."""
         return facts_in(text)
 
-    def rules(self, visible: str) -> list[str]:
-        """No instruction changes in this task."""
-        del visible
-        return []
-
     def progress(self, visible: str) -> tuple[str, str]:
         """Which services were diagnosed."""
         done = sorted({m.group(1) for m in _HEADER.finditer(visible)})
         return (f'Diagnostics run on: {", ".join(done) if done else "none"}', 'answer the user from these facts')
-
-    def verbatim(self, text: str) -> bool:
-        """Diagnostics reports cannot be produced again: keep them verbatim."""
-        return bool(_HEADER.search(text))
 
 
 def _current_turn(messages: Sequence[ModelMessage]) -> tuple[str, list[object]]:
