@@ -41,6 +41,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.tools import AgentDepsT, RunContext
 
 from pydantic_ai_compaction.protocols.types import METADATA_KEY
+from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_choice, fail
 from pydantic_ai_compaction.runtime.segment import is_restatement, str_dict
 from pydantic_ai_compaction.runtime.shape import shape_problems
 
@@ -81,12 +82,15 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
     _writes: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.policy not in ('keep', 'drop', 'after_artifact'):
-            raise ValueError(f"ForgetReasoning.policy must be 'keep', 'drop' or 'after_artifact', got {self.policy!r}.")
+        check_choice('ForgetReasoning', 'policy', self.policy, ('keep', 'drop', 'after_artifact'))
+        if not isinstance(self.write_tools, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise fail('ForgetReasoning', 'write_tools', 'a regular expression string', self.write_tools)
         try:
             self._writes = re.compile(self.write_tools, re.IGNORECASE)
         except re.error as error:
-            raise ValueError(f'ForgetReasoning.write_tools is not a valid pattern: {error}') from error
+            raise ConfigurationError(
+                f'ForgetReasoning.write_tools is not a valid regular expression: {self.write_tools!r} ({error}).'
+            ) from None
 
     async def before_model_request(
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext

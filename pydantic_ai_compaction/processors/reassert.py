@@ -47,8 +47,7 @@ class Reassert(CompactionCapability[AgentDepsT]):
     marked tool-output lines too (the seed study's setup), `InstructionSources(markers=())` only user prompts."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.inner, CompactionCapability):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError(f'Reassert.inner must be a compaction strategy, got {type(self.inner).__name__}.')
+        check_instance('Reassert', 'inner', self.inner, CompactionCapability, 'a compaction strategy')
         if self.sources is None:
             raise ConfigurationError(
                 "Reassert.sources is required: pass sources=InstructionSources(markers=('CHANGE:',)) to restate "
