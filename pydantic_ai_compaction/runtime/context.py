@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,13 +37,6 @@ class CompactionContext:
 
     trigger_tokens: int | None = None
     """What the trigger measured, or `None` when compaction was forced (`compact`, `replay`)."""
-
-
-def conversation_of(ctx: RunContext[Any], override: Callable[[RunContext[Any]], str] | None = None) -> str:
-    """The conversation id stores file entries under: an override, else the run's conversation (or run) id."""
-    if override is not None:
-        return override(ctx)
-    return ctx.conversation_id or ctx.run_id or 'default'
 
 
 def for_request(ctx: RunContext[Any], request_context: ModelRequestContext, retry: RetryPolicy) -> CompactionContext:
