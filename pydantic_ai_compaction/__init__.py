@@ -12,50 +12,113 @@ Example:
     ```
 """
 
-from pydantic_ai_compaction.processors import (
-    Archive,
-    BoundedSelection,
-    CuratedSelection,
-    ForgetReasoning,
-    Fork,
-    Native,
-    NoCompaction,
-    Notes,
-    Orientation,
-    Pipeline,
-    Reassert,
-    Recall,
-    ResetToCheckpoint,
-    StatelessSummary,
-    Switch,
-    Tiered,
-)
-from pydantic_ai_compaction.protocols import (
-    METADATA_KEY,
-    CompactionEvent,
-    CompactionRecord,
-    CompactionState,
-    CompactorUsage,
-    Exchange,
-    Layout,
-    Proposal,
-    ProviderSummary,
-    Summary,
-)
-from pydantic_ai_compaction.runtime import (
-    CompactionCapability,
-    CompactionContext,
-    ConfiguredCompaction,
-    ConversationView,
-    RetryPolicy,
-    Trigger,
-    segment,
-    validate,
-)
-from pydantic_ai_compaction.runtime.instructions import InstructionSources
-from pydantic_ai_compaction.runtime.stores import InMemoryArchiveStore, PostgresArchiveStore, SQLiteArchiveStore
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic_ai_compaction.processors import (
+        Archive,
+        BoundedSelection,
+        CuratedSelection,
+        ForgetReasoning,
+        Fork,
+        Native,
+        NoCompaction,
+        Notes,
+        Orientation,
+        Pipeline,
+        Reassert,
+        Recall,
+        ResetToCheckpoint,
+        StatelessSummary,
+        Switch,
+        Tiered,
+    )
+    from pydantic_ai_compaction.protocols import (
+        METADATA_KEY,
+        CompactionEvent,
+        CompactionRecord,
+        CompactionState,
+        CompactorUsage,
+        Exchange,
+        Layout,
+        Proposal,
+        ProviderSummary,
+        Summary,
+    )
+    from pydantic_ai_compaction.runtime import (
+        CompactionCapability,
+        CompactionContext,
+        ConfiguredCompaction,
+        ConversationView,
+        RetryPolicy,
+        Trigger,
+        segment,
+        validate,
+    )
+    from pydantic_ai_compaction.runtime.instructions import InstructionSources
+    from pydantic_ai_compaction.runtime.stores import InMemoryArchiveStore, PostgresArchiveStore, SQLiteArchiveStore
 
 __version__ = '0.1.0'
+
+# Names load on first use (PEP 562): `import pydantic_ai_compaction`, and the pytest plugin this package
+# registers in every project that has it installed, cost nearly nothing until a strategy is touched.
+_LAZY: dict[str, str] = {
+    'Archive': 'pydantic_ai_compaction.processors',
+    'BoundedSelection': 'pydantic_ai_compaction.processors',
+    'CuratedSelection': 'pydantic_ai_compaction.processors',
+    'ForgetReasoning': 'pydantic_ai_compaction.processors',
+    'Fork': 'pydantic_ai_compaction.processors',
+    'Native': 'pydantic_ai_compaction.processors',
+    'NoCompaction': 'pydantic_ai_compaction.processors',
+    'Notes': 'pydantic_ai_compaction.processors',
+    'Orientation': 'pydantic_ai_compaction.processors',
+    'Pipeline': 'pydantic_ai_compaction.processors',
+    'Reassert': 'pydantic_ai_compaction.processors',
+    'Recall': 'pydantic_ai_compaction.processors',
+    'ResetToCheckpoint': 'pydantic_ai_compaction.processors',
+    'StatelessSummary': 'pydantic_ai_compaction.processors',
+    'Switch': 'pydantic_ai_compaction.processors',
+    'Tiered': 'pydantic_ai_compaction.processors',
+    'METADATA_KEY': 'pydantic_ai_compaction.protocols',
+    'CompactionEvent': 'pydantic_ai_compaction.protocols',
+    'CompactionRecord': 'pydantic_ai_compaction.protocols',
+    'CompactionState': 'pydantic_ai_compaction.protocols',
+    'CompactorUsage': 'pydantic_ai_compaction.protocols',
+    'Exchange': 'pydantic_ai_compaction.protocols',
+    'Layout': 'pydantic_ai_compaction.protocols',
+    'Proposal': 'pydantic_ai_compaction.protocols',
+    'ProviderSummary': 'pydantic_ai_compaction.protocols',
+    'Summary': 'pydantic_ai_compaction.protocols',
+    'CompactionCapability': 'pydantic_ai_compaction.runtime',
+    'CompactionContext': 'pydantic_ai_compaction.runtime',
+    'ConfiguredCompaction': 'pydantic_ai_compaction.runtime',
+    'ConversationView': 'pydantic_ai_compaction.runtime',
+    'RetryPolicy': 'pydantic_ai_compaction.runtime',
+    'Trigger': 'pydantic_ai_compaction.runtime',
+    'segment': 'pydantic_ai_compaction.runtime',
+    'validate': 'pydantic_ai_compaction.runtime',
+    'InstructionSources': 'pydantic_ai_compaction.runtime.instructions',
+    'InMemoryArchiveStore': 'pydantic_ai_compaction.runtime.stores',
+    'PostgresArchiveStore': 'pydantic_ai_compaction.runtime.stores',
+    'SQLiteArchiveStore': 'pydantic_ai_compaction.runtime.stores',
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     'METADATA_KEY',

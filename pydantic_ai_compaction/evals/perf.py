@@ -227,8 +227,53 @@ def overhead_table(rows: Sequence[Row]) -> str:
     return '\n'.join(lines)
 
 
+IMPORT_CASES: tuple[tuple[str, str, str], ...] = (
+    ('import pydantic_ai_compaction', 'import pydantic_ai_compaction', 'import pydantic_ai'),
+    ('pytest plugin (import)', 'import pydantic_ai_compaction.testing.plugin', 'import pytest'),
+    ('first strategy (from ... import Fork)', 'from pydantic_ai_compaction import Fork', 'import pydantic_ai'),
+)
+"""What a user pays for importing the package, against the anchor it sits on, each in a fresh interpreter."""
+
+
+def import_cost(statement: str, repeat: int = 5) -> tuple[float, int]:
+    """Median wall time (ms) of a fresh interpreter running *statement*, and the modules it leaves loaded."""
+    import subprocess
+    import sys
+
+    probe = (
+        f'import sys, time; t = time.perf_counter(); {statement}; '
+        'print((time.perf_counter() - t) * 1000, len(sys.modules))'
+    )
+    times: list[float] = []
+    modules = 0
+    for _ in range(repeat):
+        out = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True, check=True).stdout.split()
+        times.append(float(out[0]))
+        modules = int(out[1])
+    return statistics.median(times), modules
+
+
+def import_table() -> str:
+    """Import cost of the package and of its pytest plugin, against plain pydantic-ai and plain pytest."""
+    lines = [
+        '| what | ms | modules | anchor | anchor ms | anchor modules | ratio |',
+        '|---|---|---|---|---|---|---|',
+    ]
+    for name, statement, anchor in IMPORT_CASES:
+        ms, modules = import_cost(statement)
+        anchor_ms, anchor_modules = import_cost(anchor)
+        lines.append(
+            f'| {name} | {ms:.0f} | {modules} | `{anchor}` | {anchor_ms:.0f} | {anchor_modules} | '
+            f'{ms / max(anchor_ms, 1e-6):.2f}× |'
+        )
+    return '\n'.join(lines)
+
+
 async def main() -> None:
     """Print every table."""
+    print('## Import cost (fresh interpreter; ratios against the anchor measured in the same run)\n')
+    print(import_table())
+    print()
     rows = await overhead()
     print('## Per-request overhead (median ms; ratios against harness on the same history)\n')
     print(overhead_table(rows))
