@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -62,3 +63,16 @@ def test_render_is_stable_and_numbers_tool_calls() -> None:
     text = render(recorded_history(2))
     assert text == render(recorded_history(2))
     assert 'call call1 read_log {"index":0}' in text and 'return call2 read_log success' in text
+
+
+def test_load_history_reads_a_path_given_as_a_string(tmp_path: Path) -> None:
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    from pydantic_ai_compaction.testing import load_history
+
+    history = recorded_history()
+    file = tmp_path / 'audit.json'
+    file.write_bytes(ModelMessagesTypeAdapter.dump_json(history))
+    assert load_history(str(file)) == history
+    assert load_history(file) == history
+    assert load_history(file.read_text()) == history

@@ -8,15 +8,24 @@ import pytest
 
 
 @pytest.fixture
-def compaction_snapshot(snapshot: Any) -> Any:
+def compaction_snapshot(request: pytest.FixtureRequest) -> Any:
     """syrupy's `snapshot`, storing message lists as readable `.txt` files.
 
     Example:
         ```python
-        def test_fork(compaction_snapshot):
-            assert replay_sync(Fork(), history, model=model) == compaction_snapshot
+        from pydantic_ai_compaction import Fork
+        from pydantic_ai_compaction.testing import load_history, replay
+
+
+        async def test_fork(compaction_snapshot):  # with pytest-asyncio or anyio's pytest plugin
+            history = load_history('tests/histories/audit.json')
+            assert await replay(Fork(), history, model=model) == compaction_snapshot
         ```
     """
+    import importlib.util
+
+    if importlib.util.find_spec('syrupy') is None:
+        pytest.fail('compaction_snapshot needs syrupy: pip install "pydantic-ai-compaction[testing]"', pytrace=False)
     from pydantic_ai_compaction.testing.extension import CompactionSnapshotExtension
 
-    return snapshot.use_extension(CompactionSnapshotExtension)
+    return request.getfixturevalue('snapshot').use_extension(CompactionSnapshotExtension)

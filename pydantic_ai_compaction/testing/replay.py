@@ -13,7 +13,12 @@ from pydantic_ai_harness.compaction import CompactionStrategy, compact_now
 
 
 def load_history(source: Sequence[ModelMessage] | str | bytes | Path) -> list[ModelMessage]:
-    """Messages from a list, a JSON string/bytes (`ModelMessagesTypeAdapter` format) or a JSON file."""
+    """Messages from a list, JSON text or bytes (`ModelMessagesTypeAdapter` format), or a JSON file.
+
+    A string is JSON when it starts with `[` (a message list always does), otherwise the path of a file.
+    """
+    if isinstance(source, str) and not source.lstrip().startswith('['):
+        source = Path(source)
     if isinstance(source, Path):
         return ModelMessagesTypeAdapter.validate_json(source.read_bytes())
     if isinstance(source, str | bytes):
