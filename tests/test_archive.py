@@ -424,3 +424,38 @@ def test_a_fixed_key_is_shared_by_every_capability_and_run(store: Any) -> None:
     )
     recovered = next(p for p in returns(seen[-1]) if p.tool_name == 'context_recover')
     assert original_part(recovered).content == 'content of file 3\n' + 'x = 1\n' * 5
+
+
+def test_only_requests_with_new_results_reserve_ids_in_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Numbering runs before every request; the store (and its worker thread) is touched only when new
+    # results arrived, not on the requests that bring none.
+    class Counting(InMemoryArchiveStore):
+        calls = 0
+
+        def next_numbers(self, conversation: str, counter: str, count: int) -> list[int]:
+            Counting.calls += 1
+            return super().next_numbers(conversation, counter, count)
+
+    steps: list[list[ModelResponsePart]] = [
+        [ToolCallPart('read', {'index': 1}), ToolCallPart('read', {'index': 2})],
+        [TextPart('thinking it over')],
+    ]
+    import pydantic_ai_compaction.processors.archive as archive_module
+
+    hops: list[str] = []
+    real_call_store = archive_module.call_store
+
+    async def counting_call_store(operation: str, *args: Any) -> Any:
+        hops.append(operation)
+        return await real_call_store(operation, *args)
+
+    monkeypatch.setattr(archive_module, 'call_store', counting_call_store)
+    store = Counting()
+    archive = Archive(store, conversation=f'counting-{uuid.uuid4().hex}')
+    agent = agent_with(scripted([*steps, [ToolCallPart('read', {'index': 3})], [TextPart('done')]]), [archive])
+    first = agent.run_sync('Read 1 and 2.')
+    assert Counting.calls == 1  # one reservation for the two results; the opening request had none
+    agent.run_sync('Go on.', message_history=first.all_messages())
+    assert Counting.calls == 2  # the continuation's opening request brought none, the read's return one
+    # Five requests in all; only the two that brought results went to a worker thread to number them.
+    assert hops.count('next_numbers') == 2

@@ -135,7 +135,7 @@ async def _measure(size: str, history: list[ModelMessage], repeat: int) -> list[
     # The steady state of a run: earlier results numbered and steps decided; one new step arrives.
     archive = Archive()
     later = RunContext[None](deps=None, model=TestModel(), usage=RunUsage(), run_step=5)
-    numbered = archive._number_results(ctx, history[:-2]) or history[:-2]  # pyright: ignore[reportPrivateUsage]
+    numbered = archive._number_new(ctx, history[:-2]) or history[:-2]  # pyright: ignore[reportPrivateUsage]
     forget = ForgetReasoning(policy='drop')
     decided = forget.decide(history[:-2]) or history[:-2]
     steady_archive = [*numbered, *history[-2:]]
@@ -149,7 +149,7 @@ async def _measure(size: str, history: list[ModelMessage], repeat: int) -> list[
         'validator': lambda: validate(Proposal(keep=view.ids[::-2], summary=Summary('s')), view),
         'layout application': lambda: apply_layout(view, layout, {'strategy': 'bench'}),
         'reassert (gather changes)': lambda: gather_instructions(view, InstructionSources(markers=('CHANGE:',))),
-        'archive (number new results)': lambda: archive._number_results(later, steady_archive),  # pyright: ignore[reportPrivateUsage]
+        'archive (number new results)': lambda: archive._number_new(later, steady_archive),  # pyright: ignore[reportPrivateUsage]
         'forget-reasoning (decide)': lambda: forget.decide(steady_forget),
         'bounded selection': lambda: project(view, select(view, request, 10_000)),
     }

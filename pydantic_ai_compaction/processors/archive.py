@@ -171,13 +171,19 @@ class Archive(AbstractCapability[AgentDepsT]):
 
         Works on the persisted history (`ctx.messages`), never on a request-only view.
         """
-        try:
-            # In a worker thread (it reserves ids in the store): the run waits, the event loop does not.
-            numbered = await call_store('next_numbers', self._number_results, ctx, list(ctx.messages))
-        except ArchiveError as error:
-            # No key (its function failed): results go out without ids this time; the next request numbers them.
-            warnings.warn(f'Archive could not number new results this request: {error}', RuntimeWarning, stacklevel=2)
-            numbered = None
+        messages = list(ctx.messages)
+        # The scan for new results is cheap and runs here; only reserving ids touches the store, so only a
+        # request that brings new results pays for a worker thread (this hook runs before every request).
+        todo, highest = self._unnumbered(ctx, messages)
+        numbered: list[ModelMessage] | None = None
+        if todo:
+            try:
+                numbered = await call_store('next_numbers', self._number_results, ctx, messages, todo, highest)
+            except ArchiveError as error:
+                # No key (its function failed): results go out without ids now; the next request numbers them.
+                warnings.warn(
+                    f'Archive could not number new results this request: {error}', RuntimeWarning, stacklevel=2
+                )
         if numbered is not None:
             ctx.messages[:] = numbered
             request_context = replace(request_context, messages=list(numbered))
@@ -191,7 +197,10 @@ class Archive(AbstractCapability[AgentDepsT]):
                 request_context = replace(request_context, messages=messages)
         return request_context
 
-    def _number_results(self, ctx: RunContext[AgentDepsT], messages: list[ModelMessage]) -> list[ModelMessage] | None:
+    def _unnumbered(
+        self, ctx: RunContext[AgentDepsT], messages: list[ModelMessage]
+    ) -> tuple[list[tuple[int, int]], int]:
+        """Where results without an id are (`(message, part)`, oldest first), and the highest id the history holds."""
         todo: list[tuple[int, int]] = []
         highest = 0
         # New results arrive at the end: scan back to the last request whose results are all numbered
@@ -218,8 +227,17 @@ class Archive(AbstractCapability[AgentDepsT]):
             if numbered and not fresh and not full_scan:
                 break
         todo.reverse()
-        if not todo:
-            return None
+        return todo, highest
+
+    def _number_new(self, ctx: RunContext[AgentDepsT], messages: list[ModelMessage]) -> list[ModelMessage] | None:
+        """Scan and number in one blocking call (what a request does, for benchmarks), or `None` when all have ids."""
+        todo, highest = self._unnumbered(ctx, messages)
+        return self._number_results(ctx, messages, todo, highest) if todo else None
+
+    def _number_results(
+        self, ctx: RunContext[AgentDepsT], messages: list[ModelMessage], todo: list[tuple[int, int]], highest: int
+    ) -> list[ModelMessage]:
+        """*messages* with an id on each result in *todo*. Blocking (reserves ids): called in a worker thread."""
         try:
             numbers = self._reserve(self.conversation_id(ctx), 'result', len(todo), highest)
         except ArchiveError as error:
