@@ -110,26 +110,42 @@ class Recall(AbstractCapability[AgentDepsT]):
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         """Index every part not indexed yet (the request itself is unchanged)."""
+        messages = list(request_context.messages)
+        # Which parts are new is known from the run's memo, here; only a request that brings new parts pays
+        # for a worker thread and the store (this hook runs before every request).
+        pending = self._pending(messages)
+        if not pending:
+            return request_context
         try:
-            # Fingerprinting and the store calls run in a worker thread; the run waits, the event loop does not.
-            await call_store('index_lines', self.index, self.conversation_id(ctx), list(request_context.messages))
+            await call_store('index_lines', self._index_pending, self.conversation_id(ctx), messages, pending)
         except ArchiveError as error:
             # Recall degrades; the run goes on (the next request indexes what this one could not).
             warnings.warn(f'Recall could not index this request: {error}', RuntimeWarning, stacklevel=2)
         return request_context
 
     def index(self, conversation_id: str, messages: Sequence[ModelMessage]) -> int:
-        """Add the lines of parts not yet in the log; returns lines added."""
-        calls = {p.tool_call_id: p for m in messages for p in m.parts if isinstance(p, ToolCallPart)}
+        """Add the lines of parts not yet in the log; returns lines added (blocking: it calls the store)."""
+        return self._index_pending(conversation_id, messages, self._pending(messages))
+
+    def _pending(self, messages: Sequence[ModelMessage]) -> list[tuple[str, object, ModelMessage]]:
+        """Parts this run has not indexed yet, with their fingerprints.
+
+        Parts this run already indexed are skipped without asking the store: a request after one new step
+        asks only about that step's parts.
+        """
         pending: list[tuple[str, object, ModelMessage]] = []
         for message in messages:
             for part in message.parts:
                 fingerprint = self._fingerprint(part)
-                if fingerprint is not None:
+                if fingerprint is not None and fingerprint not in self._indexed:
                     pending.append((fingerprint, part, message))
-        # Parts this run already indexed are skipped without asking the store: a request after one new
-        # step asks only about that step's parts.
-        pending = [item for item in pending if item[0] not in self._indexed]
+        return pending
+
+    def _index_pending(
+        self, conversation_id: str, messages: Sequence[ModelMessage], pending: list[tuple[str, object, ModelMessage]]
+    ) -> int:
+        """Store the lines of *pending* parts the store does not have yet. Blocking: called in a worker thread."""
+        calls = {p.tool_call_id: p for m in messages for p in m.parts if isinstance(p, ToolCallPart)}
         known = self.store.indexed(conversation_id, [fingerprint for fingerprint, *_ in pending])
         lines: list[LogLine] = []
         for fingerprint, part, message in pending:
