@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         segment,
         validate,
     )
+    from pydantic_ai_compaction.runtime.checks import ConfigurationError
     from pydantic_ai_compaction.runtime.instructions import InstructionSources
     from pydantic_ai_compaction.runtime.stores import InMemoryArchiveStore, PostgresArchiveStore, SQLiteArchiveStore
 
@@ -101,6 +102,7 @@ _LAZY: dict[str, str] = {
     'Trigger': 'pydantic_ai_compaction.runtime',
     'segment': 'pydantic_ai_compaction.runtime',
     'validate': 'pydantic_ai_compaction.runtime',
+    'ConfigurationError': 'pydantic_ai_compaction.runtime.checks',
     'InstructionSources': 'pydantic_ai_compaction.runtime.instructions',
     'InMemoryArchiveStore': 'pydantic_ai_compaction.runtime.stores',
     'PostgresArchiveStore': 'pydantic_ai_compaction.runtime.stores',
@@ -121,6 +123,7 @@ __all__ = [
     'CompactionRecord',
     'CompactionState',
     'CompactorUsage',
+    'ConfigurationError',
     'ConfiguredCompaction',
     'ConversationView',
     'CuratedSelection',

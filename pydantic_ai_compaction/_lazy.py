@@ -22,9 +22,13 @@ def lazy_names(
         module = where.get(name)
         if module is None:
             raise AttributeError(f'module {package!r} has no attribute {name!r}')
-        value = getattr(importlib.import_module(module), name)
-        namespace[name] = value
-        return value
+        loaded = importlib.import_module(module)
+        # Bind every name this module provides, not only the one asked for: importing a submodule binds
+        # it on its package, and a submodule named like one of its functions would then shadow that name.
+        for other, where_from in where.items():
+            if where_from == module:
+                namespace[other] = getattr(loaded, other)
+        return namespace[name]
 
     def __dir__() -> list[str]:
         return sorted({*namespace, *where})

@@ -12,6 +12,7 @@ import pytest
 from pydantic_ai_compaction import (
     Archive,
     BoundedSelection,
+    ConfigurationError,
     CuratedSelection,
     ForgetReasoning,
     Fork,
@@ -29,7 +30,6 @@ from pydantic_ai_compaction import (
     Tiered,
     Trigger,
 )
-from pydantic_ai_compaction.runtime.checks import ConfigurationError
 
 NAN = math.nan
 INF = math.inf
@@ -126,3 +126,14 @@ def test_good_values_are_accepted_unchanged() -> None:
     assert Fork(fixed_keep=0, min_saving=0).min_saving == 0
     assert StatelessSummary(max_transcript_tokens=100).max_transcript_tokens == 100
     assert len(Pipeline((Fork(), Native())).steps) == 2
+
+
+def test_messages_say_what_to_write_only_where_it_helps() -> None:
+    with pytest.raises(ConfigurationError, match=r"write markers=\('CHANGE:',\)"):
+        InstructionSources(markers='CHANGE:')  # pyright: ignore[reportArgumentType]
+    with pytest.raises(ConfigurationError) as raised:
+        InstructionSources(markers=None)  # pyright: ignore[reportArgumentType]
+    assert 'write markers' not in str(raised.value)
+    with pytest.raises(ConfigurationError) as raised:
+        Tiered(write_tools=['write', 'edit'])  # pyright: ignore[reportArgumentType]
+    assert str(raised.value).startswith('Tiered.write_tools must be')  # one pattern, not an item of a list

@@ -76,3 +76,37 @@ def test_load_history_reads_a_path_given_as_a_string(tmp_path: Path) -> None:
     assert load_history(str(file)) == history
     assert load_history(file) == history
     assert load_history(file.read_text()) == history
+
+
+@pytest.mark.parametrize(
+    'statement',
+    [
+        'from pydantic_ai_compaction.testing import load_history, replay',
+        'from pydantic_ai_compaction.testing import load_history, render, replay',
+        'import pydantic_ai_compaction.testing.replay; from pydantic_ai_compaction.testing import replay',
+        'import pydantic_ai_compaction.runtime.segment; from pydantic_ai_compaction import segment as replay',
+    ],
+)
+def test_public_names_are_the_functions_whatever_the_import_order(statement: str) -> None:
+    # A submodule named like its function (testing.replay) must never shadow the function, in a fresh interpreter.
+    import subprocess
+    import sys
+
+    probe = f'{statement}; import inspect; print(inspect.isfunction(replay))'
+    out = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == 'True'
+
+
+def test_the_pytest_plugin_imports_nothing_of_the_library() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        'import sys; import pydantic_ai_compaction.pytest_plugin; '
+        "print(sorted(m for m in sys.modules if m.startswith('pydantic_ai')))"
+    )
+    out = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True, check=True).stdout
+    assert (
+        out.strip()
+        == "['pydantic_ai_compaction', 'pydantic_ai_compaction._lazy', 'pydantic_ai_compaction.pytest_plugin']"
+    )

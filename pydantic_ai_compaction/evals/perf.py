@@ -229,7 +229,7 @@ def overhead_table(rows: Sequence[Row]) -> str:
 
 IMPORT_CASES: tuple[tuple[str, str, str], ...] = (
     ('import pydantic_ai_compaction', 'import pydantic_ai_compaction', 'import pydantic_ai'),
-    ('pytest plugin (import)', 'import pydantic_ai_compaction.testing.plugin', 'import pytest'),
+    ('pytest plugin (import)', 'import pydantic_ai_compaction.pytest_plugin', 'import pytest'),
     ('first strategy (from ... import Fork)', 'from pydantic_ai_compaction import Fork', 'import pydantic_ai'),
 )
 """What a user pays for importing the package, against the anchor it sits on, each in a fresh interpreter."""

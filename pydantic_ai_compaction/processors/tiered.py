@@ -44,7 +44,7 @@ from pydantic_ai_compaction.runtime.checks import (
     check_int,
     check_number,
     check_optional_int,
-    check_patterns,
+    check_pattern,
 )
 from pydantic_ai_compaction.runtime.context import CompactionContext, for_request
 from pydantic_ai_compaction.runtime.instructions import tool_provided
@@ -188,7 +188,7 @@ class Tiered(AbstractCapability[AgentDepsT]):
         check_instance(owner, 'model_settings', self.model_settings, (dict, type(None)), 'a ModelSettings dict or None')
         check_instance(owner, 'retry', self.retry, RetryPolicy, 'a RetryPolicy')
         check_conversation(owner, self.conversation)
-        (self._writes,) = check_patterns(owner, 'write_tools', (self.write_tools,))
+        self._writes = check_pattern(owner, 'write_tools', self.write_tools)
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """A copy with its own projection for this run."""

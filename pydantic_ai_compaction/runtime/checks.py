@@ -125,6 +125,18 @@ def check_patterns(owner: str, name: str, value: object) -> tuple[re.Pattern[str
     return tuple(compiled)
 
 
+def check_pattern(owner: str, name: str, value: object) -> re.Pattern[str]:
+    """*value* (one regex string or compiled pattern) compiled; a bad pattern names itself."""
+    if isinstance(value, re.Pattern):
+        return cast('re.Pattern[str]', value)
+    if not isinstance(value, str) or not value:
+        raise fail(owner, name, 'a non-empty regular expression string', value)
+    try:
+        return re.compile(value)
+    except re.error as error:
+        raise ConfigurationError(f'{owner}.{name} is not a valid regular expression: {value!r} ({error}).') from None
+
+
 def check_choice(owner: str, name: str, value: object, choices: Iterable[T]) -> T:
     """*value* if it is one of *choices*."""
     options = tuple(choices)

@@ -60,7 +60,8 @@ class InstructionSources:
         if isinstance(markers, str | bytes | bytearray) or not isinstance(markers, Iterable):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ConfigurationError(
                 'InstructionSources.markers must be a sequence of strings or compiled patterns (a bare string would '
-                f'be split into one-character markers), got {markers!r}; write markers=({markers!r},).'
+                f'be split into one-character markers), got {markers!r}'
+                + (f'; write markers=({markers!r},).' if isinstance(markers, str) else '.')  # pyright: ignore[reportUnnecessaryIsInstance]
             )
         items: list[str | re.Pattern[str]] = []
         for index, marker in enumerate(cast('Iterable[object]', markers)):
