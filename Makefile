@@ -6,9 +6,9 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: install demo quickstart costsim test soak bench realmodel lint format clean
 
-$(STAMP): pyproject.toml requirements.lock
+$(STAMP): pyproject.toml bench/pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev,evals,postgres]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev,postgres]' -e ./bench
 	touch $(STAMP)
 
 install: $(STAMP)  ## Create .venv and install the package with pinned dependencies.
@@ -33,7 +33,7 @@ soak: $(STAMP)  ## Invariants under generated histories and fuzzed replies: SOAK
 		-k keeps_the_invariants --hypothesis-show-statistics
 
 bench: $(STAMP)  ## Overhead against harness at up to 1M tokens, recall latency, memory, and the savings table.
-	$(BIN)/python -m pydantic_ai_compaction.evals.perf
+	$(BIN)/python -m pydantic_ai_compaction_bench.perf
 
 URL ?=
 MODEL ?= openai:local
@@ -42,13 +42,13 @@ realmodel: $(STAMP)  ## Prompt contracts against an OpenAI-compatible server: ma
 	@if [ -z "$(URL)" ]; then \
 		echo 'realmodel: skipped, no server given (make realmodel URL=http://127.0.0.1:8080/v1 MODEL=openai:NAME)'; \
 	else \
-		$(BIN)/python -m pydantic_ai_compaction.evals.contracts --base-url '$(URL)' --model '$(MODEL)' --out out/realmodel.md; \
+		$(BIN)/python -m pydantic_ai_compaction_bench.contracts --base-url '$(URL)' --model '$(MODEL)' --out out/realmodel.md; \
 	fi
 
 lint: $(STAMP)  ## Ruff (lint + format check) and pyright strict.
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pyright pydantic_ai_compaction
+	$(BIN)/pyright pydantic_ai_compaction bench/pydantic_ai_compaction_bench
 
 format: $(STAMP)
 	$(BIN)/ruff format .

@@ -207,8 +207,8 @@ REFERENCE = '<reference model>'
 
 def reply_model(reply: str) -> FunctionModel:
     if reply == REFERENCE:
-        from pydantic_ai_compaction.evals.reference.incident import IncidentPlayer
-        from pydantic_ai_compaction.evals.reference.model import ReferenceModel
+        from pydantic_ai_compaction_bench.reference.incident import IncidentPlayer
+        from pydantic_ai_compaction_bench.reference.model import ReferenceModel
 
         return ReferenceModel(IncidentPlayer()).model()
 

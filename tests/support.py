@@ -21,9 +21,9 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
-from pydantic_ai_compaction.processors.fork import FORK_MARKER
-from pydantic_ai_compaction.processors.native import NATIVE_MARKER
-from pydantic_ai_compaction.processors.summary import SUMMARY_MARKER
+from pydantic_ai_compaction.processors.strategies.fork import FORK_MARKER
+from pydantic_ai_compaction.processors.strategies.native import NATIVE_MARKER
+from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -23,7 +23,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import RunContext
 
 from pydantic_ai_compaction import Archive, Fork, Notes, Recall, Tiered, Trigger
-from pydantic_ai_compaction.processors.archive import archived_ref_of, original_part, result_id_of
+from pydantic_ai_compaction.processors.memory.archive import archived_ref_of, original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchiveError, Note
 from pydantic_ai_compaction.runtime import our_record
 from pydantic_ai_compaction.runtime.checks import ConfigurationError
@@ -440,7 +440,7 @@ def test_only_requests_with_new_results_reserve_ids_in_the_store(monkeypatch: py
         [ToolCallPart('read', {'index': 1}), ToolCallPart('read', {'index': 2})],
         [TextPart('thinking it over')],
     ]
-    import pydantic_ai_compaction.processors.archive as archive_module
+    import pydantic_ai_compaction.processors.memory.archive as archive_module
 
     hops: list[str] = []
     real_call_store = archive_module.call_store

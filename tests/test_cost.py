@@ -7,9 +7,8 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from pydantic_ai_compaction.evals.cost import REFERENCE_PRICES, CostRange, PriceTable, UsageTotals, cost, prices_for
-from pydantic_ai_compaction.evals.costsim import SONNET_5_5, SimulationConfig, simulate
+from pydantic_ai_compaction_bench.cost import REFERENCE_PRICES, CostRange, PriceTable, UsageTotals, cost, prices_for
+from pydantic_ai_compaction_bench.costsim import SONNET_5_5, SimulationConfig, simulate
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -7,8 +7,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from pydantic_ai_compaction.evals.costsim import (
+from pydantic_ai_compaction_bench.costsim import (
     FABLE_5_1,
     POLICIES,
     SONNET_5_5,
@@ -340,7 +339,7 @@ def test_default_prices_are_the_seed_sheet() -> None:
 
 
 def test_seed_001_threshold_model_compacting_often_is_cheaper_but_writes_more_summaries() -> None:
-    from pydantic_ai_compaction.evals.costsim import THRESHOLDS, ThresholdConfig, compare_thresholds, simulate_threshold
+    from pydantic_ai_compaction_bench.costsim import THRESHOLDS, ThresholdConfig, compare_thresholds, simulate_threshold
 
     results = compare_thresholds(ThresholdConfig())
     often, late = results['often'], results['late']
@@ -358,8 +357,7 @@ def test_seed_001_threshold_model_compacting_often_is_cheaper_but_writes_more_su
 
 def test_threshold_model_rejects_values_out_of_range() -> None:
     import pytest
-
-    from pydantic_ai_compaction.evals.costsim import ThresholdConfig, simulate_threshold
+    from pydantic_ai_compaction_bench.costsim import ThresholdConfig, simulate_threshold
 
     with pytest.raises(ValueError, match=r'ThresholdConfig\.cache_hit must lie in'):
         ThresholdConfig(cache_hit=1.5)

@@ -16,17 +16,17 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo
+from pydantic_ai_compaction_bench import strategies
+from pydantic_ai_compaction_bench.reference.incident import IncidentPlayer, notable, read_view
+from pydantic_ai_compaction_bench.reference.model import ReferenceModel, tokens
+from pydantic_ai_compaction_bench.runner import RunSpec, run_incident
+from pydantic_ai_compaction_bench.tasks import incident
 from pydantic_ai_harness.compaction import SummarizingCompaction
 from pydantic_ai_harness.compaction._summarizing_compaction import format_transcript
 
-from pydantic_ai_compaction.evals import strategies
-from pydantic_ai_compaction.evals.reference.incident import IncidentPlayer, notable, read_view
-from pydantic_ai_compaction.evals.reference.model import ReferenceModel, tokens
-from pydantic_ai_compaction.evals.runner import RunSpec, run_incident
-from pydantic_ai_compaction.evals.tasks import incident
-from pydantic_ai_compaction.processors.fork import FORK_MARKER
-from pydantic_ai_compaction.processors.native import NATIVE_PROMPT
-from pydantic_ai_compaction.processors.summary import SUMMARY_MARKER, SUMMARY_PROMPT
+from pydantic_ai_compaction.processors.strategies.fork import FORK_MARKER
+from pydantic_ai_compaction.processors.strategies.native import NATIVE_PROMPT
+from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER, SUMMARY_PROMPT
 from pydantic_ai_compaction.runtime.transcript import render_messages
 
 AGENT = AgentInfo(
@@ -215,8 +215,8 @@ def test_the_fake_instruction_measure_is_recorded() -> None:
 
 
 def test_delayed_recall_defaults_to_the_seed_window() -> None:
-    from pydantic_ai_compaction.evals import cli
-    from pydantic_ai_compaction.evals.runner import run_recall
+    from pydantic_ai_compaction_bench import cli
+    from pydantic_ai_compaction_bench.runner import run_recall
 
     specs = cli.specs_for(cli.build_parser().parse_args(['bench', 'recall', '--seeds', '1']))
     assert {spec.trigger_tokens for spec in specs} == {20_000}

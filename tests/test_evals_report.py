@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic_ai_compaction.evals import cli
-from pydantic_ai_compaction.evals.report import build_rows, read_records, summarize, write_records
+from pydantic_ai_compaction_bench import cli
+from pydantic_ai_compaction_bench.report import build_rows, read_records, summarize, write_records
 
 
 def record(strategy: str, seed: int, passed: bool, inputs: list[int]) -> dict[str, object]:
@@ -126,7 +126,7 @@ def test_recall_compare_prints_both_search_tools(capsys: object) -> None:
 
 
 def test_savings_target_is_judged_from_records() -> None:
-    from pydantic_ai_compaction.evals import savings
+    from pydantic_ai_compaction_bench import savings
 
     records = [record('none', seed, True, [1000, 40_000]) for seed in range(3)]
     records += [record('summary', seed, True, [1000, 4_000]) for seed in range(3)]
@@ -142,8 +142,8 @@ def test_savings_target_is_judged_from_records() -> None:
 
 
 def test_every_strategy_has_its_own_colour_and_marker_and_markers_do_not_overlap() -> None:
-    from pydantic_ai_compaction.evals import strategies
-    from pydantic_ai_compaction.evals.plots import dodge, style
+    from pydantic_ai_compaction_bench import strategies
+    from pydantic_ai_compaction_bench.plots import dodge, style
 
     styles = [style(name) for name in strategies.ALL]
     assert len({colour for colour, _ in styles}) == len({marker for _, marker in styles}) == len(strategies.ALL)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from pydantic_ai_compaction.evals.tasks import incident, recall
-from pydantic_ai_compaction.evals.tasks.incident import IncidentReport
+from pydantic_ai_compaction_bench.tasks import incident, recall
+from pydantic_ai_compaction_bench.tasks.incident import IncidentReport
 
 
 @pytest.mark.parametrize('variant', incident.VARIANTS)

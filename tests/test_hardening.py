@@ -38,9 +38,9 @@ from pydantic_ai_compaction import (
     Switch,
     Trigger,
 )
-from pydantic_ai_compaction.processors.fork import FORK_MARKER
-from pydantic_ai_compaction.processors.native import NATIVE_MARKER
-from pydantic_ai_compaction.processors.summary import SUMMARY_MARKER
+from pydantic_ai_compaction.processors.strategies.fork import FORK_MARKER
+from pydantic_ai_compaction.processors.strategies.native import NATIVE_MARKER
+from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER
 from pydantic_ai_compaction.runtime import our_record
 from pydantic_ai_compaction.runtime.shape import shape_problems
 

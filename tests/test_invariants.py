@@ -94,7 +94,7 @@ def test_curator_replies_are_checked_never_trusted(history: list[ModelMessage], 
 @settings(max_examples=EXAMPLES * 2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(history=histories(), budget=st.integers(1, 3_000))
 def test_selection_views_keep_pairing_and_every_protected_exchange(history: list[ModelMessage], budget: int) -> None:
-    from pydantic_ai_compaction.processors.selection import current_request_text, project, select
+    from pydantic_ai_compaction.processors.views.selection import current_request_text, project, select
     from pydantic_ai_compaction.runtime import pairing_problems
 
     view = segment(history)

@@ -51,11 +51,11 @@ from pydantic_ai_compaction import (
     Tiered,
     Trigger,
 )
-from pydantic_ai_compaction.processors.fork import FORK_MARKER
-from pydantic_ai_compaction.processors.native import NATIVE_MARKER
-from pydantic_ai_compaction.processors.selection import CURATOR_MARKER, ORIENTATION_OPEN
-from pydantic_ai_compaction.processors.summary import SUMMARY_MARKER
-from pydantic_ai_compaction.processors.tiered import HANDOFF_MARKER
+from pydantic_ai_compaction.processors.strategies.fork import FORK_MARKER
+from pydantic_ai_compaction.processors.strategies.native import NATIVE_MARKER
+from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER
+from pydantic_ai_compaction.processors.views.selection import CURATOR_MARKER, ORIENTATION_OPEN
+from pydantic_ai_compaction.processors.views.tiered import HANDOFF_MARKER
 from pydantic_ai_compaction.protocols.schemas import CURATOR_SCHEMA, FORK_JSON_SCHEMA
 from pydantic_ai_compaction.runtime import compactor, replies
 from pydantic_ai_compaction.runtime.segment import is_restatement, our_record, segment

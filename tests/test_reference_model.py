@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from pydantic_ai_compaction.evals.reference.cache import PrefixCacheSimulator
-from pydantic_ai_compaction.evals.runner import RunSpec, run_incident, run_recall
+from pydantic_ai_compaction_bench.reference.cache import PrefixCacheSimulator
+from pydantic_ai_compaction_bench.runner import RunSpec, run_incident, run_recall
 
 
 def test_prefix_cache_reads_the_longest_shared_prefix() -> None:
@@ -70,7 +70,7 @@ def test_an_unmarked_fake_instruction_is_never_restated_or_applied() -> None:
 
 
 def test_delayed_recall_setups_run_and_recall_recovers_what_clearing_dropped() -> None:
-    from pydantic_ai_compaction.evals.strategies import RECALL_SETUPS
+    from pydantic_ai_compaction_bench.strategies import RECALL_SETUPS
 
     answers = {
         name: asyncio.run(run_recall(RunSpec('recall', name, 2, 'base', 1, trigger_tokens=8_000)))['answers']

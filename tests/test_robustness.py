@@ -23,7 +23,7 @@ from pydantic_ai_compaction import (
     Trigger,
     segment,
 )
-from pydantic_ai_compaction.processors.fork import Fork as ForkClass
+from pydantic_ai_compaction.processors.strategies.fork import Fork as ForkClass
 from pydantic_ai_compaction.runtime import our_record, pairing_problems
 from pydantic_ai_compaction.testing import replay
 

@@ -47,8 +47,8 @@ from pydantic_ai_compaction import (
     Trigger,
     segment,
 )
-from pydantic_ai_compaction.processors.reset import fold, rare_lines, render_checkpoint
-from pydantic_ai_compaction.processors.selection import (
+from pydantic_ai_compaction.processors.strategies.reset import fold, rare_lines, render_checkpoint
+from pydantic_ai_compaction.processors.views.selection import (
     CURATOR_MARKER,
     bundles,
     current_request_text,
@@ -56,7 +56,7 @@ from pydantic_ai_compaction.processors.selection import (
     project,
     select,
 )
-from pydantic_ai_compaction.processors.tiered import HANDOFF_MARKER
+from pydantic_ai_compaction.processors.views.tiered import HANDOFF_MARKER
 from pydantic_ai_compaction.runtime.checks import ConfigurationError
 from pydantic_ai_compaction.runtime.wrappers import neutralize, wrap
 from pydantic_ai_compaction.testing import BUDGET_PRESETS, checkpoints, replay_views

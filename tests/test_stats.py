@@ -8,8 +8,7 @@ from statistics import NormalDist
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from pydantic_ai_compaction.evals.stats import (
+from pydantic_ai_compaction_bench.stats import (
     Comparison,
     PairedCounts,
     compare,
@@ -365,7 +364,7 @@ def test_compare_rejects_unpaired_outcomes() -> None:
 
 
 def test_wilson_interval_of_a_pass_rate() -> None:
-    from pydantic_ai_compaction.evals.stats import wilson_interval
+    from pydantic_ai_compaction_bench.stats import wilson_interval
 
     low, high = wilson_interval(9, 9)
     # All 9 passed: the lower bound is n / (n + z²) = 9 / 12.8415 with z = 1.96.

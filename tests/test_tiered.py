@@ -19,7 +19,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from pydantic_ai_compaction import Notes
-from pydantic_ai_compaction.processors.tiered import HANDOFF_MARKER, Tiered
+from pydantic_ai_compaction.processors.views.tiered import HANDOFF_MARKER, Tiered
 
 from .support import log_text
 

@@ -1,19 +1,19 @@
 """Strategies, one per module. Each proposes a layout; the runtime validates and applies it."""
 
-from pydantic_ai_compaction.processors.archive import Archive, ArchiveItem
-from pydantic_ai_compaction.processors.forget import ForgetReasoning
-from pydantic_ai_compaction.processors.fork import FORK_MARKER, Fork, ForkVariant
-from pydantic_ai_compaction.processors.native import NATIVE_MARKER, Native
-from pydantic_ai_compaction.processors.none import NoCompaction
-from pydantic_ai_compaction.processors.notes import Notes
-from pydantic_ai_compaction.processors.pipeline import Pipeline
-from pydantic_ai_compaction.processors.reassert import Reassert
-from pydantic_ai_compaction.processors.recall import Recall
-from pydantic_ai_compaction.processors.reset import ResetToCheckpoint
-from pydantic_ai_compaction.processors.selection import BoundedSelection, CuratedSelection, Orientation
-from pydantic_ai_compaction.processors.summary import SUMMARY_MARKER, StatelessSummary
-from pydantic_ai_compaction.processors.switch import Switch
-from pydantic_ai_compaction.processors.tiered import Tiered
+from pydantic_ai_compaction.processors.memory.archive import Archive, ArchiveItem
+from pydantic_ai_compaction.processors.memory.notes import Notes
+from pydantic_ai_compaction.processors.memory.recall import Recall
+from pydantic_ai_compaction.processors.strategies.fork import FORK_MARKER, Fork, ForkVariant
+from pydantic_ai_compaction.processors.strategies.native import NATIVE_MARKER, Native
+from pydantic_ai_compaction.processors.strategies.none import NoCompaction
+from pydantic_ai_compaction.processors.strategies.pipeline import Pipeline
+from pydantic_ai_compaction.processors.strategies.reassert import Reassert
+from pydantic_ai_compaction.processors.strategies.reset import ResetToCheckpoint
+from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER, StatelessSummary
+from pydantic_ai_compaction.processors.strategies.switch import Switch
+from pydantic_ai_compaction.processors.views.forget import ForgetReasoning
+from pydantic_ai_compaction.processors.views.selection import BoundedSelection, CuratedSelection, Orientation
+from pydantic_ai_compaction.processors.views.tiered import Tiered
 
 __all__ = [
     'FORK_MARKER',

@@ -7,11 +7,11 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pydantic_ai_compaction.processors.fork import FORK_MARKER
-from pydantic_ai_compaction.processors.native import NATIVE_MARKER
-from pydantic_ai_compaction.processors.selection import CURATOR_MARKER
-from pydantic_ai_compaction.processors.summary import SUMMARY_MARKER
-from pydantic_ai_compaction.processors.tiered import HANDOFF_MARKER
+from pydantic_ai_compaction.processors.strategies.fork import FORK_MARKER
+from pydantic_ai_compaction.processors.strategies.native import NATIVE_MARKER
+from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER
+from pydantic_ai_compaction.processors.views.selection import CURATOR_MARKER
+from pydantic_ai_compaction.processors.views.tiered import HANDOFF_MARKER
 
 from .providers import Call, Say
 

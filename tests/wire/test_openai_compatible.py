@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
-from pydantic_ai_compaction.evals import cli, contracts, models
-from pydantic_ai_compaction.evals.cli import main
+from pydantic_ai_compaction_bench import cli, contracts, models
+from pydantic_ai_compaction_bench.cli import main
 
 from .stub_server import Stub, serve
 

@@ -43,14 +43,14 @@ from pydantic_ai_compaction import (
     segment,
     validate,
 )
-from pydantic_ai_compaction.evals.recall_compare import _OneRun  # pyright: ignore[reportPrivateUsage]
-from pydantic_ai_compaction.processors.recall import Recall
-from pydantic_ai_compaction.processors.selection import current_request_text, project, select
+from pydantic_ai_compaction.processors.memory.recall import Recall
+from pydantic_ai_compaction.processors.views.selection import current_request_text, project, select
 from pydantic_ai_compaction.runtime import apply_layout
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.engine import run_compaction
 from pydantic_ai_compaction.runtime.instructions import gather_instructions
 from pydantic_ai_compaction.runtime.stores import SQLiteArchiveStore
+from pydantic_ai_compaction_bench.recall_compare import _OneRun  # pyright: ignore[reportPrivateUsage]
 
 SIZES = {'10k': (5, 8_000), '100k': (50, 8_000), '1M': (500, 8_000), '5000 msgs': (2_500, 400)}
 """Name → (tool steps, bytes per result). 1M ≈ 500 steps with 8 KB results."""
@@ -285,7 +285,7 @@ async def main() -> None:
     for name, value in (await peak_memory()).items():
         print(f'- {name}: {value:,.1f}')
     print()
-    from pydantic_ai_compaction.evals import savings
+    from pydantic_ai_compaction_bench import savings
 
     await savings.main()
 

@@ -15,10 +15,10 @@ from pydantic_ai.usage import RunUsage
 from pydantic_ai_harness.conversation_search import ConversationSearch
 from pydantic_ai_harness.step_persistence import RunRecord
 
-from pydantic_ai_compaction.evals.reference.recall import recall_query
-from pydantic_ai_compaction.evals.tasks import recall
-from pydantic_ai_compaction.processors.recall import Recall
+from pydantic_ai_compaction.processors.memory.recall import Recall
 from pydantic_ai_compaction.runtime.stores import SQLiteArchiveStore
+from pydantic_ai_compaction_bench.reference.recall import recall_query
+from pydantic_ai_compaction_bench.tasks import recall
 
 
 def corpus(scenario: recall.RecallScenario) -> list[ModelMessage]:

@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
-from pydantic_ai_compaction.evals.cost import REFERENCE_PRICES, PriceTable
+from pydantic_ai_compaction_bench.cost import REFERENCE_PRICES, PriceTable
 
 __all__ = (
     'FABLE_5_1',

@@ -12,9 +12,9 @@ from typing import Any
 
 import orjson
 
-from pydantic_ai_compaction.evals.cost import REFERENCE_PRICES, CostRange, PriceTable, UsageTotals, cost, prices_for
-from pydantic_ai_compaction.evals.reference.model import DISCLAIMER
-from pydantic_ai_compaction.evals.stats import compare, holm
+from pydantic_ai_compaction_bench.cost import REFERENCE_PRICES, CostRange, PriceTable, UsageTotals, cost, prices_for
+from pydantic_ai_compaction_bench.reference.model import DISCLAIMER
+from pydantic_ai_compaction_bench.stats import compare, holm
 
 Record = dict[str, Any]
 
@@ -353,7 +353,7 @@ def sensitivity_tables(records: Sequence[Record]) -> list[str]:
 
 def configurations(records: Sequence[Record]) -> str:
     """Each strategy's recorded configuration, one line per distinct setting."""
-    from pydantic_ai_compaction.evals.strategies import settings_line
+    from pydantic_ai_compaction_bench.strategies import settings_line
 
     seen: dict[str, list[str]] = defaultdict(list)
     for record in records:

@@ -33,13 +33,13 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
-from pydantic_ai_compaction.evals.reference.cache import PrefixCacheSimulator
-from pydantic_ai_compaction.processors.fork import FORK_MARKER
-from pydantic_ai_compaction.processors.native import NATIVE_MARKER
-from pydantic_ai_compaction.processors.selection import CURATOR_MARKER
-from pydantic_ai_compaction.processors.summary import SUMMARY_MARKER
-from pydantic_ai_compaction.processors.tiered import HANDOFF_MARKER
+from pydantic_ai_compaction.processors.strategies.fork import FORK_MARKER
+from pydantic_ai_compaction.processors.strategies.native import NATIVE_MARKER
+from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER
+from pydantic_ai_compaction.processors.views.selection import CURATOR_MARKER
+from pydantic_ai_compaction.processors.views.tiered import HANDOFF_MARKER
 from pydantic_ai_compaction.runtime.transcript import user_text
+from pydantic_ai_compaction_bench.reference.cache import PrefixCacheSimulator
 
 RequestKind = Literal['agent', 'fork', 'summary', 'native', 'harness-summary', 'curator', 'probe']
 

@@ -20,12 +20,12 @@ from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import RunContext
 from pydantic_ai.usage import UsageLimits
 
-from pydantic_ai_compaction.evals import strategies
-from pydantic_ai_compaction.evals.reference.incident import IncidentPlayer
-from pydantic_ai_compaction.evals.reference.model import ReferenceModel, summary_rule
-from pydantic_ai_compaction.evals.reference.recall import RecallPlayer
-from pydantic_ai_compaction.evals.tasks import incident, recall
 from pydantic_ai_compaction.protocols.types import CompactionEvent
+from pydantic_ai_compaction_bench import strategies
+from pydantic_ai_compaction_bench.reference.incident import IncidentPlayer
+from pydantic_ai_compaction_bench.reference.model import ReferenceModel, summary_rule
+from pydantic_ai_compaction_bench.reference.recall import RecallPlayer
+from pydantic_ai_compaction_bench.tasks import incident, recall
 
 REFERENCE = 'reference'
 """Model name of the built-in offline reference model."""

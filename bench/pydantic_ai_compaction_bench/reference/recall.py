@@ -17,9 +17,9 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo
 
-from pydantic_ai_compaction.evals.tasks.recall import FACT_KEYS, NOT_SURE
 from pydantic_ai_compaction.runtime.segment import is_restatement
 from pydantic_ai_compaction.runtime.transcript import user_text
+from pydantic_ai_compaction_bench.tasks.recall import FACT_KEYS, NOT_SURE
 
 _HEADER = re.compile(r'== diag\.py (\w+) ==')
 _FACT = re.compile(r'^\s*(' + '|'.join(FACT_KEYS) + r') = (.+?)\s*$')

@@ -16,12 +16,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pydantic_ai_compaction.evals import costsim, models, strategies
-from pydantic_ai_compaction.evals.cost import PriceTable
-from pydantic_ai_compaction.evals.plots import plot
-from pydantic_ai_compaction.evals.report import read_records, summarize, write_records
-from pydantic_ai_compaction.evals.runner import PLAYERS, REFERENCE, RunSpec, run_all, spec_of
-from pydantic_ai_compaction.evals.tasks import incident
+from pydantic_ai_compaction_bench import costsim, models, strategies
+from pydantic_ai_compaction_bench.cost import PriceTable
+from pydantic_ai_compaction_bench.plots import plot
+from pydantic_ai_compaction_bench.report import read_records, summarize, write_records
+from pydantic_ai_compaction_bench.runner import PLAYERS, REFERENCE, RunSpec, run_all, spec_of
+from pydantic_ai_compaction_bench.tasks import incident
 
 DEFAULT_TRIGGERS = {'incident': 18_000, 'recall': 20_000}
 """Per task: the seed studies' settings (18K for the audit; for delayed recall half of seed 001's 40K window,
@@ -293,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             plot(records, args.plots, budget=args.summary_budget, prices=args.prices)
         return 0
     if args.command == 'recall-compare':
-        from pydantic_ai_compaction.evals import recall_compare
+        from pydantic_ai_compaction_bench import recall_compare
 
         print(recall_compare.table(asyncio.run(recall_compare.compare(args.seeds))))
         return 0

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic_ai_compaction.evals import strategies
-from pydantic_ai_compaction.evals.report import Record, Row, build_rows
-from pydantic_ai_compaction.evals.runner import PLAYERS, Player, RunSpec, run_all
+from pydantic_ai_compaction_bench import strategies
+from pydantic_ai_compaction_bench.report import Record, Row, build_rows
+from pydantic_ai_compaction_bench.runner import PLAYERS, Player, RunSpec, run_all
 
 ANCHORS = ('none', *strategies.HARNESS)
 

@@ -16,8 +16,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo
 
-from pydantic_ai_compaction.evals.tasks.incident import CHANGE_MARKER, POLICY_MARKER, PROBE_QUESTION
 from pydantic_ai_compaction.runtime.transcript import user_text
+from pydantic_ai_compaction_bench.tasks.incident import CHANGE_MARKER, POLICY_MARKER, PROBE_QUESTION
 
 _HEADER = re.compile(r'=== log (\d+) of (\d+) ===')
 _CALL = re.compile(r'read_log\(\{"index": ?(\d+)\}')

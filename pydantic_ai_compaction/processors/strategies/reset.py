@@ -21,7 +21,7 @@ from typing import Any
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
 from pydantic_ai.tools import AgentDepsT, RunContext
 
-from pydantic_ai_compaction.processors.forget import WRITE_TOOLS
+from pydantic_ai_compaction.processors.views.forget import WRITE_TOOLS
 from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int, check_patterns

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
-from pydantic_ai_compaction.evals.cost import PriceTable
+from pydantic_ai_compaction_bench.cost import PriceTable
 
 BASE_URL_ENV = 'PAC_BASE_URL'
 """Environment variable read when `--base-url` is not given."""

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic_ai_compaction.evals import strategies
-from pydantic_ai_compaction.evals.cost import PriceTable
-from pydantic_ai_compaction.evals.report import Record, agent_prompts, build_rows, main_budget
-from pydantic_ai_compaction.evals.stats import wilson_interval
+from pydantic_ai_compaction_bench import strategies
+from pydantic_ai_compaction_bench.cost import PriceTable
+from pydantic_ai_compaction_bench.report import Record, agent_prompts, build_rows, main_budget
+from pydantic_ai_compaction_bench.stats import wilson_interval
 
 _MARKERS = ('o', 's', '^', 'D', 'v', 'P', 'X', '<', '>', 'p', 'h', '*', 'd', '8')
 _ORDER = tuple(dict.fromkeys((*strategies.ALL, *strategies.CHOICES)))

@@ -5,7 +5,7 @@ the native emulation) is replayed once per seed on a small recorded tool loop, t
 strategy's own parser and the runtime validator. A reply that fails shows as the fallback reason the
 runtime recorded (`unparseable`, `schema`, `empty`, ...).
 
-    python -m pydantic_ai_compaction.evals.contracts --model openai:qwen3-8b --base-url http://127.0.0.1:8080/v1
+    python -m pydantic_ai_compaction_bench.contracts --model openai:qwen3-8b --base-url http://127.0.0.1:8080/v1
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage
 
-from pydantic_ai_compaction.evals.models import BASE_URL_ENV, openai_compatible
 from pydantic_ai_compaction.processors import Fork, Native, StatelessSummary
 from pydantic_ai_compaction.runtime import CompactionCapability, our_record
 from pydantic_ai_compaction.testing.replay import replay
+from pydantic_ai_compaction_bench.models import BASE_URL_ENV, openai_compatible
 
 PROMPTS: dict[str, Callable[[], CompactionCapability[Any]]] = {
     'fork-json': lambda: Fork(variant='json'),

@@ -33,8 +33,8 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai_harness.compaction import DEFAULT_CONTEXT_WINDOW, estimate_token_count, resolve_context_window
 
-from pydantic_ai_compaction.processors.archive import args_json, original_part, result_id_of, serialize_part
-from pydantic_ai_compaction.processors.forget import WRITE_TOOLS
+from pydantic_ai_compaction.processors.memory.archive import args_json, original_part, result_id_of, serialize_part
+from pydantic_ai_compaction.processors.views.forget import WRITE_TOOLS
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, ArchiveStore
 from pydantic_ai_compaction.protocols.types import METADATA_KEY
 from pydantic_ai_compaction.runtime import compactor

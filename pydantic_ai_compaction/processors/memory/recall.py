@@ -31,7 +31,7 @@ from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import FunctionToolset
 from pydantic_core import to_jsonable_python
 
-from pydantic_ai_compaction.processors.archive import args_json, original_part, result_id_of
+from pydantic_ai_compaction.processors.memory.archive import args_json, original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore, Hit, LineSource, LogLine
 from pydantic_ai_compaction.runtime.checks import check_instance, check_int
 from pydantic_ai_compaction.runtime.encoding import strip_nul, to_bytes, to_json

@@ -1,0 +1,1 @@
+"""Memory: tools and stores that remember what compaction moved out of the request."""

@@ -1,0 +1,1 @@
+"""Strategies: each proposes a layout (what to keep, what summary replaces the rest); the runtime decides."""

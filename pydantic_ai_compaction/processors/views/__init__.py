@@ -1,0 +1,1 @@
+"""Views: each projects the request sent to the model without touching the persisted history."""
