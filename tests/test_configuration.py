@@ -48,20 +48,20 @@ CASES: list[tuple[str, str, Callable[[Any], object], list[object]]] = [
     ('RetryPolicy', 'initial_wait', lambda v: RetryPolicy(initial_wait=v), [-1, NAN, INF, '1', True]),
     ('RetryPolicy', 'max_wait', lambda v: RetryPolicy(max_wait=v), [-1, NAN, INF, None]),
     ('Fork', 'variant', lambda v: Fork(variant=v), ['yaml', '', None, True]),
-    ('Fork', 'fixed_keep', lambda v: Fork(fixed_keep=v), [-1, 2.5, True, '2', NAN]),
+    ('Fork', 'keep_last', lambda v: Fork(keep_last=v), [-1, 2.5, True, '2', NAN]),
     ('Fork', 'model', lambda v: Fork(model=v), [3, ['openai:gpt-5']]),
-    ('Fork', 'fallback_keep', lambda v: Fork(fallback_keep=v), [0, -3, 1.5, True, INF]),
+    ('Fork', 'fallback_keep_last', lambda v: Fork(fallback_keep_last=v), [0, -3, 1.5, True, INF]),
     ('Fork', 'min_saving', lambda v: Fork(min_saving=v), [-0.1, 1.5, NAN, INF, '0.1']),
     ('Fork', 'trigger', lambda v: Fork(trigger=v), [18_000, None, 'tokens']),
     ('Fork', 'retry', lambda v: Fork(retry=v), [3, None]),
     ('Fork', 'protect', lambda v: Fork(protect=v), ['g1', 1]),
     ('Fork', 'observer', lambda v: Fork(observer=v), [[], 'print']),
     ('Fork', 'reraise_in_compact', lambda v: Fork(reraise_in_compact=v), [1, 'yes', None]),
-    ('StatelessSummary', 'keep_recent', lambda v: StatelessSummary(keep_recent=v), [-1, 1.5, True, NAN]),
+    ('StatelessSummary', 'keep_last', lambda v: StatelessSummary(keep_last=v), [-1, 1.5, True, NAN]),
     ('StatelessSummary', 'max_transcript_tokens', lambda v: StatelessSummary(max_transcript_tokens=v), [0, 50, 2.5]),
     ('StatelessSummary', 'instructions', lambda v: StatelessSummary(instructions=v), [None, 3]),
     ('Native', 'emulate', lambda v: Native(emulate=v), [0, 'no', None]),
-    ('NoCompaction', 'fallback_keep', lambda v: NoCompaction(fallback_keep=v), [0, NAN]),
+    ('NoCompaction', 'fallback_keep_last', lambda v: NoCompaction(fallback_keep_last=v), [0, NAN]),
     ('Switch', 'when', lambda v: Switch(when=v, then=Fork(), otherwise=Native()), [True, 'compactions < 3']),
     ('Switch', 'then', lambda v: Switch(when=lambda s: True, then=v, otherwise=Native()), ['fork', None]),
     ('Switch', 'otherwise', lambda v: Switch(when=lambda s: True, then=Fork(), otherwise=v), [None, Pipeline]),
@@ -123,7 +123,7 @@ def test_a_configuration_error_is_both_a_value_and_a_type_error() -> None:
 def test_good_values_are_accepted_unchanged() -> None:
     assert Trigger(fraction=1).fraction == 1
     assert RetryPolicy(attempts=100, initial_wait=0, max_wait=0).attempts == 100
-    assert Fork(fixed_keep=0, min_saving=0).min_saving == 0
+    assert Fork(keep_last=0, min_saving=0).min_saving == 0
     assert StatelessSummary(max_transcript_tokens=100).max_transcript_tokens == 100
     assert len(Pipeline((Fork(), Native())).steps) == 2
 

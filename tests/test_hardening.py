@@ -51,7 +51,7 @@ STRATEGIES: dict[str, Callable[[], Any]] = {
     'fork-free': lambda: Fork(variant='free', trigger=LOW, retry=NO_WAIT),
     'fork-fixed': lambda: Fork(variant='fixed', trigger=LOW, retry=NO_WAIT),
     'summary': lambda: StatelessSummary(trigger=LOW, retry=NO_WAIT),
-    'summary-keep-1': lambda: StatelessSummary(keep_recent=1, trigger=LOW, retry=NO_WAIT),
+    'summary-keep-1': lambda: StatelessSummary(keep_last=1, trigger=LOW, retry=NO_WAIT),
     'native': lambda: Native(trigger=LOW, retry=NO_WAIT),
     'reset': lambda: ResetToCheckpoint(trigger=LOW),
     'reassert': lambda: Reassert(Native(trigger=LOW, retry=NO_WAIT), sources=InstructionSources(markers=('CHANGE:',))),
@@ -197,7 +197,7 @@ async def test_a_legacy_retry_prompt_is_not_taken_for_the_users_turn() -> None:
         ModelRequest(parts=[legacy]),
     ]
     player = Player(steps=6)
-    agent = audit(player, Fork(variant='fixed', trigger=LOW, fixed_keep=0))
+    agent = audit(player, Fork(variant='fixed', trigger=LOW, keep_last=0))
     result = await agent.run(None, message_history=history)
     assert boundaries(result.all_messages())
     for request in player.agent_requests[2:]:

@@ -40,8 +40,8 @@ from .support import recorded_history
         (lambda: Trigger(tokens=10, context_window=1000), 'context_window only applies together with `fraction`'),
         (lambda: Trigger(fraction=0.5, context_window=0), 'Trigger.context_window must be an integer ≥ 1, got 0'),
         (lambda: Fork(variant='yaml'), "Fork.variant must be one of 'json', 'free', 'fixed', got 'yaml'"),  # pyright: ignore[reportArgumentType]
-        (lambda: Fork(fallback_keep=0), r'Fork.fallback_keep must be an integer ≥ 1, got 0'),
-        (lambda: StatelessSummary(keep_recent=-1), 'StatelessSummary.keep_recent must be an integer ≥ 0, got -1'),
+        (lambda: Fork(fallback_keep_last=0), r'Fork.fallback_keep_last must be an integer ≥ 1, got 0'),
+        (lambda: StatelessSummary(keep_last=-1), 'StatelessSummary.keep_last must be an integer ≥ 0, got -1'),
         (lambda: ResetToCheckpoint(excerpt_chars=-1), r'ResetToCheckpoint\.excerpt_chars must be an integer ≥ 0'),
         (lambda: RetryPolicy(attempts=0), 'RetryPolicy.attempts must be an integer from 1 to 100, got 0'),
         (lambda: InstructionSources(markers=('  ',)), 'markers must not contain empty strings'),

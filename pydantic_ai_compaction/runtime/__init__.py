@@ -19,10 +19,10 @@ from pydantic_ai_compaction.runtime.segment import (
     segment,
 )
 from pydantic_ai_compaction.runtime.trigger import DEFAULT_TRIGGER, Crossing, Trigger
-from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP, fallback_layout, validate
+from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP_LAST, fallback_layout, validate
 
 __all__ = [
-    'DEFAULT_FALLBACK_KEEP',
+    'DEFAULT_FALLBACK_KEEP_LAST',
     'DEFAULT_TRIGGER',
     'SPAN_NAME',
     'CompactionCapability',

@@ -27,7 +27,7 @@ from pydantic_ai_compaction.runtime.events import EventObserver, emit
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, compactions_so_far
 from pydantic_ai_compaction.runtime.trigger import DEFAULT_TRIGGER, Trigger
-from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP
+from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP_LAST
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
@@ -40,7 +40,7 @@ class RuntimeSettings:
     trigger: Trigger
     protect: ProtectPredicate | None
     retry: RetryPolicy
-    fallback_keep: int
+    fallback_keep_last: int
     observer: EventObserver | None
     reraise: bool = False
     min_saving: float = DEFAULT_MIN_SAVING
@@ -198,7 +198,7 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
                 messages,
                 cctx,
                 protect=settings.protect,
-                fallback_keep=settings.fallback_keep,
+                fallback_keep_last=settings.fallback_keep_last,
                 min_saving=settings.min_saving,
             )
         except Exception as error:  # compaction must never fail a run; a runtime bug leaves the history as it was
@@ -255,7 +255,7 @@ class ConfiguredCompaction(CompactionCapability[AgentDepsT], ABC):
     retry: RetryPolicy = field(default_factory=RetryPolicy, kw_only=True)
     """Retries for transient errors of any model call the strategy makes."""
 
-    fallback_keep: int = field(default=DEFAULT_FALLBACK_KEEP, kw_only=True)
+    fallback_keep_last: int = field(default=DEFAULT_FALLBACK_KEEP_LAST, kw_only=True)
     """Exchanges the fallback layout keeps when a proposal is malformed."""
 
     observer: EventObserver | None = field(default=None, kw_only=True)
@@ -276,7 +276,7 @@ class ConfiguredCompaction(CompactionCapability[AgentDepsT], ABC):
         owner = type(self).__name__
         check_instance(owner, 'trigger', self.trigger, Trigger, 'a Trigger')
         check_instance(owner, 'retry', self.retry, RetryPolicy, 'a RetryPolicy')
-        check_int(owner, 'fallback_keep', self.fallback_keep, minimum=1)
+        check_int(owner, 'fallback_keep_last', self.fallback_keep_last, minimum=1)
         check_number(owner, 'min_saving', self.min_saving, minimum=0, maximum=1)
         check_callable(owner, 'protect', self.protect)
         check_callable(owner, 'observer', self.observer)
@@ -289,7 +289,7 @@ class ConfiguredCompaction(CompactionCapability[AgentDepsT], ABC):
             self.trigger,
             self.protect,
             self.retry,
-            self.fallback_keep,
+            self.fallback_keep_last,
             self.observer,
             self.reraise_in_compact,
             self.min_saving,

@@ -16,7 +16,7 @@ from pydantic_ai_compaction.runtime.notes import gather_notes, with_notes
 from pydantic_ai_compaction.runtime.retry import is_context_overflow
 from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, compactions_so_far, segment
 from pydantic_ai_compaction.runtime.shape import shape_problems
-from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP, fallback_layout, validate
+from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP_LAST, fallback_layout, validate
 
 DEFAULT_MIN_SAVING = 0.10
 """Share of the history's estimated tokens that must be droppable before a compactor is called."""
@@ -53,7 +53,7 @@ async def run_compaction(
     ctx: CompactionContext,
     *,
     protect: ProtectPredicate | None = None,
-    fallback_keep: int = DEFAULT_FALLBACK_KEEP,
+    fallback_keep_last: int = DEFAULT_FALLBACK_KEEP_LAST,
     min_saving: float = DEFAULT_MIN_SAVING,
 ) -> Outcome | Skipped:
     """Compact *messages* with *strategy*. Never raises for a model or proposal failure.
@@ -84,20 +84,20 @@ async def run_compaction(
     proposal, left_out, error = await _propose(strategy, view, ctx, protect)
     if proposal.declined is not None:
         return Skipped('declined', proposal.declined)
-    layout = validate(proposal, view, fallback_keep=fallback_keep)
+    layout = validate(proposal, view, fallback_keep_last=fallback_keep_last)
     if not layout.dropped and not layout.restate:
         # Nothing removed while the request is over the limit. A valid proposal that keeps
         # everything gets the fallback (the runtime has the last word); when even the fallback
         # removes nothing, a boundary would only add tokens, so there is no compaction.
         if layout.fallback_reason is None:
-            layout = fallback_layout(view, 'kept_all', fallback_keep=fallback_keep)
+            layout = fallback_layout(view, 'kept_all', fallback_keep_last=fallback_keep_last)
         if not layout.dropped:
             return Skipped('nothing to drop', 'neither the proposal nor the fallback removes an exchange')
     outcome = _build(strategy, view, layout, proposal, ctx, left_out)
     if outcome.record.tokens_after >= outcome.record.tokens_before:
         # A compaction that does not shrink the history (a summary longer than what it replaces)
         # is worse than none: fall back, and give up if that does not shrink it either.
-        smaller = replace(fallback_layout(view, 'grew', fallback_keep=fallback_keep), restate=layout.restate)
+        smaller = replace(fallback_layout(view, 'grew', fallback_keep_last=fallback_keep_last), restate=layout.restate)
         if not smaller.dropped:
             return Skipped('grew', 'the compaction would not make the history smaller')
         outcome = _build(strategy, view, smaller, proposal, ctx, left_out)

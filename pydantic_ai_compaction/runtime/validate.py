@@ -8,20 +8,24 @@ from pydantic_ai_compaction.protocols.types import Exchange, Layout, Proposal, S
 from pydantic_ai_compaction.runtime.segment import ConversationView, our_record
 from pydantic_ai_compaction.runtime.shape import is_compaction_response
 
-DEFAULT_FALLBACK_KEEP = 4
+DEFAULT_FALLBACK_KEEP_LAST = 4
 """Exchanges the fallback layout keeps (besides protected and unfinished ones)."""
 
 
-def validate(proposal: Proposal, view: ConversationView, *, fallback_keep: int = DEFAULT_FALLBACK_KEEP) -> Layout:
+def validate(
+    proposal: Proposal, view: ConversationView, *, fallback_keep_last: int = DEFAULT_FALLBACK_KEEP_LAST
+) -> Layout:
     """Turn a proposal into a layout that is always safe to apply.
 
     Unknown or repeated ids are rejected and reported; protected and unfinished exchanges are kept
     even when the proposal leaves them out; the kept ids come back in the history's own order. A
-    malformed or empty proposal gives the fallback layout: the last `fallback_keep` exchanges plus
+    malformed or empty proposal gives the fallback layout: the last `fallback_keep_last` exchanges plus
     everything protected, with a boundary that says what was dropped.
     """
     if proposal.malformed is not None:
-        return fallback_layout(view, proposal.malformed, fallback_keep=fallback_keep, restate=proposal.restate)
+        return fallback_layout(
+            view, proposal.malformed, fallback_keep_last=fallback_keep_last, restate=proposal.restate
+        )
 
     accepted: set[str] = set()
     rejected: list[str] = []
@@ -34,7 +38,7 @@ def validate(proposal: Proposal, view: ConversationView, *, fallback_keep: int =
     superseded = _superseded(view, proposal.supersedes)
     keep = accepted | {e.id for e in view.exchanges if e.forced and e.id not in superseded}
     if proposal.summary is None and not proposal.restate and not (accepted - keep_forced(view)):
-        return fallback_layout(view, 'empty', fallback_keep=fallback_keep, rejected=tuple(rejected))
+        return fallback_layout(view, 'empty', fallback_keep_last=fallback_keep_last, rejected=tuple(rejected))
 
     keep = settle(view, keep, restate=bool(proposal.restate))
     ordered = tuple(e.id for e in view.exchanges if e.id in keep)
@@ -59,7 +63,7 @@ def fallback_layout(
     view: ConversationView,
     reason: str,
     *,
-    fallback_keep: int = DEFAULT_FALLBACK_KEEP,
+    fallback_keep_last: int = DEFAULT_FALLBACK_KEEP_LAST,
     rejected: tuple[str, ...] = (),
     restate: tuple[str, ...] = (),
 ) -> Layout:
@@ -67,7 +71,7 @@ def fallback_layout(
     # Seed 004: the last four exchanges, besides everything protected and the exchange in progress,
     # which "stays regardless" and so does not count among the four.
     droppable = [exchange for exchange in view.exchanges if not exchange.forced]
-    tail = {e.id for e in droppable[len(droppable) - fallback_keep :]} if fallback_keep > 0 else set[str]()
+    tail = {e.id for e in droppable[len(droppable) - fallback_keep_last :]} if fallback_keep_last > 0 else set[str]()
     keep = settle(view, tail | keep_forced(view), restate=bool(restate))
     ordered = tuple(e.id for e in view.exchanges if e.id in keep)
     dropped_exchanges = [e for e in view.exchanges if e.id not in keep]

@@ -235,7 +235,7 @@ CASES: dict[str, Case] = {
         observed(
             lambda o: Pipeline(
                 [
-                    Fork(trigger=TRIGGER, variant='fixed', fixed_keep=1, observer=o),
+                    Fork(trigger=TRIGGER, variant='fixed', keep_last=1, observer=o),
                     StatelessSummary(trigger=TRIGGER, observer=o),
                 ]
             )

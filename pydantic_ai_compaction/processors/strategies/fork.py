@@ -87,7 +87,7 @@ KEEP: {keep}
 FORK_FIXED_FORMAT = """The {count} most recent finished exchange(s) stay verbatim. Summarize everything else
 for yourself: every instruction in force with its latest wording, facts with exact values, progress and the next step.
 Answer with the summary only."""
-"""Answer format of the `fixed` variant; `{count}` is `Fork.fixed_keep`."""
+"""Answer format of the `fixed` variant; `{count}` is `Fork.keep_last`."""
 
 _JSON_PLACEHOLDERS = replies.placeholders(FORK_JSON_EXAMPLE)
 _FREE_PLACEHOLDERS = (_FREE_KEEP, _FREE_SUMMARY)
@@ -112,13 +112,13 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
     model: Model | str | None = None
     """Model for the fork; `None` uses the conversation's own (what makes it a fork)."""
 
-    fixed_keep: int = 2
+    keep_last: int = 2
     """Exchanges the `fixed` variant keeps (the most recent finished ones)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice('Fork', 'variant', self.variant, ('json', 'free', 'fixed'))
-        check_int('Fork', 'fixed_keep', self.fixed_keep, minimum=0)
+        check_int('Fork', 'keep_last', self.keep_last, minimum=0)
         check_instance('Fork', 'model', self.model, (Model, str, type(None)), 'a Model, a model name or None')
 
     @property
@@ -131,7 +131,7 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
         answer = {
             'json': FORK_JSON_FORMAT,
             'free': FORK_FREE_FORMAT,
-            'fixed': compactor.fill(FORK_FIXED_FORMAT, count=str(self.fixed_keep)),
+            'fixed': compactor.fill(FORK_FIXED_FORMAT, count=str(self.keep_last)),
         }[self.variant]
         return compactor.fill(
             FORK_PROMPT, marker=FORK_MARKER, variant=self.variant, listing=listing(view), format=answer
@@ -139,9 +139,9 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
 
     async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
         """Ask the fork, then parse its reply for the variant."""
-        if self.variant == 'fixed' and sum(not exchange.forced for exchange in view.exchanges) <= self.fixed_keep:
+        if self.variant == 'fixed' and sum(not exchange.forced for exchange in view.exchanges) <= self.keep_last:
             # Everything droppable is among the exchanges `fixed` keeps: no call, no compaction.
-            return Proposal.decline(f'at most {self.fixed_keep} exchange(s) can be dropped', variant='fixed')
+            return Proposal.decline(f'at most {self.keep_last} exchange(s) can be dropped', variant='fixed')
         settings, parameters = compactor.text_only(ctx)
         messages = compactor.with_appended_prompt(view.messages, self.prompt(view))
         response = await compactor.request(ctx, messages, model=self.model, settings=settings, parameters=parameters)
@@ -157,7 +157,7 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
             return _parse_json(reply)
         if self.variant == 'free':
             return _parse_free(reply)
-        recent = _recent(view, self.fixed_keep)
+        recent = _recent(view, self.keep_last)
         return Proposal(keep=recent, summary=Summary(reply.strip()), variant='fixed')
 
 

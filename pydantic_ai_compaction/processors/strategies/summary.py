@@ -57,7 +57,7 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
     model_settings: ModelSettings | None = None
     """Settings for the summarizer call."""
 
-    keep_recent: int = 0
+    keep_last: int = 0
     """Finished exchanges to keep verbatim (the most recent ones), besides protected and unfinished."""
 
     max_transcript_tokens: int | None = None
@@ -72,7 +72,7 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_int('StatelessSummary', 'keep_recent', self.keep_recent, minimum=0)
+        check_int('StatelessSummary', 'keep_last', self.keep_last, minimum=0)
         check_optional_int('StatelessSummary', 'max_transcript_tokens', self.max_transcript_tokens, minimum=100)
         check_instance(
             'StatelessSummary', 'model', self.model, (Model, str, type(None)), 'a Model, a model name or None'
@@ -85,9 +85,9 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
         return 'summary'
 
     async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
-        """Summarize the exchanges that will be dropped; keep the `keep_recent` newest ones."""
+        """Summarize the exchanges that will be dropped; keep the `keep_last` newest ones."""
         candidates = [exchange for exchange in view.exchanges if not exchange.forced]
-        kept = candidates[len(candidates) - self.keep_recent :] if self.keep_recent else []
+        kept = candidates[len(candidates) - self.keep_last :] if self.keep_last else []
         dropped = [exchange for exchange in candidates if exchange not in kept]
         if not dropped:
             return Proposal.failed('empty', 'nothing to summarize')
