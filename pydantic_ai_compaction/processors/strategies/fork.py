@@ -158,7 +158,7 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
         if self.variant == 'free':
             return _parse_free(reply)
         recent = _recent(view, self.keep_last)
-        return Proposal(keep=recent, summary=Summary(reply.strip()), variant='fixed')
+        return Proposal.keep(recent, summary=Summary(reply.strip()), variant='fixed')
 
 
 def _recent(view: ConversationView, count: int) -> tuple[str, ...]:
@@ -188,7 +188,7 @@ def _parse_json(reply: str) -> Proposal:
     if parsed.tolerated:
         extra['reply_tolerated'] = list(parsed.tolerated)
     return Proposal(
-        keep=tuple(data['keep']),
+        kept=tuple(data['keep']),
         summary=Summary(text_summary, structured=summary) if text_summary.strip() else None,
         variant='json',
         extra=extra,
@@ -230,4 +230,4 @@ def _parse_free(reply: str) -> Proposal:
     summary = (reply[: match.start()] + reply[match.end() :]).strip()
     if not summary:
         return Proposal.failed('empty', 'no summary after the KEEP line', variant='free')
-    return Proposal(keep=keep, summary=Summary(summary), variant='free')
+    return Proposal(kept=keep, summary=Summary(summary), variant='free')

@@ -21,7 +21,8 @@ from typing import Any
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
 from pydantic_ai.tools import AgentDepsT, RunContext
 
-from pydantic_ai_compaction.processors.views.forget import WRITE_TOOLS
+from pydantic_ai_compaction.protocols.metadata import ours, record_extra, str_dict
+from pydantic_ai_compaction.protocols.names import WRITE_TOOLS
 from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int, check_patterns
@@ -33,7 +34,7 @@ from pydantic_ai_compaction.runtime.instructions import (
     line_body,
     tool_provided,
 )
-from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, str_dict
+from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement
 from pydantic_ai_compaction.runtime.transcript import clip, return_text, user_text
 
 CheckpointFn = Callable[[RunContext[Any], ConversationView], str]
@@ -184,7 +185,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         for record in view.records():
             if record.get('strategy') != self.strategy_name:
                 continue
-            extra = str_dict(record.get('extra'))
+            extra = record_extra(record)
             carried = str_dict(extra.get('checkpoint'))
             for name in SECTIONS:
                 sections[name].extend(_strings(carried.get(name)))
@@ -280,8 +281,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     def _is_ours(self, view: ConversationView, exchange: Exchange) -> bool:
         for message in view.messages_of(exchange):
             for part in message.parts:
-                metadata = str_dict(getattr(part, 'metadata', None))
-                record = str_dict(metadata.get('pydantic_ai_compaction'))
+                record = ours(getattr(part, 'metadata', None))
                 if record.get('strategy') == self.strategy_name:
                     return True
         return False

@@ -105,7 +105,7 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
             extra['not_summarized'] = list(left_out)
         if cut:
             extra['transcript_cut'] = list(cut)
-        return Proposal(keep=tuple(exchange.id for exchange in kept), summary=Summary(text), extra=extra)
+        return Proposal.keep(kept, summary=Summary(text), extra=extra)
 
 
 TRANSCRIPT_SHARE = 0.6
