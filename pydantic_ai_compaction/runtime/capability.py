@@ -125,6 +125,11 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         if self.uses_state:
             tokens = self.runtime.trigger.measure(messages, parameters)
             chosen = self.resolve(CompactionState(compactions_so_far(messages), tokens, ctx.run_step, len(messages)))
+            if type(chosen).maybe_compact is not CompactionCapability.maybe_compact:
+                # The branch runs its own steps (`Pipeline`): it measures and triggers on its own.
+                return await chosen.maybe_compact(
+                    messages, ctx, model=model, model_settings=model_settings, parameters=parameters
+                )
         settings = chosen.runtime
         trigger = settings.trigger
         if tokens is None:

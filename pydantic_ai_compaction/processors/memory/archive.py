@@ -37,7 +37,7 @@ from pydantic_ai_harness.compaction import estimate_token_count
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, ArchiveStore
 from pydantic_ai_compaction.protocols.metadata import ResultMarks, with_ours
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int
-from pydantic_ai_compaction.runtime.encoding import clean_text, from_bytes, to_bytes, to_json
+from pydantic_ai_compaction.runtime.encoding import args_text, clean_text, from_bytes, to_bytes, to_json
 from pydantic_ai_compaction.runtime.segment import is_restatement
 from pydantic_ai_compaction.runtime.stores.access import (
     ConversationKey,
@@ -485,12 +485,4 @@ def _image_count(content: object) -> int:
 
 def args_json(call: ToolCallPart) -> str:
     """A call's arguments as canonical JSON (lossless: big integers, lone surrogates); raw text that is not JSON."""
-    if not isinstance(call.args, str):
-        return to_json(call.args if call.args is not None else {})
-    if not call.args.strip():
-        return '{}'
-    try:
-        # The standard library parser: integers beyond 64 bits stay integers.
-        return to_json(json.loads(call.args))
-    except (ValueError, RecursionError):
-        return call.args
+    return args_text(call.args)

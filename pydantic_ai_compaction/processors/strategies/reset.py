@@ -27,7 +27,7 @@ from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int, check_patterns
 from pydantic_ai_compaction.runtime.context import CompactionContext
-from pydantic_ai_compaction.runtime.encoding import clean_text, to_json
+from pydantic_ai_compaction.runtime.encoding import args_text, clean_text
 from pydantic_ai_compaction.runtime.instructions import (
     InstructionSources,
     gather_instructions,
@@ -227,7 +227,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 if not isinstance(part, ToolCallPart) or part.tool_call_id not in returns:
                     continue
                 result = returns[part.tool_call_id]
-                call = f'{part.tool_name}({clean_text(to_json(part.args_as_dict()))})'
+                call = f'{part.tool_name}({clean_text(args_text(part.args))})'
                 content = clean_text(return_text(result))
                 entry = f'{call} → {result.outcome}, {len(content):,} chars'
                 sections['changed' if self._writes.search(part.tool_name) else 'read'].append(entry)
@@ -301,7 +301,7 @@ def _newest_call(view: ConversationView) -> str | None:
         for message in reversed(view.messages_of(exchange)):
             for part in reversed(message.parts):
                 if isinstance(part, ToolCallPart):
-                    return f'{part.tool_name}({clean_text(to_json(part.args_as_dict()))})'
+                    return f'{part.tool_name}({clean_text(args_text(part.args))})'
     return None
 
 

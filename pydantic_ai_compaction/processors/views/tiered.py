@@ -55,6 +55,7 @@ from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatem
 from pydantic_ai_compaction.runtime.shape import checked_projection
 from pydantic_ai_compaction.runtime.stores.access import ConversationKey, check_conversation, conversation_key
 from pydantic_ai_compaction.runtime.transcript import clip, render_messages, return_text, user_text
+from pydantic_ai_compaction.runtime.trigger import text_tokens
 from pydantic_ai_compaction.runtime.wrappers import neutralize
 
 if TYPE_CHECKING:
@@ -395,9 +396,7 @@ def _is_cleared(part: ToolReturnPart) -> bool:
 
 
 def _is_our_boundary(message: ModelMessage) -> bool:
-    return any(
-isinstance(part, CompactionPart) and is_handoff(part.metadata) for part in message.parts
-    )
+    return any(isinstance(part, CompactionPart) and is_handoff(part.metadata) for part in message.parts)
 
 
 def _newest_within(view: ConversationView, budget: int) -> set[str]:
@@ -480,7 +479,7 @@ def _user_messages(log: Sequence[ModelMessage], budget: int) -> str:
     chosen: list[str] = []
     used = 0
     for prompt in reversed(prompts):
-        cost = len(prompt) // 4 + 1
+        cost = text_tokens(prompt) + 1
         if used + cost > budget:
             break
         chosen.append(prompt)
