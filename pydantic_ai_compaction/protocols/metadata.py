@@ -18,8 +18,9 @@ Where our dict sits, and what it holds:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from pydantic_ai_compaction.protocols.types import METADATA_KEY
 
@@ -76,17 +77,37 @@ def _integer(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _present(marks: object) -> dict[str, Any]:
-    # `False` and `None` are how an unset mark reads, so neither is written; `0` is a value.
-    return {
-        field.name: value
-        for field in fields(cast('Any', marks))
-        if (value := getattr(marks, field.name)) is not None and value is not False
-    }
+def _flag(value: object) -> bool:
+    return value is True
+
+
+_READERS: dict[str, Callable[[object], object]] = {'str | None': _string, 'int | None': _integer, 'bool': _flag}
+"""How a mark of each declared type is read back: anything else reads as absent."""
+
+M = TypeVar('M', bound='Marks')
+
+
+class Marks:
+    """Base of the typed marks: each field is one key under `METADATA_KEY`, read and written by its type."""
+
+    @classmethod
+    def from_metadata(cls: type[M], metadata: object) -> M:
+        """The marks in *metadata*; a value of the wrong type (forged, or from another version) reads as absent."""
+        values = ours(metadata)
+        read = {field.name: _READERS[str(field.type)](values.get(field.name)) for field in fields(cast('Any', cls))}
+        return cls(**read)
+
+    def to_metadata(self, metadata: object = None) -> dict[str, Any]:
+        """A copy of *metadata* carrying these marks (the ones that are set); everything else is kept."""
+        # `False` and `None` are how an unset mark reads, so neither is written; `0` is a value.
+        values = {field.name: getattr(self, field.name) for field in fields(cast('Any', self))}
+        return with_ours(
+            metadata, {name: value for name, value in values.items() if value is not None and value is not False}
+        )
 
 
 @dataclass(frozen=True)
-class MessageMarks:
+class MessageMarks(Marks):
     """What this library keeps in a message's metadata."""
 
     exchange: str | None = None
@@ -101,24 +122,9 @@ class MessageMarks:
     output_tokens: int | None = None
     """The response's output tokens when the decision was made."""
 
-    @classmethod
-    def from_metadata(cls, metadata: object) -> MessageMarks:
-        """The marks in a message's `metadata`; a value of the wrong type reads as absent."""
-        values = ours(metadata)
-        return cls(
-            exchange=_string(values.get('exchange')),
-            reasoning=_string(values.get('reasoning')),
-            thinking_chars=_integer(values.get('thinking_chars')),
-            output_tokens=_integer(values.get('output_tokens')),
-        )
-
-    def to_metadata(self, metadata: object = None) -> dict[str, Any]:
-        """A copy of *metadata* carrying these marks (the ones that are set); everything else is kept."""
-        return with_ours(metadata, _present(self))
-
 
 @dataclass(frozen=True)
-class ResultMarks:
+class ResultMarks(Marks):
     """What this library keeps in a `ToolReturnPart`'s metadata."""
 
     result_id: str | None = None
@@ -132,21 +138,6 @@ class ResultMarks:
 
     cleared: bool = False
     """Whether `Tiered` replaced the result's content by a stub."""
-
-    @classmethod
-    def from_metadata(cls, metadata: object) -> ResultMarks:
-        """The marks in a part's `metadata`; a value of the wrong type reads as absent."""
-        values = ours(metadata)
-        return cls(
-            result_id=_string(values.get('result_id')),
-            id_prefix=_string(values.get('id_prefix')),
-            archived=_string(values.get('archived')),
-            cleared=values.get('cleared') is True,
-        )
-
-    def to_metadata(self, metadata: object = None) -> dict[str, Any]:
-        """A copy of *metadata* carrying these marks (the ones that are set); everything else is kept."""
-        return with_ours(metadata, _present(self))
 
 
 def exchange_stamp(metadata: object) -> str | None:
