@@ -132,3 +132,39 @@ async def test_fork_sends_its_model_settings_and_still_answers_in_text() -> None
     out = await replay(fork, recorded_history(), model=FunctionModel(reply))
     assert seen and seen[0]['temperature'] == 0.25 and seen[0]['tool_choice'] == 'none'
     assert any(getattr(p, 'part_kind', '') == 'compaction' for m in out for p in m.parts)
+
+
+async def test_notes_reach_the_boundary_through_the_engines_named_hook() -> None:
+    from pydantic_ai import RunContext
+    from pydantic_ai.messages import ToolCallPart
+    from pydantic_ai.models import ModelRequestParameters
+    from pydantic_ai.models.test import TestModel
+    from pydantic_ai.usage import RunUsage
+
+    from pydantic_ai_compaction.protocols.names import NOTE_TOOL
+    from pydantic_ai_compaction.runtime.context import CompactionContext as Context
+    from pydantic_ai_compaction.runtime.engine import run_compaction
+
+    @dataclass
+    class DropAll:
+        strategy_name: str = 'drop-all'
+
+        async def propose(self, view: ConversationView, ctx: Context) -> Proposal:
+            return Proposal.drop_all('summary')
+
+    model = TestModel()
+    run = RunContext(deps=None, model=model, usage=RunUsage())
+    history = recorded_history()
+    noted = history[1]
+    assert isinstance(noted, ModelResponse)
+    history[1] = ModelResponse(parts=[*noted.parts, ToolCallPart(NOTE_TOOL, {'kind': 'fact', 'text': 'port 8080'})])
+    outcomes: list[Outcome] = []
+    for hook in ({}, {'notes': None}):
+        ctx = Context(run=run, model=model, model_settings=None, parameters=ModelRequestParameters())
+        outcome = await run_compaction(DropAll(), history, ctx, min_saving=0, **hook)  # pyright: ignore[reportArgumentType]
+        assert isinstance(outcome, Outcome)
+        outcomes.append(outcome)
+    with_notes, without = outcomes
+    assert with_notes.record.extra['notes'] == ['[fact] port 8080']
+    assert 'port 8080' in str(with_notes.messages)
+    assert 'notes' not in without.record.extra and 'port 8080' not in str(without.messages)
