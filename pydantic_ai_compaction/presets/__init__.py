@@ -5,6 +5,9 @@ to `Agent(capabilities=...)`; print one to see every setting, or change a field 
 Every default names where it comes from: the agent's source (repository, file, commit) or its public docs.
 Where a value is not published, the docstring says so and why the chosen value was picked.
 
+Every preset also takes `model` (the summarizer; `None` uses the agent's own), and every one but `pi` (a
+request-only view, which reports no events) takes `observer`, called with each `CompactionEvent` of its strategy.
+
 `context_window` is the window of the model the agent runs with. It is required: half of these policies
 are "the window minus a reserve", which no fraction can express without it.
 
@@ -31,6 +34,7 @@ from pydantic_ai_compaction.processors.strategies.summary import StatelessSummar
 from pydantic_ai_compaction.processors.strategies.verified import DEFAULT_CHECKS, Verified
 from pydantic_ai_compaction.processors.views.tiered import Tiered
 from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_int, check_number
+from pydantic_ai_compaction.runtime.events import EventObserver
 from pydantic_ai_compaction.runtime.trigger import Trigger
 
 __all__ = [
@@ -119,6 +123,7 @@ def codex(
     auto_compact_fraction: float = 0.9,
     user_message_tokens: int = 20_000,
     model: Model | str | None = None,
+    observer: EventObserver | None = None,
 ) -> Capabilities:
     """Codex CLI: near the window, one handoff summary of everything; the user's own messages stay.
 
@@ -137,6 +142,7 @@ def codex(
     window = _window('codex', context_window)
     check_number('codex', 'auto_compact_fraction', auto_compact_fraction, minimum=0, maximum=1, exclusive_minimum=True)
     summary = StatelessSummary[Any](
+        observer=observer,
         trigger=Trigger(fraction=auto_compact_fraction, context_window=window),
         model=model,
         instructions=CODEX_INSTRUCTIONS,
@@ -153,6 +159,7 @@ def opencode(
     keep_results: int = 3,
     preserve_recent_tokens: int | None = None,
     model: Model | str | None = None,
+    observer: EventObserver | None = None,
 ) -> Capabilities:
     """OpenCode: clear old tool outputs first, summarize at the window minus a reserve, keep a recent tail.
 
@@ -176,7 +183,7 @@ def opencode(
     minimum = check_int('opencode', 'prune_minimum_tokens', prune_minimum_tokens, minimum=1)
     usable = window - reserve_tokens
     recent = preserve_recent_tokens if preserve_recent_tokens is not None else min(15_000, max(2_000, usable // 4))
-    summary = StatelessSummary[Any](trigger=trigger, model=model, instructions=OPENCODE_INSTRUCTIONS)
+    summary = StatelessSummary[Any](trigger=trigger, model=model, instructions=OPENCODE_INSTRUCTIONS, observer=observer)
     clear_at = min((protect + minimum) / window, 0.99)
     prune = Tiered[Any](
         context_window=window,
@@ -242,6 +249,7 @@ def gemini_cli(
     preserve_fraction: float = 0.3,
     verify: bool = True,
     model: Model | str | None = None,
+    observer: EventObserver | None = None,
 ) -> Capabilities:
     """Gemini CLI: at half the window, a structured state snapshot of the oldest 70 %, then a second pass.
 
@@ -262,7 +270,10 @@ def gemini_cli(
     check_number('gemini_cli', 'threshold', threshold, minimum=0, maximum=1, exclusive_minimum=True)
     check_number('gemini_cli', 'preserve_fraction', preserve_fraction, minimum=0, maximum=1, exclusive_minimum=True)
     summary = StatelessSummary[Any](
-        trigger=Trigger(fraction=threshold, context_window=window), model=model, instructions=GEMINI_CLI_INSTRUCTIONS
+        trigger=Trigger(fraction=threshold, context_window=window),
+        model=model,
+        instructions=GEMINI_CLI_INSTRUCTIONS,
+        observer=observer,
     )
     strategy = KeepWithin(summary, recent_share=preserve_fraction)
     if not verify:
@@ -276,6 +287,7 @@ def openhands(
     max_size: int = 120,
     keep_first: int = 4,
     model: Model | str | None = None,
+    observer: EventObserver | None = None,
 ) -> Capabilities:
     """OpenHands: past `max_size` events, keep the first events and the newest half, summarize the middle.
 
@@ -299,7 +311,7 @@ def openhands(
             f'openhands: keep_first={keep_first!r} must be less than max_size // 2 - 1 (max_size={max_size!r}).'
         )
     summary = StatelessSummary[Any](
-        trigger=Trigger(messages=max_size), model=model, instructions=OPENHANDS_INSTRUCTIONS
+        trigger=Trigger(messages=max_size), model=model, instructions=OPENHANDS_INSTRUCTIONS, observer=observer
     )
     return [KeepWithin(summary, first=keep_first, recent_messages=tail)]
 
@@ -311,6 +323,7 @@ def claude_code(
     clear_trigger_tokens: int = 100_000,
     keep_tool_uses: int = 3,
     model: Model | str | None = None,
+    observer: EventObserver | None = None,
 ) -> Capabilities:
     """Claude Code: clear old tool results past a token trigger; near the window, one structured summary.
 
@@ -333,6 +346,7 @@ def claude_code(
     )
     check_int('claude_code', 'clear_trigger_tokens', clear_trigger_tokens, minimum=1)
     summary = StatelessSummary[Any](
+        observer=observer,
         trigger=Trigger(fraction=auto_compact_fraction, context_window=window),
         model=model,
         instructions=CLAUDE_CODE_INSTRUCTIONS,
