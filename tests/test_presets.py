@@ -294,3 +294,29 @@ def test_preset_defaults_are_the_published_values() -> None:
 def test_bad_preset_settings_name_the_parameter(call: Any, message: str) -> None:
     with pytest.raises(ConfigurationError, match=re.escape(message)):
         call()
+
+
+def test_the_benchmark_presets_group_expands_and_every_preset_builds_at_the_benchmark_window() -> None:
+    from pydantic_ai_compaction_bench import strategies
+
+    assert strategies.expand(['native', 'presets', 'native']) == ['native', *strategies.PRESETS]
+    config = strategies.StrategyConfig(trigger_tokens=18_000)
+    for name in (*strategies.PRESETS, *strategies.VERIFIED):
+        assert strategies.build(name, config), name
+        assert strategies.settings(name, config), name
+    # Absolute budgets are scaled from a 200K window to the benchmark's 36K: pi's tail fits under its trigger.
+    (pi,) = strategies.build('preset-pi', config)
+    assert isinstance(pi, Tiered) and pi.summarize_to == 0.1 and pi.summarize_at == (36_000 - 2_949) / 36_000
+
+
+def test_the_docs_examples_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+
+    monkeypatch.setenv('OPENAI_API_KEY', 'not-used')  # the example builds the model; nothing is sent
+    docs = Path(__file__).parent.parent / 'docs'
+    for name in ('presets.md', 'verification.md'):
+        blocks = re.findall(r'```python\n(.*?)```', (docs / name).read_text(), re.DOTALL)
+        assert blocks, name
+        namespace: dict[str, object] = {'__name__': f'docs_{name}'}
+        for block in blocks:
+            exec(compile(block, name, 'exec'), namespace)
