@@ -97,7 +97,7 @@ APPENDIX_HEADER = 'Details the summary left out, copied from the removed exchang
 """Heads the lines `on_failure='append'` adds to a summary."""
 
 MAX_APPENDED = 40
-"""Lines appended at most; past that the summary is too lossy to patch and is refused."""
+"""Lines appended at most (the first ones found); the record lists everything that was missing."""
 
 _TIMESTAMPS = re.compile(
     r'\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?)?(?:Z|[+-]\d{2}:?\d{2})?|\b\d{2}:\d{2}(?::\d{2})?\b'
