@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
     CompactionPart,
@@ -331,3 +334,28 @@ def test_wilson_interval_contains_the_observed_rate() -> None:
     for passed, runs in ((0, 5), (5, 5), (0, 9), (3, 7)):
         low, high = wilson_interval(passed, runs)
         assert low <= passed / runs <= high, (passed, runs, low, high)
+
+
+@settings(max_examples=int(os.environ.get('PAC_EXAMPLES', '25')), deadline=None)
+@given(steps=st.integers(1, 8), tokens=st.integers(0, 3_000), messages=st.integers(0, 12), first=st.integers(0, 3))
+def test_keep_within_keeps_only_finished_exchanges_within_each_budget(
+    steps: int, tokens: int, messages: int, first: int
+) -> None:
+    from pydantic_ai_compaction.runtime.segment import segment
+
+    from .support import recorded_history
+
+    view = segment(recorded_history(steps, lines=20))
+    finished = [exchange for exchange in view.exchanges if not exchange.forced]
+    by_tokens = KeepWithin(StatelessSummary(), recent_tokens=tokens).kept(view)
+    by_messages = KeepWithin(StatelessSummary(), recent_messages=messages).kept(view)
+    by_first = KeepWithin(StatelessSummary(), first=first).kept(view)
+    for kept in (by_tokens, by_messages, by_first):
+        assert set(kept) <= {exchange.id for exchange in finished}
+    # The newest exchanges, as many as fit: a suffix of the finished ones.
+    assert list(by_tokens) == [e.id for e in finished[len(finished) - len(by_tokens) :]]
+    assert sum(view.by_id[i].tokens for i in by_tokens) <= tokens
+    if len(by_tokens) < len(finished):
+        assert sum(e.tokens for e in finished[len(finished) - len(by_tokens) - 1 :]) > tokens
+    assert sum(len(view.by_id[i].refs) for i in by_messages) <= messages
+    assert list(by_first) == [e.id for e in finished[:first]]

@@ -71,7 +71,8 @@ OPENCODE_INSTRUCTIONS = (
     'what is being worked on, which files are involved, what the user asked for and any constraints they set, '
     'and what should happen next.'
 )
-"""OpenCode's summary brief (the compaction agent of `packages/opencode/src/session/compaction.ts`)."""
+"""A brief for OpenCode's summary. Its own prompt is built by `buildPrompt` in `@opencode-ai/core/session/compaction`
+(imported by `packages/opencode/src/session/compaction.ts`), which is not among the sources read: our choice."""
 
 PI_INSTRUCTIONS = (
     'You write a structured checkpoint of the conversation for the model that continues it, under the headings '
@@ -87,7 +88,7 @@ GEMINI_CLI_INSTRUCTIONS = (
     '<current_plan> (steps, completed ones marked). Keep every detail, plan, error and user instruction the '
     'agent still needs.'
 )
-"""Gemini CLI's state-snapshot structure (`getCompressionPrompt`, `packages/core/src/core/prompts.ts`)."""
+"""Gemini CLI's state-snapshot sections (`getCompressionPrompt`, `packages/core/src/core/prompts.ts`, 009b2f8d)."""
 
 OPENHANDS_INSTRUCTIONS = (
     'You maintain the state history of a code agent. Track STATE (file paths, function signatures, data '
@@ -95,7 +96,8 @@ OPENHANDS_INSTRUCTIONS = (
     '(dependencies, imports, external calls) and INTENT (why changes were made, acceptance criteria). Skip '
     'clones and build logs, summarize file listings, stay under 1,000 words.'
 )
-"""OpenHands' condenser brief (`LLMSummarizingCondenser`'s summarizing prompt)."""
+"""OpenHands' condenser brief (the prompt of `LLMSummarizingCondenser.condense`, All-Hands-AI/OpenHands,
+`openhands/memory/condenser/impl/llm_summarizing_condenser.py`, commit 01b5b7b1; the SDK moved it to a template)."""
 
 CLAUDE_CODE_INSTRUCTIONS = (
     'You write a detailed summary of the conversation so far so that work can continue without it: the '
@@ -103,7 +105,7 @@ CLAUDE_CODE_INSTRUCTIONS = (
     'errors met and how they were fixed, the problems solved, every user message that gave feedback or changed '
     'the instructions, pending tasks, the current work, and the next step.'
 )
-"""Claude Code's structured summary, as its public docs describe what `/compact` keeps."""
+"""A structured summary for the `claude_code` preset. Claude Code's summary prompt is not published: our choice."""
 
 
 def _window(owner: str, context_window: int) -> int:
@@ -172,7 +174,7 @@ def opencode(
       `PRUNE_MINIMUM` tokens are freed (`packages/opencode/src/session/compaction.ts`, `prune`).
       `keep_results`, 3: not published as a count — OpenCode protects the newest 40,000 tokens of tool output,
       `Tiered` protects a number of results; 3 is Anthropic's context-editing default (see `claude_code`).
-    - Summary: everything older than the kept tail (`OPENCODE_INSTRUCTIONS`).
+    - Summary: everything older than the kept tail (`OPENCODE_INSTRUCTIONS`; OpenCode's own prompt not read).
     - Kept verbatim: the newest turns within `preserve_recent_tokens`; default
       `min(15_000, max(2_000, usable // 4))` — `preserveRecentBudget` with `MIN_PRESERVE_RECENT_TOKENS` and
       `MAX_PRESERVE_RECENT_TOKENS` (`compaction.ts`).
@@ -257,8 +259,8 @@ def gemini_cli(
     - Trigger: `threshold` of the window, 0.5 — `DEFAULT_COMPRESSION_TOKEN_THRESHOLD`.
     - Kept verbatim: the newest `preserve_fraction` of the history, 0.3 — `COMPRESSION_PRESERVE_THRESHOLD`
       (`findCompressSplitPoint` splits at a user turn; here at an exchange boundary).
-    - Summary: a `<state_snapshot>` (sections of `getCompressionPrompt`, `packages/core/src/core/prompts.ts`;
-      `GEMINI_CLI_INSTRUCTIONS` in our words).
+    - Summary: a `<state_snapshot>` with the sections of `getCompressionPrompt` (`packages/core/src/core/prompts.ts`,
+      commit 009b2f8d); `GEMINI_CLI_INSTRUCTIONS` in our words.
     - Verification: Gemini CLI asks the summarizer to "critically evaluate" its snapshot for omitted details,
       paths, tool results and constraints, and to return an improved one ("Phase 3: The Probe Verification").
       With `verify=True` this is `Verified` with the `omissions` pass, which appends what was omitted instead of
@@ -330,14 +332,14 @@ def claude_code(
     - Trigger of the summary: `auto_compact_fraction` of the window, 0.967. Not published: Claude Code's docs
       say auto-compact runs as the context nears the window limit without a figure; seed 001 observes it
       waiting until about 967k tokens of a 1M window, so that ratio is used.
-    - Summary: the structured summary `/compact` writes (requests, concepts, files, errors, pending work, current
-      work, next step) as Claude Code's docs describe it; `CLAUDE_CODE_INSTRUCTIONS` in our words. Nothing stays
+    - Summary: one summary of everything. Claude Code's prompt is not published; `CLAUDE_CODE_INSTRUCTIONS`
+      (requests, concepts, files, errors, pending work, current work, next step) is our choice. Nothing stays
       verbatim besides the instructions and the exchange in progress.
     - Cleared (`Tiered`, request-only): tool results beyond the newest `keep_tool_uses` (3) once the request
       passes `clear_trigger_tokens` (100,000) — the defaults of Anthropic's context editing,
       `clear_tool_uses_20250919` (docs.claude.com, build-with-claude/context-editing). `clear_at_least` has no
       default there; `Tiered` needs a minimum, 1 % of the window.
-    - Re-read: CLAUDE.md is loaded again after a compaction (Claude Code docs, "How Claude remembers your
+    - Re-read: CLAUDE.md survives a compaction (seed 001, citing Claude Code's docs, "How Claude remembers your
       project"); here the agent's instructions are never compacted.
     """
     window = _window('claude_code', context_window)
