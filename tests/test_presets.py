@@ -325,7 +325,6 @@ def test_the_docs_examples_run(monkeypatch: pytest.MonkeyPatch) -> None:
             exec(compile(block, name, 'exec'), namespace)
 
 
-@pytest.mark.xfail(strict=True, reason='wilson_interval(0, 5) has a lower bound of 2.8e-17, above the observed 0')
 def test_wilson_interval_contains_the_observed_rate() -> None:
     # Found running `bench recall --summary-budget 60`: every run failed, and the pass-rate plot raised
     # "'yerr' must not contain negative values" after the records were written.
