@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from pydantic_ai_compaction.processors import (
         Archive,
         BoundedSelection,
+        ClearThenSummarize,
         CuratedSelection,
         ForgetReasoning,
         Fork,
@@ -70,6 +71,7 @@ __version__ = '0.1.0'
 _LAZY: dict[str, str] = {
     'Archive': 'pydantic_ai_compaction.processors',
     'BoundedSelection': 'pydantic_ai_compaction.processors',
+    'ClearThenSummarize': 'pydantic_ai_compaction.processors',
     'CuratedSelection': 'pydantic_ai_compaction.processors',
     'ForgetReasoning': 'pydantic_ai_compaction.processors',
     'Fork': 'pydantic_ai_compaction.processors',
@@ -117,6 +119,7 @@ __all__ = [
     'METADATA_KEY',
     'Archive',
     'BoundedSelection',
+    'ClearThenSummarize',
     'CompactionCapability',
     'CompactionContext',
     'CompactionEvent',

@@ -23,7 +23,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import RunContext
 
 from pydantic_ai_compaction import Archive, Fork, Notes, Recall, Tiered, Trigger
-from pydantic_ai_compaction.processors.memory.archive import archived_ref_of, original_part, result_id_of
+from pydantic_ai_compaction.processors.memory.results import archived_ref_of, original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchiveError, Note
 from pydantic_ai_compaction.runtime import our_record
 from pydantic_ai_compaction.runtime.checks import ConfigurationError

@@ -48,8 +48,8 @@ from pydantic_ai_compaction import (
     segment,
 )
 from pydantic_ai_compaction.processors.strategies.reset import fold, rare_lines, render_checkpoint
+from pydantic_ai_compaction.processors.views.curation import CURATOR_MARKER
 from pydantic_ai_compaction.processors.views.selection import (
-    CURATOR_MARKER,
     bundles,
     current_request_text,
     current_user_request,
