@@ -210,7 +210,7 @@ async def project(
     try:
         projected = await build()
     except Exception as error:  # a view must never fail the run: send the request unprojected
-        warnings.warn(f'{owner} sent the request unprojected: {error!r}', RuntimeWarning, stacklevel=2)
+        never_fails(owner, error)
         event = CompactionEvent(
             'ignored', owner, None, None, len(original), len(original), reason='error', detail=repr(error)[:500]
         )
@@ -218,3 +218,8 @@ async def project(
         return request_context
     checked = project_request(original, projected, owner, reason=reason, tracer=ctx.tracer, observer=observer)
     return replace(request_context, messages=checked)
+
+
+def never_fails(owner: str, error: Exception, outcome: str = 'sent the request unprojected') -> None:
+    """Report *error* raised while *owner* built a change; the caller then goes on as if it made none."""
+    warnings.warn(f'{owner} {outcome}: {error!r}', RuntimeWarning, stacklevel=3)

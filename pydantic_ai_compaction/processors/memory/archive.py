@@ -387,7 +387,7 @@ class Archive(AbstractCapability[AgentDepsT]):
             chosen = [(located[item.result_id.strip()][2], item.note.strip()) for item in items]
             # Originals are stored (one transaction) before any stub replaces a result.
             entries = await call_store(
-                'put_archived', archive_results, self.store, conversation, chosen, calls, highest=highest
+                'put_archived', archive_results, self.store, conversation, chosen, calls, highest
             )
         except ArchiveError as error:
             # An answer, not a retry: a store that is down must not use up the tool's retries and end the run.

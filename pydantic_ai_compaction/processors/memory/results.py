@@ -114,7 +114,6 @@ def archive_results(
     conversation: str,
     results: Sequence[tuple[ToolReturnPart, str]],
     calls: Mapping[str, ToolCallPart],
-    *,
     highest: int = 0,
 ) -> list[ArchivedResult]:
     """File the originals of *results* (each with its note) in *store*, in one transaction; their entries.
