@@ -400,7 +400,7 @@ def test_a_key_function_that_fails_is_a_tool_answer_not_a_failed_run() -> None:
         (lambda: Recall(store=None), 'Recall.store'),
         (lambda: Notes(store={}), 'Notes.store'),
         (lambda: Notes(instructions=None), 'Notes.instructions'),
-        (lambda: Tiered(conversation=''), 'Tiered.conversation'),
+        (lambda: Tiered(conversation=''), 'ClearThenSummarize.conversation'),
     ],
 )
 def test_bad_memory_configuration_fails_at_construction_naming_the_field(

@@ -117,7 +117,7 @@ def test_summarizing_writes_then_updates_the_handoff_note() -> None:
 def test_bad_thresholds_fail_at_construction() -> None:
     with pytest.raises(ValueError, match='summarize_to < clear_at <= summarize_at'):
         Tiered(clear_at=0.8, summarize_at=0.6)
-    with pytest.raises(ValueError, match=r'Tiered\.clear_at must be a finite number > 0 ≤ 1, got 0'):
+    with pytest.raises(ValueError, match=r'ClearThenSummarize\.clear_at must be a finite number > 0 ≤ 1, got 0'):
         Tiered(clear_at=0)
 
 
