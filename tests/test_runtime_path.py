@@ -68,8 +68,7 @@ if TYPE_CHECKING:
 LOW = Trigger(tokens=500)
 MARKERS = InstructionSources(markers=('CHANGE:',))
 CURATION = (
-    '{"focal": [], "orientation": {"relevant_state": "logs 0-5 read", "required": ["ids lowercase"], '
-    '"prohibited": []}}'
+    '{"focal": [], "orientation": {"relevant_state": "logs 0-5 read", "required": ["ids lowercase"], "prohibited": []}}'
 )
 
 PROCESSORS: dict[str, Callable[[], AbstractCapability[Any]]] = {
@@ -303,12 +302,16 @@ def test_a_projection_that_breaks_the_shape_is_refused_and_reported() -> None:
 def test_a_log_rewrite_may_drop_only_what_its_contract_allows() -> None:
     original = history()
     without_thinking = [
-        ModelResponse(parts=[p for p in m.parts if not isinstance(p, ThinkingPart)]) if isinstance(m, ModelResponse) else m
+        ModelResponse(parts=[p for p in m.parts if not isinstance(p, ThinkingPart)])
+        if isinstance(m, ModelResponse)
+        else m
         for m in original
     ]
     assert runtime_project.log_problems(original, without_thinking, (ThinkingPart,)) == []
     assert runtime_project.log_problems(original, without_thinking) != []
-    assert runtime_project.log_problems(original, original[:-2]) == [f'{len(original)} messages became {len(original) - 2}']
+    assert runtime_project.log_problems(original, original[:-2]) == [
+        f'{len(original)} messages became {len(original) - 2}'
+    ]
     with pytest.warns(RuntimeWarning, match='Demo left the history as it was'):
         assert runtime_project.rewrite_log(original, without_thinking, 'Demo', reason='test') is None
 

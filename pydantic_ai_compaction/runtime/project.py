@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import NoOpTracer, Tracer
-from pydantic_ai.messages import ModelMessage, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import RunContext
 from pydantic_ai_harness.compaction import estimate_token_count
 
@@ -119,8 +119,9 @@ def log_problems(
 
 
 def _identity(part: object) -> tuple[str, str]:
-    call_id = part.tool_call_id if isinstance(part, ToolCallPart | ToolReturnPart) else ''
-    return type(part).__name__, call_id
+    # `tool_call_id` names the call a part makes or answers; a rewrite must keep every one in place.
+    call_id: object = getattr(part, 'tool_call_id', '')
+    return type(part).__name__, call_id if isinstance(call_id, str) else ''
 
 
 def _changed(original: Sequence[ModelMessage], projected: Sequence[ModelMessage]) -> bool:

@@ -408,7 +408,9 @@ class Archive(AbstractCapability[AgentDepsT]):
             parts = list(request.parts)
             parts[part_index] = replace(part, content=stub, metadata=with_marks(part, archived=archived.ref))
             stubbed[index] = replace(request, parts=parts)
-        checked = rewrite_log(messages, stubbed, 'Archive', reason='archived', tracer=ctx.tracer, observer=self.observer)
+        checked = rewrite_log(
+            messages, stubbed, 'Archive', reason='archived', tracer=ctx.tracer, observer=self.observer
+        )
         if checked is None:
             return 'The originals were stored, but the results stay in the conversation as they were.'
         messages[:] = checked

@@ -142,4 +142,3 @@ def archive_results(
     ]
     store.put_archived(entries)
     return entries
-

@@ -107,6 +107,7 @@ STOP_WORDS = frozenset(
 
 _TERM = re.compile(r'[a-z0-9_]+')
 
+
 def terms(text: str) -> list[str]:
     """Lowercase terms without stop words."""
     return [t for t in _TERM.findall(text.lower()) if t not in STOP_WORDS]

@@ -38,19 +38,19 @@ from pydantic_ai_compaction.protocols.types import METADATA_KEY, CompactionRecor
 from pydantic_ai_compaction.runtime import compactor
 from pydantic_ai_compaction.runtime.checks import (
     ConfigurationError,
+    check_callable,
     check_instance,
     check_int,
     check_number,
     check_optional_int,
-    check_callable,
     check_pattern,
 )
 from pydantic_ai_compaction.runtime.context import CompactionContext, for_request
 from pydantic_ai_compaction.runtime.events import EventObserver
 from pydantic_ai_compaction.runtime.instructions import tool_provided
 from pydantic_ai_compaction.runtime.notes import NOTES_HEADER, gather_notes
-from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.project import project
+from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.segment import (
     ConversationView,
     compactions_so_far,
