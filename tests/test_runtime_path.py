@@ -32,28 +32,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import RunContext
 
-import pydantic_ai_compaction
-from pydantic_ai_compaction import (
-    Archive,
-    BoundedSelection,
-    ClearThenSummarize,
-    CuratedSelection,
-    ForgetReasoning,
-    Fork,
-    InstructionSources,
-    Native,
-    NoCompaction,
-    Notes,
-    Orientation,
-    Pipeline,
-    Reassert,
-    Recall,
-    ResetToCheckpoint,
-    StatelessSummary,
-    Switch,
-    Tiered,
-    Trigger,
-)
+import pydantic_ai_compaction as pac
 from pydantic_ai_compaction.processors import FORK_MARKER, NATIVE_MARKER, SUMMARY_MARKER
 from pydantic_ai_compaction.processors.views.curation import CURATOR_MARKER
 from pydantic_ai_compaction.processors.views.tiered import HANDOFF_MARKER
@@ -65,29 +44,31 @@ from .support import fork_json, last_prompt, log_text, recorded_history
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
 
-LOW = Trigger(tokens=500)
-MARKERS = InstructionSources(markers=('CHANGE:',))
+LOW = pac.Trigger(tokens=500)
+MARKERS = pac.InstructionSources(markers=('CHANGE:',))
 CURATION = (
     '{"focal": [], "orientation": {"relevant_state": "logs 0-5 read", "required": ["ids lowercase"], "prohibited": []}}'
 )
 
 PROCESSORS: dict[str, Callable[[], AbstractCapability[Any]]] = {
-    'NoCompaction': lambda: NoCompaction(trigger=LOW),
-    'Native': lambda: Native(trigger=LOW),
-    'StatelessSummary': lambda: StatelessSummary(trigger=LOW),
-    'Fork': lambda: Fork(variant='json', trigger=LOW),
-    'Reassert': lambda: Reassert(Native(trigger=LOW), sources=MARKERS),
-    'ResetToCheckpoint': lambda: ResetToCheckpoint(trigger=LOW, sources=MARKERS),
-    'Switch': lambda: Switch(when=lambda s: s.compactions < 1, then=StatelessSummary(trigger=LOW), otherwise=Fork()),
-    'Pipeline': lambda: Pipeline([StatelessSummary(trigger=LOW)]),
-    'Tiered': lambda: Tiered(context_window=4_000, clear_min_saving=0.01, summarize=False),
-    'ForgetReasoning': lambda: ForgetReasoning(policy='drop'),
-    'BoundedSelection': lambda: BoundedSelection(budget=200),
-    'CuratedSelection': lambda: CuratedSelection(focal_budget=200),
-    'Orientation': lambda: Orientation(),
-    'Archive': lambda: Archive(reminder_tokens=100),
-    'Notes': lambda: Notes(),
-    'Recall': lambda: Recall(),
+    'NoCompaction': lambda: pac.NoCompaction(trigger=LOW),
+    'Native': lambda: pac.Native(trigger=LOW),
+    'StatelessSummary': lambda: pac.StatelessSummary(trigger=LOW),
+    'Fork': lambda: pac.Fork(variant='json', trigger=LOW),
+    'Reassert': lambda: pac.Reassert(pac.Native(trigger=LOW), sources=MARKERS),
+    'ResetToCheckpoint': lambda: pac.ResetToCheckpoint(trigger=LOW, sources=MARKERS),
+    'Switch': lambda: pac.Switch(
+        when=lambda s: s.compactions < 1, then=pac.StatelessSummary(trigger=LOW), otherwise=pac.Fork()
+    ),
+    'Pipeline': lambda: pac.Pipeline([pac.StatelessSummary(trigger=LOW)]),
+    'Tiered': lambda: pac.Tiered(context_window=4_000, clear_at=0.5, summarize_at=0.5, summarize_to=0.2),
+    'ForgetReasoning': lambda: pac.ForgetReasoning(policy='drop'),
+    'BoundedSelection': lambda: pac.BoundedSelection(budget=200),
+    'CuratedSelection': lambda: pac.CuratedSelection(focal_budget=200),
+    'Orientation': lambda: pac.Orientation(),
+    'Archive': lambda: pac.Archive(reminder_tokens=100),
+    'Notes': lambda: pac.Notes(),
+    'Recall': lambda: pac.Recall(),
 }
 """Each exported capability, configured so that the run below makes it act."""
 
@@ -102,12 +83,12 @@ OWN_TOOL: dict[str, ToolCallPart] = {
 def test_every_exported_capability_is_covered() -> None:
     exported = {
         name
-        for name in pydantic_ai_compaction.__all__
-        if isinstance(value := getattr(pydantic_ai_compaction, name), type) and issubclass(value, AbstractCapability)
+        for name in pac.__all__
+        if isinstance(value := getattr(pac, name), type) and issubclass(value, AbstractCapability)
     }
     # `ClearThenSummarize` is `Tiered` under its new name: one class, covered once.
     assert exported - {'ClearThenSummarize'} <= set(PROCESSORS) | {'CompactionCapability', 'ConfiguredCompaction'}
-    assert ClearThenSummarize is Tiered
+    assert pac.ClearThenSummarize is pac.Tiered
     assert len(PROCESSORS) == 16
 
 
@@ -154,26 +135,22 @@ class Watch:
 
 
 @dataclass
-class Before(AbstractCapability[Any]):
+class Recorder(AbstractCapability[Any]):
+    """Listed before (`after=False`) and after the processor: what it was given, and what it left."""
+
     watch: Watch
+    after: bool
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        self.watch.log_before.append(list(ctx.messages))
-        self.watch.request_before.append(list(request_context.messages))
-        return request_context
-
-
-@dataclass
-class After(AbstractCapability[Any]):
-    watch: Watch
-
-    async def before_model_request(
-        self, ctx: RunContext[Any], request_context: ModelRequestContext
-    ) -> ModelRequestContext:
-        self.watch.log_after.append(list(ctx.messages))
-        self.watch.request_after.append(list(request_context.messages))
+        logs, requests = (
+            (self.watch.log_after, self.watch.request_after)
+            if self.after
+            else (self.watch.log_before, self.watch.request_before)
+        )
+        logs.append(list(ctx.messages))
+        requests.append(list(request_context.messages))
         return request_context
 
 
@@ -221,7 +198,10 @@ def run(name: str, watch: Watch) -> list[ModelMessage]:
             parts = [TextPart('done')]
         return ModelResponse(parts=parts)
 
-    agent = Agent(FunctionModel(respond), capabilities=[Before(watch), PROCESSORS[name](), After(watch)])
+    agent = Agent(
+        FunctionModel(respond),
+        capabilities=[Recorder(watch, after=False), PROCESSORS[name](), Recorder(watch, after=True)],
+    )
 
     @agent.tool_plain
     def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
@@ -321,7 +301,7 @@ def test_a_changed_request_leaves_a_record_naming_its_owner() -> None:
 
     events: list[CompactionEvent] = []
     agent_history = [*history(), ModelRequest(parts=[UserPromptPart('Now audit log 6.')])]
-    selected = BoundedSelection[Any](budget=200).selection(agent_history)
+    selected = pac.BoundedSelection[Any](budget=200).selection(agent_history)
     sent = runtime_project.project_request(
         agent_history, selected, 'BoundedSelection', reason='selection', observer=events.append
     )
@@ -339,15 +319,15 @@ EXPORTED_CLASSES = [
     )
     if name == 'InMemoryArchiveStore'
     else name
-    for name in pydantic_ai_compaction.__all__
-    if isinstance(value := getattr(pydantic_ai_compaction, name), type) and not issubclass(value, Exception)
+    for name in pac.__all__
+    if isinstance(value := getattr(pac, name), type) and not issubclass(value, Exception)
 ]
 """Every exported class but the exceptions (whose constructor is `Exception`'s)."""
 
 
 @pytest.mark.parametrize('name', EXPORTED_CLASSES)
 def test_no_exported_class_takes_private_state_in_its_constructor(name: str) -> None:
-    parameters = inspect.signature(getattr(pydantic_ai_compaction, name)).parameters
+    parameters = inspect.signature(getattr(pac, name)).parameters
     assert [p for p in parameters if p.startswith('_')] == []
 
 
@@ -355,11 +335,11 @@ def test_private_state_is_per_run_and_out_of_the_constructor() -> None:
     import dataclasses
 
     for cls, names in [
-        (Archive, {'_state', '_applying'}),
-        (Recall, {'_fingerprints', '_indexed'}),
-        (Tiered, {'_projection'}),
-        (CuratedSelection, {'_state'}),
-        (Orientation, {'_state'}),
+        (pac.Archive, {'_state', '_applying'}),
+        (pac.Recall, {'_fingerprints', '_indexed'}),
+        (pac.Tiered, {'_projection'}),
+        (pac.CuratedSelection, {'_state'}),
+        (pac.Orientation, {'_state'}),
     ]:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         assert all(not fields[n].init and not fields[n].repr for n in names), cls.__name__
