@@ -179,7 +179,7 @@ def compactor_reply(prompt: str) -> str | None:
     return None
 
 
-def run(name: str, watch: Watch) -> list[ModelMessage]:
+def run(name: str, watch: Watch, processor: AbstractCapability[Any] | None = None) -> list[ModelMessage]:
     state = {'step': 0}
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -200,7 +200,7 @@ def run(name: str, watch: Watch) -> list[ModelMessage]:
 
     agent = Agent(
         FunctionModel(respond),
-        capabilities=[Recorder(watch, after=False), PROCESSORS[name](), Recorder(watch, after=True)],
+        capabilities=[Recorder(watch, after=False), processor or PROCESSORS[name](), Recorder(watch, after=True)],
     )
 
     @agent.tool_plain
@@ -343,3 +343,29 @@ def test_private_state_is_per_run_and_out_of_the_constructor() -> None:
     ]:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         assert all(not fields[n].init and not fields[n].repr for n in names), cls.__name__
+
+
+def test_orientation_is_a_capability_class_with_curations_typed_parameters() -> None:
+    import dataclasses
+
+    orientation = pac.Orientation(focal_budget=300)
+    assert isinstance(orientation, pac.CuratedSelection) and orientation.full_history is True
+    parameters = inspect.signature(pac.Orientation).parameters
+    assert 'full_history' not in parameters and 'kwargs' not in parameters
+    assert {f.name for f in dataclasses.fields(pac.CuratedSelection) if f.init} - {'full_history'} == set(parameters)
+    with pytest.raises(TypeError):
+        pac.Orientation(full_history=False)  # pyright: ignore[reportCallIssue]
+
+
+def test_a_view_reports_what_it_changed_to_its_observer() -> None:
+    from pydantic_ai_compaction.protocols.types import CompactionEvent
+
+    events: list[CompactionEvent] = []
+    watch = Watch()
+    run('BoundedSelection', watch, pac.BoundedSelection(budget=200, observer=events.append))
+    changed = [e for e in events if e.kind == 'compacted']
+    assert changed and all(e.strategy == 'BoundedSelection' and e.reason == 'selection' for e in changed)
+    assert all(e.record is not None and e.record.tokens_after < e.record.tokens_before for e in changed)
+    assert [list(e.history) for e in changed] == [
+        r for r, b in zip(watch.request_after, watch.request_before, strict=True) if r != b
+    ]
