@@ -369,3 +369,21 @@ def test_a_view_reports_what_it_changed_to_its_observer() -> None:
     assert [list(e.history) for e in changed] == [
         r for r, b in zip(watch.request_after, watch.request_before, strict=True) if r != b
     ]
+
+
+def test_a_view_that_raises_sends_the_request_unprojected_and_reports_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic_ai_compaction.processors.views import selection
+    from pydantic_ai_compaction.protocols.types import CompactionEvent
+
+    def broken(*_: object, **__: object) -> set[str]:
+        raise RuntimeError('scoring bug')
+
+    monkeypatch.setattr(selection, 'select', broken)
+    events: list[CompactionEvent] = []
+    watch = Watch()
+    with pytest.warns(
+        RuntimeWarning, match="BoundedSelection sent the request unprojected: RuntimeError\\('scoring bug'"
+    ):
+        run('BoundedSelection', watch, pac.BoundedSelection(budget=200, observer=events.append))
+    assert watch.request_after == watch.request_before  # every request went out as it arrived
+    assert {(e.kind, e.strategy, e.reason) for e in events} == {('ignored', 'BoundedSelection', 'error')}
