@@ -14,7 +14,7 @@ leaves a `compacted` event with a `CompactionRecord` naming the owner and the re
 from __future__ import annotations
 
 import warnings
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +42,6 @@ def project_request(
     reason: str,
     tracer: Tracer | None = None,
     observer: EventObserver | None = None,
-    extra: Mapping[str, Any] | None = None,
 ) -> list[ModelMessage]:
     """The request to send: *projected* when it keeps the provider shape, else *original*.
 
@@ -53,14 +52,13 @@ def project_request(
         reason: What the projection did (`selection`, `cleared`, `reminder`, ...), for the record.
         tracer: The run's tracer; the event becomes a span when it records.
         observer: Called with the event.
-        extra: Owner-specific facts for the record.
     """
     problems = shape.shape_problems(projected, before=original)
     if problems:
         _refuse(owner, 'sent the request unprojected', problems, original, tracer, observer)
         return list(original)
     if _observed(tracer, observer) and _changed(original, projected):
-        _report(owner, reason, original, projected, tracer, observer, extra)
+        _report(owner, reason, original, projected, tracer, observer)
     return list(projected)
 
 
@@ -73,7 +71,6 @@ def rewrite_log(
     may_drop: tuple[type[Any], ...] = (),
     tracer: Tracer | None = None,
     observer: EventObserver | None = None,
-    extra: Mapping[str, Any] | None = None,
 ) -> list[ModelMessage] | None:
     """*rewritten* when it may replace the persisted log *original*, else `None` (keep the log as it was).
 
@@ -89,14 +86,13 @@ def rewrite_log(
         may_drop: Part types the owner's contract lets it remove.
         tracer: The run's tracer; the event becomes a span when it records.
         observer: Called with the event.
-        extra: Owner-specific facts for the record.
     """
     problems = [*shape.shape_problems(rewritten, before=original), *log_problems(original, rewritten, may_drop)]
     if problems:
         _refuse(owner, 'left the history as it was', problems, original, tracer, observer)
         return None
     if _observed(tracer, observer):
-        _report(owner, reason, original, rewritten, tracer, observer, extra)
+        _report(owner, reason, original, rewritten, tracer, observer)
     return list(rewritten)
 
 
@@ -156,9 +152,8 @@ def _report(
     after: Sequence[ModelMessage],
     tracer: Tracer | None,
     observer: EventObserver | None,
-    extra: Mapping[str, Any] | None,
 ) -> None:
-    record = projection_record(owner, reason, before, after, extra)
+    record = projection_record(owner, reason, before, after)
     emit(
         CompactionEvent('compacted', owner, None, record, len(before), len(after), tuple(after), reason=reason),
         tracer,
@@ -171,7 +166,6 @@ def projection_record(
     reason: str,
     before: Sequence[ModelMessage],
     after: Sequence[ModelMessage],
-    extra: Mapping[str, Any] | None = None,
 ) -> CompactionRecord:
     """The record of a projection or rewrite: the owner, why, and the sizes; no boundary, no exchange ids."""
     return CompactionRecord(
@@ -189,7 +183,6 @@ def projection_record(
         fallback_reason=None,
         detail=reason,
         compactor_usage=CompactorUsage(),
-        extra=dict(extra or {}),
     )
 
 
