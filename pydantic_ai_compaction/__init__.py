@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from pydantic_ai_compaction.processors import (
         Archive,
         BoundedSelection,
+        ClearThenSummarize,
         CuratedSelection,
         ForgetReasoning,
         Fork,
@@ -78,6 +79,7 @@ _LAZY: dict[str, str] = {
         (
             'Archive',
             'BoundedSelection',
+            'ClearThenSummarize',
             'CuratedSelection',
             'ForgetReasoning',
             'Fork',
@@ -133,6 +135,7 @@ __all__ = [
     'Archive',
     'ArchiveStore',
     'BoundedSelection',
+    'ClearThenSummarize',
     'CompactionCapability',
     'CompactionContext',
     'CompactionEvent',

@@ -125,7 +125,7 @@ class KeepWithin(CompactionCapability[AgentDepsT]):
         if proposal.malformed is not None or proposal.declined is not None:
             return proposal
         extra = {**proposal.extra, 'kept_by_budget': list(kept)}
-        return replace(proposal, keep=tuple(dict.fromkeys([*proposal.keep, *kept])), extra=extra)
+        return replace(proposal, kept=tuple(dict.fromkeys([*proposal.kept, *kept])), extra=extra)
 
 
 def _newest(exchanges: list[Exchange], budget: int, measure: Callable[[Exchange], int]) -> set[str]:

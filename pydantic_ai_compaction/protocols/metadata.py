@@ -151,8 +151,9 @@ def is_restatement_mark(metadata: object) -> bool:
 
 
 def is_handoff(metadata: object) -> bool:
-    """Whether a `CompactionPart`'s metadata marks it as a `Tiered` handoff boundary."""
-    return bool(ours(metadata).get('handoff'))
+    """Whether a `CompactionPart`'s metadata is a `ClearThenSummarize` handoff boundary (`extra['handoff']`)."""
+    record = record_from_metadata(metadata)
+    return record is not None and bool(record_extra(record).get('handoff'))
 
 
 def record_from_metadata(metadata: object) -> dict[str, Any] | None:

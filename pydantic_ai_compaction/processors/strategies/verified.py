@@ -255,7 +255,7 @@ class Verified(CompactionCapability[AgentDepsT]):
         if proposal.malformed is not None or proposal.declined is not None or not isinstance(summary, Summary):
             # Nothing of ours to check: a failed proposal falls back anyway, a provider's summary is opaque.
             return proposal
-        kept_ids = set(proposal.keep) | {exchange.id for exchange in view.exchanges if exchange.forced}
+        kept_ids = set(proposal.kept) | {exchange.id for exchange in view.exchanges if exchange.forced}
         dropped = [exchange for exchange in view.exchanges if exchange.id not in kept_ids]
         if not dropped:
             return proposal
