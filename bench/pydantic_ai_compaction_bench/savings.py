@@ -196,11 +196,13 @@ def floor(records: Sequence[Record]) -> str:
     prices = prices_of(by[0]['model'])
     writes = statistics.median(_task_usage(r).cache_write_tokens for r in by)
     least = writes * min(prices.cache_write, prices.input) / 1e6
+    written = writes * prices.cache_write / 1e6
     return (
         f'Floor: no compaction writes each tool result to the cache once ({writes:,.0f} tokens a run without the '
-        f'probe); every strategy must send them at least once, which costs at least ${least:.3f} '
-        f"({least / none.task_cost:.0%} of no compaction's ${none.task_cost:.3f} without the probe, "
-        f'{least / none.cost:.0%} of its ${none.cost:.3f} with it).'
+        f'probe); every strategy sends them at least once: ${written:.3f} as cache writes '
+        f"({written / none.task_cost:.0%} of no compaction's ${none.task_cost:.3f} without the probe), "
+        f'${least:.3f} even if none were cached ({least / none.task_cost:.0%}). With the probe turn no compaction '
+        f'costs ${none.cost:.3f}.'
     )
 
 
