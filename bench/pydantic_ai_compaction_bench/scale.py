@@ -336,7 +336,7 @@ def table(results: Sequence[ScaleResult]) -> str:
 def main(total_tokens: int = TOTAL_TOKENS) -> None:
     """Print the scale table (PostgreSQL skipped, with the reason, when `PAC_POSTGRES_DSN` is unset)."""
     print(
-        f'## Scale of memory: a {total_tokens / 1e6:.0f}M-token log, {CONVERSATIONS} conversations writing '
+        f'## Scale of memory: a {total_tokens / 1e6:g}M-token log, {CONVERSATIONS} conversations writing '
         f'(one {RESULT_CHARS // 1000} KB result every {WRITE_EVERY * 1000:.0f} ms each) while queries are timed\n'
     )
     results = [sqlite_result(total_tokens)]
