@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         StatelessSummary,
         Switch,
         Tiered,
+        Verified,
     )
     from pydantic_ai_compaction.protocols import (
         METADATA_KEY,
@@ -94,6 +95,7 @@ _LAZY: dict[str, str] = {
             'StatelessSummary',
             'Switch',
             'Tiered',
+            'Verified',
         ),
         _PROCESSORS,
     ),
@@ -172,5 +174,6 @@ __all__ = [
     'Switch',
     'Tiered',
     'Trigger',
+    'Verified',
     '__version__',
 ]

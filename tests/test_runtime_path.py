@@ -61,6 +61,7 @@ PROCESSORS: dict[str, Callable[[], AbstractCapability[Any]]] = {
         when=lambda s: s.compactions < 1, then=pac.StatelessSummary(trigger=LOW), otherwise=pac.Fork()
     ),
     'Pipeline': lambda: pac.Pipeline([pac.StatelessSummary(trigger=LOW)]),
+    'Verified': lambda: pac.Verified(pac.StatelessSummary(trigger=LOW)),
     'Tiered': lambda: pac.Tiered(context_window=4_000, clear_at=0.5, summarize_at=0.5, summarize_to=0.2),
     'ForgetReasoning': lambda: pac.ForgetReasoning(policy='drop'),
     'BoundedSelection': lambda: pac.BoundedSelection(budget=200),
@@ -89,7 +90,7 @@ def test_every_exported_capability_is_covered() -> None:
     # `ClearThenSummarize` is `Tiered` under its new name: one class, covered once.
     assert exported - {'ClearThenSummarize'} <= set(PROCESSORS) | {'CompactionCapability', 'ConfiguredCompaction'}
     assert pac.ClearThenSummarize is pac.Tiered
-    assert len(PROCESSORS) == 16
+    assert len(PROCESSORS) == 17
 
 
 @dataclass

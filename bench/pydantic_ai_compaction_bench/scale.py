@@ -31,7 +31,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.usage import RunUsage
 
 from pydantic_ai_compaction import Archive
-from pydantic_ai_compaction.processors.memory.archive import serialize_part
+from pydantic_ai_compaction.processors.memory.results import serialize_part
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveStore, LogLine
 from pydantic_ai_compaction.runtime.stores import PostgresArchiveStore, SQLiteArchiveStore
 

@@ -11,9 +11,9 @@ from pydantic_ai_compaction.processors.strategies.reassert import Reassert
 from pydantic_ai_compaction.processors.strategies.reset import ResetToCheckpoint
 from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER, StatelessSummary
 from pydantic_ai_compaction.processors.strategies.switch import Switch
-from pydantic_ai_compaction.processors.views.curation import CuratedSelection
+from pydantic_ai_compaction.processors.strategies.verified import Verified
+from pydantic_ai_compaction.processors.views.curation import CuratedSelection, Orientation
 from pydantic_ai_compaction.processors.views.forget import ForgetReasoning
-from pydantic_ai_compaction.processors.views.orientation import Orientation
 from pydantic_ai_compaction.processors.views.selection import BoundedSelection
 from pydantic_ai_compaction.processors.views.tiered import ClearThenSummarize, Tiered
 
@@ -40,4 +40,5 @@ __all__ = [
     'StatelessSummary',
     'Switch',
     'Tiered',
+    'Verified',
 ]

@@ -379,7 +379,7 @@ def _source_lines(text: str, needles: Sequence[str]) -> list[str]:
 
 
 def _tokens(text: str) -> int:
-    from pydantic_ai_compaction.processors.strategies.summary import text_tokens
+    from pydantic_ai_compaction.runtime.trigger import text_tokens
 
     return text_tokens(text)
 

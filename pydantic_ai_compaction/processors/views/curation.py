@@ -286,3 +286,20 @@ def _render_orientation(data: dict[str, Any]) -> str:
     if data['prohibited']:
         lines.append('Prohibited (stale): ' + '; '.join(data['prohibited']))
     return '\n'.join(lines)
+
+
+@dataclass
+class Orientation(CuratedSelection[AgentDepsT]):
+    """Everything is sent, plus the orientation a curator wrote for the request being answered.
+
+    `CuratedSelection` with the full history in place of the focal bundles: the same curator, checks,
+    fallback and settings, which are all this class takes.
+
+    Example:
+        ```python
+        agent = Agent(model, capabilities=[Orientation(model='openai:gpt-5.2')])
+        ```
+    """
+
+    full_history: bool = field(default=True, init=False)
+    """Always `True`: the full history is sent with the orientation."""
