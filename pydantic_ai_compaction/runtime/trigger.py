@@ -8,12 +8,6 @@ from typing import Literal
 
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models import Model, ModelRequestParameters
-from pydantic_ai_harness.compaction import (
-    DEFAULT_CONTEXT_WINDOW,
-    estimate_context_tokens,
-    estimate_token_count,
-    resolve_context_window,
-)
 
 from pydantic_ai_compaction.runtime.checks import (
     ConfigurationError,
@@ -23,6 +17,12 @@ from pydantic_ai_compaction.runtime.checks import (
     check_optional_number,
 )
 from pydantic_ai_compaction.runtime.segment import message_stamp, our_record
+from pydantic_ai_compaction.runtime.tokens import (
+    DEFAULT_CONTEXT_WINDOW,
+    estimate_context_tokens,
+    estimate_token_count,
+    resolve_context_window,
+)
 
 
 @dataclass(frozen=True)

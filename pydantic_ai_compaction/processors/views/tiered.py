@@ -31,7 +31,6 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT, RunContext
-from pydantic_ai_harness.compaction import DEFAULT_CONTEXT_WINDOW, estimate_token_count, resolve_context_window
 
 from pydantic_ai_compaction.processors.memory.archive import args_json, original_part, result_id_of, serialize_part
 from pydantic_ai_compaction.processors.views.forget import WRITE_TOOLS
@@ -53,6 +52,7 @@ from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, segment, str_dict
 from pydantic_ai_compaction.runtime.shape import checked_projection
 from pydantic_ai_compaction.runtime.stores.access import ConversationKey, check_conversation, conversation_key
+from pydantic_ai_compaction.runtime.tokens import DEFAULT_CONTEXT_WINDOW, estimate_token_count, resolve_context_window
 from pydantic_ai_compaction.runtime.transcript import clip, render_messages, return_text, user_text
 from pydantic_ai_compaction.runtime.wrappers import neutralize
 
