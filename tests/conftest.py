@@ -54,7 +54,7 @@ def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> 
     if not missing:
         return None
     module = _Unavailable.from_parent(parent, path=module_path)
-    module.reason = '; '.join(missing)
+    module.reason = f'{module_path.name} {"; ".join(missing)}'
     return module
 
 
