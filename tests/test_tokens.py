@@ -274,3 +274,19 @@ def test_pins_use_harness_marker() -> None:
     assert PIN_METADATA == 'pydantic-ai-harness.compaction.pin.v1'
     assert not is_pinned(UserPromptPart('keep')) and not is_pinned(UserPromptPart([TextContent('keep')]))
     assert not is_pinned(SystemPromptPart('keep'))
+
+
+def test_a_trigger_counts_with_its_tokenizer_where_usage_does_not_reach() -> None:
+    from pydantic_ai_compaction import Trigger
+
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('word ' * 100)])]
+    assert Trigger(tokens=1).measure(history) == 500 // 4
+    per_character = Trigger(tokens=200, tokenizer=len)
+    assert per_character.measure(history) == 500
+    assert per_character.crossed(history, None) is not None and Trigger(tokens=200).crossed(history, None) is None
+    # After a response with usage, only what follows it is counted with the tokenizer.
+    history += [
+        ModelResponse(parts=[TextPart('ok')], usage=usage(90, 3)),
+        ModelRequest(parts=[UserPromptPart('abcdef')]),
+    ]
+    assert per_character.measure(history) == 90 + 3 + 6
