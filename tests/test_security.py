@@ -23,8 +23,8 @@ from pydantic_ai_compaction import (
     Reassert,
     Recall,
     Tiered,
-    segment,
 )
+from pydantic_ai_compaction.runtime import segment
 from pydantic_ai_compaction.runtime.instructions import gather_instructions
 from pydantic_ai_compaction.runtime.notes import NOTES_HEADER, with_notes
 from pydantic_ai_compaction.testing import replay

@@ -45,7 +45,6 @@ from pydantic_ai_compaction import (
     StatelessSummary,
     Tiered,
     Trigger,
-    segment,
 )
 from pydantic_ai_compaction.processors.strategies.reset import fold, rare_lines, render_checkpoint
 from pydantic_ai_compaction.processors.views.selection import (
@@ -57,6 +56,7 @@ from pydantic_ai_compaction.processors.views.selection import (
     select,
 )
 from pydantic_ai_compaction.processors.views.tiered import HANDOFF_MARKER
+from pydantic_ai_compaction.runtime import segment
 from pydantic_ai_compaction.runtime.checks import ConfigurationError
 from pydantic_ai_compaction.runtime.wrappers import neutralize, wrap
 from pydantic_ai_compaction.testing import BUDGET_PRESETS, checkpoints, replay_views

@@ -9,8 +9,8 @@ from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from pydantic_ai_compaction import CompactionEvent, Fork, RetryPolicy, Trigger, segment
-from pydantic_ai_compaction.runtime import our_record, pairing_problems
+from pydantic_ai_compaction import CompactionEvent, Fork, RetryPolicy, Trigger
+from pydantic_ai_compaction.runtime import our_record, pairing_problems, segment
 from pydantic_ai_compaction.runtime.pins import pin
 from pydantic_ai_compaction.testing import replay
 

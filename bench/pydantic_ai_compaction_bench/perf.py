@@ -40,12 +40,10 @@ from pydantic_ai_compaction import (
     ResetToCheckpoint,
     Summary,
     Trigger,
-    segment,
-    validate,
 )
 from pydantic_ai_compaction.processors.memory.recall import Recall
 from pydantic_ai_compaction.processors.views.selection import current_request_text, project, select
-from pydantic_ai_compaction.runtime import apply_layout
+from pydantic_ai_compaction.runtime import apply_layout, segment, validate
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.engine import run_compaction
 from pydantic_ai_compaction.runtime.instructions import gather_instructions
@@ -130,7 +128,7 @@ async def _measure(size: str, history: list[ModelMessage], repeat: int) -> list[
     clear = ClearToolResults(max_tokens=1)
     clear_ms = await _ams(lambda: clear.compact(history, ctx), repeat)
     view = segment(history)
-    layout = validate(Proposal(keep=view.ids[-3:], summary=Summary('s')), view)
+    layout = validate(Proposal(kept=view.ids[-3:], summary=Summary('s')), view)
     request = current_request_text(history)
     # The steady state of a run: earlier results numbered and steps decided; one new step arrives.
     archive = Archive()
@@ -146,7 +144,7 @@ async def _measure(size: str, history: list[ModelMessage], repeat: int) -> list[
     paths: dict[str, Callable[[], object]] = {
         'trigger (measure)': lambda: Trigger(tokens=1).measure(history),
         'segmentation': lambda: segment(history),
-        'validator': lambda: validate(Proposal(keep=view.ids[::-2], summary=Summary('s')), view),
+        'validator': lambda: validate(Proposal(kept=view.ids[::-2], summary=Summary('s')), view),
         'layout application': lambda: apply_layout(view, layout, {'strategy': 'bench'}),
         'reassert (gather changes)': lambda: gather_instructions(view, InstructionSources(markers=('CHANGE:',))),
         'archive (number new results)': lambda: archive._number_new(later, steady_archive),  # pyright: ignore[reportPrivateUsage]

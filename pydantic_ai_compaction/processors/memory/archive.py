@@ -34,10 +34,10 @@ from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, ArchiveStore
-from pydantic_ai_compaction.protocols.types import METADATA_KEY
+from pydantic_ai_compaction.protocols.metadata import ResultMarks, with_ours
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int
-from pydantic_ai_compaction.runtime.encoding import clean_text, from_bytes, to_bytes, to_json
-from pydantic_ai_compaction.runtime.segment import is_restatement, str_dict
+from pydantic_ai_compaction.runtime.encoding import args_text, clean_text, from_bytes, to_bytes, to_json
+from pydantic_ai_compaction.runtime.segment import is_restatement
 from pydantic_ai_compaction.runtime.stores.access import (
     ConversationKey,
     call_store,
@@ -76,20 +76,16 @@ class ArchiveItem(BaseModel):
 
 def result_id_of(part: ToolReturnPart) -> str | None:
     """The id this capability gave a tool result, if any."""
-    value = str_dict(str_dict(part.metadata).get(METADATA_KEY)).get('result_id')
-    return value if isinstance(value, str) else None
+    return ResultMarks.from_metadata(part.metadata).result_id
 
 
 def archived_ref_of(part: ToolReturnPart) -> str | None:
     """The archive reference of a stubbed result, if it was archived."""
-    value = str_dict(str_dict(part.metadata).get(METADATA_KEY)).get('archived')
-    return value if isinstance(value, str) else None
+    return ResultMarks.from_metadata(part.metadata).archived
 
 
 def _with_marks(part: ToolReturnPart, **marks: str) -> dict[str, Any]:
-    metadata = dict(str_dict(part.metadata))
-    metadata[METADATA_KEY] = {**str_dict(metadata.get(METADATA_KEY)), **marks}
-    return metadata
+    return with_ours(part.metadata, marks)
 
 
 @dataclass
@@ -441,8 +437,8 @@ def _archived_refs(located: dict[str, tuple[int, int, ToolReturnPart]]) -> list[
 
 def original_part(part: ToolReturnPart) -> ToolReturnPart:
     """The result as the tool returned it, without the id prefix this capability added."""
-    prefix = str_dict(str_dict(part.metadata).get(METADATA_KEY)).get('id_prefix')
-    if isinstance(prefix, str) and isinstance(part.content, str) and part.content.startswith(prefix):
+    prefix = ResultMarks.from_metadata(part.metadata).id_prefix
+    if prefix is not None and isinstance(part.content, str) and part.content.startswith(prefix):
         return replace(part, content=part.content[len(prefix) :])
     return part
 
@@ -489,12 +485,4 @@ def _image_count(content: object) -> int:
 
 def args_json(call: ToolCallPart) -> str:
     """A call's arguments as canonical JSON (lossless: big integers, lone surrogates); raw text that is not JSON."""
-    if not isinstance(call.args, str):
-        return to_json(call.args if call.args is not None else {})
-    if not call.args.strip():
-        return '{}'
-    try:
-        # The standard library parser: integers beyond 64 bits stay integers.
-        return to_json(json.loads(call.args))
-    except (ValueError, RecursionError):
-        return call.args
+    return args_text(call.args)

@@ -40,23 +40,21 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.tools import AgentDepsT, RunContext
 
-from pydantic_ai_compaction.protocols.types import METADATA_KEY
+from pydantic_ai_compaction.protocols.metadata import MessageMarks
+from pydantic_ai_compaction.protocols.names import WRITE_TOOLS
 from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_choice, fail
-from pydantic_ai_compaction.runtime.segment import is_restatement, str_dict
+from pydantic_ai_compaction.runtime.segment import is_restatement
 from pydantic_ai_compaction.runtime.shape import shape_problems
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
 
 ForgetPolicy = Literal['keep', 'drop', 'after_artifact']
-WRITE_TOOLS = r'write|edit|patch|create|save|apply|commit'
-"""Default pattern of tool names whose success externalizes a step's conclusion."""
 
 
 def reasoning_decision(message: ModelResponse) -> str | None:
     """`kept`, `dropped` or `deferred` once decided for a step, else `None`."""
-    value = str_dict(str_dict(message.metadata).get(METADATA_KEY)).get('reasoning')
-    return value if isinstance(value, str) else None
+    return MessageMarks.from_metadata(message.metadata).reasoning
 
 
 def _signed(part: ThinkingPart) -> bool:
@@ -154,15 +152,10 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
                 else [p for p in message.parts if not isinstance(p, ThinkingPart)]
             )
             thinking_chars = sum(len(p.content) for p in thinking)
-            marks = {
-                **str_dict(str_dict(message.metadata).get(METADATA_KEY)),
-                'reasoning': decision,
-                'thinking_chars': thinking_chars,
-                'output_tokens': message.usage.output_tokens,
-            }
-            out[index] = replace(
-                message, parts=list(parts), metadata={**str_dict(message.metadata), METADATA_KEY: marks}
+            marks = MessageMarks(
+                reasoning=decision, thinking_chars=thinking_chars, output_tokens=message.usage.output_tokens
             )
+            out[index] = replace(message, parts=list(parts), metadata=marks.to_metadata(message.metadata))
             changed = True
         return out if changed else None
 

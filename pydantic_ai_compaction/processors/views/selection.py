@@ -40,6 +40,7 @@ from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, segment
 from pydantic_ai_compaction.runtime.shape import checked_projection
 from pydantic_ai_compaction.runtime.transcript import describe, render_messages, user_text
+from pydantic_ai_compaction.runtime.trigger import text_tokens
 from pydantic_ai_compaction.runtime.wrappers import neutralize, wrap
 
 if TYPE_CHECKING:
@@ -584,8 +585,8 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
         if focal_tokens > self.focal_budget:
             return None, f'focal budget: {focal_tokens} > {self.focal_budget}'
         orientation = _render_orientation(data['orientation'])
-        if len(orientation) // 4 > self.orientation_budget:
-            return None, f'orientation budget: {len(orientation) // 4} > {self.orientation_budget}'
+        if (size := text_tokens(orientation)) > self.orientation_budget:
+            return None, f'orientation budget: {size} > {self.orientation_budget}'
         if any(pattern.search(orientation) for pattern in self._secrets):
             return None, 'secret pattern in orientation'
         opening = render_messages(view.messages_of(view.exchanges[0])) if view.exchanges else ''

@@ -33,8 +33,9 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT, RunContext
 
 from pydantic_ai_compaction.processors.memory.archive import args_json, original_part, result_id_of, serialize_part
-from pydantic_ai_compaction.processors.views.forget import WRITE_TOOLS
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, ArchiveStore
+from pydantic_ai_compaction.protocols.metadata import ResultMarks, is_handoff
+from pydantic_ai_compaction.protocols.names import WRITE_TOOLS
 from pydantic_ai_compaction.protocols.types import METADATA_KEY
 from pydantic_ai_compaction.runtime import compactor
 from pydantic_ai_compaction.runtime.checks import (
@@ -49,11 +50,12 @@ from pydantic_ai_compaction.runtime.context import CompactionContext, for_reques
 from pydantic_ai_compaction.runtime.instructions import tool_provided
 from pydantic_ai_compaction.runtime.notes import NOTES_HEADER, gather_notes
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
-from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, segment, str_dict
+from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, segment
 from pydantic_ai_compaction.runtime.shape import checked_projection
 from pydantic_ai_compaction.runtime.stores.access import ConversationKey, check_conversation, conversation_key
 from pydantic_ai_compaction.runtime.tokens import DEFAULT_CONTEXT_WINDOW, estimate_token_count, resolve_context_window
 from pydantic_ai_compaction.runtime.transcript import clip, render_messages, return_text, user_text
+from pydantic_ai_compaction.runtime.trigger import text_tokens
 from pydantic_ai_compaction.runtime.wrappers import neutralize
 
 if TYPE_CHECKING:
@@ -279,10 +281,7 @@ class Tiered(AbstractCapability[AgentDepsT]):
                 f'[cleared: output of {part.tool_name}({args_json(call) if call else ""}), {len(content):,} chars, '
                 f'began "{clip(content, 80)}"; {where}]'
             )
-            metadata = {
-                **str_dict(part.metadata),
-                METADATA_KEY: {**str_dict(str_dict(part.metadata).get(METADATA_KEY)), CLEARED: True},
-            }
+            metadata = ResultMarks(cleared=True).to_metadata(part.metadata)
             parts = list(request.parts)
             parts[part_index] = replace(part, content=stub, metadata=metadata)
             out[index] = replace(request, parts=parts)
@@ -393,14 +392,11 @@ def _files_changed(view: Sequence[ModelMessage], writes: re.Pattern[str]) -> str
 
 
 def _is_cleared(part: ToolReturnPart) -> bool:
-    return bool(str_dict(str_dict(part.metadata).get(METADATA_KEY)).get(CLEARED))
+    return ResultMarks.from_metadata(part.metadata).cleared
 
 
 def _is_our_boundary(message: ModelMessage) -> bool:
-    return any(
-        isinstance(part, CompactionPart) and str_dict(str_dict(part.metadata).get(METADATA_KEY)).get('handoff')
-        for part in message.parts
-    )
+    return any(isinstance(part, CompactionPart) and is_handoff(part.metadata) for part in message.parts)
 
 
 def _newest_within(view: ConversationView, budget: int) -> set[str]:
@@ -483,7 +479,7 @@ def _user_messages(log: Sequence[ModelMessage], budget: int) -> str:
     chosen: list[str] = []
     used = 0
     for prompt in reversed(prompts):
-        cost = len(prompt) // 4 + 1
+        cost = text_tokens(prompt) + 1
         if used + cost > budget:
             break
         chosen.append(prompt)
