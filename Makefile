@@ -3,15 +3,21 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+PIP := python -m pip --quiet --disable-pip-version-check
+# `--group dev` (PEP 735 dependency groups) needs pip >= 25.1; a new venv starts with the interpreter's bundled pip.
+PIP_VERSION ?= 26.3
+# The lowest pydantic-ai-slim this library supports: what requirements.lock pins, with pydantic-ai-harness.
+LOWEST_SLIM ?= 2.62.0
 
-.PHONY: install demo quickstart costsim test soak bench realmodel lint format clean
+.PHONY: install demo quickstart costsim test test-newest wheel-check soak bench realmodel lint format lock clean
 
 $(STAMP): pyproject.toml bench/pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev,postgres]' -e ./bench
+	$(BIN)/$(PIP) install 'pip==$(PIP_VERSION)'
+	$(BIN)/$(PIP) install -c requirements.lock -e '.[harness,postgres,testing]' --group dev -e ./bench
 	touch $(STAMP)
 
-install: $(STAMP)  ## Create .venv and install the package with pinned dependencies.
+install: $(STAMP)  ## Create .venv and install the package, its extras, the dev group and the bench, pinned.
 
 demo: $(STAMP)  ## The incident-audit benchmark on the offline reference model: tables, sensitivity grid, plots in out/.
 	$(BIN)/pai-compaction bench incident --sizes 8 20 --seeds 101-103 --variants owner lowercase scope \
@@ -23,8 +29,14 @@ quickstart: $(STAMP)  ## Six strategies on one small tool loop, side by side.
 costsim: $(STAMP)  ## Reasoning-retention cost policies on a cached prefix.
 	$(BIN)/pai-compaction costsim
 
-test: $(STAMP)  ## Run the test suite.
+test: $(STAMP)  ## Run the test suite (lowest supported pydantic-ai-slim, with harness).
 	$(BIN)/python -m pytest -q
+
+test-newest:  ## The suite on the newest pydantic-ai-slim on the registry, without harness (in .venv-newest).
+	PYTHON=$(PYTHON) PIP_VERSION=$(PIP_VERSION) bash .ci/newest.sh test
+
+wheel-check:  ## Build the wheel, install it next to the newest pydantic-ai-slim, run a Fork agent (in .venv-wheel).
+	PYTHON=$(PYTHON) PIP_VERSION=$(PIP_VERSION) bash .ci/newest.sh wheel
 
 SOAK_EXAMPLES ?= 100000
 
@@ -54,5 +66,14 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+lock:  ## Regenerate requirements.lock: LOWEST_SLIM with harness, everything else resolved anew.
+	rm -rf $(VENV)-lock
+	$(PYTHON) -m venv $(VENV)-lock
+	$(VENV)-lock/bin/$(PIP) install 'pip==$(PIP_VERSION)'
+	$(VENV)-lock/bin/$(PIP) install -e '.[harness,postgres,testing]' --group dev -e ./bench \
+		'pydantic-ai-slim==$(LOWEST_SLIM)'
+	$(VENV)-lock/bin/python -m pip freeze --exclude-editable > requirements.lock
+	rm -rf $(VENV)-lock
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis out
+	rm -rf $(VENV) $(VENV)-newest $(VENV)-wheel .pytest_cache .ruff_cache .hypothesis out dist

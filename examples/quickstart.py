@@ -27,7 +27,6 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai_harness.compaction import estimate_token_count
 
 from pydantic_ai_compaction import (
     CompactionCapability,
@@ -43,6 +42,7 @@ from pydantic_ai_compaction import (
 )
 from pydantic_ai_compaction.processors import FORK_MARKER, NATIVE_MARKER, SUMMARY_MARKER
 from pydantic_ai_compaction.runtime.events import EventObserver
+from pydantic_ai_compaction.runtime.tokens import estimate_token_count
 from pydantic_ai_compaction.runtime.transcript import user_text
 from pydantic_ai_compaction.testing import render
 

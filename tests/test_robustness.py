@@ -11,7 +11,6 @@ from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, SystemPromptPart, TextPart
 from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai_harness.compaction import FallbackCompaction, SlidingWindowCompaction
 
 from pydantic_ai_compaction import CompactionEvent, Fork, Native, ResetToCheckpoint, RetryPolicy, Switch, Trigger
 from pydantic_ai_compaction.processors.strategies.fork import Fork as ForkClass
@@ -97,7 +96,10 @@ def test_fork_calls_are_prepared_like_agent_requests() -> None:
     assert len(prepared) >= len(script.calls)
 
 
+@pytest.mark.harness
 def test_reraise_in_compact_lets_harness_fallback_try_the_next_strategy() -> None:
+    from pydantic_ai_harness.compaction import FallbackCompaction, SlidingWindowCompaction
+
     def down(messages: list[ModelMessage], kind: str) -> str:
         raise ModelHTTPError(status_code=503, model_name='test', body='down')
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.test import TestModel
-from pydantic_ai_harness.compaction import estimate_context_tokens, estimate_token_count
 
 from pydantic_ai_compaction import (
     Fork,
@@ -21,6 +20,7 @@ from pydantic_ai_compaction import (
 )
 from pydantic_ai_compaction.processors import Pipeline
 from pydantic_ai_compaction.runtime import apply_layout, segment, validate
+from pydantic_ai_compaction.runtime.tokens import estimate_context_tokens, estimate_token_count
 
 from .support import recorded_history
 

@@ -7,7 +7,6 @@ from dataclasses import replace
 from typing import Any
 
 from pydantic_ai.messages import ModelMessage
-from pydantic_ai_harness.compaction import estimate_token_count
 
 from pydantic_ai_compaction.protocols.types import CompactionRecord, Layout, Proposal, Summary
 from pydantic_ai_compaction.runtime.apply import apply_layout, assemble
@@ -16,6 +15,7 @@ from pydantic_ai_compaction.runtime.encoding import clean_value
 from pydantic_ai_compaction.runtime.notes import gather_notes, with_notes
 from pydantic_ai_compaction.runtime.retry import is_context_overflow
 from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, compactions_so_far, segment
+from pydantic_ai_compaction.runtime.tokens import estimate_token_count
 from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP_LAST, Outcome, Skipped, decide
 
 DEFAULT_MIN_SAVING = 0.10

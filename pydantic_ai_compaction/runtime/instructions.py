@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
-from pydantic_ai_harness.compaction import is_pinned
 
 from pydantic_ai_compaction.protocols.metadata import record_extra, record_strings
 from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_instance
+from pydantic_ai_compaction.runtime.pins import is_pinned
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, tool_content_parts
 from pydantic_ai_compaction.runtime.transcript import return_text, user_text
 

@@ -36,7 +36,6 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai_harness.compaction import estimate_token_count, is_pinned
 
 from pydantic_ai_compaction.protocols.metadata import (
     exchange_stamp,
@@ -46,6 +45,8 @@ from pydantic_ai_compaction.protocols.metadata import (
 from pydantic_ai_compaction.protocols.types import Exchange, ExchangeKind, PartRef
 from pydantic_ai_compaction.runtime.memo import IdentityMemo
 from pydantic_ai_compaction.runtime.pairing import answers_call as _answers_call
+from pydantic_ai_compaction.runtime.pins import is_pinned
+from pydantic_ai_compaction.runtime.tokens import estimate_token_count
 
 ProtectPredicate = Callable[[Exchange, list[ModelMessage]], bool]
 """User hook: return `True` to protect an exchange (it receives the exchange and its messages)."""

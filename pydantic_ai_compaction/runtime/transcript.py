@@ -17,10 +17,10 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai_harness.compaction import is_pinned
 
 from pydantic_ai_compaction.protocols.types import Exchange
 from pydantic_ai_compaction.runtime.encoding import args_text
+from pydantic_ai_compaction.runtime.pins import is_pinned
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, tool_content_parts
 
 

@@ -8,12 +8,6 @@ from typing import Literal
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
 from pydantic_ai.models import Model, ModelRequestParameters
-from pydantic_ai_harness.compaction import (
-    DEFAULT_CONTEXT_WINDOW,
-    estimate_context_tokens,
-    estimate_token_count,
-    resolve_context_window,
-)
 
 from pydantic_ai_compaction.runtime.checks import (
     ConfigurationError,
@@ -23,6 +17,12 @@ from pydantic_ai_compaction.runtime.checks import (
     check_optional_number,
 )
 from pydantic_ai_compaction.runtime.segment import message_stamp, our_record
+from pydantic_ai_compaction.runtime.tokens import (
+    DEFAULT_CONTEXT_WINDOW,
+    estimate_context_tokens,
+    estimate_token_count,
+    resolve_context_window,
+)
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,9 @@ class Crossing:
 class Trigger:
     """When to compact: an estimated token count, a fraction of the model's window, or a message count.
 
-    Tokens are estimated with harness's `estimate_context_tokens`, which anchors on the provider's
-    reported usage of the last response and estimates only what came after it.
+    Tokens are estimated by `runtime.tokens.estimate_context_tokens` (harness's estimate, on pydantic-ai's
+    public API), which anchors on the provider's reported usage of the last response and estimates only what
+    came after it: ~4 characters per token, or `tokenizer`.
 
     Example:
         ```python
@@ -52,6 +53,7 @@ class Trigger:
         Trigger(fraction=0.5)                         # half of the model's window
         Trigger(fraction=0.5, context_window=128_000) # when the registry does not know the model
         Trigger(messages=200)
+        Trigger(tokens=18_000, tokenizer=lambda text: len(encoding.encode(text)))  # e.g. a tiktoken encoding
         ```
     """
 
@@ -71,7 +73,8 @@ class Trigger:
     """Window assumed with `fraction` when the model's window cannot be resolved."""
 
     tokenizer: Callable[[str], int] | None = field(default=None, compare=False)
-    """Optional tokenizer for the part of the estimate not covered by provider usage."""
+    """Counts a string's tokens for the part of the estimate provider usage does not cover (`None`: ~4
+    characters per token)."""
 
     def __post_init__(self) -> None:
         check_optional_int('Trigger', 'tokens', self.tokens, minimum=1)

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
-from pydantic_ai.models import Model
+from pydantic_ai.models import Model, infer_model
+from pydantic_ai.tools import RunContext
 from pydantic_ai.usage import RunUsage
-from pydantic_ai_harness.compaction import CompactionStrategy, compact_now
+
+
+class Compacts(Protocol):
+    """Anything with `compact(messages, ctx)`: our strategies, and every pydantic-ai-harness `CompactionStrategy`."""
+
+    async def compact(self, messages: list[ModelMessage], ctx: RunContext[Any]) -> list[ModelMessage]:
+        """Compact *messages* unconditionally."""
+        ...
 
 
 def load_history(source: Sequence[ModelMessage] | str | bytes | Path) -> list[ModelMessage]:
@@ -27,14 +35,16 @@ def load_history(source: Sequence[ModelMessage] | str | bytes | Path) -> list[Mo
 
 
 async def replay(
-    strategy: CompactionStrategy[Any],
+    strategy: Compacts,
     messages: Sequence[ModelMessage] | str | bytes | Path,
     *,
     model: Model | str,
     deps: Any = None,
     usage: RunUsage | None = None,
 ) -> list[ModelMessage]:
-    """Compact *messages* once with *strategy*, whatever its trigger says (through harness `compact_now`).
+    """Compact *messages* once with *strategy*, whatever its trigger says, outside an agent run.
+
+    The same as pydantic-ai-harness's `compact_now` (without its span), and needs no harness.
 
     Args:
         strategy: Any of our strategies, or any harness `CompactionStrategy`.
@@ -44,6 +54,9 @@ async def replay(
         usage: Usage to add the compaction's model calls to.
     """
     history = load_history(messages)
-    if deps is None:
-        return await compact_now(strategy, history, model=model, usage=usage)
-    return await compact_now(strategy, history, model=model, deps=deps, usage=usage)
+    ctx = RunContext[Any](
+        deps=deps,
+        model=infer_model(model) if isinstance(model, str) else model,
+        usage=usage if usage is not None else RunUsage(),
+    )
+    return await strategy.compact(history, ctx)

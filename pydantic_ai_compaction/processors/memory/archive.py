@@ -28,7 +28,6 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import FunctionToolset
-from pydantic_ai_harness.compaction import estimate_token_count
 
 from pydantic_ai_compaction.processors.memory.results import (
     archive_results,
@@ -52,6 +51,7 @@ from pydantic_ai_compaction.runtime.stores.access import (
     short_error,
 )
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
+from pydantic_ai_compaction.runtime.tokens import estimate_token_count
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext

@@ -9,7 +9,6 @@ from pydantic_ai.messages import ModelRequest, UserPromptPart
 from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT
-from pydantic_ai_harness.compaction import DEFAULT_CONTEXT_WINDOW, resolve_context_window
 
 from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime import compactor
@@ -18,6 +17,7 @@ from pydantic_ai_compaction.runtime.checks import check_instance, check_int, che
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.segment import ConversationView
+from pydantic_ai_compaction.runtime.tokens import DEFAULT_CONTEXT_WINDOW, resolve_context_window
 from pydantic_ai_compaction.runtime.transcript import render_messages
 from pydantic_ai_compaction.runtime.trigger import text_tokens
 from pydantic_ai_compaction.runtime.wrappers import neutralize

@@ -29,7 +29,6 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT, RunContext
-from pydantic_ai_harness.compaction import DEFAULT_CONTEXT_WINDOW, estimate_token_count, resolve_context_window
 
 from pydantic_ai_compaction.processors.memory.results import archive_results, args_json
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore
@@ -59,6 +58,7 @@ from pydantic_ai_compaction.runtime.segment import (
     segment,
 )
 from pydantic_ai_compaction.runtime.stores.access import ConversationKey, check_conversation, conversation_key
+from pydantic_ai_compaction.runtime.tokens import DEFAULT_CONTEXT_WINDOW, estimate_token_count, resolve_context_window
 from pydantic_ai_compaction.runtime.transcript import clip, render_messages, return_text, user_text
 from pydantic_ai_compaction.runtime.trigger import text_tokens
 from pydantic_ai_compaction.runtime.wrappers import neutralize
