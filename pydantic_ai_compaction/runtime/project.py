@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry.trace import NoOpTracer, Tracer
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import RunContext
-from pydantic_ai_harness.compaction import estimate_token_count
 
 from pydantic_ai_compaction.protocols.types import CompactionEvent, CompactionRecord, CompactorUsage
 from pydantic_ai_compaction.runtime import shape
 from pydantic_ai_compaction.runtime.events import EventObserver, emit
+from pydantic_ai_compaction.runtime.tokens import estimate_token_count
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
