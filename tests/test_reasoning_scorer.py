@@ -183,3 +183,19 @@ def test_score_invariants(steps: list[list[str]], share: float, in_progress: boo
         assert sum(b == SKIP for b in kept) == skipped_count(share, len(blocks)) == math.floor(share * len(blocks))
         assert all(k in (SKIP, b) for k, b in zip(kept, blocks, strict=True))  # the rest stays, in order
     assert capability.decide(decided) is None  # idempotent: a decided step is never scored again
+
+
+def test_the_cost_simulator_measures_the_score_policy_between_keep_and_drop() -> None:
+    from dataclasses import replace
+
+    from pydantic_ai_compaction_bench.costsim import SimulationConfig, break_even_multiplier, simulate
+
+    seed = SimulationConfig()
+    keep, drop, score = (simulate(seed, policy).total_cost for policy in ('keep', 'drop', 'score'))
+    assert drop < score < keep
+    assert score == pytest.approx(1.07114, abs=1e-5)  # -16.1 % against keep (docs/reasoning-scorer.md)
+    assert simulate(replace(seed, drop_share=1.0), 'score').total_cost == pytest.approx(drop, abs=1e-12)
+    assert simulate(replace(seed, drop_share=0.0), 'score').total_cost == pytest.approx(keep, abs=1e-12)
+    assert break_even_multiplier(seed, 'score') == pytest.approx(1.316, abs=1e-3)
+    with pytest.raises(ValueError, match='drop_share'):
+        SimulationConfig(drop_share=math.nan)
