@@ -12,11 +12,22 @@ import time
 from pathlib import Path
 
 import pytest
+from pydantic_ai.exceptions import UserError
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.instrumented import InstrumentedModel
+
+from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError
+from pydantic_ai_compaction.runtime import durable
+from pydantic_ai_compaction.runtime.durable import DurableStore, compactor_request, is_durable_model
+from pydantic_ai_compaction.runtime.stores import InMemoryArchiveStore, SQLiteArchiveStore
 
 ROOT = Path(__file__).parent.parent
 
-if not os.environ.get('CI'):
-    pytest.importorskip('dbos', reason='dbos is not installed (pip install -e ".[dev]" installs it; CI requires it)')
+
+def needs_dbos() -> None:
+    if not os.environ.get('CI'):  # in CI dbos is installed with the dev dependencies, so this must run
+        pytest.importorskip('dbos', reason='dbos is not installed (pip install -e ".[dev]" installs it)')
 
 
 def spawn(directory: Path, mode: str) -> subprocess.Popen[str]:
@@ -40,6 +51,7 @@ def finish(process: subprocess.Popen[str]) -> None:
 
 
 def test_a_killed_durable_run_resumes_to_the_same_history_without_calling_the_compactor_again(tmp_path: Path) -> None:
+    needs_dbos()
     clean, killed = tmp_path / 'clean', tmp_path / 'killed'
     clean.mkdir()
     killed.mkdir()
@@ -74,3 +86,74 @@ def test_a_killed_durable_run_resumes_to_the_same_history_without_calling_the_co
     calls = (clean / 'compactor_calls').read_text().count('fork')
     assert (killed / 'compactor_calls').read_text().count('fork') == calls
     assert calls == max(int(n) for n in re.findall(rb'"sequence":(\d+)', expected))
+
+
+def entry(ref: str, note: str = 'n') -> ArchivedResult:
+    return ArchivedResult('c', ref, 'r1', 'read', 'call', '{}', ref.encode(), note, 't')
+
+
+@pytest.mark.parametrize('make', [InMemoryArchiveStore, lambda: SQLiteArchiveStore(':memory:')])
+def test_a_replayed_write_is_idempotent_by_key(make: object) -> None:
+    inner = make()  # pyright: ignore[reportCallIssue]
+    store = DurableStore(inner)
+    store.put_archived([entry('a1'), entry('a2')])
+    store.put_archived([entry('a1'), entry('a2')])  # the write re-run after a lost checkpoint
+    store.put_archived([entry('a2'), entry('a3')])
+    assert [store.get_archived('c', ref) is not None for ref in ('a1', 'a2', 'a3', 'a4')] == [True, True, True, False]
+    assert store.next_numbers('c', 'archive', 2) == [1, 2]  # outside a workflow: straight to the store
+    # The plain stores refuse a reused key: that is what the wrapper spares a recovery.
+    with pytest.raises(ArchiveError):
+        inner.put_archived([entry('a1')])
+
+
+def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    return ModelResponse(parts=[TextPart('summary')])
+
+
+def test_the_request_model_wrapped_by_a_durability_capability_is_recognised() -> None:
+    from pydantic_ai.durable_exec import _utils  # pyright: ignore[reportPrivateUsage]
+
+    async def never(*_: object) -> ModelResponse:
+        raise AssertionError('not called')
+
+    plain = FunctionModel(reply)
+    wrapped = _utils.DurableModel(
+        plain,
+        request_segment=never,
+        request_stream_segment=never,  # pyright: ignore[reportArgumentType]
+        compact_messages_segment=never,
+        cancel_suspended_response_segment=never,  # pyright: ignore[reportArgumentType]
+    )
+    assert not is_durable_model(plain)
+    assert is_durable_model(wrapped)
+    assert is_durable_model(InstrumentedModel(wrapped))
+
+
+async def test_outside_a_workflow_a_compactor_call_runs_once_inline() -> None:
+    calls: list[int] = []
+
+    async def call() -> ModelResponse:
+        calls.append(1)
+        return ModelResponse(parts=[TextPart('summary')])
+
+    assert not durable.in_durable_workflow()
+    response = await compactor_request('request', FunctionModel(reply), call)
+    assert response.parts == [TextPart('summary')] and calls == [1]
+
+
+async def test_in_a_temporal_workflow_a_model_the_workflow_cannot_reach_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Workflow:
+        @staticmethod
+        def in_workflow() -> bool:
+            return True
+
+    monkeypatch.setitem(sys.modules, 'temporalio.workflow', Workflow)
+    assert durable.in_durable_workflow()
+
+    async def call() -> ModelResponse:
+        raise AssertionError('workflow code must not do I/O')
+
+    with pytest.raises(UserError, match='Temporal workflow cannot reach'):
+        await compactor_request('request', FunctionModel(reply, model_name='cheap'), call)
