@@ -46,8 +46,13 @@ def split_blocks(text: str) -> list[str]:
     return [block.strip('\n') for block in _BLANK_LINE.split(text) if block.strip()]
 
 
-def _deflated(data: bytes) -> int:
-    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)  # raw deflate: no header to blur short blocks
+def _deflated(data: bytes, dictionary: bytes = b'') -> int:
+    # Raw deflate: no header or checksum to blur short blocks.
+    compressor = (
+        zlib.compressobj(9, zlib.DEFLATED, -15, zdict=dictionary)
+        if dictionary
+        else zlib.compressobj(9, zlib.DEFLATED, -15)
+    )
     return len(compressor.compress(data)) + len(compressor.flush())
 
 
@@ -55,23 +60,18 @@ def compression_gain(context: str, blocks: Sequence[str], /) -> list[float]:
     """The default scorer: the share of each block's compressed size its preceding context saves.
 
     For a block `b` after context `c` (the conversation, then the step's earlier blocks), the score is
-    `1 - (|z(c + b)| - |z(c)|) / |z(b)|` with `z` raw deflate at level 9: near 1 when the block repeats what
-    is already there, near 0 (or below) when it is new. Deterministic, pure Python, about a millisecond
-    per block.
+    `1 - |z(b | c)| / |z(b)|`, where `z(b | c)` is raw deflate at level 9 with `c` as its preset dictionary:
+    the bytes `b` adds once `c` is known, which is `|z(c + b)| - |z(c)|` without the stream boundaries. Near
+    1 when the block repeats what is already there, near 0 when it is new. Deterministic, pure Python, well
+    under a millisecond per block.
     """
     prefix = context[-CONTEXT_CHARS:].encode('utf-8', 'surrogatepass')
-    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
-    head = len(compressor.compress(prefix))
     scores: list[float] = []
     for block in blocks:
-        data = ('\n\n' + block).encode('utf-8', 'surrogatepass')
-        base = compressor.copy()
-        before = head + len(base.flush())
-        after = compressor.copy()
-        added = head + len(after.compress(data)) + len(after.flush()) - before
+        data = block.encode('utf-8', 'surrogatepass')
         alone = max(_deflated(data), 1)
-        scores.append(1.0 - added / alone)
-        head += len(compressor.compress(data))  # the next block is conditioned on this one too
+        scores.append(1.0 - _deflated(data, prefix) / alone)
+        prefix = (prefix + b'\n\n' + data)[-CONTEXT_CHARS:]  # the next block is conditioned on this one too
     return scores
 
 
