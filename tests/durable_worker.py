@@ -2,8 +2,9 @@
 
 `python -m tests.durable_worker DIR MODE`: the DBOS system database, the archive store and the files the
 parent reads live in DIR. MODE `run` starts workflow `wf` and blocks forever inside the first model step
-after the second compaction (writing `DIR/blocked` first) when `DIR/block` exists; MODE `resume` launches
-DBOS, which recovers the interrupted workflow, and waits for it. Either way the finished history is
+after the second compaction (writing `DIR/blocked` first) when `DIR/block` exists; MODE `resume` waits for
+`DIR/resume` (so it can be started, and import, while the first process runs), then launches DBOS, which
+recovers the interrupted workflow, and waits for it. Either way the finished history is
 written to `DIR/history.json`. Every compactor call appends a line to `DIR/compactor_calls`.
 """
 
@@ -17,7 +18,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pydantic_ai._utils
+from dbos import DBOS, SetWorkflowID
 from pydantic_ai import Agent
+from pydantic_ai.durable_exec.dbos import DBOSDurability
 from pydantic_ai.messages import (
     CompactionPart,
     ModelMessage,
@@ -56,8 +59,6 @@ def compactions(messages: list[ModelMessage]) -> int:
 
 
 def build(directory: Path) -> Agent[None, str]:
-    from pydantic_ai.durable_exec.dbos import DBOSDurability
-
     def compactor(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         with (directory / 'compactor_calls').open('a') as calls:
             calls.write('fork\n')
@@ -112,8 +113,8 @@ def build(directory: Path) -> Agent[None, str]:
 
 
 async def main(directory: Path, mode: str) -> None:
-    from dbos import DBOS, SetWorkflowID
-
+    while mode == 'resume' and not (directory / 'resume').exists():
+        await asyncio.sleep(0.05)
     DBOS(config={'name': 'pac_durable', 'system_database_url': f'sqlite:///{directory / "dbos.sqlite3"}'})
     agent = build(directory)
 

@@ -58,21 +58,29 @@ def test_a_killed_durable_run_resumes_to_the_same_history_without_calling_the_co
     (killed / 'block').write_text('yes')
     uninterrupted = spawn(clean, 'run')  # the two first runs share the machine's cores, in parallel
     interrupted = spawn(killed, 'run')
-    deadline = time.monotonic() + 90
-    while not (killed / 'blocked').exists():
-        assert interrupted.poll() is None, interrupted.communicate()[0][-4000:]
-        assert time.monotonic() < deadline, 'the worker never reached the second compaction'
-        time.sleep(0.05)
-    os.kill(interrupted.pid, signal.SIGKILL)
-    interrupted.communicate(timeout=30)
-    assert interrupted.returncode == -signal.SIGKILL
-    assert not (killed / 'history.json').exists()
-    calls_before_kill = (killed / 'compactor_calls').read_text().count('fork')
-    assert calls_before_kill == 2  # killed after the second compaction, as the worker promises
+    recovery = spawn(killed, 'resume')  # imports now, waits for `resume` before it launches DBOS
+    try:
+        deadline = time.monotonic() + 90
+        while not (killed / 'blocked').exists():
+            assert interrupted.poll() is None, interrupted.communicate()[0][-4000:]
+            assert time.monotonic() < deadline, 'the worker never reached the second compaction'
+            time.sleep(0.05)
+        os.kill(interrupted.pid, signal.SIGKILL)
+        interrupted.communicate(timeout=30)
+        assert interrupted.returncode == -signal.SIGKILL
+        assert not (killed / 'history.json').exists()
+        calls_before_kill = (killed / 'compactor_calls').read_text().count('fork')
+        assert calls_before_kill == 2  # killed after the second compaction, as the worker promises
 
-    (killed / 'block').unlink()
-    finish(spawn(killed, 'resume'))  # DBOS recovers workflow `wf` from its checkpoints
-    finish(uninterrupted)
+        (killed / 'block').unlink()
+        (killed / 'resume').write_text('go')
+        finish(recovery)  # DBOS recovers workflow `wf` from its checkpoints
+        finish(uninterrupted)
+    finally:  # a failure above must not leave a worker waiting
+        for process in (uninterrupted, interrupted, recovery):
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
 
     expected = (clean / 'history.json').read_bytes()
     resumed = (killed / 'history.json').read_bytes()
