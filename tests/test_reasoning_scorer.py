@@ -180,7 +180,11 @@ def test_score_invariants(steps: list[list[str]], share: float, in_progress: boo
         blocks = split_blocks(thinking_of(before))
         kept = split_blocks(thinking_of(after))
         assert len(kept) == len(blocks)
-        assert sum(b == SKIP for b in kept) == skipped_count(share, len(blocks)) == math.floor(share * len(blocks))
+        skipped = sum(b == SKIP for b in kept)
+        assert skipped == skipped_count(share, len(blocks))
+        # share × blocks rounded down, except a product a float rounding put just under an integer (0.7 × 10).
+        exact = share * len(blocks)
+        assert skipped == math.floor(exact) or (skipped == math.ceil(exact) and math.isclose(exact, skipped))
         assert all(k in (SKIP, b) for k, b in zip(kept, blocks, strict=True))  # the rest stays, in order
     assert capability.decide(decided) is None  # idempotent: a decided step is never scored again
 

@@ -76,7 +76,10 @@ def compression_gain(context: str, blocks: Sequence[str], /) -> list[float]:
 
 
 def skipped_count(share: float, blocks: int) -> int:
-    """How many of *blocks* a *share* replaces, rounded down: a share below 1 never replaces a lone block."""
+    """How many of *blocks* a *share* replaces, rounded down.
+
+    A product within 1e-9 under an integer counts as that integer, so `0.7 × 10` (6.999…) replaces 7.
+    """
     return math.floor(share * blocks + 1e-9)
 
 
