@@ -27,8 +27,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from pydantic_ai_compaction import ForgetReasoning
 from pydantic_ai_compaction.processors.views.forget import reasoning_decision
-from pydantic_ai_compaction.processors.views.scoring import SKIP, compression_gain, skipped_count, split_blocks
 from pydantic_ai_compaction.runtime.checks import ConfigurationError
+from pydantic_ai_compaction.runtime.scoring import SKIP, compression_gain, skipped_count, split_blocks
 
 EXAMPLES = int(os.environ.get('PAC_EXAMPLES', '40'))
 

@@ -28,7 +28,6 @@ blocks (split at blank lines, scored by `scorer` against the conversation before
 from __future__ import annotations
 
 import re
-import warnings
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -45,15 +44,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.tools import AgentDepsT, RunContext
 
-from pydantic_ai_compaction.processors.views.scoring import (
-    CONTEXT_CHARS,
-    SKIP,
-    ReasoningScorer,
-    choose_skips,
-    split_blocks,
-)
-from pydantic_ai_compaction.processors.views.scoring import compression_gain as default_scorer
-from pydantic_ai_compaction.protocols.types import METADATA_KEY
+from pydantic_ai_compaction.protocols.metadata import MessageMarks, with_ours
+from pydantic_ai_compaction.protocols.names import WRITE_TOOLS
 from pydantic_ai_compaction.runtime.checks import (
     ConfigurationError,
     check_callable,
@@ -61,21 +53,27 @@ from pydantic_ai_compaction.runtime.checks import (
     check_number,
     fail,
 )
-from pydantic_ai_compaction.runtime.segment import is_restatement, str_dict
-from pydantic_ai_compaction.runtime.shape import shape_problems
+from pydantic_ai_compaction.runtime.events import EventObserver
+from pydantic_ai_compaction.runtime.project import never_fails, rewrite_log
+from pydantic_ai_compaction.runtime.scoring import (
+    CONTEXT_CHARS,
+    SKIP,
+    ReasoningScorer,
+    choose_skips,
+    split_blocks,
+)
+from pydantic_ai_compaction.runtime.scoring import compression_gain as default_scorer
+from pydantic_ai_compaction.runtime.segment import is_restatement
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
 
 ForgetPolicy = Literal['keep', 'drop', 'after_artifact', 'score']
-WRITE_TOOLS = r'write|edit|patch|create|save|apply|commit'
-"""Default pattern of tool names whose success externalizes a step's conclusion."""
 
 
 def reasoning_decision(message: ModelResponse) -> str | None:
     """`kept`, `dropped`, `scored` or `deferred` once decided for a step, else `None`."""
-    value = str_dict(str_dict(message.metadata).get(METADATA_KEY)).get('reasoning')
-    return value if isinstance(value, str) else None
+    return MessageMarks.from_metadata(message.metadata).reasoning
 
 
 def _signed(part: ThinkingPart) -> bool:
@@ -101,10 +99,13 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
 
     scorer: ReasoningScorer | None = None
     """For `score`: `(context, blocks) -> scores`, higher is more predictable. `None` is the dependency-free
-    zlib proxy (`scoring.compression_gain`); an LM scorer (negative mean token entropy) plugs in here."""
+    zlib proxy (`runtime.scoring.compression_gain`); an LM scorer (negative mean token entropy) plugs in here."""
 
     drop_share: float = 0.8
     """For `score`: the share of a step's blocks replaced with `[SKIP]`, rounded down (0.8 is the paper's)."""
+
+    observer: EventObserver | None = None
+    """Called with a `CompactionEvent` for every decision written to the history (and every refused one)."""
 
     _writes: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
@@ -112,6 +113,7 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
         check_choice('ForgetReasoning', 'policy', self.policy, ('keep', 'drop', 'after_artifact', 'score'))
         check_number('ForgetReasoning', 'drop_share', self.drop_share, minimum=0, maximum=1)
         check_callable('ForgetReasoning', 'scorer', self.scorer)
+        check_callable('ForgetReasoning', 'observer', self.observer)
         if not isinstance(self.write_tools, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise fail('ForgetReasoning', 'write_tools', 'a regular expression string', self.write_tools)
         try:
@@ -132,9 +134,21 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
         try:
             decided = self.decide(messages)
         except Exception as error:  # forgetting must never fail the run: keep the step as it was
-            warnings.warn(f'ForgetReasoning kept the history as it was: {error!r}', RuntimeWarning, stacklevel=2)
+            never_fails('ForgetReasoning', error, 'kept the history as it was')
             return request_context
-        if decided is None or shape_problems(decided, before=messages):
+        if decided is None:
+            return request_context
+        # Its contract is to rewrite the log: only thinking may go, and only metadata may change otherwise.
+        decided = rewrite_log(
+            messages,
+            decided,
+            'ForgetReasoning',
+            reason='reasoning',
+            may_drop=(ThinkingPart,),
+            tracer=ctx.tracer,
+            observer=self.observer,
+        )
+        if decided is None:
             return request_context
         ctx.messages[:] = decided
         return replace(request_context, messages=list(decided))
@@ -191,16 +205,13 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
                 else [p for p in message.parts if not isinstance(p, ThinkingPart)]
             )
             thinking_chars = sum(len(p.content) for p in thinking)
-            marks = {
-                **str_dict(str_dict(message.metadata).get(METADATA_KEY)),
-                'reasoning': decision,
-                'thinking_chars': thinking_chars,
-                'output_tokens': message.usage.output_tokens,
-                **extra,
-            }
-            out[index] = replace(
-                message, parts=list(parts), metadata={**str_dict(message.metadata), METADATA_KEY: marks}
+            marks = MessageMarks(
+                reasoning=decision, thinking_chars=thinking_chars, output_tokens=message.usage.output_tokens
             )
+            metadata = marks.to_metadata(message.metadata)
+            if extra:  # `score`: how many blocks were skipped, of how many
+                metadata = with_ours(metadata, extra)
+            out[index] = replace(message, parts=list(parts), metadata=metadata)
             changed = True
         return out if changed else None
 
