@@ -224,7 +224,7 @@ def test_multiplier_scales_reasoning_output() -> None:
 
 def test_compare_policies_reports_every_policy_in_order() -> None:
     results = compare_policies(SEED)
-    assert list(results) == ['keep', 'drop', 'keep_latest', 'after_artifact']
+    assert list(results) == ['keep', 'drop', 'keep_latest', 'after_artifact', 'score']
     assert all(result.policy == name for name, result in results.items())
 
 
@@ -273,11 +273,14 @@ def reference_bill(config: SimulationConfig, policy: Policy) -> tuple[float, flo
             'drop': False,
             'keep_latest': step == request - 1,
             'after_artifact': not config.externalizes(step),
+            'score': True,  # carried, with the skipped share of its tokens gone (below)
         }[policy]
 
     sizes = {
         'p': config.prefix_tokens,
-        'r': config.reasoning_tokens * config.reasoning_multiplier,
+        'r': config.reasoning_tokens
+        * config.reasoning_multiplier
+        * (1 - config.drop_share if policy == 'score' else 1),
         'a': config.action_tokens,
         'o': config.observation_tokens,
     }

@@ -21,6 +21,9 @@ Policies:
   previous step rewrites the history each turn, which invalidates the cache from that point.
 - `'after_artifact'`: a step's reasoning is dropped only if that step externalized its result
   (see `SimulationConfig.artifact_every`); other steps keep theirs.
+- `'score'`: when a step is appended, the most predictable `SimulationConfig.drop_share` of its
+  reasoning is replaced with `[SKIP]` (`ForgetReasoning(policy='score')`, seed 002's ICLR method); the
+  rest is carried. Append-only like `'drop'`; the markers' few tokens are not counted.
 
 `SimulationConfig.reasoning_multiplier` scales every step's reasoning, to model a policy that
 makes the model re-derive what it no longer sees. `break_even_multiplier` finds the multiplier at
@@ -64,7 +67,7 @@ __all__ = (
     'simulate_threshold',
 )
 
-Policy = Literal['keep', 'drop', 'keep_latest', 'after_artifact']
+Policy = Literal['keep', 'drop', 'keep_latest', 'after_artifact', 'score']
 """A reasoning-retention policy; see the module docstring."""
 
 POLICIES: tuple[Policy, ...] = get_args(Policy)
@@ -115,6 +118,9 @@ class SimulationConfig:
     cache: bool = True
     """Whether the provider caches prompts; when off every input token is billed at `Prices.input`."""
 
+    drop_share: float = 0.8
+    """For `'score'`: the share of each step's reasoning replaced with `[SKIP]` (the paper's 80 %)."""
+
     def __post_init__(self) -> None:
         if self.steps < 1:
             raise ValueError(f'SimulationConfig.steps must be a positive integer, got {self.steps!r}.')
@@ -127,6 +133,8 @@ class SimulationConfig:
                 f'SimulationConfig.reasoning_multiplier must be a finite non-negative number, '
                 f'got {self.reasoning_multiplier!r}.'
             )
+        if not 0.0 <= self.drop_share <= 1.0:  # also refuses NaN
+            raise ValueError(f'SimulationConfig.drop_share must lie in [0, 1], got {self.drop_share!r}.')
         self._validate_artifact_every()
 
     def _validate_artifact_every(self) -> None:
@@ -250,7 +258,7 @@ class SimulationResult:
         return self.cost.total
 
 
-_BlockKind = Literal['prefix', 'reasoning', 'action', 'observation']
+_BlockKind = Literal['prefix', 'reasoning', 'scored', 'action', 'observation']
 _Block = tuple[_BlockKind, int]
 """A block is identified by its kind and step; the same key always means the same content."""
 
@@ -297,7 +305,9 @@ def _retains_reasoning(config: SimulationConfig, policy: Policy, step: int, requ
 def _request_blocks(config: SimulationConfig, policy: Policy, request: int) -> list[_Block]:
     blocks: list[_Block] = [('prefix', 0)]
     for step in range(1, request):
-        if _retains_reasoning(config, policy, step, request):
+        if policy == 'score':
+            blocks.append(('scored', step))
+        elif _retains_reasoning(config, policy, step, request):
             blocks.append(('reasoning', step))
         blocks.append(('action', step))
         blocks.append(('observation', step))
@@ -310,6 +320,8 @@ def _block_tokens(config: SimulationConfig, block: _Block) -> float:
         return config.prefix_tokens
     if kind == 'reasoning':
         return _step_reasoning(config)
+    if kind == 'scored':
+        return _step_reasoning(config) * (1 - config.drop_share)
     if kind == 'action':
         return config.action_tokens
     return config.observation_tokens
@@ -346,7 +358,9 @@ def _split(config: SimulationConfig, blocks: list[_Block], matched: int, *, reas
     """
 
     def tokens(part: list[_Block]) -> float:
-        return sum(_block_tokens(config, block) for block in part if not reasoning_only or block[0] == 'reasoning')
+        return sum(
+            _block_tokens(config, block) for block in part if not reasoning_only or block[0] in ('reasoning', 'scored')
+        )
 
     if not config.cache:
         return _Split(uncached=tokens(blocks))

@@ -14,6 +14,7 @@ from pydantic_ai.usage import RequestUsage
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from pydantic_ai_compaction.runtime.context import CompactionContext
+from pydantic_ai_compaction.runtime.durable import compactor_request
 from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.retry import is_transient
 
@@ -71,7 +72,10 @@ async def request(
     try:
         async for attempt in _retrying(ctx):
             with attempt:
-                response = await target.request(prepared, settings, params)
+                # Replayed, not re-sent, when a durable workflow recovers (runtime/durable.py).
+                response = await compactor_request(
+                    'request', target, lambda: target.request(prepared, settings, params)
+                )
     except BaseException:
         ctx.usage.failed_attempts += 1
         raise
@@ -95,7 +99,9 @@ async def provider_compact(ctx: CompactionContext, messages: Sequence[ModelMessa
     try:
         async for attempt in _retrying(ctx):
             with attempt:
-                response = await ctx.model.compact_messages(request_context)
+                response = await compactor_request(
+                    'compact', ctx.model, lambda: ctx.model.compact_messages(request_context)
+                )
     except (NotImplementedError, UserError):
         raise  # the model has no (on-demand) provider compaction: not a failed attempt
     except BaseException:

@@ -19,6 +19,10 @@ Provider rules (why signed thinking is treated differently):
 A signed step inside the running tool loop is marked `deferred` and dropped at the next user turn;
 Anthropic already leaves earlier turns' thinking out of what it bills, so that does not move the
 cached prefix it charges for.
+
+`score` (seed 002's ICLR method) keeps a completed step's reasoning but replaces its most predictable
+blocks (split at blank lines, scored by `scorer` against the conversation before the step) with
+`[SKIP]`: `drop_share` of them, rounded down. Signed thinking cannot be edited, so it is kept whole.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
+    ModelResponsePart,
     ThinkingPart,
     ToolCallPart,
     ToolReturnPart,
@@ -39,21 +44,35 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.tools import AgentDepsT, RunContext
 
-from pydantic_ai_compaction.protocols.metadata import MessageMarks
+from pydantic_ai_compaction.protocols.metadata import MessageMarks, with_ours
 from pydantic_ai_compaction.protocols.names import WRITE_TOOLS
-from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_callable, check_choice, fail
+from pydantic_ai_compaction.runtime.checks import (
+    ConfigurationError,
+    check_callable,
+    check_choice,
+    check_number,
+    fail,
+)
 from pydantic_ai_compaction.runtime.events import EventObserver
 from pydantic_ai_compaction.runtime.project import never_fails, rewrite_log
+from pydantic_ai_compaction.runtime.scoring import (
+    CONTEXT_CHARS,
+    SKIP,
+    ReasoningScorer,
+    choose_skips,
+    split_blocks,
+)
+from pydantic_ai_compaction.runtime.scoring import compression_gain as default_scorer
 from pydantic_ai_compaction.runtime.segment import is_restatement
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
 
-ForgetPolicy = Literal['keep', 'drop', 'after_artifact']
+ForgetPolicy = Literal['keep', 'drop', 'after_artifact', 'score']
 
 
 def reasoning_decision(message: ModelResponse) -> str | None:
-    """`kept`, `dropped` or `deferred` once decided for a step, else `None`."""
+    """`kept`, `dropped`, `scored` or `deferred` once decided for a step, else `None`."""
     return MessageMarks.from_metadata(message.metadata).reasoning
 
 
@@ -72,10 +91,18 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
     """
 
     policy: ForgetPolicy = 'after_artifact'
-    """`keep` (baseline), `drop` (every completed step) or `after_artifact` (only externalized steps)."""
+    """`keep` (baseline), `drop` (every completed step), `after_artifact` (only externalized steps) or
+    `score` (the most predictable blocks of every completed step, see `scorer` and `drop_share`)."""
 
     write_tools: str = WRITE_TOOLS
     """Regular expression over tool names: a successful call to one externalizes the step."""
+
+    scorer: ReasoningScorer | None = None
+    """For `score`: `(context, blocks) -> scores`, higher is more predictable. `None` is the dependency-free
+    zlib proxy (`runtime.scoring.compression_gain`); an LM scorer (negative mean token entropy) plugs in here."""
+
+    drop_share: float = 0.8
+    """For `score`: the share of a step's blocks replaced with `[SKIP]`, rounded down (0.8 is the paper's)."""
 
     observer: EventObserver | None = None
     """Called with a `CompactionEvent` for every decision written to the history (and every refused one)."""
@@ -83,7 +110,9 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
     _writes: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        check_choice('ForgetReasoning', 'policy', self.policy, ('keep', 'drop', 'after_artifact'))
+        check_choice('ForgetReasoning', 'policy', self.policy, ('keep', 'drop', 'after_artifact', 'score'))
+        check_number('ForgetReasoning', 'drop_share', self.drop_share, minimum=0, maximum=1)
+        check_callable('ForgetReasoning', 'scorer', self.scorer)
         check_callable('ForgetReasoning', 'observer', self.observer)
         if not isinstance(self.write_tools, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise fail('ForgetReasoning', 'write_tools', 'a regular expression string', self.write_tools)
@@ -145,7 +174,7 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
         out = list(messages)
         changed = False
         for index, message in enumerate(messages):
-            if not isinstance(message, ModelResponse) or reasoning_decision(message) in ('kept', 'dropped'):
+            if not isinstance(message, ModelResponse) or reasoning_decision(message) in ('kept', 'dropped', 'scored'):
                 continue
             if index + 1 >= len(messages):
                 continue  # the step in progress: nothing follows it yet
@@ -155,7 +184,15 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
             results = [results_of[call] for call in calls]
             thinking = [p for p in message.parts if isinstance(p, ThinkingPart)]
             decision = 'kept'
-            if thinking and self._should_drop(message, results):
+            extra: dict[str, object] = {}
+            if self.policy == 'score':
+                scored = self._score(out[:index], message) if thinking else None
+                if scored is not None:
+                    parts, skipped, blocks = scored
+                    decision = 'scored'
+                    extra = {'skipped_blocks': skipped, 'blocks': blocks}
+                    message = replace(message, parts=parts)
+            elif thinking and self._should_drop(message, results):
                 decision = 'dropped'
                 if any(_signed(p) for p in thinking) and index > last_prompt:
                     # Inside the tool loop still running: the provider needs the signed blocks back.
@@ -171,9 +208,40 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
             marks = MessageMarks(
                 reasoning=decision, thinking_chars=thinking_chars, output_tokens=message.usage.output_tokens
             )
-            out[index] = replace(message, parts=list(parts), metadata=marks.to_metadata(message.metadata))
+            metadata = marks.to_metadata(message.metadata)
+            if extra:  # `score`: how many blocks were skipped, of how many
+                metadata = with_ours(metadata, extra)
+            out[index] = replace(message, parts=list(parts), metadata=metadata)
             changed = True
         return out if changed else None
+
+    def _score(
+        self, before: list[ModelMessage], response: ModelResponse
+    ) -> tuple[list[ModelResponsePart], int, int] | None:
+        """The step's parts with its most predictable blocks skipped, the count skipped and the block count.
+
+        `None` when the step has no unsigned reasoning to score (signed thinking may not be edited).
+        """
+        editable = [p for p in response.parts if isinstance(p, ThinkingPart) and not _signed(p)]
+        split = {id(part): split_blocks(part.content) for part in editable}
+        blocks = [block for part in editable for block in split[id(part)]]
+        if not blocks:
+            return None
+        scorer = self.scorer if self.scorer is not None else default_scorer
+        scores = list(scorer(context_text(before), blocks))
+        if len(scores) != len(blocks):
+            raise ValueError(f'the reasoning scorer returned {len(scores)} scores for {len(blocks)} blocks')
+        skips = choose_skips(scores, self.drop_share)
+        parts: list[ModelResponsePart] = []
+        position = 0
+        for part in response.parts:
+            if isinstance(part, ThinkingPart) and id(part) in split:
+                kept = [SKIP if position + offset in skips else block for offset, block in enumerate(split[id(part)])]
+                position += len(kept)
+                if SKIP in kept:  # a part with nothing skipped stays byte for byte as the model wrote it
+                    part = replace(part, content='\n\n'.join(kept))
+            parts.append(part)
+        return parts, len(skips), len(blocks)
 
     def _should_drop(self, response: ModelResponse, results: list[ToolReturnPart]) -> bool:
         if self.policy == 'keep':
@@ -185,3 +253,23 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
         wrote = any(self._writes.search(call.tool_name) for call in calls)
         succeeded = bool(results) and all(r.outcome == 'success' for r in results)
         return (wrote and succeeded) or errored
+
+
+def context_text(messages: list[ModelMessage], limit: int = CONTEXT_CHARS) -> str:
+    """The conversation's text, oldest first, as a scorer conditions on it: its last *limit* characters."""
+    pieces: list[str] = []
+    size = 0
+    for message in reversed(messages):
+        for part in reversed(message.parts):
+            if isinstance(part, ToolCallPart):
+                text = f'{part.tool_name}({part.args_as_json_str()})'
+            elif isinstance(part, ToolReturnPart):
+                text = part.model_response_str()
+            else:
+                content = getattr(part, 'content', '')
+                text = content if isinstance(content, str) else str(content)
+            pieces.append(text)
+            size += len(text) + 2
+            if size >= limit:
+                return '\n\n'.join(reversed(pieces))[-limit:]
+    return '\n\n'.join(reversed(pieces))
