@@ -1,0 +1,175 @@
+"""Incremental segmentation: a history segmented before is extended, never re-read, and never stale."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic_ai.messages import (
+    CompactionPart,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ToolAvailabilityDeltaPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
+from pydantic_ai_compaction import segment
+from pydantic_ai_compaction.runtime.segment import ConversationView, segment_fresh
+
+from .reliability import histories
+
+segment_module = importlib.import_module('pydantic_ai_compaction.runtime.segment')
+
+EXAMPLES = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def same(view: ConversationView, fresh: ConversationView) -> None:
+    assert view == fresh  # messages, exchanges (ids, kinds, refs, tokens, protection, in progress) and next_id
+    assert view.by_id == fresh.by_id
+
+
+def grown(history: list[ModelMessage], protect: Any = None, prompt: object = None) -> None:
+    for end in range(1, len(history) + 1):
+        prefix = history[:end]
+        same(segment(prefix, protect, prompt=prompt), segment_fresh(prefix, protect, prompt=prompt))
+
+
+@EXAMPLES
+@given(histories())
+def test_a_history_grown_message_by_message_segments_as_if_fresh(history: list[ModelMessage]) -> None:
+    grown(history)
+
+
+@EXAMPLES
+@given(histories(), histories(), st.integers(0, 30))
+def test_a_replaced_history_is_never_answered_from_the_old_one(
+    history: list[ModelMessage], other: list[ModelMessage], keep: int
+) -> None:
+    grown(history)
+    # A compaction rewrote it, or the user passed another history that starts with the same opening object.
+    keep = min(keep, len(history) - 1)
+    replaced = [*history[: max(keep, 1)], *other[1:]]
+    same(segment(replaced), segment_fresh(replaced))
+    grown(replaced)
+    # A message in the middle swapped for an equal copy with other content, and the original history again.
+    if len(history) > 2:
+        middle = len(history) // 2
+        edited = list(history)
+        edited[middle] = _edited(history[middle])
+        same(segment(edited), segment_fresh(edited))
+    same(segment(history), segment_fresh(history))
+
+
+def _edited(message: ModelMessage) -> ModelMessage:
+    if isinstance(message, ModelRequest):
+        return replace(message, parts=[*message.parts, UserPromptPart('an edit')])
+    return replace(message, parts=[*message.parts, TextPart('an edit')])
+
+
+@EXAMPLES
+@given(histories(), st.sampled_from([None, 'continue', 'alpha beta']))
+def test_the_prompt_and_the_predicate_are_honoured_on_every_extension(
+    history: list[ModelMessage], prompt: str | None
+) -> None:
+    grown(history, prompt=prompt)
+    calls: list[str] = []
+
+    def protect(exchange: Any, messages: list[ModelMessage]) -> bool:
+        calls.append(exchange.id)
+        return exchange.kind == 'tools' and len(messages) > 1
+
+    for end in range(1, len(history) + 1):
+        calls.clear()
+        view = segment(history[:end], protect, prompt=prompt)
+        asked = list(calls)
+        calls.clear()
+        same(view, segment_fresh(history[:end], protect, prompt=prompt))
+        assert asked == calls  # asked about every unprotected exchange, reused or not
+
+
+def tool_loop(steps: int) -> list[ModelMessage]:
+    messages: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart('sys'), UserPromptPart('go')])]
+    for step in range(steps):
+        messages.append(ModelResponse(parts=[ToolCallPart('read', {'i': step}, tool_call_id=f'c{step}')]))
+        messages.append(ModelRequest(parts=[ToolReturnPart('read', f'log {step}', tool_call_id=f'c{step}')]))
+    return messages
+
+
+def test_each_request_of_a_run_segments_only_what_is_new(monkeypatch: pytest.MonkeyPatch) -> None:
+    history = tool_loop(60)
+    segmented: list[int] = []
+    original = segment_module._segment_raw  # pyright: ignore[reportPrivateUsage]
+
+    def spy(messages: tuple[ModelMessage, ...], prompt: object, state: Any) -> Any:
+        segmented.append(len(messages) - (state.cut if state is not None else 0))
+        return original(messages, prompt, state)
+
+    monkeypatch.setattr(segment_module, '_segment_raw', spy)
+    for end in range(3, len(history) + 1, 2):
+        same(segment(history[:end]), segment_fresh(history[:end]))
+    fresh_calls = len(history) // 2  # one per segment_fresh call above
+    incremental = segmented[::2][1:]  # segment() calls after the first
+    assert len(segmented) == 2 * fresh_calls
+    # Every request after the first re-read its last exchange and the new step, not the whole history.
+    assert incremental and max(incremental) <= 4
+
+
+def test_parts_reassigned_on_a_persisted_request_are_seen() -> None:
+    history = tool_loop(6)
+    segment(history)
+    # pydantic-ai assigns a new `parts` list to a persisted request (a tool reveal), keeping the object.
+    request = history[4]
+    assert isinstance(request, ModelRequest)
+    request.parts = [*request.parts, ToolAvailabilityDeltaPart(tools_added=['search'])]
+    longer = [*history, ModelResponse(parts=[TextPart('done')])]
+    view = segment(longer)
+    assert view == segment_fresh(longer)
+    assert any(e.protected == 'state' for e in view.exchanges)
+
+
+def test_a_later_boundary_with_higher_ids_renumbers_as_a_fresh_segmentation_does() -> None:
+    history = tool_loop(5)
+    before = segment(history)
+    record: dict[str, Any] = {'strategy': 'summary', 'boundary_id': 'g50', 'next_id': 51, 'kept': [], 'dropped': []}
+    boundary = ModelRequest(parts=[CompactionPart(content='s', metadata={'pydantic_ai_compaction': record})])
+    after = segment([*history, boundary])
+    assert after == segment_fresh([*history, boundary])
+    assert after.ids[1] != before.ids[1]  # earlier unstamped exchanges are numbered after the highest id
+    assert after.ids[1:] == (*(f'g{50 + n}' for n in range(1, len(before.exchanges))), 'g50')
+
+
+def test_a_deferred_return_reaching_before_the_cut_is_merged_as_fresh() -> None:
+    history = tool_loop(4)
+    history.insert(1, ModelResponse(parts=[ToolCallPart('slow', {}, tool_call_id='slow')]))
+    history.insert(2, ModelRequest(parts=[UserPromptPart('meanwhile')]))
+    segment(history)
+    late = [
+        *history,
+        ModelResponse(parts=[TextPart('x')]),
+        ModelRequest(parts=[ToolReturnPart('slow', 'ok', tool_call_id='slow')]),
+    ]
+    view = segment(late)
+    assert view == segment_fresh(late)
+    assert len(view.exchanges) == 2  # the opening, then one exchange spanning the deferred call's whole wait
+
+
+def test_the_memo_keeps_no_history_alive() -> None:
+    import gc
+    import weakref
+
+    history = copy.deepcopy(tool_loop(10))
+    segment(history)
+    probe = weakref.ref(history[3])
+    del history
+    gc.collect()
+    assert probe() is None
