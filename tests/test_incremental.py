@@ -173,3 +173,52 @@ def test_the_memo_keeps_no_history_alive() -> None:
     del history
     gc.collect()
     assert probe() is None
+
+
+def many_tiny_calls(steps: int) -> list[ModelMessage]:
+    """Many calls whose results are nearly empty: their checkpoint entries are longer than the results."""
+    messages: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart('sys'), UserPromptPart('go')])]
+    for step in range(steps):
+        name = 'write_file' if step % 5 == 0 else 'read_log'
+        messages.append(ModelResponse(parts=[ToolCallPart(name, {'i': step}, tool_call_id=f'c{step}')]))
+        messages.append(ModelRequest(parts=[ToolReturnPart(name, 'ok', tool_call_id=f'c{step}')]))
+    return messages
+
+
+async def test_a_reset_checkpoint_never_outgrows_what_it_replaces_and_counts_what_it_folds() -> None:
+    from pydantic_ai.models import ModelRequestParameters
+    from pydantic_ai.models.test import TestModel
+    from pydantic_ai.tools import RunContext
+    from pydantic_ai.usage import RunUsage
+
+    from pydantic_ai_compaction import ResetToCheckpoint, Trigger
+    from pydantic_ai_compaction.runtime.context import CompactionContext
+    from pydantic_ai_compaction.runtime.engine import Outcome, run_compaction
+
+    history = many_tiny_calls(3_000)
+    ctx = RunContext[None](deps=None, model=TestModel(), usage=RunUsage())
+    cctx = CompactionContext(run=ctx, model=TestModel(), model_settings=None, parameters=ModelRequestParameters())
+    reset = ResetToCheckpoint(trigger=Trigger(tokens=1))
+    outcome = await run_compaction(reset, history, cctx)
+    assert isinstance(outcome, Outcome)
+    record = outcome.record
+    assert record.fallback_reason is None  # not the `grew` fallback: the checkpoint itself fit
+    assert record.tokens_after < record.tokens_before
+    text = next(p.content or '' for m in outcome.messages for p in m.parts if isinstance(p, CompactionPart))
+    assert len(text) <= reset.max_chars
+    digests = record.extra['digests']
+    omitted = record.extra['omitted']
+    kept = record.extra['checkpoint']
+    # Every completed call is either listed verbatim (the newest) or counted in a digest under its tool.
+    assert omitted['read'] + len(kept['read']) + omitted['changed'] + len(kept['changed']) == 2_999
+    assert sum(digests['read'].values()) == omitted['read'] and set(digests['read']) == {'read_log'}
+    assert sum(digests['changed'].values()) == omitted['changed'] and set(digests['changed']) == {'write_file'}
+    assert kept['read'][-1].startswith('read_log({"i":2998})')  # the newest entries stay verbatim
+    assert f'read_log ×{digests["read"]["read_log"]:,}' in text
+
+    # The next reset carries the digests forward and adds to them, still within the bound.
+    later = [*outcome.messages, *many_tiny_calls(3_100)[6_001:]]
+    again = await run_compaction(reset, later, cctx, min_saving=0.0)
+    assert isinstance(again, Outcome) and again.record.fallback_reason is None
+    assert again.record.extra['digests']['read']['read_log'] > digests['read']['read_log']
+    assert again.record.tokens_after < again.record.tokens_before

@@ -9,7 +9,7 @@ output never counts.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -17,6 +17,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, Use
 from pydantic_ai_harness.compaction import is_pinned
 
 from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_instance
+from pydantic_ai_compaction.runtime.memo import IdentityMemo
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, str_dict, tool_content_parts
 from pydantic_ai_compaction.runtime.transcript import return_text, user_text
 
@@ -55,6 +56,9 @@ class InstructionSources:
 
     _compiled: tuple[str | re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
 
+    _marks: IdentityMemo[tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    """Marked lines per part (weak), so a part is split into lines once, not at every compaction."""
+
     def __post_init__(self) -> None:
         markers: object = self.markers
         if isinstance(markers, str | bytes | bytearray) or not isinstance(markers, Iterable):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -85,6 +89,23 @@ class InstructionSources:
                 )
         check_instance('InstructionSources', 'user_prompts', self.user_prompts, bool, 'True or False')
         object.__setattr__(self, '_compiled', tuple(items))
+        object.__setattr__(self, '_marks', IdentityMemo[tuple[str, ...]]())
+
+    def marked_lines(self, part: object, text_of: Callable[[], str]) -> tuple[str, ...]:
+        """The marked lines of *part*'s text (`text_of()`), stripped; memoized by the part's identity."""
+        if not self._compiled:
+            return ()
+        cached = self._marks.get((part,))
+        if cached is not None:
+            return cached
+        text = text_of()
+        if all(isinstance(marker, str) for marker in self._compiled) and not any(
+            isinstance(marker, str) and marker in text for marker in self._compiled
+        ):
+            found: tuple[str, ...] = ()  # no marker anywhere in the text: no line to split out
+        else:
+            found = tuple(line.strip() for line in text.splitlines() if self.marked(line))
+        return self._marks.put((part,), found)
 
     def marked(self, line: str) -> bool:
         """Whether a tool-output line starts with a marker (after an optional timestamp)."""
@@ -142,18 +163,14 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
                 continue
             for part in message.parts:
                 if isinstance(part, ToolReturnPart):
-                    found.extend(_marked_lines(return_text(part), sources))
+                    found.extend(sources.marked_lines(part, lambda part=part: return_text(part)))
                 elif not isinstance(part, UserPromptPart) or is_restatement(part):
                     continue
                 elif tool_provided(owner.get(id(part), message), part):
                     # Tool output in a user-role part: read like any tool output, never as the user's words.
-                    found.extend(_marked_lines(user_text(part), sources))
+                    found.extend(sources.marked_lines(part, lambda part=part: user_text(part)))
                 elif sources.user_prompts and not in_progress and not is_pinned(part):
                     text = user_text(part).strip()
                     if text:
                         found.append(text)
     return tuple(dict.fromkeys(found))
-
-
-def _marked_lines(text: str, sources: InstructionSources) -> list[str]:
-    return [line.strip() for line in text.splitlines() if sources.marked(line)] if sources.markers else []

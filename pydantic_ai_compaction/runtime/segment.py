@@ -218,13 +218,24 @@ class ConversationView:
         return [fragment(self.messages, ref) for ref in exchange.refs]
 
     def records(self) -> list[dict[str, Any]]:
-        """Boundary records this library wrote, oldest first."""
+        """Boundary records this library wrote, oldest first.
+
+        Only boundary exchanges hold a `CompactionPart` (segmentation makes any exchange with one a
+        boundary), so only their messages are read, not the whole history.
+        """
         found: list[dict[str, Any]] = []
-        for message in self.messages:
-            for part in message.parts:
-                record = our_record(part)
-                if record is not None:
-                    found.append(record)
+        seen: set[int] = set()
+        for exchange in self.exchanges:
+            if exchange.kind != 'boundary':
+                continue
+            for index, _ in exchange.refs:
+                if index in seen:
+                    continue  # a request split between two boundary exchanges is read once, whole
+                seen.add(index)
+                for part in self.messages[index].parts:
+                    record = our_record(part)
+                    if record is not None:
+                        found.append(record)
         return found
 
 
