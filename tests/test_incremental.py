@@ -24,7 +24,7 @@ from pydantic_ai.messages import (
 )
 
 from pydantic_ai_compaction import segment
-from pydantic_ai_compaction.runtime.segment import ConversationView, segment_fresh
+from pydantic_ai_compaction.runtime.segment import ConversationView, message_tokens, messages_tokens, segment_fresh
 
 from .reliability import histories
 
@@ -95,6 +95,18 @@ def test_the_prompt_and_the_predicate_are_honoured_on_every_extension(
         calls.clear()
         same(view, segment_fresh(history[:end], protect, prompt=prompt))
         assert asked == calls  # asked about every unprotected exchange, reused or not
+
+
+def copied(history: list[ModelMessage]) -> list[ModelMessage]:
+    return [replace(message, parts=list(message.parts)) for message in history]  # pyright: ignore[reportArgumentType]
+
+
+@EXAMPLES
+@given(histories())
+def test_unseen_messages_estimated_in_one_pass_count_as_one_by_one(history: list[ModelMessage]) -> None:
+    longer = history * (1 + 16 // len(history))  # enough unseen messages for the one-pass estimate
+    batched = messages_tokens(copied(longer))
+    assert batched == [message_tokens(message) for message in copied(longer)]
 
 
 def tool_loop(steps: int) -> list[ModelMessage]:

@@ -559,7 +559,7 @@ async def _hook_time(capability: Any, agent: Any, history: list[ModelMessage]) -
     return sum(spent)
 
 
-async def fifty_thousand(repeat: int = 3) -> list[tuple[str, float, float]]:
+async def fifty_thousand(repeat: int = 2) -> list[tuple[str, float, float]]:
     """One compaction of a 50k-message history against one of the 1M-token (1k-message) history."""
     ctx = RunContext[None](deps=None, model=TestModel(), usage=RunUsage())
     cctx = CompactionContext(run=ctx, model=TestModel(), model_settings=None, parameters=ModelRequestParameters())

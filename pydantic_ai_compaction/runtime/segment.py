@@ -33,6 +33,7 @@ from pydantic_ai.messages import (
     RetryFeedbackPart,
     RetryPromptPart,  # pyright: ignore[reportDeprecated]
     TextContent,
+    TextPart,
     ToolAvailabilityDeltaPart,
     ToolCallPart,
     ToolReturnPart,
@@ -429,7 +430,7 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         next_number = assigned_from = tail_highest
         offset = 0
         prior = {}
-    token_counts = {index: message_tokens(history[index]) for index in range(start, len(history))}
+    token_counts = dict(zip(range(start, len(history)), messages_tokens(history[start:]), strict=True))
 
     exchanges: list[Exchange] = []
     used: set[str] = set()
@@ -827,6 +828,69 @@ def message_tokens(message: ModelMessage) -> int:
     if isinstance(message, ModelResponse):
         tokens = max(tokens, message.usage.output_tokens)
     return _TOKENS.put((message,), tokens)
+
+
+_BATCH_MARK = ''.join(['\x00', 'pydantic-ai-compaction', '\x00'])
+"""Text of the marker response put between messages in one batched estimate (compared by identity)."""
+
+_BATCH_MARKER = ModelResponse(parts=[TextPart(_BATCH_MARK)])
+
+_BATCH_FROM = 8
+
+_CHARS_PER_TOKEN = max(1, 4_000 // max(1, estimate_token_count([ModelRequest(parts=[UserPromptPart('x' * 4_000)])])))
+"""harness's characters per estimated token, read from its estimator (its constant is not public)."""
+"""Unmemoized messages from which one batched estimate is cheaper than one estimate per message."""
+
+
+def messages_tokens(messages: Sequence[ModelMessage]) -> list[int]:
+    """`message_tokens` of each message, the ones not seen before estimated in one pass.
+
+    harness's estimator has a fixed cost per call (it locates the instruction window first), which
+    dominated segmenting a long history it had not seen. So unseen messages are estimated in one
+    call, a marker response between each two, with a tokenizer that only records each text's
+    length; the counts are the same as one call per message, because the estimate of a message's
+    parts depends on the others only through instruction changes (`InstructionDeltaPart`), and a
+    message holding one is estimated alone. If the estimator ever reports texts other than in
+    message order, the markers do not add up and each message is estimated alone.
+    """
+    counts: list[int | None] = [_TOKENS.get((message,)) for message in messages]
+    missing = [
+        index
+        for index, count in enumerate(counts)
+        if count is None
+        and not (
+            isinstance(messages[index], ModelRequest)
+            and any(isinstance(part, InstructionDeltaPart) for part in messages[index].parts)
+        )
+    ]
+    if len(missing) >= _BATCH_FROM:
+        batch: list[ModelMessage] = []
+        for index in missing:
+            batch.append(_without_instructions(messages[index]))
+            batch.append(_BATCH_MARKER)
+        lengths: list[int] = [0]
+
+        def record(text: str) -> int:
+            if text is _BATCH_MARK:
+                lengths.append(0)
+            else:
+                lengths[-1] += len(text)
+            return 0
+
+        estimate_token_count(batch, record)
+        found = [length // _CHARS_PER_TOKEN for length in lengths[:-1]]
+        # The texts came in message order, and the first and last agree with an estimate of their own.
+        if len(lengths) == len(missing) + 1 and all(
+            found[at] == estimate_token_count([_without_instructions(messages[missing[at]])]) for at in (0, -1)
+        ):
+            for index, tokens in zip(missing, found, strict=True):
+                message = messages[index]
+                if isinstance(message, ModelResponse):
+                    tokens = max(tokens, message.usage.output_tokens)
+                counts[index] = _TOKENS.put((message,), tokens)
+    return [
+        count if count is not None else message_tokens(message) for count, message in zip(counts, messages, strict=True)
+    ]
 
 
 def _tokens(messages: Sequence[ModelMessage], refs: tuple[PartRef, ...], counts: dict[int, int]) -> int:
