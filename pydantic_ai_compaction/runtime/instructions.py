@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import cast
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
@@ -150,23 +150,31 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
         found.extend(text for text in record.get('restated') or () if isinstance(text, str))
         extra = str_dict(record.get('extra'))
         found.extend(text for text in extra.get('instructions') or () if isinstance(text, str))
-    owner = {
-        id(part): message for message in view.messages if isinstance(message, ModelRequest) for part in message.parts
-    }
+    owner: dict[int, ModelMessage] | None = None  # built on the first user part: tool loops rarely need it
     for exchange in view.exchanges:
         if exchange.kind in ('opening', 'boundary', 'restatement'):
             continue
         # The turn in progress is kept verbatim anyway: restating it would only repeat it.
         in_progress = exchange.unfinished or exchange.protected == 'current_turn'
-        for message in view.messages_of(exchange):
+        for index, chosen in exchange.refs:
+            message = view.messages[index]
             if not isinstance(message, ModelRequest):
                 continue
-            for part in message.parts:
+            parts = message.parts if chosen is None else [message.parts[p] for p in chosen]
+            for part in parts:
                 if isinstance(part, ToolReturnPart):
                     found.extend(sources.marked_lines(part, lambda part=part: return_text(part)))
-                elif not isinstance(part, UserPromptPart) or is_restatement(part):
                     continue
-                elif tool_provided(owner.get(id(part), message), part):
+                if not isinstance(part, UserPromptPart) or is_restatement(part):
+                    continue
+                if owner is None:
+                    owner = {
+                        id(item): request
+                        for request in view.messages
+                        if isinstance(request, ModelRequest)
+                        for item in request.parts
+                    }
+                if tool_provided(owner.get(id(part), _fragment(message, chosen)), part):
                     # Tool output in a user-role part: read like any tool output, never as the user's words.
                     found.extend(sources.marked_lines(part, lambda part=part: user_text(part)))
                 elif sources.user_prompts and not in_progress and not is_pinned(part):
@@ -174,3 +182,8 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
                     if text:
                         found.append(text)
     return tuple(dict.fromkeys(found))
+
+
+def _fragment(message: ModelRequest, chosen: tuple[int, ...] | None) -> ModelRequest:
+    """*message* narrowed to the *chosen* parts, as `ConversationView.messages_of` gives it."""
+    return message if chosen is None else replace(message, parts=[message.parts[p] for p in chosen])
