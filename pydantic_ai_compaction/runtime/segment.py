@@ -397,7 +397,10 @@ def _remember(history: tuple[ModelMessage, ...], state: _State) -> None:
     states = _STATES.get((history[0],))
     if states is None:
         states = _STATES.put((history[0],), [])
-    states[:] = [state, *(kept for kept in states if kept.cut != state.cut or kept.refs != state.refs)][:_STATES_KEPT]
+    states[:] = [
+        state,
+        *(kept for kept in states if kept.cut != state.cut or not all(map(operator.is_, kept.refs, state.refs))),
+    ][:_STATES_KEPT]
 
 
 @dataclass
