@@ -234,3 +234,10 @@ async def test_a_reset_checkpoint_never_outgrows_what_it_replaces_and_counts_wha
     assert isinstance(again, Outcome) and again.record.fallback_reason is None
     assert again.record.extra['digests']['read']['read_log'] > digests['read']['read_log']
     assert again.record.tokens_after < again.record.tokens_before
+
+
+def test_a_token_estimate_follows_parts_assigned_to_the_same_request() -> None:
+    request = ModelRequest(parts=[UserPromptPart('short')])
+    before = message_tokens(request)
+    request.parts = [*request.parts, UserPromptPart('x' * 400)]
+    assert message_tokens(request) == before + 100

@@ -818,19 +818,32 @@ def _id_counter(
     return highest, stamped, per_message
 
 
-_TOKENS: IdentityMemo[int] = IdentityMemo()
-"""Token estimates per message object (never keeps a message alive)."""
+_TOKENS: IdentityMemo[tuple[int, int, int]] = IdentityMemo()
+"""Token estimates per message object (never keeps a message alive), with the `id()` and length of the `parts`
+list they were made from: pydantic-ai assigns a new list to a persisted request when it adds a part to it."""
+
+
+def _remembered(message: ModelMessage) -> int | None:
+    entry = _TOKENS.get((message,))
+    if entry is None or entry[1] != id(message.parts) or entry[2] != len(message.parts):
+        return None
+    return entry[0]
+
+
+def _remember_tokens(message: ModelMessage, tokens: int) -> int:
+    _TOKENS.put((message,), (tokens, id(message.parts), len(message.parts)))
+    return tokens
 
 
 def message_tokens(message: ModelMessage) -> int:
     """Estimated tokens a message adds (harness's text estimate; a response at least its output tokens)."""
-    cached = _TOKENS.get((message,))
+    cached = _remembered(message)
     if cached is not None:
         return cached
     tokens = estimate_token_count([_without_instructions(message)])
     if isinstance(message, ModelResponse):
         tokens = max(tokens, message.usage.output_tokens)
-    return _TOKENS.put((message,), tokens)
+    return _remember_tokens(message, tokens)
 
 
 _BATCH_MARK = ''.join(['\x00', 'pydantic-ai-compaction', '\x00'])
@@ -856,7 +869,7 @@ def messages_tokens(messages: Sequence[ModelMessage]) -> list[int]:
     message holding one is estimated alone. If the estimator ever reports texts other than in
     message order, the markers do not add up and each message is estimated alone.
     """
-    counts: list[int | None] = [_TOKENS.get((message,)) for message in messages]
+    counts: list[int | None] = [_remembered(message) for message in messages]
     missing = [
         index
         for index, count in enumerate(counts)
@@ -890,7 +903,7 @@ def messages_tokens(messages: Sequence[ModelMessage]) -> list[int]:
                 message = messages[index]
                 if isinstance(message, ModelResponse):
                     tokens = max(tokens, message.usage.output_tokens)
-                counts[index] = _TOKENS.put((message,), tokens)
+                counts[index] = _remember_tokens(message, tokens)
     return [
         count if count is not None else message_tokens(message) for count, message in zip(counts, messages, strict=True)
     ]
