@@ -15,7 +15,7 @@ import time
 import tracemalloc
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pydantic_ai.messages import (
     ModelMessage,
@@ -144,7 +144,7 @@ async def _measure(size: str, history: list[ModelMessage], repeat: int) -> list[
     cctx = CompactionContext(run=ctx, model=TestModel(), model_settings=None, parameters=ModelRequestParameters())
     paths: dict[str, Callable[[], object]] = {
         'trigger (measure)': lambda: Trigger(tokens=1).measure(history),
-        'segmentation': lambda: segment(history),
+        'segmentation (same history again)': lambda: segment(history),
         'validator': lambda: validate(Proposal(kept=view.ids[::-2], summary=Summary('s')), view),
         'layout application': lambda: apply_layout(view, layout, {'strategy': 'bench'}),
         'reassert (gather changes)': lambda: gather_instructions(view, InstructionSources(markers=('CHANGE:',))),
@@ -226,12 +226,378 @@ def overhead_table(rows: Sequence[Row]) -> str:
     return '\n'.join(lines)
 
 
+SCALE_SIZES = {'10k': 5, '100k': 50, '1M': 500, '5M': 2_500}
+"""Name → tool steps of 8 KB results (about 2,050 estimated tokens a step)."""
+
+TINY_STEPS = 25_000
+"""Steps of the 50k-message history (a call and a two-word result each)."""
+
+GROWTH_LIMIT = 2.0
+"""A per-request path "does not grow with the history" when 5M costs at most this many times 100k (50× the history)."""
+
+
+def tool_loop(steps: int, result_bytes: int = 8_000, *, seed: int = 7) -> list[ModelMessage]:
+    """`synthetic_history`'s shape, built in milliseconds: results are slices of one random pool.
+
+    The 5M-token history would take a minute to draw character by character.
+    """
+    rng = random.Random(seed)
+    alphabet = 'abcdefghijklmnopqrstuvwxyz     0123456789=_'
+    pool = ''.join(rng.choices(alphabet, k=result_bytes * 4))
+    messages: list[ModelMessage] = [
+        ModelRequest(
+            parts=[SystemPromptPart('You audit logs.'), UserPromptPart('Audit every log and report incidents.')]
+        )
+    ]
+    for step in range(steps):
+        messages.extend(_step(step, result_bytes, pool, marked=step == steps // 2))
+    return messages
+
+
+def _step(step: int, result_bytes: int, pool: str, *, marked: bool = False) -> list[ModelMessage]:
+    offset = (step * 7_919) % (len(pool) - result_bytes)
+    body = pool[offset : offset + result_bytes]
+    if marked:
+        body = 'CHANGE: report ids in lowercase\n' + body
+    return [
+        ModelResponse(
+            parts=[
+                ThinkingPart('checking the next log ' * 8),
+                ToolCallPart('read_log', {'index': step}, tool_call_id=f'c{step}'),
+            ],
+            usage=RequestUsage(input_tokens=20 + step * (result_bytes // 4 + 40), output_tokens=60),
+            model_name='synthetic',
+        ),
+        ModelRequest(parts=[ToolReturnPart('read_log', f'log {step}\n{body}', tool_call_id=f'c{step}')]),
+    ]
+
+
+def tiny_loop(steps: int) -> list[ModelMessage]:
+    """A tool loop of many tiny messages: a call and a two-word result per step."""
+    messages: list[ModelMessage] = [
+        ModelRequest(parts=[SystemPromptPart('You audit logs.'), UserPromptPart('Audit every log.')])
+    ]
+    for step in range(steps):
+        messages.append(ModelResponse(parts=[ToolCallPart('read_log', {'index': step}, tool_call_id=f'c{step}')]))
+        messages.append(ModelRequest(parts=[ToolReturnPart('read_log', f'ok {step}', tool_call_id=f'c{step}')]))
+    return messages
+
+
+def fresh_copy(history: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """The same history as new message and part objects (text shared): nothing remembered applies to it."""
+    from dataclasses import replace
+
+    return [replace(message, parts=[replace(part) for part in message.parts]) for message in history]  # pyright: ignore[reportArgumentType]
+
+
+async def _steady(
+    path: Callable[[list[ModelMessage]], Awaitable[list[ModelMessage] | None]],
+    history: list[ModelMessage],
+    more: list[list[ModelMessage]],
+) -> float:
+    """Median ms of *path* on a run's successive requests: each adds one step to what the previous one left."""
+    current = list(history)
+    carried = await path(current)
+    current = carried if carried is not None else current
+    times: list[float] = []
+    for step in more:
+        current = [*current, *step]
+        started = time.perf_counter()
+        carried = await path(current)
+        times.append((time.perf_counter() - started) * 1000)
+        current = carried if carried is not None else current
+    return statistics.median(times)
+
+
+def _request_context(messages: list[ModelMessage]) -> Any:
+    from pydantic_ai.models import ModelRequestContext
+
+    return ModelRequestContext(
+        model=TestModel(), messages=messages, model_settings=None, model_request_parameters=ModelRequestParameters()
+    )
+
+
+async def per_request_scaling(repeat: int = 7) -> dict[str, dict[str, float]]:
+    """Each per-request path at each size, in a run's steady state (one new step since the previous request)."""
+    pool = ''.join(random.Random(11).choices('abcdefghijklmnopqrstuvwxyz     0123456789=_', k=32_000))
+    out: dict[str, dict[str, float]] = {}
+    for size, steps in SCALE_SIZES.items():
+        reps = repeat if steps < 2_500 else max(3, repeat // 2)  # 5M: fewer repetitions
+        more = [_step(steps + 1 + r, 8_000, pool) for r in range(reps)]
+        out[size] = await _scale_one(tool_loop(steps), more)
+    return out
+
+
+async def _scale_one(history: list[ModelMessage], more: list[list[ModelMessage]]) -> dict[str, float]:
+    """The per-request paths on one history (a function of its own, so each closure binds this size's objects)."""
+    from pydantic_ai_compaction import BoundedSelection
+
+    ctx = RunContext[None](deps=None, model=TestModel(), usage=RunUsage(), run_step=5, prompt='Audit every log.')
+    trigger = Trigger(tokens=10**9)
+    selection = BoundedSelection[None]()
+    forget = ForgetReasoning[None](policy='drop')
+    archive = Archive[None]()
+    store = SQLiteArchiveStore(':memory:')
+    recall = Recall[None](store=store)
+
+    async def measure(messages: list[ModelMessage]) -> None:
+        trigger.measure(messages)
+
+    async def select_path(messages: list[ModelMessage]) -> None:
+        await selection.before_model_request(ctx, _request_context(messages))
+
+    async def forget_path(messages: list[ModelMessage]) -> list[ModelMessage] | None:
+        return forget.decide(messages)
+
+    async def archive_path(messages: list[ModelMessage]) -> list[ModelMessage] | None:
+        return archive._number_new(ctx, messages)  # pyright: ignore[reportPrivateUsage]
+
+    async def recall_path(messages: list[ModelMessage]) -> None:
+        recall.index('bench', messages)
+
+    measured = {
+        'trigger (measure)': await _steady(measure, history, more),
+        'bounded selection (whole hook)': await _steady(select_path, history, more),
+        'forget-reasoning (decide)': await _steady(forget_path, history, more),
+        'archive (number new results)': await _steady(archive_path, history, more),
+        'recall (index new parts)': await _steady(recall_path, history, more),
+    }
+    store.close()
+    return measured
+
+
+def scaling_table(measured: dict[str, dict[str, float]]) -> str:
+    """Markdown: each per-request path at 10k / 100k / 1M / 5M tokens and the 5M / 100k ratio."""
+    sizes = list(SCALE_SIZES)
+    paths = list(next(iter(measured.values())))
+    header = ['path', *(f'{size} ms' for size in sizes), '5M / 100k', f'target ≤ {GROWTH_LIMIT:.0f}×']
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+    for path in paths:
+        ratio = measured['5M'][path] / max(measured['100k'][path], 1e-6)
+        cells = [path, *(f'{measured[size][path]:.3f}' for size in sizes), f'{ratio:.1f}×']
+        cells.append('met' if ratio <= GROWTH_LIMIT else 'not met')
+        lines.append('| ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines)
+
+
+async def compaction_paths(repeat: int = 5) -> list[tuple[str, float, float]]:
+    """Every deterministic compaction path at 1M tokens, cold and with one new step, against ClearToolResults."""
+    from pydantic_ai_compaction import segment
+
+    steps = SCALE_SIZES['1M']
+    history = tool_loop(steps)
+    pool = ''.join(random.Random(11).choices('abcdefghijklmnopqrstuvwxyz     0123456789=_', k=32_000))
+    ctx = RunContext[None](deps=None, model=TestModel(), usage=RunUsage())
+    cctx = CompactionContext(run=ctx, model=TestModel(), model_settings=None, parameters=ModelRequestParameters())
+    clear = ClearToolResults(max_tokens=1)
+    clear_ms = await _ams(lambda: clear.compact(history, ctx), repeat)
+    copies = [fresh_copy(history) for _ in range(repeat)]
+    grown = [[*history, *_step(steps + 1 + r, 8_000, pool)] for r in range(repeat)]
+    sources = InstructionSources(markers=('CHANGE:',))
+
+    def cold(function: Callable[[list[ModelMessage]], object]) -> float:
+        times: list[float] = []
+        for copy in copies:
+            started = time.perf_counter()
+            function(copy)
+            times.append((time.perf_counter() - started) * 1000)
+        copies[:] = [fresh_copy(history) for _ in range(repeat)]
+        return statistics.median(times)
+
+    def one_step(function: Callable[[list[ModelMessage]], object]) -> float:
+        function(history)
+        times: list[float] = []
+        for messages in grown:
+            started = time.perf_counter()
+            function(messages)
+            times.append((time.perf_counter() - started) * 1000)
+        return statistics.median(times)
+
+    view = segment(history)
+    layout = validate(Proposal(kept=view.ids[-3:], summary=Summary('s')), view)
+    reset = ResetToCheckpoint[None](trigger=Trigger(tokens=1))
+    rows: list[tuple[str, float, float]] = [
+        ('segmentation (cold: a history never seen)', cold(lambda m: segment(m)), clear_ms),
+        ('segmentation (one new step since the last)', one_step(lambda m: segment(m)), clear_ms),
+        (
+            'validator',
+            _ms(lambda: validate(Proposal(kept=view.ids[::-2], summary=Summary('s')), view), repeat),
+            clear_ms,
+        ),
+        ('layout application', _ms(lambda: apply_layout(view, layout, {'strategy': 'bench'}), repeat), clear_ms),
+        ('reassert gather (cold)', cold(lambda m: gather_instructions(segment(m), sources)), clear_ms),
+        ('reassert gather (one new step)', one_step(lambda m: gather_instructions(segment(m), sources)), clear_ms),
+    ]
+    reset_cold: list[float] = []
+    for copy in copies[: max(1, repeat // 2)]:
+        started = time.perf_counter()
+        await run_compaction(reset, copy, cctx)
+        reset_cold.append((time.perf_counter() - started) * 1000)
+    rows.append(('reset, whole compaction (cold)', statistics.median(reset_cold), clear_ms))
+    await run_compaction(reset, history, cctx)
+    reset_step: list[float] = []
+    for messages in grown[: max(1, repeat // 2)]:
+        started = time.perf_counter()
+        await run_compaction(reset, messages, cctx)
+        reset_step.append((time.perf_counter() - started) * 1000)
+    rows.append(('reset, whole compaction (one new step)', statistics.median(reset_step), clear_ms))
+    return rows
+
+
+def instant_reply(messages: list[ModelMessage], info: Any) -> ModelResponse:
+    """An instant model: a short summary for a compactor call, `done` for the agent."""
+    from pydantic_ai.messages import TextPart
+
+    del messages, info
+    return ModelResponse(parts=[TextPart('Summary: logs 0 to 499 read; no incident yet.')])
+
+
+async def model_calling(repeat: int = 3) -> list[tuple[str, float, float]]:
+    """Hook time of each model-calling compaction inside a real `agent.run` (instant model) on the 1M history.
+
+    The capability's `before_model_request` is timed where the agent calls it (the compactor's model call,
+    its transcript and the request preparation included); the anchor is harness `SummarizingCompaction`
+    timed the same way in the same process.
+    """
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import FunctionModel
+    from pydantic_ai_harness.compaction import SummarizingCompaction
+
+    from pydantic_ai_compaction import Fork, Reassert, StatelessSummary
+
+    history = tool_loop(SCALE_SIZES['1M'])
+    model = FunctionModel(instant_reply)
+    low = Trigger(tokens=1_000)
+    candidates: dict[str, Callable[[], Any]] = {
+        'harness SummarizingCompaction': lambda: SummarizingCompaction(model=model, max_tokens=1_000, keep_messages=4),
+        'summary': lambda: StatelessSummary[None](trigger=low),
+        'fork-free': lambda: Fork[None](trigger=low, variant='free'),
+        'fork-json (reply is not JSON: its fallback)': lambda: Fork[None](trigger=low, variant='json'),
+        'reassert+summary': lambda: Reassert[None](
+            StatelessSummary[None](trigger=low), sources=InstructionSources(markers=('CHANGE:',))
+        ),
+    }
+    hooks: dict[str, float] = {}
+    for name, make in candidates.items():
+        times: list[float] = []
+        for _ in range(repeat):
+            capability = make()
+            spent = await _hook_time(capability, Agent(model, capabilities=[capability]), fresh_copy(history))
+            times.append(spent)
+        hooks[name] = statistics.median(times)
+    anchor = hooks.pop('harness SummarizingCompaction')
+    return [('harness SummarizingCompaction', anchor, anchor), *((name, ms, anchor) for name, ms in hooks.items())]
+
+
+async def _hook_time(capability: Any, agent: Any, history: list[ModelMessage]) -> float:
+    """Milliseconds spent in *capability*'s `before_model_request` during one `agent.run`."""
+    cls: type[Any] = type(cast(object, capability))
+    had_own = 'before_model_request' in cls.__dict__
+    original: Callable[..., Awaitable[Any]] = getattr(cls, 'before_model_request')  # noqa: B009
+    spent: list[float] = []
+
+    async def timed(self: Any, ctx: Any, request_context: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return await original(self, ctx, request_context)
+        finally:
+            spent.append((time.perf_counter() - started) * 1000)
+
+    setattr(cls, 'before_model_request', timed)  # noqa: B010
+    try:
+        await agent.run('Go on.', message_history=history)
+    finally:
+        if had_own:
+            setattr(cls, 'before_model_request', original)  # noqa: B010
+        else:
+            delattr(cls, 'before_model_request')
+    return sum(spent)
+
+
+async def fifty_thousand(repeat: int = 2) -> list[tuple[str, float, float]]:
+    """One compaction of a 50k-message history against one of the 1M-token (1k-message) history."""
+    ctx = RunContext[None](deps=None, model=TestModel(), usage=RunUsage())
+    cctx = CompactionContext(run=ctx, model=TestModel(), model_settings=None, parameters=ModelRequestParameters())
+    pool = ''.join(random.Random(11).choices('abcdefghijklmnopqrstuvwxyz     0123456789=_', k=32_000))
+    rows: list[tuple[str, float, float]] = []
+    measured: dict[tuple[str, str], float] = {}
+    for size, history in (('1M / 1k messages', tool_loop(SCALE_SIZES['1M'])), ('50k messages', tiny_loop(TINY_STEPS))):
+        reset = ResetToCheckpoint[None](trigger=Trigger(tokens=1))
+        times: list[float] = []
+        outcome: Any = None
+        for _ in range(max(1, repeat - 1)):
+            copy = fresh_copy(history)
+            started = time.perf_counter()
+            outcome = await run_compaction(reset, copy, cctx)
+            times.append((time.perf_counter() - started) * 1000)
+        measured[(size, 'cold')] = statistics.median(times)
+        if size == '50k messages':
+            print(f'- 50k-message reset: {type(outcome).__name__} {getattr(outcome, "reason", "")}'.rstrip())
+        await run_compaction(reset, history, cctx)
+        steps = len(history) // 2
+        times = []
+        for r in range(repeat):
+            grown = [*history, *(_step(steps + 1 + r, 8_000, pool) if size.startswith('1M') else tiny_loop(1)[1:])]
+            started = time.perf_counter()
+            await run_compaction(reset, grown, cctx)
+            times.append((time.perf_counter() - started) * 1000)
+        measured[(size, 'one new step')] = statistics.median(times)
+    for state in ('cold', 'one new step'):
+        rows.append(
+            (f'reset, 50k messages ({state})', measured[('50k messages', state)], measured[('1M / 1k messages', state)])
+        )
+    return rows
+
+
+def target_lines(rows: Sequence[tuple[str, float, float]], anchor: str, limit: float) -> str:
+    """Markdown: each path's ms, its anchor's ms, the ratio and met / not met against *limit*."""
+    lines = [
+        f'| path | ms | {anchor} ms | ratio | target ≤ {limit:g}× |',
+        '|---|---|---|---|---|',
+    ]
+    for name, ms, anchor_ms in rows:
+        ratio = ms / max(anchor_ms, 1e-6)
+        lines.append(
+            f'| {name} | {ms:.2f} | {anchor_ms:.2f} | {ratio:.2f}× | {"met" if ratio <= limit else "not met"} |'
+        )
+    return '\n'.join(lines)
+
+
+async def targets() -> None:
+    """Print the issue-16 target tables (items 1 and 2).
+
+    The collector is paused while timing (as `timeit` does): a full collection over a 5M-token history lands
+    on whichever request happens to allocate last and would be charged to it.
+    """
+    import gc
+
+    gc.collect()
+    gc.disable()
+    try:
+        await _targets()
+    finally:
+        gc.enable()
+
+
+async def _targets() -> None:
+    print('## Per-request paths: one new step at 10k / 100k / 1M / 5M tokens (median ms)\n')
+    print(scaling_table(await per_request_scaling()))
+    print('\n## Deterministic compaction paths at 1M tokens against harness ClearToolResults (same history)\n')
+    print(target_lines(await compaction_paths(), 'ClearToolResults', 1.0))
+    print('\n## Model-calling compactions: hook time inside agent.run (instant model, 1M tokens)\n')
+    print(target_lines(await model_calling(), 'SummarizingCompaction', 1.0))
+    print('\n## 50k tiny messages: one compaction against one of the 1M-token, 1k-message history\n')
+    print(target_lines(await fifty_thousand(), '1M / 1k messages', 10.0))
+    print()
+
+
 async def main() -> None:
     """Print every table."""
     from pydantic_ai_compaction_bench import savings, scale, startup
 
     startup.main()
     print()
+    await targets()
     rows = await overhead()
     print('## Per-request overhead (median ms; ratios against harness on the same history)\n')
     print(overhead_table(rows))

@@ -36,7 +36,8 @@ _NUL = '\x00'
 
 def has_surrogates(text: str) -> bool:
     """Whether *text* holds a lone surrogate (a code point that has no UTF-8 encoding)."""
-    return _SURROGATE.search(text) is not None
+    # ASCII text (most tool output) is answered in C without the pattern scan.
+    return not text.isascii() and _SURROGATE.search(text) is not None
 
 
 def clean_text(text: str) -> str:

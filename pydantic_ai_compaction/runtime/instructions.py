@@ -9,14 +9,15 @@ output never counts.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import cast
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
 
 from pydantic_ai_compaction.protocols.metadata import record_extra, record_strings
 from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_instance
+from pydantic_ai_compaction.runtime.memo import IdentityMemo
 from pydantic_ai_compaction.runtime.pins import is_pinned
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, tool_content_parts
 from pydantic_ai_compaction.runtime.transcript import return_text, user_text
@@ -56,6 +57,9 @@ class InstructionSources:
 
     _compiled: tuple[str | re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
 
+    _marks: IdentityMemo[tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    """Marked lines per part (weak), so a part is split into lines once, not at every compaction."""
+
     def __post_init__(self) -> None:
         markers: object = self.markers
         if isinstance(markers, str | bytes | bytearray) or not isinstance(markers, Iterable):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -86,6 +90,23 @@ class InstructionSources:
                 )
         check_instance('InstructionSources', 'user_prompts', self.user_prompts, bool, 'True or False')
         object.__setattr__(self, '_compiled', tuple(items))
+        object.__setattr__(self, '_marks', IdentityMemo[tuple[str, ...]]())
+
+    def marked_lines(self, part: object, text_of: Callable[[], str]) -> tuple[str, ...]:
+        """The marked lines of *part*'s text (`text_of()`), stripped; memoized by the part's identity."""
+        if not self._compiled:
+            return ()
+        cached = self._marks.get((part,))
+        if cached is not None:
+            return cached
+        text = text_of()
+        if all(isinstance(marker, str) for marker in self._compiled) and not any(
+            isinstance(marker, str) and marker in text for marker in self._compiled
+        ):
+            found: tuple[str, ...] = ()  # no marker anywhere in the text: no line to split out
+        else:
+            found = tuple(line.strip() for line in text.splitlines() if self.marked(line))
+        return self._marks.put((part,), found)
 
     def marked(self, line: str) -> bool:
         """Whether a tool-output line starts with a marker (after an optional timestamp)."""
@@ -129,25 +150,33 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
     for record in view.records():
         found.extend(record_strings(record, 'restated'))
         found.extend(record_strings(record_extra(record), 'instructions'))
-    owner = {
-        id(part): message for message in view.messages if isinstance(message, ModelRequest) for part in message.parts
-    }
+    owner: dict[int, ModelMessage] | None = None  # built on the first user part: tool loops rarely need it
     for exchange in view.exchanges:
         if exchange.kind in ('opening', 'boundary', 'restatement'):
             continue
         # The turn in progress is kept verbatim anyway: restating it would only repeat it.
         in_progress = exchange.unfinished or exchange.protected == 'current_turn'
-        for message in view.messages_of(exchange):
+        for index, chosen in exchange.refs:
+            message = view.messages[index]
             if not isinstance(message, ModelRequest):
                 continue
-            for part in message.parts:
+            parts = message.parts if chosen is None else [message.parts[p] for p in chosen]
+            for part in parts:
                 if isinstance(part, ToolReturnPart):
-                    found.extend(_marked_lines(return_text(part), sources))
-                elif not isinstance(part, UserPromptPart) or is_restatement(part):
+                    found.extend(sources.marked_lines(part, lambda part=part: return_text(part)))
                     continue
-                elif tool_provided(owner.get(id(part), message), part):
+                if not isinstance(part, UserPromptPart) or is_restatement(part):
+                    continue
+                if owner is None:
+                    owner = {
+                        id(item): request
+                        for request in view.messages
+                        if isinstance(request, ModelRequest)
+                        for item in request.parts
+                    }
+                if tool_provided(owner.get(id(part), _fragment(message, chosen)), part):
                     # Tool output in a user-role part: read like any tool output, never as the user's words.
-                    found.extend(_marked_lines(user_text(part), sources))
+                    found.extend(sources.marked_lines(part, lambda part=part: user_text(part)))
                 elif sources.user_prompts and not in_progress and not is_pinned(part):
                     text = user_text(part).strip()
                     if text:
@@ -155,5 +184,6 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
     return tuple(dict.fromkeys(found))
 
 
-def _marked_lines(text: str, sources: InstructionSources) -> list[str]:
-    return [line.strip() for line in text.splitlines() if sources.marked(line)] if sources.markers else []
+def _fragment(message: ModelRequest, chosen: tuple[int, ...] | None) -> ModelRequest:
+    """*message* narrowed to the *chosen* parts, as `ConversationView.messages_of` gives it."""
+    return message if chosen is None else replace(message, parts=[message.parts[p] for p in chosen])

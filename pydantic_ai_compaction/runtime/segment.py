@@ -13,7 +13,9 @@ user prompt for the next.
 
 from __future__ import annotations
 
+import operator
 import re
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -31,6 +33,7 @@ from pydantic_ai.messages import (
     RetryFeedbackPart,
     RetryPromptPart,  # pyright: ignore[reportDeprecated]
     TextContent,
+    TextPart,
     ToolAvailabilityDeltaPart,
     ToolCallPart,
     ToolReturnPart,
@@ -46,7 +49,7 @@ from pydantic_ai_compaction.protocols.types import Exchange, ExchangeKind, PartR
 from pydantic_ai_compaction.runtime.memo import IdentityMemo
 from pydantic_ai_compaction.runtime.pairing import answers_call as _answers_call
 from pydantic_ai_compaction.runtime.pins import is_pinned
-from pydantic_ai_compaction.runtime.tokens import estimate_token_count
+from pydantic_ai_compaction.runtime.tokens import CHARS_PER_TOKEN, estimate_token_count
 
 ProtectPredicate = Callable[[Exchange, list[ModelMessage]], bool]
 """User hook: return `True` to protect an exchange (it receives the exchange and its messages)."""
@@ -133,7 +136,8 @@ class ConversationView:
     """Exchanges keyed by id."""
 
     def __post_init__(self) -> None:
-        self.by_id.update({exchange.id: exchange for exchange in self.exchanges})
+        if len(self.by_id) != len(self.exchanges):  # segmentation passes it built
+            self.by_id.update({exchange.id: exchange for exchange in self.exchanges})
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -156,13 +160,24 @@ class ConversationView:
         return [fragment(self.messages, ref) for ref in exchange.refs]
 
     def records(self) -> list[dict[str, Any]]:
-        """Boundary records this library wrote, oldest first."""
+        """Boundary records this library wrote, oldest first.
+
+        Only boundary exchanges hold a `CompactionPart` (segmentation makes any exchange with one a
+        boundary), so only their messages are read, not the whole history.
+        """
         found: list[dict[str, Any]] = []
-        for message in self.messages:
-            for part in message.parts:
-                record = our_record(part)
-                if record is not None:
-                    found.append(record)
+        seen: set[int] = set()
+        for exchange in self.exchanges:
+            if exchange.kind != 'boundary':
+                continue
+            for index, _ in exchange.refs:
+                if index in seen:
+                    continue  # a request split between two boundary exchanges is read once, whole
+                seen.add(index)
+                for part in self.messages[index].parts:
+                    record = our_record(part)
+                    if record is not None:
+                        found.append(record)
         return found
 
 
@@ -184,20 +199,188 @@ def segment(
 ) -> ConversationView:
     """Split *messages* into exchanges with stable ids.
 
+    Incremental: the exchanges of a history segmented before (the same message objects, in the same
+    order, up to where its last exchange started) are reused, and only what follows is segmented again,
+    so a request that adds a few messages costs O(new messages). A history that was replaced (a
+    compaction rewrote it, another history was passed) or whose new messages reach back into the reused
+    part (a deferred return, a higher id stamp) is segmented from the start; the result is always the
+    one `segment_fresh` gives.
+
     Args:
         messages: The history, oldest first.
         protect: Optional user predicate; exchanges it returns `True` for are always kept.
         prompt: The run's user prompt (`RunContext.prompt`), when known: a user part with this content is
             the user speaking even where it follows tool returns in the same request.
     """
-    units = _build_units(messages, prompt)
+    history = tuple(messages)
+    state = _reusable(history, prompt)
+    raw: _Raw | None = None
+    if state is not None:
+        try:
+            raw = _segment_raw(history, prompt, state)
+        except _Stale:
+            raw = None
+    if raw is None:
+        raw = _segment_raw(history, prompt, None)
+    if raw.state is not None and raw.state is not state:
+        _remember(history, raw.state)
+    return _finish(history, raw, protect)
+
+
+def segment_fresh(
+    messages: Sequence[ModelMessage], protect: ProtectPredicate | None = None, *, prompt: object = None
+) -> ConversationView:
+    """`segment` from the start, reusing nothing remembered (the reference the incremental path must equal)."""
+    history = tuple(messages)
+    return _finish(history, _segment_raw(history, prompt, None), protect)
+
+
+class _Stale(Exception):
+    """The new messages reach back into the reused exchanges: segment from the start."""
+
+
+_FROZEN = -1
+"""A builder position standing for a unit before the cut (reused as is, so it must not change)."""
+
+
+@dataclass(frozen=True)
+class _State:
+    """A segmentation's reusable part: every exchange before the start of its last one (the cut).
+
+    Holds weak references to the messages before the cut, so it never keeps a history alive.
+    """
+
+    cut: int
+    """Messages before this index are reused."""
+
+    refs: tuple[weakref.ref[ModelMessage], ...]
+    """The messages before the cut, by identity."""
+
+    part_lists: tuple[int, ...]
+    """`id()` of each one's `parts` list (pydantic-ai reassigns `parts` on a persisted request)."""
+
+    part_counts: tuple[int, ...]
+    """How many parts each one had."""
+
+    prompt: object
+    """The prompt the segmentation was made with (it decides which user parts are tool output)."""
+
+    exchanges: tuple[Exchange, ...]
+    """The exchanges before the cut, before the final passes (in progress, current turn, predicate)."""
+
+    by_id: dict[str, Exchange]
+    """Those exchanges by id."""
+
+    assigned_from: int
+    """The highest number in the whole history when their ids were handed out."""
+
+    highest_before_cut: int
+    """The highest number stamped or recorded before the cut."""
+
+    counter: int
+    """The id counter after the last of them."""
+
+    top_number: int
+    """The highest exchange number among them."""
+
+    last_turn: int | None
+    """Index of the latest `turn` or `opening` exchange among them."""
+
+    response: bool
+    """Whether a response precedes the cut (a later return with an unknown call id may belong to it)."""
+
+    retrying: bool
+    """Whether the unit a retry answer would join lies before the cut."""
+
+    opening: bool
+    """Whether the opening exchange lies before the cut."""
+
+    def matches(self, history: tuple[ModelMessage, ...], prompt: object) -> bool:
+        """Whether *history* starts with the same messages (same objects, same part lists) and prompt."""
+        if len(history) <= self.cut or not _same_prompt(self.prompt, prompt):
+            return False
+        head = history[: self.cut]
+        if not all(map(operator.is_, map(operator.call, self.refs), head)):
+            return False
+        parts = list(map(_PARTS, head))
+        return tuple(map(id, parts)) == self.part_lists and tuple(map(len, parts)) == self.part_counts
+
+
+_PARTS = operator.attrgetter('parts')
+
+_STATES: IdentityMemo[list[_State]] = IdentityMemo()
+"""Reusable segmentations by the identity of their history's first message (weak: dropped with it)."""
+
+_STATES_KEPT = 4
+"""Segmentations remembered per first message (histories sharing an opening object share the list)."""
+
+
+def _same_prompt(a: object, b: object) -> bool:
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except Exception:  # an exotic prompt object: never reuse on a doubt
+        return False
+
+
+def _reusable(history: tuple[ModelMessage, ...], prompt: object) -> _State | None:
+    if not history:
+        return None
+    states = _STATES.get((history[0],))
+    for state in states or ():
+        if state.matches(history, prompt):
+            return state
+    return None
+
+
+def _remember(history: tuple[ModelMessage, ...], state: _State) -> None:
+    states = _STATES.get((history[0],))
+    if states is None:
+        states = _STATES.put((history[0],), [])
+    states[:] = [
+        state,
+        *(kept for kept in states if kept.cut != state.cut or not all(map(operator.is_, kept.refs, state.refs))),
+    ][:_STATES_KEPT]
+
+
+@dataclass
+class _Raw:
+    """Exchanges before the final passes, with what `_finish` and the memo need."""
+
+    exchanges: list[Exchange]
+    by_id: dict[str, Exchange]
+    highest: int
+    """The highest exchange number handed out or seen (the next id is one more)."""
+    last_turn: int | None
+    state: _State | None
+    tail_start: int
+    """Index in `exchanges` of the first exchange segmented in this call."""
+
+
+def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _State | None) -> _Raw:
+    start = state.cut if state is not None else 0
+    units, snapshots = _build_units(history, prompt, start=start, state=state)
     groups = _merge_linked(units)
-    next_number, stamped_numbers = _id_counter(messages, units)
-    token_counts = [message_tokens(message) for message in messages]
+    tail_highest, stamped_numbers, record_highest = _id_counter(history, units, start=start)
+    if state is not None:
+        if max(state.highest_before_cut, tail_highest) != state.assigned_from:
+            raise _Stale  # a higher stamp or record arrived (or left): earlier ids would be numbered differently
+        next_number = state.counter
+        assigned_from = state.assigned_from
+        offset = len(state.exchanges)
+        prior = state.by_id
+    else:
+        next_number = assigned_from = tail_highest
+        offset = 0
+        prior = {}
+    token_counts = dict(zip(range(start, len(history)), messages_tokens(history[start:]), strict=True))
 
     exchanges: list[Exchange] = []
     used: set[str] = set()
-    for group_index, group in enumerate(groups):
+    counters: list[int] = []
+    starts: list[int] = []
+    for group_index, group in enumerate(groups, start=offset):
         merged = _merge_parts(group)
         first = group[0]
         kind: ExchangeKind = first.kind
@@ -205,7 +388,12 @@ def segment(
             kind = 'boundary'
         if group_index == 0:
             exchange_id = 'g0'
-        elif first.stamp is not None and first.stamp not in used and exchange_number(first.stamp) is not None:
+        elif (
+            first.stamp is not None
+            and first.stamp not in used
+            and first.stamp not in prior
+            and exchange_number(first.stamp) is not None
+        ):
             exchange_id = first.stamp
         else:
             next_number += 1
@@ -213,23 +401,112 @@ def segment(
                 next_number += 1
             exchange_id = f'g{next_number}'
         used.add(exchange_id)
-        refs = _refs(messages, merged)
+        counters.append(next_number)
+        starts.append(min(merged))
+        refs = _refs(history, merged)
         exchanges.append(
             Exchange(
                 id=exchange_id,
                 kind=kind,
                 refs=refs,
-                tokens=_tokens(messages, refs, token_counts),
-                protected=_protection(kind, messages, refs, group_index),
+                tokens=_tokens(history, refs, token_counts),
+                protected=_protection(kind, history, refs, group_index),
             )
         )
 
-    exchanges = _mark_unfinished(messages, exchanges)
-    exchanges = _protect_current_turn(exchanges)
+    top = max([exchange_number(e.id) or 0 for e in exchanges] + [next_number, 0])
+    last_turn = state.last_turn if state is not None else None
+    for position, exchange in enumerate(exchanges):
+        if exchange.kind in ('turn', 'opening'):
+            last_turn = offset + position
+    if state is not None:
+        top = max(top, state.top_number)
+        all_exchanges = [*state.exchanges, *exchanges]
+        by_id = dict(state.by_id)
+    else:
+        all_exchanges = exchanges
+        by_id = {}
+    by_id.update({exchange.id: exchange for exchange in exchanges})
+
+    new_state = state
+    # The cut: where the last exchange starts, moved back past any exchange that shares its first message
+    # (a request can hold the returns of one exchange and the next user turn), so the messages before the
+    # cut belong to the reused exchanges alone.
+    frozen_count = len(exchanges) - 1
+    cut = starts[-1] if exchanges else 0
+    while frozen_count > 0 and max(ref[0] for ref in exchanges[frozen_count - 1].refs) >= cut:
+        frozen_count -= 1
+        cut = starts[frozen_count]
+    if frozen_count > 0 and cut > start:
+        frozen = exchanges[:frozen_count]
+        before = snapshots[cut - start]
+        stamps = [
+            number
+            for unit in units
+            if unit.stamp and unit.start()[0] < cut and (number := exchange_number(unit.stamp)) is not None
+        ]
+        new_refs = tuple(weakref.ref(history[index]) for index in range(start, cut))
+        new_parts = [history[index].parts for index in range(start, cut)]
+        frozen_by_id = dict(prior)
+        frozen_by_id.update({exchange.id: exchange for exchange in frozen})
+        frozen_turn = state.last_turn if state is not None else None
+        for position, exchange in enumerate(frozen):
+            if exchange.kind in ('turn', 'opening'):
+                frozen_turn = offset + position
+        new_state = _State(
+            cut=cut,
+            refs=(state.refs if state is not None else ()) + new_refs,
+            part_lists=(state.part_lists if state is not None else ()) + tuple(map(id, new_parts)),
+            part_counts=(state.part_counts if state is not None else ()) + tuple(map(len, new_parts)),
+            prompt=prompt,
+            exchanges=(state.exchanges if state is not None else ()) + tuple(frozen),
+            by_id=frozen_by_id,
+            assigned_from=assigned_from,
+            highest_before_cut=max(
+                [state.highest_before_cut if state is not None else 0, *stamps, *record_highest[: cut - start]]
+            ),
+            counter=counters[frozen_count - 1],
+            top_number=max(
+                [state.top_number if state is not None else 0, *(exchange_number(e.id) or 0 for e in frozen)]
+            ),
+            last_turn=frozen_turn,
+            response=before[0] is not None,
+            retrying=before[1] is not None,
+            opening=before[2] is not None,
+        )
+    return _Raw(
+        exchanges=all_exchanges,
+        by_id=by_id,
+        highest=top,
+        last_turn=last_turn,
+        state=new_state,
+        tail_start=offset,
+    )
+
+
+def _finish(history: tuple[ModelMessage, ...], raw: _Raw, protect: ProtectPredicate | None) -> ConversationView:
+    """The final passes: the exchanges in progress, the current turn, the user's predicate."""
+    from dataclasses import replace
+
+    exchanges = raw.exchanges  # this call's own list and dict: updated in place
+    by_id = raw.by_id
+    if history:
+        # The exchanges in progress: every one that owns part of the last message (only exchanges segmented in
+        # this call can). That is the response whose returns the current request carries together with that
+        # request, a new user turn, both, or a response still waiting for its tool results (or suspended).
+        last = len(history) - 1
+        for position in range(raw.tail_start, len(exchanges)):
+            exchange = exchanges[position]
+            if any(ref[0] == last for ref in exchange.refs):
+                exchanges[position] = by_id[exchange.id] = replace(exchange, unfinished=True)
+    if raw.last_turn is not None and exchanges[raw.last_turn].protected is None:
+        # The latest user turn is what the agent is working on: dropping it would lose the question itself.
+        exchange = replace(exchanges[raw.last_turn], protected='current_turn')
+        exchanges[raw.last_turn] = by_id[exchange.id] = exchange
     if protect is not None:
-        exchanges = _apply_predicate(messages, exchanges, protect)
-    highest = max([exchange_number(e.id) or 0 for e in exchanges] + [next_number, 0])
-    return ConversationView(messages=tuple(messages), exchanges=tuple(exchanges), next_id=highest + 1)
+        exchanges = _apply_predicate(history, exchanges, protect)
+        by_id = {exchange.id: exchange for exchange in exchanges}
+    return ConversationView(messages=history, exchanges=tuple(exchanges), next_id=raw.highest + 1, by_id=by_id)
 
 
 TOOL_CONTENT_WINDOW = timedelta(seconds=2)
@@ -281,18 +558,36 @@ def _utc(moment: datetime) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
-def _build_units(messages: Sequence[ModelMessage], prompt: object = None) -> list[_Unit]:
+_Snapshot = tuple[int | None, int | None, int | None]
+"""The builder's `last_response`, `retrying` and `opening` before a message."""
+
+
+def _build_units(
+    messages: Sequence[ModelMessage], prompt: object = None, *, start: int = 0, state: _State | None = None
+) -> tuple[list[_Unit], list[_Snapshot]]:
+    """The units of `messages[start:]`, and the builder's state before each of those messages.
+
+    From a cut (*state* given), units before it are reused as they are: a message that would add to one
+    of them (a return whose call is not after the cut, feedback or a retry answer for a response before
+    it) raises `_Stale`, and the caller segments from the start.
+    """
     units: list[_Unit] = []
+    snapshots: list[_Snapshot] = []
     owner_of_call: dict[str, int] = {}
-    last_response: int | None = None
-    retrying: int | None = None
-    opening: int | None = None
-    for index, message in enumerate(messages):
+    calls_before = state is not None and state.response
+    last_response: int | None = _FROZEN if calls_before else None
+    retrying: int | None = _FROZEN if state is not None and state.retrying else None
+    opening: int | None = _FROZEN if state is not None and state.opening else None
+    for index in range(start, len(messages)):
+        message = messages[index]
+        snapshots.append((last_response, retrying, opening))
         if isinstance(message, ModelResponse):
             boundary = any(isinstance(part, CompactionPart) for part in message.parts)
             calls = [part for part in message.parts if isinstance(part, ToolCallPart)]
             if retrying is not None and not boundary:
                 # The model's answer to a retry belongs with the call it retries.
+                if retrying == _FROZEN:
+                    raise _Stale
                 position = retrying
                 units[position].kind = 'tools' if calls or units[position].kind == 'tools' else units[position].kind
             else:
@@ -312,6 +607,8 @@ def _build_units(messages: Sequence[ModelMessage], prompt: object = None) -> lis
             # history that ends on a response.
             owner = len(units) - 1 if units else None
             if owner is None:
+                if state is not None:
+                    raise _Stale  # it would continue the exchange before the cut
                 units.append(_Unit('opening', stamp=message_stamp(message)))
                 opening = owner = 0
             units[owner].parts[index] = []
@@ -325,6 +622,8 @@ def _build_units(messages: Sequence[ModelMessage], prompt: object = None) -> lis
         from_tools = tool_content_parts(message, prompt)
         for part_index, part in enumerate(message.parts):
             call_id = _answers_call(part)
+            if call_id is not None and call_id not in owner_of_call and calls_before:
+                raise _Stale  # its call may be before the cut (a deferred return), or it joins a response there
             if call_id is not None and (owner := owner_of_call.get(call_id, last_response)) is not None:
                 units[owner].add(index, part_index)
                 retries_only = retries_only and _is_retry(part)
@@ -333,6 +632,8 @@ def _build_units(messages: Sequence[ModelMessage], prompt: object = None) -> lis
             if _is_feedback(part) and last_response is not None:
                 # Retry feedback (and a legacy retry prompt without a tool name) answers the model's
                 # last response; it is not the user speaking.
+                if last_response == _FROZEN:
+                    raise _Stale
                 units[last_response].add(index, part_index)
                 continue
             if part_index in from_tools and tool_owner is not None:
@@ -365,7 +666,7 @@ def _build_units(messages: Sequence[ModelMessage], prompt: object = None) -> lis
                 unit.stamp = message_stamp(message)
             if unit.kind == 'boundary' and unit.stamp is None:
                 unit.stamp = _boundary_stamp(message)
-    return units
+    return units, snapshots
 
 
 def _is_feedback(part: ModelRequestPart) -> bool:
@@ -430,41 +731,123 @@ def _refs(messages: Sequence[ModelMessage], merged: dict[int, list[int]]) -> tup
     )
 
 
-def _id_counter(messages: Sequence[ModelMessage], units: list[_Unit]) -> tuple[int, set[int]]:
-    """The highest exchange number ever handed out, from stamps and from boundary records."""
+def _id_counter(
+    messages: Sequence[ModelMessage], units: list[_Unit], *, start: int = 0
+) -> tuple[int, set[int], list[int]]:
+    """The highest exchange number ever handed out in `messages[start:]`, from stamps and boundary records.
+
+    Also returns the stamped numbers, and the highest number each message's records name (0 for none).
+    """
     stamped = {number for unit in units if unit.stamp and (number := exchange_number(unit.stamp)) is not None}
     highest = max(stamped, default=0)
-    for message in messages:
-        for part in message.parts:
+    per_message: list[int] = []
+    for index in range(start, len(messages)):
+        in_message = 0
+        for part in messages[index].parts:
             record = our_record(part)
             if record is None:
                 continue
             next_id = record.get('next_id')
             if isinstance(next_id, int):
-                highest = max(highest, next_id - 1)
+                in_message = max(in_message, next_id - 1)
             for key in ('kept', 'dropped'):
                 for exchange_id in record.get(key) or ():
                     if isinstance(exchange_id, str) and (number := exchange_number(exchange_id)) is not None:
-                        highest = max(highest, number)
-    return highest, stamped
+                        in_message = max(in_message, number)
+        per_message.append(in_message)
+        highest = max(highest, in_message)
+    return highest, stamped, per_message
 
 
-_TOKENS: IdentityMemo[int] = IdentityMemo()
-"""Token estimates per message object (never keeps a message alive)."""
+_TOKENS: IdentityMemo[tuple[int, int, int]] = IdentityMemo()
+"""Token estimates per message object (never keeps a message alive), with the `id()` and length of the `parts`
+list they were made from: pydantic-ai assigns a new list to a persisted request when it adds a part to it."""
+
+
+def _remembered(message: ModelMessage) -> int | None:
+    entry = _TOKENS.get((message,))
+    if entry is None or entry[1] != id(message.parts) or entry[2] != len(message.parts):
+        return None
+    return entry[0]
+
+
+def _remember_tokens(message: ModelMessage, tokens: int) -> int:
+    _TOKENS.put((message,), (tokens, id(message.parts), len(message.parts)))
+    return tokens
 
 
 def message_tokens(message: ModelMessage) -> int:
-    """Estimated tokens a message adds (harness's text estimate; a response at least its output tokens)."""
-    cached = _TOKENS.get((message,))
+    """Estimated tokens a message adds (`runtime.tokens`' text estimate; a response at least its output tokens)."""
+    cached = _remembered(message)
     if cached is not None:
         return cached
     tokens = estimate_token_count([_without_instructions(message)])
     if isinstance(message, ModelResponse):
         tokens = max(tokens, message.usage.output_tokens)
-    return _TOKENS.put((message,), tokens)
+    return _remember_tokens(message, tokens)
 
 
-def _tokens(messages: Sequence[ModelMessage], refs: tuple[PartRef, ...], counts: list[int]) -> int:
+_BATCH_MARK = ''.join(['\x00', 'pydantic-ai-compaction', '\x00'])
+"""Text of the marker response put between messages in one batched estimate (compared by identity)."""
+
+_BATCH_MARKER = ModelResponse(parts=[TextPart(_BATCH_MARK)])
+
+_BATCH_FROM = 8
+"""Unmemoized messages from which one batched estimate is cheaper than one estimate per message."""
+
+
+def messages_tokens(messages: Sequence[ModelMessage]) -> list[int]:
+    """`message_tokens` of each message, the ones not seen before estimated in one pass.
+
+    The estimator has a fixed cost per call (it locates the instruction window first), which
+    dominated segmenting a long history it had not seen. So unseen messages are estimated in one
+    call, a marker response between each two, with a tokenizer that only records each text's
+    length; the counts are the same as one call per message, because the estimate of a message's
+    parts depends on the others only through instruction changes (`InstructionDeltaPart`), and a
+    message holding one is estimated alone. If the estimator ever reports texts other than in
+    message order, the markers do not add up and each message is estimated alone.
+    """
+    counts: list[int | None] = [_remembered(message) for message in messages]
+    missing = [
+        index
+        for index, count in enumerate(counts)
+        if count is None
+        and not (
+            isinstance(messages[index], ModelRequest)
+            and any(isinstance(part, InstructionDeltaPart) for part in messages[index].parts)
+        )
+    ]
+    if len(missing) >= _BATCH_FROM:
+        batch: list[ModelMessage] = []
+        for index in missing:
+            batch.append(_without_instructions(messages[index]))
+            batch.append(_BATCH_MARKER)
+        lengths: list[int] = [0]
+
+        def record(text: str) -> int:
+            if text is _BATCH_MARK:
+                lengths.append(0)
+            else:
+                lengths[-1] += len(text)
+            return 0
+
+        estimate_token_count(batch, record)
+        found = [length // CHARS_PER_TOKEN for length in lengths[:-1]]
+        # The texts came in message order, and the first and last agree with an estimate of their own.
+        if len(lengths) == len(missing) + 1 and all(
+            found[at] == estimate_token_count([_without_instructions(messages[missing[at]])]) for at in (0, -1)
+        ):
+            for index, tokens in zip(missing, found, strict=True):
+                message = messages[index]
+                if isinstance(message, ModelResponse):
+                    tokens = max(tokens, message.usage.output_tokens)
+                counts[index] = _remember_tokens(message, tokens)
+    return [
+        count if count is not None else message_tokens(message) for count, message in zip(counts, messages, strict=True)
+    ]
+
+
+def _tokens(messages: Sequence[ModelMessage], refs: tuple[PartRef, ...], counts: dict[int, int]) -> int:
     total = 0
     for index, parts in refs:
         if parts is None:
@@ -504,35 +887,6 @@ def _protection(
             # from these parts, so dropping one would, say, make a revealed tool unavailable again.
             return 'state'
     return None
-
-
-def _mark_unfinished(messages: Sequence[ModelMessage], exchanges: list[Exchange]) -> list[Exchange]:
-    """The exchanges in progress: every one that owns part of the last message.
-
-    That is the response whose returns the current request carries together with that request, a new
-    user turn, both when a request carries returns and new user content, or a response still waiting
-    for its tool results (or suspended).
-    """
-    if not exchanges or not messages:
-        return exchanges
-    from dataclasses import replace
-
-    last = len(messages) - 1
-    in_progress = {position for position, e in enumerate(exchanges) if any(ref[0] == last for ref in e.refs)}
-    return [replace(e, unfinished=True) if p in in_progress else e for p, e in enumerate(exchanges)]
-
-
-def _protect_current_turn(exchanges: list[Exchange]) -> list[Exchange]:
-    """The latest user turn is what the agent is working on: dropping it would lose the question itself."""
-    from dataclasses import replace
-
-    for index in range(len(exchanges) - 1, -1, -1):
-        exchange = exchanges[index]
-        if exchange.kind in ('turn', 'opening'):
-            if exchange.protected is None:
-                exchanges = [*exchanges[:index], replace(exchange, protected='current_turn'), *exchanges[index + 1 :]]
-            break
-    return exchanges
 
 
 def _apply_predicate(

@@ -18,7 +18,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.tools import AgentDepsT, RunContext
 
 from pydantic_ai_compaction.protocols.metadata import ours, record_extra, str_dict
@@ -34,6 +42,7 @@ from pydantic_ai_compaction.runtime.instructions import (
     line_body,
     tool_provided,
 )
+from pydantic_ai_compaction.runtime.memo import IdentityMemo
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement
 from pydantic_ai_compaction.runtime.transcript import clip, return_text, user_text
 
@@ -81,7 +90,7 @@ def rare_lines(call: ToolCallPart, text: str, *, limit: int = 20) -> list[str]:
 
 def _shape(line: str) -> tuple[str, ...]:
     tokens: list[str] = []
-    for token in line_body(line).split()[:8]:
+    for token in line_body(line).split(maxsplit=8)[:8]:
         if '=' in token:
             tokens.append(token.split('=', 1)[0] + '=')
         elif token.isalpha() and token.isupper():
@@ -136,6 +145,12 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
 
     _writes: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
+    _entries: IdentityMemo[tuple[tuple[str, str], ...]] = field(
+        init=False, repr=False, compare=False, default_factory=IdentityMemo[tuple[tuple[str, str], ...]]
+    )
+    """Each exchange's `(section, line)` entries by the identity of its parts (weak): an exchange a reset
+    already read (a retried or repeated compaction of the same history) is not read again."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
         owner = 'ResetToCheckpoint'
@@ -159,16 +174,38 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             text = self.checkpoint(ctx.run, view)
             return Proposal(summary=Summary(text), supersedes=self.strategy_name, variant='custom')
         sections, omitted = self.sections(view)
-        # About three quarters of what it replaces (an estimated token is about four characters).
+        digests = self._carried_digests(view)
+        # About three quarters of what it replaces (an estimated token is about four characters): a checkpoint
+        # is never larger than what it replaces, however many entries the history holds.
         budget = min(self.max_chars, self.replaced_tokens(view) * 3)
-        sections, omitted = fold(sections, omitted, budget)
-        text = render_checkpoint(sections, omitted, progress=self._progress(view, sections, omitted))
-        return Proposal(
-            summary=Summary(text),
-            supersedes=self.strategy_name,
-            variant='default',
-            extra={'checkpoint': sections, 'omitted': omitted, 'instructions': sections['instructions']},
-        )
+        sections, omitted, digests = fold_with_digests(sections, omitted, budget, digests)
+        text = render_checkpoint(sections, omitted, progress=self._progress(view, sections, omitted), digests=digests)
+        while len(text) > budget and any(sections[name] for name in SECTIONS):
+            # Titles, notes and digests took more than estimated (long labels, a long latest call): fold the excess.
+            excess = len(text) - budget
+            sections, omitted, digests = fold_with_digests(
+                sections, omitted, _entries_size(sections) - excess, digests, room=0
+            )
+            text = render_checkpoint(
+                sections, omitted, progress=self._progress(view, sections, omitted), digests=digests
+            )
+        extra: dict[str, Any] = {'checkpoint': sections, 'omitted': omitted, 'instructions': sections['instructions']}
+        if any(digests.values()):
+            extra['digests'] = digests
+        return Proposal(summary=Summary(text), supersedes=self.strategy_name, variant='default', extra=extra)
+
+    def _carried_digests(self, view: ConversationView) -> dict[str, dict[str, int]]:
+        """Digest counts earlier checkpoints carried, summed per section and label."""
+        digests: dict[str, dict[str, int]] = {name: {} for name in SECTIONS}
+        for record in view.records():
+            if record.get('strategy') != self.strategy_name:
+                continue
+            carried = str_dict(str_dict(record.get('extra')).get('digests'))
+            for name in SECTIONS:
+                for label, count in str_dict(carried.get(name)).items():
+                    if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+                        digests[name][label] = digests[name].get(label, 0) + count
+        return digests
 
     def replaced_tokens(self, view: ConversationView) -> int:
         """Estimated tokens the checkpoint stands in for: everything not forced, and our earlier checkpoints."""
@@ -194,23 +231,36 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                     omitted[name] += count
             # Checkpoints written before sections existed: one line per completed call.
             sections['read'].extend(_strings(extra.get('checkpoint_entries')))
-        extract: FactExtractor = self.extract or self._default_extract
         for exchange in view.exchanges:
-            if exchange.forced:
-                continue  # kept verbatim by the runtime: the opening, the turn in progress, pins
-            if exchange.kind == 'tools':
-                self._tool_entries(view, exchange, sections, extract)
-            elif exchange.kind in ('turn', 'response'):
-                sections['conversation'].extend(self._conversation(view, exchange))
+            if exchange.forced or exchange.kind not in ('tools', 'turn', 'response'):
+                continue  # kept verbatim by the runtime (the opening, the turn in progress, pins), or no entries
+            for name, line in self._exchange_entries(view, exchange):
+                sections[name].append(line)
+        said = set(sections['conversation'])
         sections['instructions'] = [
-            text for text in gather_instructions(view, self.sources) if f'user: {text}' not in sections['conversation']
+            text for text in gather_instructions(view, self.sources) if f'user: {text}' not in said
         ]
         return {name: list(dict.fromkeys(lines)) for name, lines in sections.items()}, omitted
 
-    def _tool_entries(
-        self, view: ConversationView, exchange: Exchange, sections: dict[str, list[str]], extract: FactExtractor
-    ) -> None:
+    def _exchange_entries(self, view: ConversationView, exchange: Exchange) -> tuple[tuple[str, str], ...]:
+        """The `(section, line)` entries one exchange adds, read once per exchange (memoized by its parts)."""
         messages = view.messages_of(exchange)
+        parts = tuple(part for message in messages for part in message.parts)
+        cached = self._entries.get(parts)
+        if cached is not None:
+            return cached
+        sections: dict[str, list[str]] = {name: [] for name in SECTIONS}
+        if exchange.kind == 'tools':
+            self._tool_entries(messages, sections, self.extract or self._default_extract)
+        else:
+            sections['conversation'].extend(self._conversation(messages))
+        # In the order the section lines were produced (each section keeps its own order).
+        entries = tuple((name, line) for name in SECTIONS for line in sections[name])
+        return self._entries.put(parts, entries) if parts else entries
+
+    def _tool_entries(
+        self, messages: list[ModelMessage], sections: dict[str, list[str]], extract: FactExtractor
+    ) -> None:
         returns = {
             part.tool_call_id: part
             for message in messages
@@ -243,9 +293,9 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     def _default_extract(self, call: ToolCallPart, text: str) -> list[str]:
         return rare_lines(call, text, limit=self.facts_per_result)
 
-    def _conversation(self, view: ConversationView, exchange: Exchange) -> list[str]:
+    def _conversation(self, messages: list[ModelMessage]) -> list[str]:
         lines: list[str] = []
-        for message in view.messages_of(exchange):
+        for message in messages:
             for part in message.parts:
                 if isinstance(message, ModelRequest) and isinstance(part, UserPromptPart):
                     if not is_restatement(part) and not tool_provided(message, part) and user_text(part).strip():
@@ -301,7 +351,7 @@ def _newest_call(view: ConversationView) -> str | None:
         for message in reversed(view.messages_of(exchange)):
             for part in reversed(message.parts):
                 if isinstance(part, ToolCallPart):
-                    return f'{part.tool_name}({clean_text(args_text(part.args))})'
+                    return clip(f'{part.tool_name}({clean_text(args_text(part.args))})', 200)
     return None
 
 
@@ -313,23 +363,85 @@ def fold(
     Deterministic: the same sections and budget always fold the same way. Instruction changes are folded
     only when nothing else is left to fold.
     """
+    folded, counts, _ = fold_with_digests(sections, omitted, budget)
+    return folded, counts
+
+
+DIGEST_LABELS = 6
+"""Labels a section's digest names (the most frequent); the rest are counted together as `other`."""
+
+
+def fold_with_digests(
+    sections: dict[str, list[str]],
+    omitted: dict[str, int],
+    budget: int,
+    digests: dict[str, dict[str, int]] | None = None,
+    *,
+    room: int | None = None,
+) -> tuple[dict[str, list[str]], dict[str, int], dict[str, dict[str, int]]]:
+    """`fold`, also counting the folded entries per label (the tool, or who spoke) into one-line digests.
+
+    The newest entries stay verbatim; the older ones become counts in *digests*, added to those earlier
+    checkpoints carried. Deterministic, like `fold`.
+    """
     sections = {name: list(lines) for name, lines in sections.items()}
     omitted = dict(omitted)
+    digests = {name: dict((digests or {}).get(name) or {}) for name in sections}
     sizes = {name: sum(len(line) + 3 for line in lines) for name, lines in sections.items()}
-    # Titles, omission notes, header and the progress lines are about 900 characters at most.
-    room = max(budget - 900, 0)
-    while sum(sizes.values()) > room:
-        candidates = [name for name in _FOLD_ORDER if sections[name]]
-        name = max(candidates, key=lambda n: sizes[n]) if candidates else 'instructions'
-        if not sections[name]:
+    # Titles, omission notes, digests, header and the progress lines take about 900 characters at most.
+    room = max(budget - 900, 0) if room is None else max(budget - room, 0)
+    cuts = dict.fromkeys(sections, 0)
+    total = sum(sizes.values())
+    while total > room:
+        candidates = [name for name in _FOLD_ORDER if len(sections[name]) > cuts[name]]
+        if candidates:
+            name = max(candidates, key=lambda n: sizes[n])
+        elif len(sections.get('instructions') or ()) > cuts.get('instructions', 0):
+            name = 'instructions'
+        else:
             break
-        dropped = sections[name].pop(0)
+        dropped = sections[name][cuts[name]]
+        cuts[name] += 1
         sizes[name] -= len(dropped) + 3
+        total -= len(dropped) + 3
         omitted[name] = omitted.get(name, 0) + 1
-    return sections, omitted
+        label = _label(dropped)
+        digests[name][label] = digests[name].get(label, 0) + 1
+    sections = {name: lines[cuts[name] :] for name, lines in sections.items()}
+    return sections, omitted, {name: _top(counts) for name, counts in digests.items()}
 
 
-def render_checkpoint(sections: dict[str, list[str]], omitted: dict[str, int], *, progress: str = '') -> str:
+_LABEL = re.compile(r'[^(:]*')
+
+
+def _label(entry: str) -> str:
+    """What a folded entry is counted under: the tool it called, or who spoke."""
+    match = _LABEL.match(entry)
+    head = match.group().strip() if match else ''
+    return clip(head, 40) if head else 'other'
+
+
+def _top(counts: dict[str, int]) -> dict[str, int]:
+    """At most `DIGEST_LABELS` labels (the most frequent, ties by name), the rest summed under `other`."""
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    if len(ordered) <= DIGEST_LABELS:
+        return dict(ordered)
+    kept = dict(ordered[: DIGEST_LABELS - 1])
+    kept['other'] = kept.get('other', 0) + sum(count for _, count in ordered[DIGEST_LABELS - 1 :])
+    return kept
+
+
+def _entries_size(sections: dict[str, list[str]]) -> int:
+    return sum(len(line) + 3 for lines in sections.values() for line in lines)
+
+
+def render_checkpoint(
+    sections: dict[str, list[str]],
+    omitted: dict[str, int],
+    *,
+    progress: str = '',
+    digests: dict[str, dict[str, int]] | None = None,
+) -> str:
     """The default checkpoint text."""
     lines = [CHECKPOINT_HEADER]
     for name in SECTIONS:
@@ -338,7 +450,13 @@ def render_checkpoint(sections: dict[str, list[str]], omitted: dict[str, int], *
         if not entries and not folded:
             continue
         lines.append(f'{_TITLES[name]}:')
-        if folded:
+        digest = (digests or {}).get(name) or {}
+        if folded and digest:
+            counted = ', '.join(f'{label} ×{count:,}' for label, count in digest.items())
+            lines.append(
+                f'- ({folded:,} earlier entries folded to fit: {counted}; recall or re-read for their details)'
+            )
+        elif folded:
             lines.append(f'- ({folded:,} earlier entries folded to fit; recall or re-read for their details)')
         lines.extend(f'- {entry}' for entry in entries)
     if progress:

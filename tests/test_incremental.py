@@ -1,0 +1,243 @@
+"""Incremental segmentation: a history segmented before is extended, never re-read, and never stale."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic_ai.messages import (
+    CompactionPart,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ToolAvailabilityDeltaPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
+from pydantic_ai_compaction import segment
+from pydantic_ai_compaction.runtime.segment import ConversationView, message_tokens, messages_tokens, segment_fresh
+
+from .reliability import histories
+
+segment_module = importlib.import_module('pydantic_ai_compaction.runtime.segment')
+
+EXAMPLES = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def same(view: ConversationView, fresh: ConversationView) -> None:
+    assert view == fresh  # messages, exchanges (ids, kinds, refs, tokens, protection, in progress) and next_id
+    assert view.by_id == fresh.by_id
+
+
+def grown(history: list[ModelMessage], protect: Any = None, prompt: object = None) -> None:
+    for end in range(1, len(history) + 1):
+        prefix = history[:end]
+        same(segment(prefix, protect, prompt=prompt), segment_fresh(prefix, protect, prompt=prompt))
+
+
+@EXAMPLES
+@given(histories())
+def test_a_history_grown_message_by_message_segments_as_if_fresh(history: list[ModelMessage]) -> None:
+    grown(history)
+
+
+@EXAMPLES
+@given(histories(), histories(), st.integers(0, 30))
+def test_a_replaced_history_is_never_answered_from_the_old_one(
+    history: list[ModelMessage], other: list[ModelMessage], keep: int
+) -> None:
+    grown(history)
+    # A compaction rewrote it, or the user passed another history that starts with the same opening object.
+    keep = min(keep, len(history) - 1)
+    replaced = [*history[: max(keep, 1)], *other[1:]]
+    same(segment(replaced), segment_fresh(replaced))
+    grown(replaced)
+    # A message in the middle swapped for an equal copy with other content, and the original history again.
+    if len(history) > 2:
+        middle = len(history) // 2
+        edited = list(history)
+        edited[middle] = _edited(history[middle])
+        same(segment(edited), segment_fresh(edited))
+    same(segment(history), segment_fresh(history))
+
+
+def _edited(message: ModelMessage) -> ModelMessage:
+    if isinstance(message, ModelRequest):
+        return replace(message, parts=[*message.parts, UserPromptPart('an edit')])
+    return replace(message, parts=[*message.parts, TextPart('an edit')])
+
+
+@EXAMPLES
+@given(histories(), st.sampled_from([None, 'continue', 'alpha beta']))
+def test_the_prompt_and_the_predicate_are_honoured_on_every_extension(
+    history: list[ModelMessage], prompt: str | None
+) -> None:
+    grown(history, prompt=prompt)
+    calls: list[str] = []
+
+    def protect(exchange: Any, messages: list[ModelMessage]) -> bool:
+        calls.append(exchange.id)
+        return exchange.kind == 'tools' and len(messages) > 1
+
+    for end in range(1, len(history) + 1):
+        calls.clear()
+        view = segment(history[:end], protect, prompt=prompt)
+        asked = list(calls)
+        calls.clear()
+        same(view, segment_fresh(history[:end], protect, prompt=prompt))
+        assert asked == calls  # asked about every unprotected exchange, reused or not
+
+
+def copied(history: list[ModelMessage]) -> list[ModelMessage]:
+    return [replace(message, parts=list(message.parts)) for message in history]  # pyright: ignore[reportArgumentType]
+
+
+@EXAMPLES
+@given(histories())
+def test_unseen_messages_estimated_in_one_pass_count_as_one_by_one(history: list[ModelMessage]) -> None:
+    longer = history * (1 + 16 // len(history))  # enough unseen messages for the one-pass estimate
+    batched = messages_tokens(copied(longer))
+    assert batched == [message_tokens(message) for message in copied(longer)]
+
+
+def tool_loop(steps: int) -> list[ModelMessage]:
+    messages: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart('sys'), UserPromptPart('go')])]
+    for step in range(steps):
+        messages.append(ModelResponse(parts=[ToolCallPart('read', {'i': step}, tool_call_id=f'c{step}')]))
+        messages.append(ModelRequest(parts=[ToolReturnPart('read', f'log {step}', tool_call_id=f'c{step}')]))
+    return messages
+
+
+def test_each_request_of_a_run_segments_only_what_is_new(monkeypatch: pytest.MonkeyPatch) -> None:
+    history = tool_loop(60)
+    segmented: list[int] = []
+    original = segment_module._segment_raw  # pyright: ignore[reportPrivateUsage]
+
+    def spy(messages: tuple[ModelMessage, ...], prompt: object, state: Any) -> Any:
+        segmented.append(len(messages) - (state.cut if state is not None else 0))
+        return original(messages, prompt, state)
+
+    monkeypatch.setattr(segment_module, '_segment_raw', spy)
+    for end in range(3, len(history) + 1, 2):
+        same(segment(history[:end]), segment_fresh(history[:end]))
+    fresh_calls = len(history) // 2  # one per segment_fresh call above
+    incremental = segmented[::2][1:]  # segment() calls after the first
+    assert len(segmented) == 2 * fresh_calls
+    # Every request after the first re-read its last exchange and the new step, not the whole history.
+    assert incremental and max(incremental) <= 4
+
+
+def test_parts_reassigned_on_a_persisted_request_are_seen() -> None:
+    history = tool_loop(6)
+    segment(history)
+    # pydantic-ai assigns a new `parts` list to a persisted request (a tool reveal), keeping the object.
+    request = history[4]
+    assert isinstance(request, ModelRequest)
+    request.parts = [*request.parts, ToolAvailabilityDeltaPart(tools_added=['search'])]
+    longer = [*history, ModelResponse(parts=[TextPart('done')])]
+    view = segment(longer)
+    assert view == segment_fresh(longer)
+    assert any(e.protected == 'state' for e in view.exchanges)
+
+
+def test_a_later_boundary_with_higher_ids_renumbers_as_a_fresh_segmentation_does() -> None:
+    history = tool_loop(5)
+    before = segment(history)
+    record: dict[str, Any] = {'strategy': 'summary', 'boundary_id': 'g50', 'next_id': 51, 'kept': [], 'dropped': []}
+    boundary = ModelRequest(parts=[CompactionPart(content='s', metadata={'pydantic_ai_compaction': record})])
+    after = segment([*history, boundary])
+    assert after == segment_fresh([*history, boundary])
+    assert after.ids[1] != before.ids[1]  # earlier unstamped exchanges are numbered after the highest id
+    assert after.ids[1:] == (*(f'g{50 + n}' for n in range(1, len(before.exchanges))), 'g50')
+
+
+def test_a_deferred_return_reaching_before_the_cut_is_merged_as_fresh() -> None:
+    history = tool_loop(4)
+    history.insert(1, ModelResponse(parts=[ToolCallPart('slow', {}, tool_call_id='slow')]))
+    history.insert(2, ModelRequest(parts=[UserPromptPart('meanwhile')]))
+    segment(history)
+    late = [
+        *history,
+        ModelResponse(parts=[TextPart('x')]),
+        ModelRequest(parts=[ToolReturnPart('slow', 'ok', tool_call_id='slow')]),
+    ]
+    view = segment(late)
+    assert view == segment_fresh(late)
+    assert len(view.exchanges) == 2  # the opening, then one exchange spanning the deferred call's whole wait
+
+
+def test_the_memo_keeps_no_history_alive() -> None:
+    import gc
+    import weakref
+
+    history = copy.deepcopy(tool_loop(10))
+    segment(history)
+    probe = weakref.ref(history[3])
+    del history
+    gc.collect()
+    assert probe() is None
+
+
+def many_tiny_calls(steps: int) -> list[ModelMessage]:
+    """Many calls whose results are nearly empty: their checkpoint entries are longer than the results."""
+    messages: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart('sys'), UserPromptPart('go')])]
+    for step in range(steps):
+        name = 'write_file' if step % 5 == 0 else 'read_log'
+        messages.append(ModelResponse(parts=[ToolCallPart(name, {'i': step}, tool_call_id=f'c{step}')]))
+        messages.append(ModelRequest(parts=[ToolReturnPart(name, 'ok', tool_call_id=f'c{step}')]))
+    return messages
+
+
+async def test_a_reset_checkpoint_never_outgrows_what_it_replaces_and_counts_what_it_folds() -> None:
+    from pydantic_ai.models import ModelRequestParameters
+    from pydantic_ai.models.test import TestModel
+    from pydantic_ai.tools import RunContext
+    from pydantic_ai.usage import RunUsage
+
+    from pydantic_ai_compaction import ResetToCheckpoint, Trigger
+    from pydantic_ai_compaction.runtime.context import CompactionContext
+    from pydantic_ai_compaction.runtime.engine import Outcome, run_compaction
+
+    history = many_tiny_calls(3_000)
+    ctx = RunContext[None](deps=None, model=TestModel(), usage=RunUsage())
+    cctx = CompactionContext(run=ctx, model=TestModel(), model_settings=None, parameters=ModelRequestParameters())
+    reset = ResetToCheckpoint(trigger=Trigger(tokens=1))
+    outcome = await run_compaction(reset, history, cctx)
+    assert isinstance(outcome, Outcome)
+    record = outcome.record
+    assert record.fallback_reason is None  # not the `grew` fallback: the checkpoint itself fit
+    assert record.tokens_after < record.tokens_before
+    text = next(p.content or '' for m in outcome.messages for p in m.parts if isinstance(p, CompactionPart))
+    assert len(text) <= reset.max_chars
+    digests = record.extra['digests']
+    omitted = record.extra['omitted']
+    kept = record.extra['checkpoint']
+    # Every completed call is either listed verbatim (the newest) or counted in a digest under its tool.
+    assert omitted['read'] + len(kept['read']) + omitted['changed'] + len(kept['changed']) == 2_999
+    assert sum(digests['read'].values()) == omitted['read'] and set(digests['read']) == {'read_log'}
+    assert sum(digests['changed'].values()) == omitted['changed'] and set(digests['changed']) == {'write_file'}
+    assert kept['read'][-1].startswith('read_log({"i":2998})')  # the newest entries stay verbatim
+    assert f'read_log ×{digests["read"]["read_log"]:,}' in text
+
+    # The next reset carries the digests forward and adds to them, still within the bound.
+    later = [*outcome.messages, *many_tiny_calls(3_100)[6_001:]]
+    again = await run_compaction(reset, later, cctx, min_saving=0.0)
+    assert isinstance(again, Outcome) and again.record.fallback_reason is None
+    assert again.record.extra['digests']['read']['read_log'] > digests['read']['read_log']
+    assert again.record.tokens_after < again.record.tokens_before
+
+
+def test_a_token_estimate_follows_parts_assigned_to_the_same_request() -> None:
+    request = ModelRequest(parts=[UserPromptPart('short')])
+    before = message_tokens(request)
+    request.parts = [*request.parts, UserPromptPart('x' * 400)]
+    assert message_tokens(request) == before + 100
