@@ -23,8 +23,13 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from pydantic_ai_compaction import segment
-from pydantic_ai_compaction.runtime.segment import ConversationView, message_tokens, messages_tokens, segment_fresh
+from pydantic_ai_compaction.runtime.segment import (
+    ConversationView,
+    message_tokens,
+    messages_tokens,
+    segment,
+    segment_fresh,
+)
 
 from .reliability import histories
 
