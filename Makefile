@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo quickstart costsim test soak bench realmodel lint format clean
+.PHONY: install demo quickstart costsim test soak bench realmodel lint format clean docs
 
 $(STAMP): pyproject.toml bench/pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -50,9 +50,20 @@ lint: $(STAMP)  ## Ruff (lint + format check) and pyright strict.
 	$(BIN)/ruff format --check .
 	$(BIN)/pyright pydantic_ai_compaction bench/pydantic_ai_compaction_bench
 
+DOCS_STAMP := $(VENV)/.docs-stamp
+
+# The `docs` dependency group of pyproject.toml, read with tomllib: the pinned pip predates `pip install --group`.
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['dependency-groups']['docs']))" > $(VENV)/docs-requirements.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -r $(VENV)/docs-requirements.txt
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)  ## The documentation site in site/ (mkdocs-material; API reference from the docstrings), strict.
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis out
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis out site
