@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -37,18 +38,15 @@ def test_quickstart_runs(capsys: pytest.CaptureFixture[str]) -> None:
 EXAMPLES = EXAMPLE.parent
 
 
-def run_example(name: str, *args: str, cwd: Path | None = None) -> list[str]:
-    """Run `examples/<name>` as a user would, in a process of its own; its printed lines."""
-    completed = subprocess.run(
-        [sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True, timeout=300, cwd=cwd
-    )
-    assert completed.returncode == 0, completed.stderr
-    assert completed.stderr == '' or 'Traceback' not in completed.stderr
-    return completed.stdout.splitlines()
+def run_in_process(name: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """Run `examples/<name>` as `__main__` in this process (its imports are already loaded); its printed lines."""
+    capsys.readouterr()
+    runpy.run_path(str(EXAMPLES / name), run_name='__main__')
+    return capsys.readouterr().out.splitlines()
 
 
-def test_registering_strategies_in_an_agent() -> None:
-    lines = run_example('agent_strategies.py')
+def test_registering_strategies_in_an_agent(capsys: pytest.CaptureFixture[str]) -> None:
+    lines = run_in_process('agent_strategies.py', capsys)
     assert [line.split(':')[0] for line in lines] == ['fork', 'summary', 'reset']
     for line in lines:
         compactions = int(line.split(': ')[1].split(' ')[0])
@@ -58,17 +56,23 @@ def test_registering_strategies_in_an_agent() -> None:
     assert kept['reset'] < kept['fork'] and kept['reset'] < kept['summary']
 
 
-def test_a_hybrid_switches_then_a_pipeline_spares_its_second_step() -> None:
-    switch, restated, pipeline = run_example('hybrid.py')
+def test_a_hybrid_switches_then_a_pipeline_spares_its_second_step(capsys: pytest.CaptureFixture[str]) -> None:
+    switch, restated, pipeline = run_in_process('hybrid.py', capsys)
     names = switch.removeprefix('switch: ').split(', ')
     assert names[:2] == ['reassert+native', 'reassert+native'] and set(names[2:]) == {'fork'} and len(names) > 2
     assert restated == 'restated after native compaction: CHANGE: report ids in lowercase'
     assert set(pipeline.removeprefix('pipeline: ').split(', ')) == {'reset'}
 
 
-def test_archive_and_recall_on_sqlite_across_two_processes(tmp_path: Path) -> None:
+def test_archive_and_recall_on_sqlite_across_two_processes(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     database = tmp_path / 'agent.sqlite3'
-    first, recall, recovered = run_example('archive_recall_sqlite.py', str(database))
+    # The first process is this one; the example starts the second itself (its output reaches the same fd).
+    monkeypatch.setattr(sys, 'argv', [str(EXAMPLES / 'archive_recall_sqlite.py'), str(database)])
+    capfd.readouterr()
+    runpy.run_path(str(EXAMPLES / 'archive_recall_sqlite.py'), run_name='__main__')
+    first, recall, recovered = capfd.readouterr().out.splitlines()
     assert first == (
         'first process: [result r1 archived as a1: log 0: one incident, payments context_recover("a1") returns the '
         'original.]'
@@ -81,16 +85,16 @@ def test_archive_and_recall_on_sqlite_across_two_processes(tmp_path: Path) -> No
     assert database.stat().st_size > 0  # the store the second process read is the file the first one wrote
 
 
-def test_harness_interop() -> None:
-    tiered, compacted, pinned = run_example('harness_interop.py')
+def test_harness_interop(capsys: pytest.CaptureFixture[str]) -> None:
+    tiered, compacted, pinned = run_in_process('harness_interop.py', capsys)
     assert tiered.startswith('tiered: answer INC-7,') and tiered.endswith('boundaries: fork')
     before, after = (int(n) for n in compacted.split(': ')[1].split(' messages')[0].split(' -> '))
     assert after < before and compacted.endswith('boundaries: fork, summary')
     assert pinned == 'pinned request kept: True'
 
 
-def test_migrating_a_history_processors_function() -> None:
-    refused, process_history, ours = run_example('migrate_history_processors.py')
+def test_migrating_a_history_processors_function(capsys: pytest.CaptureFixture[str]) -> None:
+    refused, process_history, ours = run_in_process('migrate_history_processors.py', capsys)
     assert refused == 'history_processors=: TypeError in pydantic-ai 2.x'
     assert process_history == (
         'ProcessHistory(keep_recent_messages): 6 messages, opening request kept: False, unpaired tool calls/returns: 1'
