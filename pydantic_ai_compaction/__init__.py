@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from pydantic_ai_compaction.processors import (
         Archive,
         BoundedSelection,
+        ClearThenSummarize,
         CuratedSelection,
         ForgetReasoning,
         Fork,
@@ -49,15 +50,16 @@ if TYPE_CHECKING:
         ProviderSummary,
         Summary,
     )
+    from pydantic_ai_compaction.protocols.archive import ArchiveStore
     from pydantic_ai_compaction.runtime import (
         CompactionCapability,
         CompactionContext,
         ConfiguredCompaction,
         ConversationView,
+        EventObserver,
+        ProtectPredicate,
         RetryPolicy,
         Trigger,
-        segment,
-        validate,
     )
     from pydantic_ai_compaction.runtime.checks import ConfigurationError
     from pydantic_ai_compaction.runtime.instructions import InstructionSources
@@ -65,48 +67,63 @@ if TYPE_CHECKING:
 
 __version__ = '0.1.0'
 
+_PROCESSORS = 'pydantic_ai_compaction.processors'
+_PROTOCOLS = 'pydantic_ai_compaction.protocols'
+_RUNTIME = 'pydantic_ai_compaction.runtime'
+
 # Names load on first use (PEP 562): `import pydantic_ai_compaction`, and the pytest plugin this package
 # registers in every project that has it installed, cost nearly nothing until a strategy is touched.
 _LAZY: dict[str, str] = {
-    'Archive': 'pydantic_ai_compaction.processors',
-    'BoundedSelection': 'pydantic_ai_compaction.processors',
-    'CuratedSelection': 'pydantic_ai_compaction.processors',
-    'ForgetReasoning': 'pydantic_ai_compaction.processors',
-    'Fork': 'pydantic_ai_compaction.processors',
-    'Native': 'pydantic_ai_compaction.processors',
-    'NoCompaction': 'pydantic_ai_compaction.processors',
-    'Notes': 'pydantic_ai_compaction.processors',
-    'Orientation': 'pydantic_ai_compaction.processors',
-    'Pipeline': 'pydantic_ai_compaction.processors',
-    'Reassert': 'pydantic_ai_compaction.processors',
-    'Recall': 'pydantic_ai_compaction.processors',
-    'ResetToCheckpoint': 'pydantic_ai_compaction.processors',
-    'StatelessSummary': 'pydantic_ai_compaction.processors',
-    'Switch': 'pydantic_ai_compaction.processors',
-    'Tiered': 'pydantic_ai_compaction.processors',
-    'METADATA_KEY': 'pydantic_ai_compaction.protocols',
-    'CompactionEvent': 'pydantic_ai_compaction.protocols',
-    'CompactionRecord': 'pydantic_ai_compaction.protocols',
-    'CompactionState': 'pydantic_ai_compaction.protocols',
-    'CompactorUsage': 'pydantic_ai_compaction.protocols',
-    'Exchange': 'pydantic_ai_compaction.protocols',
-    'Layout': 'pydantic_ai_compaction.protocols',
-    'Proposal': 'pydantic_ai_compaction.protocols',
-    'ProviderSummary': 'pydantic_ai_compaction.protocols',
-    'Summary': 'pydantic_ai_compaction.protocols',
-    'CompactionCapability': 'pydantic_ai_compaction.runtime',
-    'CompactionContext': 'pydantic_ai_compaction.runtime',
-    'ConfiguredCompaction': 'pydantic_ai_compaction.runtime',
-    'ConversationView': 'pydantic_ai_compaction.runtime',
-    'RetryPolicy': 'pydantic_ai_compaction.runtime',
-    'Trigger': 'pydantic_ai_compaction.runtime',
-    'segment': 'pydantic_ai_compaction.runtime',
-    'validate': 'pydantic_ai_compaction.runtime',
-    'ConfigurationError': 'pydantic_ai_compaction.runtime.checks',
+    # What users register: strategies, views and memory.
+    **dict.fromkeys(
+        (
+            'Archive',
+            'BoundedSelection',
+            'ClearThenSummarize',
+            'CuratedSelection',
+            'ForgetReasoning',
+            'Fork',
+            'Native',
+            'NoCompaction',
+            'Notes',
+            'Orientation',
+            'Pipeline',
+            'Reassert',
+            'Recall',
+            'ResetToCheckpoint',
+            'StatelessSummary',
+            'Switch',
+            'Tiered',
+        ),
+        _PROCESSORS,
+    ),
+    # What users configure them with.
+    'Trigger': _RUNTIME,
+    'RetryPolicy': _RUNTIME,
+    'EventObserver': _RUNTIME,
+    'ProtectPredicate': _RUNTIME,
     'InstructionSources': 'pydantic_ai_compaction.runtime.instructions',
+    'ConfigurationError': 'pydantic_ai_compaction.runtime.checks',
+    'ArchiveStore': 'pydantic_ai_compaction.protocols.archive',
     'InMemoryArchiveStore': 'pydantic_ai_compaction.runtime.stores',
     'PostgresArchiveStore': 'pydantic_ai_compaction.runtime.stores',
     'SQLiteArchiveStore': 'pydantic_ai_compaction.runtime.stores',
+    # What they observe.
+    'CompactionEvent': _PROTOCOLS,
+    'CompactionRecord': _PROTOCOLS,
+    'CompactorUsage': _PROTOCOLS,
+    'CompactionState': _PROTOCOLS,
+    'METADATA_KEY': _PROTOCOLS,
+    # The extension points to write a strategy.
+    'CompactionCapability': _RUNTIME,
+    'ConfiguredCompaction': _RUNTIME,
+    'CompactionContext': _RUNTIME,
+    'ConversationView': _RUNTIME,
+    'Exchange': _PROTOCOLS,
+    'Proposal': _PROTOCOLS,
+    'Summary': _PROTOCOLS,
+    'ProviderSummary': _PROTOCOLS,
+    'Layout': _PROTOCOLS,
 }
 
 
@@ -116,7 +133,9 @@ __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 __all__ = [
     'METADATA_KEY',
     'Archive',
+    'ArchiveStore',
     'BoundedSelection',
+    'ClearThenSummarize',
     'CompactionCapability',
     'CompactionContext',
     'CompactionEvent',
@@ -127,6 +146,7 @@ __all__ = [
     'ConfiguredCompaction',
     'ConversationView',
     'CuratedSelection',
+    'EventObserver',
     'Exchange',
     'ForgetReasoning',
     'Fork',
@@ -140,6 +160,7 @@ __all__ = [
     'Pipeline',
     'PostgresArchiveStore',
     'Proposal',
+    'ProtectPredicate',
     'ProviderSummary',
     'Reassert',
     'Recall',
@@ -152,6 +173,4 @@ __all__ = [
     'Tiered',
     'Trigger',
     '__version__',
-    'segment',
-    'validate',
 ]

@@ -41,9 +41,8 @@ from pydantic_ai_compaction import (
     ResetToCheckpoint,
     RetryPolicy,
     StatelessSummary,
-    segment,
 )
-from pydantic_ai_compaction.runtime import our_record, pairing_problems
+from pydantic_ai_compaction.runtime import our_record, pairing_problems, segment
 from pydantic_ai_compaction.runtime.shape import shape_problems
 from pydantic_ai_compaction.testing import replay
 

@@ -23,8 +23,9 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import RunContext
 
 from pydantic_ai_compaction import Archive, Fork, Notes, Recall, Tiered, Trigger
-from pydantic_ai_compaction.processors.memory.archive import archived_ref_of, original_part, result_id_of
+from pydantic_ai_compaction.processors.memory.results import archived_ref_of, original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchiveError, Note
+from pydantic_ai_compaction.protocols.types import Exchange
 from pydantic_ai_compaction.runtime import our_record
 from pydantic_ai_compaction.runtime.checks import ConfigurationError
 from pydantic_ai_compaction.runtime.stores import InMemoryArchiveStore
@@ -107,6 +108,32 @@ def test_results_get_stable_ids_and_a_rejected_batch_changes_nothing(store: Any)
     assert any(
         isinstance(p, ToolCallPart) and p.tool_call_id == parts[0].tool_call_id for m in history for p in m.parts
     )
+
+
+def test_protect_takes_the_same_predicate_as_a_strategy() -> None:
+    # One `protect` signature everywhere: (exchange, its messages) -> bool, as `ConfiguredCompaction.protect`.
+    asked: list[str] = []
+
+    def protect(exchange: Exchange, messages: list[ModelMessage]) -> bool:
+        asked.append(exchange.id)
+        return any(
+            isinstance(p, ToolCallPart) and p.args_as_dict().get('index') == 2 for m in messages for p in m.parts
+        )
+
+    steps = [
+        [ToolCallPart('read', {'index': 1})],
+        [ToolCallPart('read', {'index': 2})],
+        apply(('r1', 'file 1'), ('r2', 'file 2')),
+        apply(('r1', 'file 1')),
+        [TextPart('done')],
+    ]
+    result = agent_with(scripted(steps), [Archive(protect=protect)]).run_sync('go')
+    parts = [p for p in returns(result.all_messages()) if p.tool_name == 'read']
+    rejected = next(p for p in returns(result.all_messages()) if p.outcome == 'retried')
+    assert 'r2: protected, it cannot be archived' in rejected.model_response_str()
+    assert 'r1:' not in rejected.model_response_str()
+    assert [archived_ref_of(p) for p in parts] == ['a1', None]
+    assert asked  # the predicate was asked about exchanges, not parts
 
 
 def test_recovery_is_byte_exact_for_text_and_images(store: Any) -> None:
@@ -400,7 +427,7 @@ def test_a_key_function_that_fails_is_a_tool_answer_not_a_failed_run() -> None:
         (lambda: Recall(store=None), 'Recall.store'),
         (lambda: Notes(store={}), 'Notes.store'),
         (lambda: Notes(instructions=None), 'Notes.instructions'),
-        (lambda: Tiered(conversation=''), 'Tiered.conversation'),
+        (lambda: Tiered(conversation=''), 'ClearThenSummarize.conversation'),
     ],
 )
 def test_bad_memory_configuration_fails_at_construction_naming_the_field(

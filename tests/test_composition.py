@@ -27,7 +27,7 @@ from pydantic_ai_compaction import (
     Recall,
     Tiered,
 )
-from pydantic_ai_compaction.processors.memory.archive import result_id_of
+from pydantic_ai_compaction.processors.memory.results import result_id_of
 from pydantic_ai_compaction.runtime.stores.postgres import PostgresArchiveStore
 
 from .support import log_text

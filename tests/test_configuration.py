@@ -76,10 +76,10 @@ CASES: list[tuple[str, str, Callable[[Any], object], list[object]]] = [
     ('ResetToCheckpoint', 'excerpt_chars', lambda v: ResetToCheckpoint(excerpt_chars=v), [NAN, 2.5, True, '100']),
     ('ResetToCheckpoint', 'sources', lambda v: ResetToCheckpoint(sources=v), ['CHANGE:']),
     # Views.
-    ('Tiered', 'keep_results', lambda v: Tiered(keep_results=v), [2.5, True, NAN, -1]),
-    ('Tiered', 'context_window', lambda v: Tiered(context_window=v), [NAN, 2.5, 0]),
-    ('Tiered', 'write_tools', lambda v: Tiered(write_tools=v), ['(', 3]),
-    ('Tiered', 'clear_at', lambda v: Tiered(clear_at=v), ['0.5', NAN, 1.5]),
+    ('ClearThenSummarize', 'keep_results', lambda v: Tiered(keep_results=v), [2.5, True, NAN, -1]),
+    ('ClearThenSummarize', 'context_window', lambda v: Tiered(context_window=v), [NAN, 2.5, 0]),
+    ('ClearThenSummarize', 'write_tools', lambda v: Tiered(write_tools=v), ['(', 3]),
+    ('ClearThenSummarize', 'clear_at', lambda v: Tiered(clear_at=v), ['0.5', NAN, 1.5]),
     ('BoundedSelection', 'budget', lambda v: BoundedSelection(budget=v), [NAN, INF, 2.5, True, '1000', 0]),
     ('BoundedSelection', 'retrieve', lambda v: BoundedSelection(retrieve=v), [NAN, True, -1]),
     ('CuratedSelection', 'secret_patterns', lambda v: CuratedSelection(secret_patterns=v), ['abc', ['(']]),
@@ -136,4 +136,4 @@ def test_messages_say_what_to_write_only_where_it_helps() -> None:
     assert 'write markers' not in str(raised.value)
     with pytest.raises(ConfigurationError) as raised:
         Tiered(write_tools=['write', 'edit'])  # pyright: ignore[reportArgumentType]
-    assert str(raised.value).startswith('Tiered.write_tools must be')  # one pattern, not an item of a list
+    assert str(raised.value).startswith('ClearThenSummarize.write_tools must be')  # one pattern, not an item of a list

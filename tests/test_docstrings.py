@@ -84,3 +84,16 @@ def test_an_undocumented_field_is_found() -> None:
         bare: int = 0
 
     assert documented_fields(Example) == {'documented'}
+
+
+def test_the_api_reference_lists_every_public_name() -> None:
+    """docs/api.md names each export by its defining module, so the reference cannot silently lose one."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).parent.parent / 'docs' / 'api.md').read_text()
+    listed = {line.rsplit('.', 1)[-1] for line in re.findall(r'^::: (\S+)$', page, re.MULTILINE)}
+    constants = {name for name in pydantic_ai_compaction.__all__ if name.isupper() or name.startswith('__')}
+    missing = set(pydantic_ai_compaction.__all__) - constants - listed - {'EventObserver'}
+    assert missing == set()
+    assert 'events' in listed  # the module section that documents EventObserver and SPAN_NAME

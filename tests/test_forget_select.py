@@ -22,9 +22,11 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
-from pydantic_ai_compaction import BoundedSelection, CuratedSelection, ForgetReasoning, Orientation, segment
+from pydantic_ai_compaction import BoundedSelection, CuratedSelection, ForgetReasoning, Orientation
+from pydantic_ai_compaction.processors.views.curation import CURATOR_MARKER, ORIENTATION_OPEN
 from pydantic_ai_compaction.processors.views.forget import reasoning_decision
-from pydantic_ai_compaction.processors.views.selection import CURATOR_MARKER, ORIENTATION_OPEN, select
+from pydantic_ai_compaction.processors.views.selection import select
+from pydantic_ai_compaction.runtime import segment
 
 THOUGHT = 'Let me think about which file to change and why. ' * 20
 

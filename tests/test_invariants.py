@@ -12,7 +12,8 @@ from pydantic_ai.models.test import TestModel
 from pydantic_ai.tools import RunContext
 from pydantic_ai.usage import RunUsage
 
-from pydantic_ai_compaction import Fork, Trigger, segment
+from pydantic_ai_compaction import Fork, Trigger
+from pydantic_ai_compaction.runtime import segment
 from pydantic_ai_compaction.testing import replay
 
 from .reliability import STRATEGIES, compact_and_check, fuzzed_replies, histories, reply_model

@@ -54,7 +54,7 @@ from pydantic_ai_compaction import (
 from pydantic_ai_compaction.processors.strategies.fork import FORK_MARKER
 from pydantic_ai_compaction.processors.strategies.native import NATIVE_MARKER
 from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER
-from pydantic_ai_compaction.processors.views.selection import CURATOR_MARKER, ORIENTATION_OPEN
+from pydantic_ai_compaction.processors.views.curation import CURATOR_MARKER, ORIENTATION_OPEN
 from pydantic_ai_compaction.processors.views.tiered import HANDOFF_MARKER
 from pydantic_ai_compaction.protocols.schemas import CURATOR_SCHEMA, FORK_JSON_SCHEMA
 from pydantic_ai_compaction.runtime import compactor, replies

@@ -18,9 +18,8 @@ from pydantic_ai_compaction import (
     Reassert,
     ResetToCheckpoint,
     Trigger,
-    segment,
 )
-from pydantic_ai_compaction.runtime import our_record, pairing_problems
+from pydantic_ai_compaction.runtime import our_record, pairing_problems, segment
 from pydantic_ai_compaction.runtime.segment import is_restatement
 
 from .support import ScriptedAgentModel, fork_json, log_text

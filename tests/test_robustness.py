@@ -13,18 +13,9 @@ from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai_harness.compaction import FallbackCompaction, SlidingWindowCompaction
 
-from pydantic_ai_compaction import (
-    CompactionEvent,
-    Fork,
-    Native,
-    ResetToCheckpoint,
-    RetryPolicy,
-    Switch,
-    Trigger,
-    segment,
-)
+from pydantic_ai_compaction import CompactionEvent, Fork, Native, ResetToCheckpoint, RetryPolicy, Switch, Trigger
 from pydantic_ai_compaction.processors.strategies.fork import Fork as ForkClass
-from pydantic_ai_compaction.runtime import our_record, pairing_problems
+from pydantic_ai_compaction.runtime import our_record, pairing_problems, segment
 from pydantic_ai_compaction.testing import replay
 
 from .support import ScriptedAgentModel, audit_agent, fork_json, recorded_history
@@ -129,9 +120,9 @@ def test_reraise_in_compact_lets_harness_fallback_try_the_next_strategy() -> Non
 )
 def test_fork_json_found_among_prose_and_fences(reply: str, keep: tuple[str, ...]) -> None:
     proposal = ForkClass().parse(reply, segment(recorded_history()))
-    assert proposal.malformed is None and proposal.keep == keep
+    assert proposal.malformed is None and proposal.kept == keep
 
 
 def test_fork_free_keep_line_takes_whole_ids_only() -> None:
     proposal = ForkClass(variant='free').parse('KEEP: g3, debug12, img4\nsummary text', segment(recorded_history()))
-    assert proposal.keep == ('g3',)
+    assert proposal.kept == ('g3',)

@@ -23,8 +23,8 @@ from pydantic_ai_compaction import (
     Reassert,
     Recall,
     Tiered,
-    segment,
 )
+from pydantic_ai_compaction.runtime import segment
 from pydantic_ai_compaction.runtime.instructions import gather_instructions
 from pydantic_ai_compaction.runtime.notes import NOTES_HEADER, with_notes
 from pydantic_ai_compaction.testing import replay
@@ -116,8 +116,8 @@ def test_a_conversation_cannot_recover_or_recall_another_conversations_entries()
         (lambda: Archive(reminder_tokens=0), 'Archive.reminder_tokens'),
         (lambda: Archive(reminder_every_chars=-1), 'Archive.reminder_every_chars'),
         (lambda: Recall(limit=0), 'Recall.limit'),
-        (lambda: Tiered(clear_at=1.5), 'Tiered.clear_at'),
-        (lambda: Tiered(context_window=0), 'Tiered.context_window'),
+        (lambda: Tiered(clear_at=1.5), 'ClearThenSummarize.clear_at'),
+        (lambda: Tiered(context_window=0), 'ClearThenSummarize.context_window'),
         (lambda: BoundedSelection(budget=-1), 'budget'),
         (lambda: CuratedSelection(focal_budget=0), 'CuratedSelection.focal_budget'),
         (lambda: ForgetReasoning(policy='sometimes'), 'ForgetReasoning.policy'),  # pyright: ignore[reportArgumentType]

@@ -45,11 +45,10 @@ from pydantic_ai_compaction import (
     StatelessSummary,
     Tiered,
     Trigger,
-    segment,
 )
 from pydantic_ai_compaction.processors.strategies.reset import fold, rare_lines, render_checkpoint
+from pydantic_ai_compaction.processors.views.curation import CURATOR_MARKER
 from pydantic_ai_compaction.processors.views.selection import (
-    CURATOR_MARKER,
     bundles,
     current_request_text,
     current_user_request,
@@ -57,6 +56,7 @@ from pydantic_ai_compaction.processors.views.selection import (
     select,
 )
 from pydantic_ai_compaction.processors.views.tiered import HANDOFF_MARKER
+from pydantic_ai_compaction.runtime import segment
 from pydantic_ai_compaction.runtime.checks import ConfigurationError
 from pydantic_ai_compaction.runtime.wrappers import neutralize, wrap
 from pydantic_ai_compaction.testing import BUDGET_PRESETS, checkpoints, replay_views
@@ -759,11 +759,11 @@ def test_selection_sends_bundles_whole_or_not_at_all(history: list[ModelMessage]
         (lambda: CuratedSelection(secret_patterns=['(']), r'CuratedSelection.secret_patterns\[0\]'),
         (lambda: CuratedSelection(fallback=None), 'CuratedSelection.fallback'),
         (lambda: CuratedSelection(full_history='yes'), 'CuratedSelection.full_history'),
-        (lambda: Tiered(keep_results=-1), 'Tiered.keep_results'),
-        (lambda: Tiered(summarize_max_tokens=1.5), 'Tiered.summarize_max_tokens'),
-        (lambda: Tiered(handoff_input_share=2), 'Tiered.handoff_input_share'),
-        (lambda: Tiered(write_tools='('), 'Tiered.write_tools'),
-        (lambda: Tiered(context_window=True), 'Tiered.context_window'),
+        (lambda: Tiered(keep_results=-1), 'ClearThenSummarize.keep_results'),
+        (lambda: Tiered(summarize_max_tokens=1.5), 'ClearThenSummarize.summarize_max_tokens'),
+        (lambda: Tiered(handoff_input_share=2), 'ClearThenSummarize.handoff_input_share'),
+        (lambda: Tiered(write_tools='('), 'ClearThenSummarize.write_tools'),
+        (lambda: Tiered(context_window=True), 'ClearThenSummarize.context_window'),
         (lambda: ResetToCheckpoint(max_chars=10), 'ResetToCheckpoint.max_chars'),
         (lambda: ResetToCheckpoint(facts_per_result=0), 'ResetToCheckpoint.facts_per_result'),
         (lambda: ResetToCheckpoint(extract='lines'), 'ResetToCheckpoint.extract'),

@@ -17,9 +17,9 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from pydantic_ai_compaction import CompactionEvent, Fork, Trigger, segment
+from pydantic_ai_compaction import CompactionEvent, Fork, Trigger
 from pydantic_ai_compaction.protocols import Proposal, Summary
-from pydantic_ai_compaction.runtime import apply_layout, our_record, pairing_problems, validate
+from pydantic_ai_compaction.runtime import apply_layout, our_record, pairing_problems, segment, validate
 
 from .support import ScriptedAgentModel, audit_agent, fork_json, recorded_history
 
@@ -88,8 +88,8 @@ def test_a_deferred_return_keeps_the_whole_span_together() -> None:
         ('g1', ((1, None), (2, None), (3, None), (4, None))),
         ('g2', ((5, None), (6, None))),
     ]
-    layout = validate(Proposal(keep=(), summary=Summary('s')), view)
-    out, _ = apply_layout(view, layout, {'strategy': 't'})
+    layout = validate(Proposal(kept=(), summary=Summary('s')), view)
+    out = apply_layout(view, layout, {'strategy': 't'})
     assert pairing_problems(out) == []
 
 
@@ -123,8 +123,8 @@ def test_ids_survive_compaction_and_are_never_reused() -> None:
     history = recorded_history()
     view = segment(history)
     assert view.ids == ('g0', 'g1', 'g2', 'g3', 'g4', 'g5', 'g6')
-    layout = validate(Proposal(keep=('g4',), summary=Summary('s')), view)
-    out, _ = apply_layout(view, layout, {'strategy': 'fork', 'boundary_id': 'g7', 'next_id': 8})
+    layout = validate(Proposal(kept=('g4',), summary=Summary('s')), view)
+    out = apply_layout(view, layout, {'strategy': 'fork', 'boundary_id': 'g7', 'next_id': 8})
     after = segment(out)
     assert [e.id for e in after.exchanges] == ['g0', 'g4', 'g7', 'g6']
     # New exchanges continue after the highest id ever handed out, even though g5 is gone.

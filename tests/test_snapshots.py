@@ -84,7 +84,7 @@ def test_load_history_reads_a_path_given_as_a_string(tmp_path: Path) -> None:
         'from pydantic_ai_compaction.testing import load_history, replay',
         'from pydantic_ai_compaction.testing import load_history, render, replay',
         'import pydantic_ai_compaction.testing.replay; from pydantic_ai_compaction.testing import replay',
-        'import pydantic_ai_compaction.runtime.segment; from pydantic_ai_compaction import segment as replay',
+        'import pydantic_ai_compaction.runtime.segment; from pydantic_ai_compaction.runtime import segment as replay',
     ],
 )
 def test_public_names_are_the_functions_whatever_the_import_order(statement: str) -> None:

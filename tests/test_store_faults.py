@@ -31,7 +31,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from pydantic_ai_compaction import Archive, Notes, Recall
-from pydantic_ai_compaction.processors.memory.archive import original_part, result_id_of
+from pydantic_ai_compaction.processors.memory.results import original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Note
 from pydantic_ai_compaction.runtime.stores import InMemoryArchiveStore, PostgresArchiveStore, SQLiteArchiveStore
 

@@ -36,7 +36,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
 from pydantic_ai_compaction import Archive, Notes, Recall
-from pydantic_ai_compaction.processors.memory.archive import original_part
+from pydantic_ai_compaction.processors.memory.results import original_part
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, LogLine, Note
 from pydantic_ai_compaction.runtime.encoding import clean_text, has_surrogates
 

@@ -89,3 +89,33 @@ def test_recall_falls_back_to_any_word(store: Any) -> None:
     store.index_lines(report_lines(a))
     hits = store.search(a, 'region nonexistentword')
     assert [hit.text for hit in hits] == ['region = eu-west-2']
+
+
+def test_recall_prefers_whole_words_and_uses_prefixes_when_none_match(store: Any) -> None:
+    a = conversation()
+    texts = ['deployment of api finished', 'deploy failed on host db2', 'deployer restarted']
+    store.index_lines([LogLine(a, f'part-{n}', 0, text, 'tool') for n, text in enumerate(texts)])
+    # "deploy" is a whole word of one line: the lines where it only starts a word are weaker hits, left out.
+    assert [hit.text for hit in store.search(a, 'deploy')] == ['deploy failed on host db2']
+    # "depl" is no line's word: every line it starts a word of matches, newest first among equals.
+    assert sorted(hit.text for hit in store.search(a, 'depl')) == sorted(texts)
+
+
+@pytest.mark.parametrize('kind', ['sqlite', 'postgres'])
+def test_sql_recall_ranks_the_newest_matches_of_a_common_word(kind: str, tmp_path: Any) -> None:
+    from pydantic_ai_compaction.runtime.stores._query import SEARCH_CANDIDATES
+    from tests.stores import make_store
+
+    store = make_store(kind, tmp_path)
+    try:
+        a = conversation()
+        # The oldest line says "alpha" three times (the best score); SEARCH_CANDIDATES newer lines once each.
+        lines = [LogLine(a, 'part-0', 0, 'alpha alpha alpha oldest', 'tool')]
+        lines += [LogLine(a, f'part-{n}', 0, f'alpha line {n}', 'tool') for n in range(1, SEARCH_CANDIDATES + 1)]
+        store.index_lines(lines)
+        hits = store.search(a, 'alpha', 3)
+        # Only the newest SEARCH_CANDIDATES matches are ranked: the oldest, best-scored line is not among them.
+        assert len(hits) == 3 and all('oldest' not in hit.text for hit in hits)
+        assert store.search(a, 'oldest')[0].text == 'alpha alpha alpha oldest'  # a rarer word still finds it
+    finally:
+        store.close()

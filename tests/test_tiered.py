@@ -20,6 +20,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from pydantic_ai_compaction import Notes
 from pydantic_ai_compaction.processors.views.tiered import HANDOFF_MARKER, Tiered
+from pydantic_ai_compaction.runtime.segment import our_record
 
 from .support import log_text
 
@@ -112,12 +113,18 @@ def test_summarizing_writes_then_updates_the_handoff_note() -> None:
     assert '- Audit the logs, ignore legacy.' in content  # user messages, verbatim
     assert '- [decision] skip legacy logs' in content  # notes, verbatim
     assert not any(isinstance(p, CompactionPart) for m in result.all_messages() for p in m.parts)
+    # The boundary carries the record a strategy's boundary carries, not a record of its own shape.
+    record = our_record(boundary)
+    assert record is not None
+    assert (record['strategy'], record['sequence'], record['boundary_id'][0]) == ('tiered', len(handoffs), 'g')
+    assert record['extra'] == {'handoff': True, 'notes': ['[decision] skip legacy logs']}
+    assert record['dropped'] and record['tokens_after'] < record['tokens_before']
 
 
 def test_bad_thresholds_fail_at_construction() -> None:
     with pytest.raises(ValueError, match='summarize_to < clear_at <= summarize_at'):
         Tiered(clear_at=0.8, summarize_at=0.6)
-    with pytest.raises(ValueError, match=r'Tiered\.clear_at must be a finite number > 0 ≤ 1, got 0'):
+    with pytest.raises(ValueError, match=r'ClearThenSummarize\.clear_at must be a finite number > 0 ≤ 1, got 0'):
         Tiered(clear_at=0)
 
 

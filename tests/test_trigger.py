@@ -18,11 +18,9 @@ from pydantic_ai_compaction import (
     Summary,
     Switch,
     Trigger,
-    segment,
-    validate,
 )
 from pydantic_ai_compaction.processors import Pipeline
-from pydantic_ai_compaction.runtime import apply_layout
+from pydantic_ai_compaction.runtime import apply_layout, segment, validate
 
 from .support import recorded_history
 
@@ -90,8 +88,8 @@ def test_fraction_resolves_the_model_window() -> None:
 def test_a_kept_response_with_pre_compaction_usage_is_not_used_as_anchor() -> None:
     history = recorded_history()
     view = segment(history)
-    layout = validate(Proposal(keep=(), summary=Summary('short summary')), view)
-    compacted, _ = apply_layout(
+    layout = validate(Proposal(kept=(), summary=Summary('short summary')), view)
+    compacted = apply_layout(
         view, layout, {'strategy': 'fork', 'boundary_id': 'g7', 'next_id': 8, 'kept': list(layout.keep)}
     )
     anchored = estimate_context_tokens(compacted)  # anchors on usage reported before compaction

@@ -10,8 +10,8 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai_harness.compaction import pin
 
-from pydantic_ai_compaction import CompactionEvent, Fork, RetryPolicy, Trigger, segment
-from pydantic_ai_compaction.runtime import our_record, pairing_problems
+from pydantic_ai_compaction import CompactionEvent, Fork, RetryPolicy, Trigger
+from pydantic_ai_compaction.runtime import our_record, pairing_problems, segment
 from pydantic_ai_compaction.testing import replay
 
 from .support import ScriptedAgentModel, audit_agent, fork_json, recorded_history

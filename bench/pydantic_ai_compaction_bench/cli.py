@@ -143,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     bench.add_argument(
         '--strategies', nargs='+', default=None, choices=strategies.CHOICES, metavar='NAME',
-        help='default: every strategy and harness anchor (incident) or the seven recall setups (recall)',
+        help='default: every strategy and harness anchor (incident) or the seven recall setups (recall); '
+        'group names run several: presets, verified',
     )  # fmt: skip
     bench.add_argument(
         '--seeds',
@@ -278,7 +279,9 @@ def specs_for(args: argparse.Namespace) -> list[RunSpec]:
     cap cannot change their runs, and the sensitivity table carries their result across.
     """
     trigger = args.trigger or DEFAULT_TRIGGERS[args.task]
-    names = args.strategies or list(strategies.ALL if args.task == 'incident' else strategies.RECALL_SETUPS)
+    names = strategies.expand(
+        args.strategies or (strategies.ALL if args.task == 'incident' else strategies.RECALL_SETUPS)
+    )
     budgets = list(dict.fromkeys([args.summary_budget, *args.sensitivity_budgets]))
     model: str = args.model
     think: int = args.think_tokens

@@ -1,4 +1,5 @@
-"""`make bench`: per-request overhead against harness at up to 1M tokens, recall latency, memory, savings.
+"""`make bench`: import cost, per-request overhead against harness at up to 1M tokens, recall latency, memory
+at 10M tokens, savings and cost under a prompt cache.
 
 Every figure is measured in the same process, next to its anchor (harness `estimate_context_tokens` and
 `ClearToolResults.compact` on the same history), and printed as a ratio, so the figures compare across
@@ -40,12 +41,10 @@ from pydantic_ai_compaction import (
     ResetToCheckpoint,
     Summary,
     Trigger,
-    segment,
-    validate,
 )
 from pydantic_ai_compaction.processors.memory.recall import Recall
 from pydantic_ai_compaction.processors.views.selection import current_request_text, project, select
-from pydantic_ai_compaction.runtime import apply_layout
+from pydantic_ai_compaction.runtime import apply_layout, segment, validate
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.engine import run_compaction
 from pydantic_ai_compaction.runtime.instructions import gather_instructions
@@ -130,7 +129,7 @@ async def _measure(size: str, history: list[ModelMessage], repeat: int) -> list[
     clear = ClearToolResults(max_tokens=1)
     clear_ms = await _ams(lambda: clear.compact(history, ctx), repeat)
     view = segment(history)
-    layout = validate(Proposal(keep=view.ids[-3:], summary=Summary('s')), view)
+    layout = validate(Proposal(kept=view.ids[-3:], summary=Summary('s')), view)
     request = current_request_text(history)
     # The steady state of a run: earlier results numbered and steps decided; one new step arrives.
     archive = Archive()
@@ -146,7 +145,7 @@ async def _measure(size: str, history: list[ModelMessage], repeat: int) -> list[
     paths: dict[str, Callable[[], object]] = {
         'trigger (measure)': lambda: Trigger(tokens=1).measure(history),
         'segmentation': lambda: segment(history),
-        'validator': lambda: validate(Proposal(keep=view.ids[::-2], summary=Summary('s')), view),
+        'validator': lambda: validate(Proposal(kept=view.ids[::-2], summary=Summary('s')), view),
         'layout application': lambda: apply_layout(view, layout, {'strategy': 'bench'}),
         'reassert (gather changes)': lambda: gather_instructions(view, InstructionSources(markers=('CHANGE:',))),
         'archive (number new results)': lambda: archive._number_new(later, steady_archive),  # pyright: ignore[reportPrivateUsage]
@@ -227,52 +226,11 @@ def overhead_table(rows: Sequence[Row]) -> str:
     return '\n'.join(lines)
 
 
-IMPORT_CASES: tuple[tuple[str, str, str], ...] = (
-    ('import pydantic_ai_compaction', 'import pydantic_ai_compaction', 'import pydantic_ai'),
-    ('pytest plugin (import)', 'import pydantic_ai_compaction.pytest_plugin', 'import pytest'),
-    ('first strategy (from ... import Fork)', 'from pydantic_ai_compaction import Fork', 'import pydantic_ai'),
-)
-"""What a user pays for importing the package, against the anchor it sits on, each in a fresh interpreter."""
-
-
-def import_cost(statement: str, repeat: int = 5) -> tuple[float, int]:
-    """Median wall time (ms) of a fresh interpreter running *statement*, and the modules it leaves loaded."""
-    import subprocess
-    import sys
-
-    probe = (
-        f'import sys, time; t = time.perf_counter(); {statement}; '
-        'print((time.perf_counter() - t) * 1000, len(sys.modules))'
-    )
-    times: list[float] = []
-    modules = 0
-    for _ in range(repeat):
-        out = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True, check=True).stdout.split()
-        times.append(float(out[0]))
-        modules = int(out[1])
-    return statistics.median(times), modules
-
-
-def import_table() -> str:
-    """Import cost of the package and of its pytest plugin, against plain pydantic-ai and plain pytest."""
-    lines = [
-        '| what | ms | modules | anchor | anchor ms | anchor modules | ratio |',
-        '|---|---|---|---|---|---|---|',
-    ]
-    for name, statement, anchor in IMPORT_CASES:
-        ms, modules = import_cost(statement)
-        anchor_ms, anchor_modules = import_cost(anchor)
-        lines.append(
-            f'| {name} | {ms:.0f} | {modules} | `{anchor}` | {anchor_ms:.0f} | {anchor_modules} | '
-            f'{ms / max(anchor_ms, 1e-6):.2f}× |'
-        )
-    return '\n'.join(lines)
-
-
 async def main() -> None:
     """Print every table."""
-    print('## Import cost (fresh interpreter; ratios against the anchor measured in the same run)\n')
-    print(import_table())
+    from pydantic_ai_compaction_bench import savings, scale, startup
+
+    startup.main()
     print()
     rows = await overhead()
     print('## Per-request overhead (median ms; ratios against harness on the same history)\n')
@@ -285,8 +243,8 @@ async def main() -> None:
     for name, value in (await peak_memory()).items():
         print(f'- {name}: {value:,.1f}')
     print()
-    from pydantic_ai_compaction_bench import savings
-
+    # Blocking (threads and their own event loops): run outside this one.
+    await asyncio.to_thread(scale.main)
     await savings.main()
 
 

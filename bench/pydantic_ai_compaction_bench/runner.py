@@ -161,11 +161,13 @@ async def run_incident(spec: RunSpec) -> dict[str, Any]:
         record['fake_in_summary'] = any(fake in text for text in recorder.summaries) or any(
             fake in entry.reply for entry in (reference.log if reference is not None else ()) if entry.kind != 'agent'
         )
+    # Requests made so far are the task's; the probe's come after (usage of both is kept, marked apart).
+    task_requests = len(reference.log) if reference is not None else len(recorder.requests)
     if history is not None and scenario.probe_keywords:
         probe = await agent.run(incident.PROBE_QUESTION, message_history=history, output_type=str, usage_limits=limits)
         record['probe'] = all(word.lower() in probe.output.lower() for word in scenario.probe_keywords)
     record['wall_time'] = round(time.perf_counter() - started, 3)
-    record['requests'] = _requests(reference, recorder, events)
+    record['requests'] = _requests(reference, recorder, events, task_requests=task_requests)
     record['compactions'] = [event.record.to_metadata() for event in events if event.record is not None]
     record['ignored_crossings'] = sum(1 for event in events if event.kind == 'ignored')
     return record
@@ -200,23 +202,37 @@ def _base_record(spec: RunSpec) -> dict[str, Any]:
 
 
 def _requests(
-    reference: ReferenceModel | None, recorder: _UsageRecorder, events: Sequence[CompactionEvent]
+    reference: ReferenceModel | None,
+    recorder: _UsageRecorder,
+    events: Sequence[CompactionEvent],
+    *,
+    task_requests: int | None = None,
 ) -> list[dict[str, Any]]:
+    """Usage of every request; `probe: True` marks the probe turn's requests (asked after grading, not the task).
+
+    *task_requests*: how many requests the task made before the probe (of the reference model's log, or of
+    the recorder's agent requests on a real model); `None` when no probe was asked.
+    """
     if reference is not None:
         return [
             {
                 'kind': 'agent' if entry.kind in ('agent', 'probe') else 'compactor',
+                'probe': task_requests is not None and index >= task_requests,
                 'input_tokens': entry.input_tokens,
                 'cache_read_tokens': entry.cache_read_tokens,
                 'cache_write_tokens': entry.cache_write_tokens,
                 'output_tokens': entry.output_tokens,
                 'cache_detail': True,
             }
-            for entry in reference.log
+            for index, entry in enumerate(reference.log)
         ]
     rows = [
-        {**row, 'cache_detail': bool(row['cache_read_tokens'] or row['cache_write_tokens'])}
-        for row in recorder.requests
+        {
+            **row,
+            'cache_detail': bool(row['cache_read_tokens'] or row['cache_write_tokens']),
+            'probe': task_requests is not None and index >= task_requests,
+        }
+        for index, row in enumerate(recorder.requests)
     ]
     for event in events:
         if event.record is not None and event.record.compactor_usage.requests:
@@ -229,6 +245,7 @@ def _requests(
                     'cache_write_tokens': usage.cache_write_tokens,
                     'output_tokens': usage.output_tokens,
                     'cache_detail': bool(usage.cache_read_tokens or usage.cache_write_tokens),
+                    'probe': False,
                 }
             )
     return rows

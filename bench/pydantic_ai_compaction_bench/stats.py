@@ -296,9 +296,10 @@ def _wilson(successes: int, n: int, z: float) -> tuple[float, float]:
     denominator = 1 + z2 / n
     centre = (p + z2 / (2 * n)) / denominator
     half_width = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denominator
-    # Clamp: at p = 0 or 1 the exact limit is 0 or 1, but rounding can leave
-    # it a hair outside, which would leak into the difference interval.
-    return max(0.0, centre - half_width), min(1.0, centre + half_width)
+    # At p = 0 or 1 the exact limit is 0 or 1, but rounding can leave it a hair inside (above 0 or below 1),
+    # which puts the observed rate outside its own interval, or outside [0, 1], which leaks into the difference
+    # interval. Bound by the observed rate and by [0, 1].
+    return max(0.0, min(p, centre - half_width)), min(1.0, max(p, centre + half_width))
 
 
 def _phi(counts: PairedCounts, *, corrected: bool) -> float:

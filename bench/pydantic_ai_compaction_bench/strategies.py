@@ -37,7 +37,9 @@ from pydantic_ai_compaction import (
     StatelessSummary,
     Tiered,
     Trigger,
+    presets,
 )
+from pydantic_ai_compaction.processors.strategies.verified import DEFAULT_CHECKS, Verified
 from pydantic_ai_compaction.runtime.events import EventObserver
 from pydantic_ai_compaction.runtime.transcript import user_text
 
@@ -48,7 +50,27 @@ RECALL_SETUPS = ('none', 'clear', 'clear+recall', 'summary', 'summary+recall', '
 """Seed 001's delayed-recall setups: no compaction, three compaction setups, each without and with recall."""
 FORGET_SELECT = ('forget-keep', 'forget-drop', 'forget-after-artifact', 'select', 'curate', 'orient')
 """Seeds 002 and 003: reasoning forgetting and request-only selection, against full history (`none`)."""
-CHOICES = tuple(dict.fromkeys(ALL + RECALL_SETUPS + FORGET_SELECT))
+PRESETS = (
+    'preset-codex',
+    'preset-opencode',
+    'preset-pi',
+    'preset-gemini-cli',
+    'preset-openhands',
+    'preset-claude-code',
+)
+"""Well-known agents' policies (`pydantic_ai_compaction.presets`), at their published defaults."""
+VERIFIED = ('summary-verified', 'summary-verified-2pass')
+"""The stateless summary checked by `Verified`: deterministic checks only, then with the second model pass."""
+GROUPS: dict[str, tuple[str, ...]] = {'presets': PRESETS, 'verified': ('summary', *VERIFIED)}
+"""Names that stand for several strategies on the command line (`--strategies presets`)."""
+CHOICES = tuple(dict.fromkeys(ALL + RECALL_SETUPS + FORGET_SELECT + PRESETS + VERIFIED + tuple(GROUPS)))
+
+
+def expand(names: Sequence[str]) -> list[str]:
+    """*names* with each group name replaced by its strategies, in order, without repeats."""
+    return list(dict.fromkeys(item for name in names for item in GROUPS.get(name, (name,))))
+
+
 NO_SUMMARIZER = ('none', 'harness-clear', 'harness-sliding', 'reset', 'clear')
 """Strategies that never ask a model for a summary: the summary cap cannot change their runs."""
 
@@ -118,6 +140,8 @@ class PinMarkedLines(AbstractCapability[Any]):
 def build(name: str, config: StrategyConfig, observer: EventObserver | None = None) -> list[AbstractCapability[Any]]:
     """The capabilities for a strategy name (see `CHOICES`); `X+recall` puts `Recall` in front of `X`."""
     base, _, extra = name.partition('+')
+    if base in _PRESET_BUILDERS and extra == '':
+        return _PRESET_BUILDERS[base](config, observer)
     if base not in _BUILDERS or extra not in ('', 'recall'):
         raise ValueError(f'unknown strategy {name!r}; choose from {", ".join(CHOICES)}')
     capability = _BUILDERS[base](config, observer)
@@ -206,6 +230,10 @@ _BUILDERS: dict[str, _Builder] = {
     'forget-keep': lambda c, o: ForgetReasoning(policy='keep'),
     'forget-drop': lambda c, o: ForgetReasoning(policy='drop'),
     'forget-after-artifact': lambda c, o: ForgetReasoning(policy='after_artifact'),
+    'summary-verified': lambda c, o: Verified(StatelessSummary(trigger=_trigger(c), observer=o), sources=_sources(c)),
+    'summary-verified-2pass': lambda c, o: Verified(
+        StatelessSummary(trigger=_trigger(c), observer=o), sources=_sources(c), checks=(*DEFAULT_CHECKS, 'omissions')
+    ),
     'select': lambda c, o: BoundedSelection(),
     'curate': lambda c, o: CuratedSelection(),
     'orient': lambda c, o: Orientation(),
@@ -227,6 +255,55 @@ _BUILDERS: dict[str, _Builder] = {
             SummarizingCompaction(max_messages=1, keep_tokens=c.trigger_tokens // 3, tool_return_max_chars=None),
         ],
         target_tokens=c.trigger_tokens,
+    ),
+}
+
+
+def _window(config: StrategyConfig) -> int:
+    """The window the presets run in: twice the trigger, as for `clear` and `tiered` (seed 001's 40K at 20K)."""
+    return 2 * config.trigger_tokens
+
+
+_PresetBuilder = Callable[[StrategyConfig, EventObserver | None], list[AbstractCapability[Any]]]
+
+PRESET_REFERENCE_WINDOW = 200_000
+"""The window the presets' absolute budgets are published for (Claude Sonnet's, these agents' common default)."""
+
+
+def _scaled(config: StrategyConfig, tokens: int) -> int:
+    """A preset's absolute token budget scaled to the benchmark's window, as a share of a 200K window."""
+    return max(1, round(tokens * _window(config) / PRESET_REFERENCE_WINDOW))
+
+
+def _opencode(config: StrategyConfig, observer: EventObserver | None) -> list[AbstractCapability[Any]]:
+    reserve = _scaled(config, 20_000)
+    usable = _window(config) - reserve
+    return presets.opencode(
+        context_window=_window(config),
+        reserve_tokens=reserve,
+        prune_protect_tokens=_scaled(config, 40_000),
+        prune_minimum_tokens=_scaled(config, 20_000),
+        preserve_recent_tokens=min(_scaled(config, 15_000), max(_scaled(config, 2_000), usable // 4)),
+        observer=observer,
+    )
+
+
+# Each preset with its published defaults. Fractions and counts are kept as published; absolute token budgets
+# (Codex's 20K of user messages, OpenCode's reserve and pruning budgets, pi's reserve and kept tail, the 100K
+# clearing trigger) are published for windows of about 200K and are scaled to the benchmark's window, so each
+# preset keeps the proportions its agent has: unscaled, pi's 20K tail would not even fit under its trigger.
+_PRESET_BUILDERS: dict[str, _PresetBuilder] = {
+    'preset-codex': lambda c, o: presets.codex(
+        context_window=_window(c), user_message_tokens=_scaled(c, 20_000), observer=o
+    ),
+    'preset-opencode': _opencode,
+    'preset-pi': lambda c, o: presets.pi(
+        context_window=_window(c), reserve_tokens=_scaled(c, 16_384), keep_recent_tokens=_scaled(c, 20_000)
+    ),
+    'preset-gemini-cli': lambda c, o: presets.gemini_cli(context_window=_window(c), observer=o),
+    'preset-openhands': lambda c, o: presets.openhands(context_window=_window(c), observer=o),
+    'preset-claude-code': lambda c, o: presets.claude_code(
+        context_window=_window(c), clear_trigger_tokens=_scaled(c, 100_000), observer=o
     ),
 }
 

@@ -11,9 +11,11 @@ from pydantic_ai_compaction.processors.strategies.reassert import Reassert
 from pydantic_ai_compaction.processors.strategies.reset import ResetToCheckpoint
 from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER, StatelessSummary
 from pydantic_ai_compaction.processors.strategies.switch import Switch
+from pydantic_ai_compaction.processors.views.curation import CuratedSelection
 from pydantic_ai_compaction.processors.views.forget import ForgetReasoning
-from pydantic_ai_compaction.processors.views.selection import BoundedSelection, CuratedSelection, Orientation
-from pydantic_ai_compaction.processors.views.tiered import Tiered
+from pydantic_ai_compaction.processors.views.orientation import Orientation
+from pydantic_ai_compaction.processors.views.selection import BoundedSelection
+from pydantic_ai_compaction.processors.views.tiered import ClearThenSummarize, Tiered
 
 __all__ = [
     'FORK_MARKER',
@@ -22,6 +24,7 @@ __all__ = [
     'Archive',
     'ArchiveItem',
     'BoundedSelection',
+    'ClearThenSummarize',
     'CuratedSelection',
     'ForgetReasoning',
     'Fork',

@@ -1,7 +1,6 @@
-"""Types, protocols and JSON Schemas. No logic lives here."""
+"""Plain data: types, the metadata schema and JSON Schemas. Nothing here imports the rest of the package."""
 
 from pydantic_ai_compaction.protocols.schemas import FORK_JSON_SCHEMA
-from pydantic_ai_compaction.protocols.strategy import Strategy
 from pydantic_ai_compaction.protocols.types import (
     METADATA_KEY,
     CompactionEvent,
@@ -30,6 +29,5 @@ __all__ = [
     'PartRef',
     'Proposal',
     'ProviderSummary',
-    'Strategy',
     'Summary',
 ]

@@ -6,6 +6,7 @@ strategies read them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
@@ -81,44 +82,126 @@ class ProviderSummary:
     """Sent back to the same provider as-is; the runtime only adds its record to the part's metadata."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Proposal:
-    """What a strategy suggests. The runtime validates it before anything changes."""
+    """What a strategy suggests. The runtime validates it before anything changes.
 
-    keep: tuple[str, ...] = ()
+    Build one with a constructor that says what it means:
+
+    - `Proposal.keep('g3', exchange, ..., summary=Summary(...))`: keep these exchanges verbatim (besides
+      the protected ones and the exchange in progress), drop the rest, put *summary* in their place. With
+      no ids it keeps nothing droppable; when it keeps every exchange nothing is written (like a decline).
+    - `Proposal.drop_all(summary)`: keep only what the runtime always keeps; *summary* (or, without one, a
+      note saying how much was removed) replaces the rest.
+    - `Proposal.decline(reason)`: leave the history as it is now.
+    - `Proposal.failed(reason)`: the strategy could not build a proposal; the runtime falls back.
+
+    `Proposal(kept=..., summary=...)` is the raw form a parsed model reply takes: there an empty reply
+    (nothing kept, no summary) is malformed, and a reply that keeps everything gets the fallback layout
+    while the request is over the trigger, so a confused compactor cannot keep the run over its limit.
+    """
+
+    kept: tuple[str, ...]
     """Exchange ids to keep verbatim, in any order; unknown ids are rejected."""
 
-    summary: Summary | ProviderSummary | None = None
+    summary: Summary | ProviderSummary | None
     """What stands in for the dropped exchanges, if anything."""
 
-    restate: tuple[str, ...] = ()
+    restate: tuple[str, ...]
     """Instruction texts to restate verbatim just before the exchange in progress (`Reassert`)."""
 
-    supersedes: str | None = None
+    supersedes: str | None
     """Name of a strategy whose earlier boundaries this proposal replaces (a reset replaces its own checkpoints)."""
 
-    malformed: str | None = None
+    malformed: str | None
     """Why the proposal cannot be used (`unparseable`, `schema`, `empty`, `compactor_error`, ...), or `None`."""
 
-    detail: str | None = None
+    detail: str | None
     """Human-readable detail for the record: the parse error, the exception, ..."""
 
-    variant: str | None = None
+    variant: str | None
     """Which variant ran (fork `json`/`free`/`fixed`, native `provider`/`emulated`, ...)."""
 
-    extra: dict[str, Any] = field(default_factory=dict[str, Any])
+    extra: dict[str, Any]
     """Strategy-specific facts worth keeping in the boundary record (JSON-serializable)."""
 
-    declined: str | None = None
+    declined: str | None
     """Why the strategy chooses not to compact now (nothing is written, no fallback), or `None`."""
+
+    explicit: bool
+    """Whether `keep` / `drop_all` built it: what it keeps is the strategy's decision, taken as meant."""
+
+    def __init__(
+        self,
+        kept: tuple[str, ...] = (),
+        summary: Summary | ProviderSummary | None = None,
+        restate: tuple[str, ...] = (),
+        supersedes: str | None = None,
+        malformed: str | None = None,
+        detail: str | None = None,
+        variant: str | None = None,
+        extra: dict[str, Any] | None = None,
+        declined: str | None = None,
+        explicit: bool = False,
+    ) -> None:
+        """The raw form; prefer `keep`, `drop_all`, `decline` and `failed`."""
+        values: dict[str, object] = {
+            'kept': tuple(kept),
+            'summary': summary,
+            'restate': tuple(restate),
+            'supersedes': supersedes,
+            'malformed': malformed,
+            'detail': detail,
+            'variant': variant,
+            'extra': dict(extra or {}),
+            'declined': declined,
+            'explicit': explicit,
+        }
+        for name, value in values.items():
+            object.__setattr__(self, name, value)  # frozen: the dataclass way to set fields once
+
+    @classmethod
+    def keep(
+        cls,
+        *exchanges: str | Exchange | Iterable[str | Exchange],
+        summary: Summary | ProviderSummary | str | None = None,
+        restate: tuple[str, ...] = (),
+        supersedes: str | None = None,
+        variant: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> Proposal:
+        """Keep these exchanges (ids, `Exchange`s, or iterables of either) verbatim; drop every other droppable one.
+
+        Protected exchanges and the exchange in progress stay whatever is named. A plain string summary
+        becomes a `Summary`. Naming every exchange keeps the history as it is (no boundary, no fallback).
+        """
+        ids: list[str] = []
+        for item in exchanges:
+            items = [item] if isinstance(item, str | Exchange) else list(item)
+            ids.extend(entry.id if isinstance(entry, Exchange) else entry for entry in items)
+        return cls(
+            kept=tuple(ids),
+            summary=Summary(summary) if isinstance(summary, str) else summary,
+            restate=restate,
+            supersedes=supersedes,
+            variant=variant,
+            extra=extra,
+            explicit=True,
+        )
+
+    @classmethod
+    def drop_all(
+        cls, summary: Summary | ProviderSummary | str | None = None, *, variant: str | None = None
+    ) -> Proposal:
+        """Keep only what the runtime always keeps (protected, in progress); *summary* replaces everything else.
+
+        Without a summary the boundary says how many exchanges were removed.
+        """
+        return cls.keep(summary=summary, variant=variant)
 
     @classmethod
     def decline(cls, reason: str, *, variant: str | None = None) -> Proposal:
-        """A proposal to leave the history as it is: no boundary, no fallback (an `ignored` event says why).
-
-        Unlike a proposal that keeps every exchange, which the runtime overrides with the fallback while
-        the request is over the trigger, a declined proposal is respected.
-        """
+        """A proposal to leave the history as it is: no boundary, no fallback (an `ignored` event says why)."""
         return cls(declined=reason, variant=variant)
 
     @classmethod

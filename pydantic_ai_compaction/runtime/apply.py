@@ -19,9 +19,10 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from pydantic_ai_compaction.protocols.metadata import RESTATEMENT_MARK, MessageMarks
 from pydantic_ai_compaction.protocols.types import METADATA_KEY, Exchange, Layout, ProviderSummary, Summary
-from pydantic_ai_compaction.runtime.encoding import clean_text, clean_value
-from pydantic_ai_compaction.runtime.segment import RESTATEMENT_MARK, ConversationView, fragment, message_stamp
+from pydantic_ai_compaction.runtime.encoding import clean_text
+from pydantic_ai_compaction.runtime.segment import ConversationView, fragment, message_stamp
 
 RESTATEMENT_HEADER = 'Instructions restated verbatim from earlier in this conversation (latest last):'
 """First line of a restatement, so the model reads the list as a record, not a new request."""
@@ -31,8 +32,7 @@ def stamped(message: ModelMessage, exchange_id: str) -> ModelMessage:
     """*message* carrying *exchange_id* in its metadata (the same object when it already does)."""
     if message_stamp(message) == exchange_id:
         return message
-    metadata: dict[str, Any] = {**(message.metadata or {}), METADATA_KEY: {'exchange': exchange_id}}
-    return replace(message, metadata=metadata)
+    return replace(message, metadata=MessageMarks(exchange=exchange_id).to_metadata(message.metadata))
 
 
 def exchange_messages(view: ConversationView, exchange: Exchange, *, position: int) -> list[ModelMessage]:
@@ -60,12 +60,11 @@ def assemble(view: ConversationView, keep: set[str]) -> list[ModelMessage]:
 
 
 def boundary_message(summary: Summary | ProviderSummary | None, record: dict[str, Any], note: str) -> ModelMessage:
-    """The message holding the one `CompactionPart` a compaction leaves, with its record in metadata.
+    """The message holding the one `CompactionPart` a compaction leaves, with *record* (as given) in its metadata.
 
-    Text and record are what this library writes into the history, so both are cleaned of lone
-    surrogates (a compactor's reply may carry one): the history must stay serializable.
+    The text is what this library writes into the history, so it is cleaned of lone surrogates (a
+    compactor's reply may carry one): the history must stay serializable. The caller cleans *record*.
     """
-    record = clean_value(record)
     if isinstance(summary, ProviderSummary):
         parts = [
             replace(part, metadata={**(part.metadata or {}), METADATA_KEY: record})
@@ -86,8 +85,8 @@ def restatement_message(texts: tuple[str, ...]) -> ModelRequest:
 
 def apply_layout(
     view: ConversationView, layout: Layout, record: dict[str, Any], *, note: str = ''
-) -> tuple[list[ModelMessage], int]:
-    """Build the compacted history. Returns it with the index of the new boundary message.
+) -> list[ModelMessage]:
+    """Build the compacted history, with *record* in the new boundary's metadata.
 
     The boundary takes the place of the last dropped exchange, so everything kept before it stays
     before it and the summary reads in chronological order; restated instructions go right before
@@ -101,10 +100,8 @@ def apply_layout(
     boundary_at = min(max(dropped_positions) + 1 if dropped_positions else unfinished_position, unfinished_position)
 
     out: list[ModelMessage] = []
-    boundary_index = -1
     for position, exchange in enumerate([*view.exchanges, None]):
         if position == boundary_at:
-            boundary_index = len(out)
             out.append(boundary_message(layout.summary, record, note))
         if position == unfinished_position and layout.restate:
             out.append(restatement_message(layout.restate))
@@ -115,4 +112,4 @@ def apply_layout(
         if layout.restate and exchange.kind == 'restatement':
             continue
         out.extend(exchange_messages(view, exchange, position=position))
-    return out, boundary_index
+    return out

@@ -22,12 +22,12 @@ from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai_compaction.protocols.types import CompactionEvent, CompactionState, Proposal
 from pydantic_ai_compaction.runtime.checks import check_bool, check_callable, check_instance, check_int, check_number
 from pydantic_ai_compaction.runtime.context import CompactionContext
-from pydantic_ai_compaction.runtime.engine import DEFAULT_MIN_SAVING, Outcome, Skipped, run_compaction
+from pydantic_ai_compaction.runtime.engine import DEFAULT_MIN_SAVING, run_compaction
 from pydantic_ai_compaction.runtime.events import EventObserver, compaction_span, emit, record_failure
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, compactions_so_far
 from pydantic_ai_compaction.runtime.trigger import DEFAULT_TRIGGER, Trigger
-from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP_LAST
+from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP_LAST, Outcome, Skipped
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -63,7 +63,7 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
 
     @abstractmethod
     async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
-        """Suggest a layout; see `pydantic_ai_compaction.protocols.Strategy`."""
+        """Suggest a layout; see `pydantic_ai_compaction.runtime.context.Strategy`."""
 
     def resolve(self, state: CompactionState) -> CompactionCapability[AgentDepsT]:
         """The strategy that acts in *state*; composition (`Switch`) overrides this."""
@@ -126,6 +126,11 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         if self.uses_state:
             tokens = self.runtime.trigger.measure(messages, parameters)
             chosen = self.resolve(CompactionState(compactions_so_far(messages), tokens, ctx.run_step, len(messages)))
+            if type(chosen).maybe_compact is not CompactionCapability.maybe_compact:
+                # The branch runs its own steps (`Pipeline`): it measures and triggers on its own.
+                return await chosen.maybe_compact(
+                    messages, ctx, model=model, model_settings=model_settings, parameters=parameters
+                )
         settings = chosen.runtime
         trigger = settings.trigger
         if tokens is None:

@@ -1,16 +1,17 @@
-"""What a strategy gets besides the view: model access, accounting and the retry policy."""
+"""What a strategy is given (the view and a context: model access, accounting, retries), and what it is."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic_ai.models import Model, ModelRequestContext, ModelRequestParameters
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import RunContext
 
-from pydantic_ai_compaction.protocols.types import CompactorUsage
+from pydantic_ai_compaction.protocols.types import CompactorUsage, Proposal
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
+from pydantic_ai_compaction.runtime.segment import ConversationView
 
 
 @dataclass
@@ -48,3 +49,22 @@ def for_request(ctx: RunContext[Any], request_context: ModelRequestContext, retr
         parameters=request_context.model_request_parameters,
         retry=retry,
     )
+
+
+@runtime_checkable
+class Strategy(Protocol):
+    """Proposes a layout for a history. It never edits messages: the runtime validates and applies."""
+
+    @property
+    def strategy_name(self) -> str:
+        """Name recorded in boundary records and reports."""
+        ...
+
+    async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
+        """Suggest which exchanges stay and what replaces the rest.
+
+        Args:
+            view: The segmented history (exchange ids, protected and unfinished flags, sizes).
+            ctx: Model access, usage accounting and retry policy for any model call.
+        """
+        ...

@@ -56,12 +56,23 @@ def clean_value(value: Any) -> Any:
 
 
 def args_text(args: object) -> str:
-    """A tool call's arguments as canonical JSON text (`ToolCallPart.args_as_json_str` refuses lone surrogates)."""
+    """A tool call's arguments as canonical JSON (`to_json`): the one text of them everywhere, never an error.
+
+    Arguments a provider streamed as JSON text are parsed with the standard library (integers beyond 64
+    bits stay integers) and written canonically, so the same call reads the same whatever its source;
+    text that is not JSON stays as it is, and none or blank text is `{}`. (`ToolCallPart.args_as_json_str`
+    refuses lone surrogates, and `args_as_dict` raises on text that is not JSON.)
+    """
     if args is None:
         return '{}'
-    if isinstance(args, str):
+    if not isinstance(args, str):
+        return to_json(args)
+    if not args.strip():
+        return '{}'
+    try:
+        return to_json(json.loads(args))
+    except (ValueError, RecursionError):
         return args
-    return to_json(args)
 
 
 def to_bytes(text: str) -> bytes:

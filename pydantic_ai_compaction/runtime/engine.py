@@ -2,49 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
 
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai_harness.compaction import estimate_token_count
 
-from pydantic_ai_compaction.protocols.strategy import Strategy
 from pydantic_ai_compaction.protocols.types import CompactionRecord, Layout, Proposal, Summary
-from pydantic_ai_compaction.runtime.apply import apply_layout, assemble, boundary_message
-from pydantic_ai_compaction.runtime.context import CompactionContext
+from pydantic_ai_compaction.runtime.apply import apply_layout, assemble
+from pydantic_ai_compaction.runtime.context import CompactionContext, Strategy
+from pydantic_ai_compaction.runtime.encoding import clean_value
 from pydantic_ai_compaction.runtime.notes import gather_notes, with_notes
 from pydantic_ai_compaction.runtime.retry import is_context_overflow
 from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, compactions_so_far, segment
-from pydantic_ai_compaction.runtime.shape import shape_problems
-from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP_LAST, fallback_layout, validate
+from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP_LAST, Outcome, Skipped, decide
 
 DEFAULT_MIN_SAVING = 0.10
 """Share of the history's estimated tokens that must be droppable before a compactor is called."""
 
 
-@dataclass(frozen=True)
-class Skipped:
-    """Why a crossing led to no compaction (the history is sent as it was)."""
-
-    reason: str
-    """`nothing to drop`, `below minimum saving`, `declined` (the strategy chose not to), `grew` or `shape`."""
-
-    detail: str | None = None
-    """What was measured."""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """The compacted history and the record its boundary carries."""
-
-    messages: list[ModelMessage]
-    """The new history."""
-
-    record: CompactionRecord
-    """What happened."""
-
-    error: Exception | None = None
-    """The compactor's exception behind a fallback, if one raised."""
+NotesHook = Callable[[ConversationView], list[str]]
+"""Finds the notes to copy verbatim into a new boundary (`[kind] text` lines), given the history."""
 
 
 async def run_compaction(
@@ -55,13 +34,24 @@ async def run_compaction(
     protect: ProtectPredicate | None = None,
     fallback_keep_last: int = DEFAULT_FALLBACK_KEEP_LAST,
     min_saving: float = DEFAULT_MIN_SAVING,
+    notes: NotesHook | None = gather_notes,
 ) -> Outcome | Skipped:
     """Compact *messages* with *strategy*. Never raises for a model or proposal failure.
 
     Returns `Skipped` with the reason when there is nothing worth removing: every exchange is
     protected or in progress, or what could be removed is under *min_saving* of the history (no model
     is called), or neither the proposal nor the fallback would make the history smaller, or the result
-    would break the provider shape (no boundary is written).
+    would break the provider shape (no boundary is written). `decide` has the last word on the layout.
+
+    Args:
+        strategy: What proposes the layout.
+        messages: The persisted history.
+        ctx: Model access and accounting for the strategy.
+        protect: Extra exchanges to always keep.
+        fallback_keep_last: Exchanges the fallback layout keeps.
+        min_saving: Share of the history that must be droppable before the strategy is asked.
+        notes: Finds the notes every boundary carries verbatim (`Notes`' tool calls, notes of earlier
+            boundaries); `None` carries none.
     """
     view = segment(messages, protect, prompt=ctx.run.prompt)
     droppable = [exchange for exchange in view.exchanges if not exchange.forced]
@@ -82,32 +72,12 @@ async def run_compaction(
             f'(minimum {min_saving:.0%})',
         )
     proposal, left_out, error = await _propose(strategy, view, ctx, protect)
-    if proposal.declined is not None:
-        return Skipped('declined', proposal.declined)
-    layout = validate(proposal, view, fallback_keep_last=fallback_keep_last)
-    if not layout.dropped and not layout.restate:
-        # Nothing removed while the request is over the limit. A valid proposal that keeps
-        # everything gets the fallback (the runtime has the last word); when even the fallback
-        # removes nothing, a boundary would only add tokens, so there is no compaction.
-        if layout.fallback_reason is None:
-            layout = fallback_layout(view, 'kept_all', fallback_keep_last=fallback_keep_last)
-        if not layout.dropped:
-            return Skipped('nothing to drop', 'neither the proposal nor the fallback removes an exchange')
-    outcome = _build(strategy, view, layout, proposal, ctx, left_out)
-    if outcome.record.tokens_after >= outcome.record.tokens_before:
-        # A compaction that does not shrink the history (a summary longer than what it replaces)
-        # is worse than none: fall back, and give up if that does not shrink it either.
-        smaller = replace(fallback_layout(view, 'grew', fallback_keep_last=fallback_keep_last), restate=layout.restate)
-        if not smaller.dropped:
-            return Skipped('grew', 'the compaction would not make the history smaller')
-        outcome = _build(strategy, view, smaller, proposal, ctx, left_out)
-        if outcome.record.tokens_after >= outcome.record.tokens_before:
-            return Skipped('grew', 'the compaction would not make the history smaller')
-    if problems := shape_problems(outcome.messages, before=messages):
-        # Segmentation keeps pairs inside exchanges and the validator settles roles, so this is a
-        # last line of defence: send the history as it was rather than one a provider would reject.
-        return Skipped('shape', '; '.join(problems[:5]))
-    return replace(outcome, error=error)
+
+    def build(layout: Layout) -> Outcome:
+        return _build(strategy, view, layout, proposal, ctx, left_out, notes)
+
+    decided = decide(proposal, view, build, fallback_keep_last=fallback_keep_last)
+    return replace(decided, error=error) if isinstance(decided, Outcome) else decided
 
 
 async def _propose(
@@ -156,12 +126,12 @@ def _build(
     proposal: Proposal,
     ctx: CompactionContext,
     left_out: tuple[str, ...],
+    notes_of: NotesHook | None,
 ) -> Outcome:
-    boundary_id = f'g{view.next_id}'
     record = CompactionRecord(
         strategy=strategy.strategy_name,
         variant=proposal.variant,
-        boundary_id=boundary_id,
+        boundary_id=f'g{view.next_id}',
         next_id=view.next_id + 1,
         sequence=compactions_so_far(view.messages) + 1,
         tokens_before=estimate_token_count(view.messages),
@@ -178,7 +148,7 @@ def _build(
         extra=dict(proposal.extra),
     )
     note = f'[Context compacted: {len(layout.dropped)} earlier exchange(s) removed.]'
-    notes = gather_notes(view)
+    notes = notes_of(view) if notes_of is not None else []
     if notes:
         # Notes are copied verbatim into every boundary, so no summary, however short, loses them.
         record = replace(record, extra={**record.extra, 'notes': notes})
@@ -186,10 +156,13 @@ def _build(
             text = layout.summary.text if layout.summary is not None else note
             structured = layout.summary.structured if layout.summary is not None else None
             layout = replace(layout, summary=Summary(with_notes(text, notes), structured))
-    messages, boundary_index = apply_layout(view, layout, record.to_metadata(), note=note)
-    # The record states the size of the history it is part of, so measure, then write it once more.
+    # The record states the size of the history it is part of, which exists only once laid out:
+    # `apply_layout` writes the boundary once, around the dict it is given, which is filled right after
+    # measuring (metadata is not counted), before the history leaves this function.
+    metadata: dict[str, Any] = {}
+    messages = apply_layout(view, layout, metadata, note=note)
     record = replace(record, tokens_after=estimate_token_count(messages))
-    messages[boundary_index] = boundary_message(layout.summary, record.to_metadata(), note)
+    metadata.update(clean_value(record.to_metadata()))
     return Outcome(messages=messages, record=record)
 
 

@@ -16,8 +16,9 @@ from typing import cast
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
 from pydantic_ai_harness.compaction import is_pinned
 
+from pydantic_ai_compaction.protocols.metadata import record_extra, record_strings
 from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_instance
-from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, str_dict, tool_content_parts
+from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, tool_content_parts
 from pydantic_ai_compaction.runtime.transcript import return_text, user_text
 
 _TIMESTAMP = re.compile(
@@ -126,9 +127,8 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
     """
     found: list[str] = []
     for record in view.records():
-        found.extend(text for text in record.get('restated') or () if isinstance(text, str))
-        extra = str_dict(record.get('extra'))
-        found.extend(text for text in extra.get('instructions') or () if isinstance(text, str))
+        found.extend(record_strings(record, 'restated'))
+        found.extend(record_strings(record_extra(record), 'instructions'))
     owner = {
         id(part): message for message in view.messages if isinstance(message, ModelRequest) for part in message.parts
     }

@@ -4,9 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelRequestPart,
+    ModelResponse,
+    RetryPromptPart,  # pyright: ignore[reportDeprecated]
+    ToolCallPart,
+    ToolReturnPart,
+)
 
-from pydantic_ai_compaction.runtime.segment import _answers_call  # pyright: ignore[reportPrivateUsage]
+
+def answers_call(part: ModelRequestPart) -> str | None:
+    """The tool call id a request part answers, if it answers one."""
+    if isinstance(part, ToolReturnPart):
+        return part.tool_call_id
+    if isinstance(part, RetryPromptPart) and part.tool_name is not None:  # pyright: ignore[reportDeprecated]
+        return part.tool_call_id
+    return None
 
 
 def pairing_problems(messages: Sequence[ModelMessage]) -> list[str]:
@@ -25,7 +40,7 @@ def pairing_problems(messages: Sequence[ModelMessage]) -> list[str]:
             continue
         assert isinstance(message, ModelRequest)
         for part in message.parts:
-            call_id = _answers_call(part)
+            call_id = answers_call(part)
             if call_id is None:
                 continue
             if call_id in open_calls:

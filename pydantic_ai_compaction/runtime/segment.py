@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 from pydantic_ai.messages import (
     CompactionPart,
@@ -38,21 +38,21 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai_harness.compaction import estimate_token_count, is_pinned
 
-from pydantic_ai_compaction.protocols.types import METADATA_KEY, Exchange, ExchangeKind, PartRef
+from pydantic_ai_compaction.protocols.metadata import (
+    exchange_stamp,
+    is_restatement_mark,
+    record_from_metadata,
+)
+from pydantic_ai_compaction.protocols.types import Exchange, ExchangeKind, PartRef
 from pydantic_ai_compaction.runtime.memo import IdentityMemo
+from pydantic_ai_compaction.runtime.pairing import answers_call as _answers_call
 
 ProtectPredicate = Callable[[Exchange, list[ModelMessage]], bool]
 """User hook: return `True` to protect an exchange (it receives the exchange and its messages)."""
 
-RESTATEMENT_MARK = 'restatement'
-"""Value under `METADATA_KEY` in the `TextContent.metadata` of a `Reassert` restatement."""
-
 _ID_PATTERN = re.compile(r'^g(\d{1,12})$')
 """Exchange ids: `g` and up to twelve digits. Longer numbers come from no history this library wrote, and
 converting thousands of digits fails (CPython's limit) or inflates every later id."""
-
-MAX_EXCHANGE_NUMBER = 10**12
-"""Counters read back from records (`next_id`, `sequence`) above this are ignored as forged or corrupt."""
 
 
 def exchange_number(exchange_id: str) -> int | None:
@@ -61,56 +61,9 @@ def exchange_number(exchange_id: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def str_dict(value: object) -> dict[str, Any]:
-    """*value* if it is a dict (metadata read back from storage), else an empty dict."""
-    return cast('dict[str, Any]', value) if isinstance(value, dict) else {}
-
-
 def our_record(part: object) -> dict[str, Any] | None:
-    """The boundary record this library stored on a `CompactionPart`, or `None`.
-
-    Records come back from storage written by any version (or edited by hand), so every field is
-    checked for its type here, once, and a field of the wrong type is left out (`kept: 7` reads as no
-    `kept`): an odd old record must never stop compaction of its history for good.
-    """
-    if not isinstance(part, CompactionPart):
-        return None
-    record = str_dict(part.metadata).get(METADATA_KEY)
-    return _well_typed(str_dict(record)) if isinstance(record, dict) else None  # pyright: ignore[reportUnknownArgumentType]
-
-
-_STRING_LISTS = ('kept', 'dropped', 'rejected', 'restated', 'view_reduced')
-_INTEGERS = ('sequence', 'next_id', 'tokens_before', 'tokens_after')
-_COUNTERS = ('sequence', 'next_id')
-_STRINGS = ('strategy', 'variant', 'boundary_id', 'fallback_reason', 'detail')
-
-
-def _well_typed(record: dict[str, Any]) -> dict[str, Any]:
-    out = dict(record)
-    for key in _STRING_LISTS:
-        value = out.get(key)
-        if value is not None:
-            items = cast('list[object]', value) if isinstance(value, list | tuple) else []
-            out[key] = [item for item in items if isinstance(item, str)]
-    for key in _INTEGERS:
-        value = out.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            del out[key]
-    for key in _COUNTERS:
-        value = out.get(key)
-        if isinstance(value, int) and not 0 <= value <= MAX_EXCHANGE_NUMBER:
-            del out[key]
-    for key in _STRINGS:
-        if key in out and out[key] is not None and not isinstance(out[key], str):
-            del out[key]
-    if 'extra' in out:
-        extra = str_dict(out['extra'])
-        if 'notes' in extra:
-            notes = extra['notes']
-            items = cast('list[object]', notes) if isinstance(notes, list | tuple) else []
-            extra = {**extra, 'notes': [item for item in items if isinstance(item, str)]}
-        out['extra'] = extra
-    return out
+    """The boundary record this library stored on a `CompactionPart` (every field type-checked), or `None`."""
+    return record_from_metadata(part.metadata) if isinstance(part, CompactionPart) else None
 
 
 def compactions_so_far(messages: Sequence[ModelMessage]) -> int:
@@ -135,25 +88,12 @@ def is_restatement(part: object) -> bool:
     """Whether *part* is a restatement `Reassert` wrote."""
     if not isinstance(part, UserPromptPart) or isinstance(part.content, str):
         return False
-    return any(
-        isinstance(item, TextContent) and str_dict(item.metadata).get(METADATA_KEY) == RESTATEMENT_MARK
-        for item in part.content
-    )
+    return any(isinstance(item, TextContent) and is_restatement_mark(item.metadata) for item in part.content)
 
 
 def message_stamp(message: ModelMessage) -> str | None:
     """The exchange id stamped on a message's metadata, if any."""
-    value = str_dict(str_dict(message.metadata).get(METADATA_KEY)).get('exchange')
-    return value if isinstance(value, str) else None
-
-
-def _answers_call(part: ModelRequestPart) -> str | None:
-    """The tool call id a request part answers, if it answers one."""
-    if isinstance(part, ToolReturnPart):
-        return part.tool_call_id
-    if isinstance(part, RetryPromptPart) and part.tool_name is not None:  # pyright: ignore[reportDeprecated]
-        return part.tool_call_id
-    return None
+    return exchange_stamp(message.metadata)
 
 
 @dataclass

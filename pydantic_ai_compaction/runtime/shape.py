@@ -4,12 +4,12 @@ Providers reject a request over its shape, not its content: Anthropic and Gemini
 message from the user; pydantic-ai needs the last one to be a request; tool calls must be answered
 right after they are made; and two model turns in a row (a kept answer whose question was dropped)
 read to the provider as one turn split in two, with nothing between to answer. The runtime checks
-every compacted history and every projected request against these rules before it is used.
+every compacted history (`engine`) and every projected request or rewritten log (`project`) against
+these rules before it is used.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 from pydantic_ai.messages import CompactionPart, ModelMessage, ModelResponse
@@ -65,23 +65,3 @@ def _is_compaction(message: ModelMessage) -> bool:
 def is_compaction_response(message: ModelMessage) -> bool:
     """Whether *message* is a response holding a provider's compaction item."""
     return isinstance(message, ModelResponse) and _is_compaction(message)
-
-
-def checked_projection(
-    original: Sequence[ModelMessage], projected: Sequence[ModelMessage], owner: str
-) -> list[ModelMessage]:
-    """*projected* if it keeps the provider shape, else *original* with a warning naming *owner* and the problems.
-
-    Every view (a request-only projection of the history) goes through this, so no capability can
-    send a request the provider would reject; the unprojected request is always a safe answer.
-    """
-    problems = shape_problems(projected, before=original)
-    if not problems:
-        return list(projected)
-    warnings.warn(
-        f'{owner} sent the request unprojected: its projection would break the provider shape '
-        f'({"; ".join(problems[:3])}).',
-        RuntimeWarning,
-        stacklevel=2,
-    )
-    return list(original)

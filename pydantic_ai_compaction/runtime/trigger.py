@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
 from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai_harness.compaction import (
     DEFAULT_CONTEXT_WINDOW,
@@ -158,3 +158,8 @@ def _anchor_is_stale(messages: Sequence[ModelMessage]) -> bool:
             if record is not None:
                 return anchor_id in (record.get('kept') or ())
     return False
+
+
+def text_tokens(text: str, tokenizer: Callable[[str], int] | None = None) -> int:
+    """Estimated tokens of *text* alone, with the estimator the trigger uses (and its tokenizer, if given)."""
+    return estimate_token_count([ModelRequest(parts=[UserPromptPart(text)])], tokenizer)

@@ -1,12 +1,19 @@
-"""The validator: the runtime, not the model, has the last word on what the next history holds."""
+"""The validator: the runtime, not the model, has the last word on what the next history holds.
+
+`decide` is that last word: it applies every layout rule, once, in order, and returns either the
+history to send or why the history stays as it is. `validate` and `fallback_layout` are its steps.
+"""
 
 from __future__ import annotations
 
-from pydantic_ai.messages import ModelResponse
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
-from pydantic_ai_compaction.protocols.types import Exchange, Layout, Proposal, Summary
+from pydantic_ai.messages import ModelMessage, ModelResponse
+
+from pydantic_ai_compaction.protocols.types import CompactionRecord, Exchange, Layout, Proposal, Summary
 from pydantic_ai_compaction.runtime.segment import ConversationView, our_record
-from pydantic_ai_compaction.runtime.shape import is_compaction_response
+from pydantic_ai_compaction.runtime.shape import is_compaction_response, shape_problems
 
 DEFAULT_FALLBACK_KEEP_LAST = 4
 """Exchanges the fallback layout keeps (besides protected and unfinished ones)."""
@@ -29,7 +36,7 @@ def validate(
 
     accepted: set[str] = set()
     rejected: list[str] = []
-    for exchange_id in proposal.keep:
+    for exchange_id in proposal.kept:
         if exchange_id in accepted or exchange_id not in view.by_id:
             rejected.append(exchange_id)
         else:
@@ -37,7 +44,13 @@ def validate(
 
     superseded = _superseded(view, proposal.supersedes)
     keep = accepted | {e.id for e in view.exchanges if e.forced and e.id not in superseded}
-    if proposal.summary is None and not proposal.restate and not (accepted - keep_forced(view)):
+    if (
+        proposal.summary is None
+        and not proposal.restate
+        and not proposal.explicit
+        and not (accepted - keep_forced(view))
+    ):
+        # A parsed reply that names nothing to keep and says nothing is empty, not a choice to drop everything.
         return fallback_layout(view, 'empty', fallback_keep_last=fallback_keep_last, rejected=tuple(rejected))
 
     keep = settle(view, keep, restate=bool(proposal.restate))
@@ -170,3 +183,77 @@ def _response_after_response(view: ConversationView, keep: set[str], restate: bo
             return position
         after_response = ends
     return None
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Why a crossing led to no compaction (the history is sent as it was)."""
+
+    reason: str
+    """`nothing to drop`, `below minimum saving`, `declined` (the strategy chose not to), `grew` or `shape`."""
+
+    detail: str | None = None
+    """What was measured."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The compacted history and the record its boundary carries."""
+
+    messages: list[ModelMessage]
+    """The new history."""
+
+    record: CompactionRecord
+    """What happened."""
+
+    error: Exception | None = None
+    """The compactor's exception behind a fallback, if one raised."""
+
+
+def decide(
+    proposal: Proposal,
+    view: ConversationView,
+    build: Callable[[Layout], Outcome],
+    *,
+    fallback_keep_last: int = DEFAULT_FALLBACK_KEEP_LAST,
+) -> Outcome | Skipped:
+    """Every layout rule, applied once and in this order; the result is what is sent.
+
+    1. A declined proposal, or one built with `Proposal.keep`/`drop_all` that keeps every exchange, is
+       respected: nothing changes.
+    2. The proposal is validated (`validate`); a malformed one, or a parsed reply that drops nothing,
+       gets the fallback layout. A layout that removes nothing and restates nothing is no compaction.
+    3. *build* lays the history out and measures it. A history that would not be smaller than before
+       gets the fallback layout; if that is not smaller either, nothing changes.
+    4. A history that breaks the provider shape (pairing, roles) is never sent: nothing changes.
+    """
+    if proposal.declined is not None:
+        return Skipped('declined', proposal.declined)
+    layout = validate(proposal, view, fallback_keep_last=fallback_keep_last)
+    if not layout.dropped and not layout.restate and layout.fallback_reason is None:
+        if proposal.explicit:
+            return Skipped('declined', 'the proposal keeps every exchange')
+        # A compactor that keeps everything while the request is over the trigger would be asked again
+        # at every step: the runtime has the last word and falls back.
+        layout = fallback_layout(view, 'kept_all', fallback_keep_last=fallback_keep_last)
+    if not layout.dropped and not layout.restate:
+        return Skipped('nothing to drop', 'neither the proposal nor the fallback removes an exchange')
+    outcome = build(layout)
+    if _grew(outcome):
+        # A compaction that does not shrink the history (a summary longer than what it replaces) is
+        # worse than none: fall back, and give up if that does not shrink it either.
+        smaller = replace(fallback_layout(view, 'grew', fallback_keep_last=fallback_keep_last), restate=layout.restate)
+        if not smaller.dropped:
+            return Skipped('grew', 'the compaction would not make the history smaller')
+        outcome = build(smaller)
+        if _grew(outcome):
+            return Skipped('grew', 'the compaction would not make the history smaller')
+    if problems := shape_problems(outcome.messages, before=view.messages):
+        # Segmentation keeps pairs inside exchanges and `settle` orders roles, so this is a last line
+        # of defence: send the history as it was rather than one a provider would reject.
+        return Skipped('shape', '; '.join(problems[:5]))
+    return outcome
+
+
+def _grew(outcome: Outcome) -> bool:
+    return outcome.record.tokens_after >= outcome.record.tokens_before

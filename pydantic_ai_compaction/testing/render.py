@@ -22,7 +22,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from pydantic_ai_compaction.runtime.encoding import to_json
+from pydantic_ai_compaction.runtime.encoding import args_text
 from pydantic_ai_compaction.runtime.segment import is_restatement, our_record, segment
 from pydantic_ai_compaction.runtime.transcript import user_text
 
@@ -90,7 +90,7 @@ def _render_part(part: Any, width: int, call_name: Any) -> str:
         text = part.model_response()
         return f'retry-feedback ({len(text)}): {_clip(text, width)}'
     if isinstance(part, ToolCallPart):
-        args = to_json(part.args_as_dict())
+        args = args_text(part.args)
         return f'call {call_name(part.tool_call_id)} {part.tool_name} {_clip(args, width)}'
     if isinstance(part, TextPart):
         return f'text ({len(part.content)}): {_clip(part.content, width)}'

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pydantic_ai_compaction.processors.strategies.fork import FORK_MARKER
 from pydantic_ai_compaction.processors.strategies.native import NATIVE_MARKER
 from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER
-from pydantic_ai_compaction.processors.views.selection import CURATOR_MARKER
+from pydantic_ai_compaction.processors.views.curation import CURATOR_MARKER
 from pydantic_ai_compaction.processors.views.tiered import HANDOFF_MARKER
 
 from .providers import Call, Say

@@ -39,7 +39,7 @@ from pydantic_ai_compaction import (
     Tiered,
     Trigger,
 )
-from pydantic_ai_compaction.processors.views.selection import ORIENTATION_OPEN
+from pydantic_ai_compaction.processors.views.curation import ORIENTATION_OPEN
 from pydantic_ai_compaction.runtime import our_record, pairing_problems
 
 from ..support import log_text

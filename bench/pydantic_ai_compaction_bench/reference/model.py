@@ -36,7 +36,7 @@ from pydantic_ai.usage import RequestUsage
 from pydantic_ai_compaction.processors.strategies.fork import FORK_MARKER
 from pydantic_ai_compaction.processors.strategies.native import NATIVE_MARKER
 from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER
-from pydantic_ai_compaction.processors.views.selection import CURATOR_MARKER
+from pydantic_ai_compaction.processors.views.curation import CURATOR_MARKER
 from pydantic_ai_compaction.processors.views.tiered import HANDOFF_MARKER
 from pydantic_ai_compaction.runtime.transcript import user_text
 from pydantic_ai_compaction_bench.reference.cache import PrefixCacheSimulator

@@ -9,22 +9,18 @@ re-run, and nothing but tool results can be archived.
 
 from __future__ import annotations
 
-import json
 import re
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.messages import (
     BinaryContent,
     ModelMessage,
-    ModelMessagesTypeAdapter,
     ModelRequest,
     ToolCallPart,
     ToolReturnPart,
@@ -34,11 +30,20 @@ from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import FunctionToolset
 from pydantic_ai_harness.compaction import estimate_token_count
 
-from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, ArchiveStore
-from pydantic_ai_compaction.protocols.types import METADATA_KEY
+from pydantic_ai_compaction.processors.memory.results import (
+    archive_results,
+    archived_ref_of,
+    deserialize_part,
+    reserve,
+    result_id_of,
+    with_marks,
+)
+from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int
-from pydantic_ai_compaction.runtime.encoding import clean_text, from_bytes, to_bytes, to_json
-from pydantic_ai_compaction.runtime.segment import is_restatement, str_dict
+from pydantic_ai_compaction.runtime.encoding import clean_text
+from pydantic_ai_compaction.runtime.events import EventObserver
+from pydantic_ai_compaction.runtime.project import project_request, rewrite_log
+from pydantic_ai_compaction.runtime.segment import ProtectPredicate, is_restatement, segment
 from pydantic_ai_compaction.runtime.stores.access import (
     ConversationKey,
     call_store,
@@ -74,24 +79,6 @@ class ArchiveItem(BaseModel):
     note: str = Field(description='What the result held and what you concluded from it (one or two lines).')
 
 
-def result_id_of(part: ToolReturnPart) -> str | None:
-    """The id this capability gave a tool result, if any."""
-    value = str_dict(str_dict(part.metadata).get(METADATA_KEY)).get('result_id')
-    return value if isinstance(value, str) else None
-
-
-def archived_ref_of(part: ToolReturnPart) -> str | None:
-    """The archive reference of a stubbed result, if it was archived."""
-    value = str_dict(str_dict(part.metadata).get(METADATA_KEY)).get('archived')
-    return value if isinstance(value, str) else None
-
-
-def _with_marks(part: ToolReturnPart, **marks: str) -> dict[str, Any]:
-    metadata = dict(str_dict(part.metadata))
-    metadata[METADATA_KEY] = {**str_dict(metadata.get(METADATA_KEY)), **marks}
-    return metadata
-
-
 @dataclass
 class _ReminderState:
     """Per run: when the last reminder fired."""
@@ -120,8 +107,9 @@ class Archive(AbstractCapability[AgentDepsT]):
     session from `deps`); `None` files them under the run, so a later run cannot recover them. Never read
     from the submitted history: see docs/archive.md, "Whose entries a run can read"."""
 
-    protect: Callable[[ToolReturnPart], bool] | None = None
-    """Results the agent may not archive (return `True` to protect)."""
+    protect: ProtectPredicate | None = None
+    """Results the agent may not archive: called with each exchange and its messages (as a strategy's
+    `protect`); `True` protects every tool result in that exchange."""
 
     reminder_tokens: int = 40_000
     """Remind the agent to curate once the request reaches about this many tokens (or holds an image)."""
@@ -132,8 +120,13 @@ class Archive(AbstractCapability[AgentDepsT]):
     instructions: str = ARCHIVE_INSTRUCTIONS
     """What the agent is taught about curating its context."""
 
-    _state: _ReminderState = field(default_factory=_ReminderState, repr=False)
-    _applying: anyio.Lock = field(default_factory=anyio.Lock, repr=False)
+    observer: EventObserver | None = None
+    """Called with a `CompactionEvent` for every numbering, reminder and archived batch (and refused change)."""
+
+    _state: _ReminderState = field(init=False, repr=False, compare=False)
+    """Per run: when the last reminder fired."""
+
+    _applying: anyio.Lock = field(init=False, repr=False, compare=False)
     """One `context_apply` batch at a time: a batch is checked against the history its stubs change."""
 
     def __post_init__(self) -> None:
@@ -143,10 +136,13 @@ class Archive(AbstractCapability[AgentDepsT]):
         check_int('Archive', 'reminder_tokens', self.reminder_tokens, minimum=1)
         check_int('Archive', 'reminder_every_chars', self.reminder_every_chars, minimum=1)
         check_instance('Archive', 'instructions', self.instructions, str, 'a string')
+        check_callable('Archive', 'observer', self.observer)
+        self._state = _ReminderState()
+        self._applying = anyio.Lock()
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
-        """A copy with its own reminder schedule for this run."""
-        return replace(self, _state=_ReminderState(), _applying=anyio.Lock())
+        """A copy with its own reminder schedule and batch lock for this run."""
+        return replace(self)
 
     def get_instructions(self) -> str:
         """Teach the agent when and how to curate."""
@@ -185,6 +181,10 @@ class Archive(AbstractCapability[AgentDepsT]):
                     f'Archive could not number new results this request: {error}', RuntimeWarning, stacklevel=2
                 )
         if numbered is not None:
+            numbered = rewrite_log(
+                messages, numbered, 'Archive', reason='numbered', tracer=ctx.tracer, observer=self.observer
+            )
+        if numbered is not None:
             ctx.messages[:] = numbered
             request_context = replace(request_context, messages=list(numbered))
         reminder = self._reminder(request_context.messages)
@@ -194,7 +194,15 @@ class Archive(AbstractCapability[AgentDepsT]):
             last = messages[-1]
             if isinstance(last, ModelRequest):
                 messages[-1] = replace(last, parts=[*last.parts, UserPromptPart(reminder)])
-                request_context = replace(request_context, messages=messages)
+                sent = project_request(
+                    request_context.messages,
+                    messages,
+                    'Archive',
+                    reason='reminder',
+                    tracer=ctx.tracer,
+                    observer=self.observer,
+                )
+                request_context = replace(request_context, messages=sent)
         return request_context
 
     def _unnumbered(
@@ -239,7 +247,7 @@ class Archive(AbstractCapability[AgentDepsT]):
     ) -> list[ModelMessage]:
         """*messages* with an id on each result in *todo*. Blocking (reserves ids): called in a worker thread."""
         try:
-            numbers = self._reserve(self.conversation_id(ctx), 'result', len(todo), highest)
+            numbers = reserve(self.store, self.conversation_id(ctx), 'result', len(todo), highest)
         except ArchiveError as error:
             # Numbering degrades rather than stops: ids that follow the history's own are unique in it, so
             # the agent can still name results; the store's counter moves past them once it answers again.
@@ -263,23 +271,9 @@ class Archive(AbstractCapability[AgentDepsT]):
                 content = prefix + content
                 marks['id_prefix'] = prefix
             parts = list(request.parts)
-            parts[part_index] = replace(part, content=content, metadata=_with_marks(part, **marks))
+            parts[part_index] = replace(part, content=content, metadata=with_marks(part, **marks))
             out[index] = replace(request, parts=parts)
         return out
-
-    def _reserve(self, conversation: str, counter: str, count: int, highest: int) -> list[int]:
-        """*count* new numbers of a store counter, all above *highest* (the highest the history shows).
-
-        Blocking: called in a worker thread.
-        """
-        numbers = self.store.next_numbers(conversation, counter, count)
-        if numbers[0] <= highest:
-            # A new store or conversation key starts its counter at 1 while the history already holds
-            # numbers: move past the highest one so a number is never given twice.
-            if (gap := highest - numbers[-1]) > 0:
-                self.store.next_numbers(conversation, counter, gap)
-            numbers = self.store.next_numbers(conversation, counter, count)
-        return numbers
 
     def _reminder(self, messages: list[ModelMessage]) -> str | None:
         # This runs before every request, so it makes a single pass: user prompts (restatements are
@@ -332,6 +326,21 @@ class Archive(AbstractCapability[AgentDepsT]):
                         found[result_id] = (index, part_index, part)
         return found
 
+    def _protected(self, messages: list[ModelMessage]) -> set[str]:
+        """Tool call ids of the results in exchanges `protect` protects."""
+        if self.protect is None:
+            return set()
+        view = segment(messages)
+        return {
+            part.tool_call_id
+            for exchange in view.exchanges
+            if self.protect(exchange, chosen := view.messages_of(exchange))
+            for message in chosen
+            if isinstance(message, ModelRequest)
+            for part in message.parts
+            if isinstance(part, ToolReturnPart)
+        }
+
     async def _apply(self, ctx: RunContext[AgentDepsT], items: list[ArchiveItem]) -> str:
         """Archive tool results behind short notes; context_recover brings the originals back.
 
@@ -347,6 +356,7 @@ class Archive(AbstractCapability[AgentDepsT]):
         calls = {
             part.tool_call_id: part for message in messages for part in message.parts if isinstance(part, ToolCallPart)
         }
+        protected = self._protected(messages)
         problems: list[str] = []
         seen: set[str] = set()
         if not items:
@@ -362,7 +372,7 @@ class Archive(AbstractCapability[AgentDepsT]):
                 problems.append(f'{rid}: no tool result has this id (ids look like r7)')
             elif archived_ref_of(where[2]) is not None:
                 problems.append(f'{rid}: already archived as {archived_ref_of(where[2])}')
-            elif where[2].tool_name == APPLY_TOOL or (self.protect and self.protect(where[2])):
+            elif where[2].tool_name == APPLY_TOOL or where[2].tool_call_id in protected:
                 problems.append(f'{rid}: protected, it cannot be archived')
             elif not item.note.strip():
                 problems.append(f'{rid}: the note is empty')
@@ -374,27 +384,11 @@ class Archive(AbstractCapability[AgentDepsT]):
         try:
             conversation = self.conversation_id(ctx)
             highest = max((int(ref[1:]) for ref in _archived_refs(located) if _ARCHIVE_REF.match(ref)), default=0)
-            refs = await call_store('next_numbers', self._reserve, conversation, 'archive', len(items), highest)
-            now = datetime.now(UTC).isoformat()
-            entries: list[ArchivedResult] = []
-            for item, number in zip(items, refs, strict=True):
-                index, part_index, part = located[item.result_id.strip()]
-                call = calls.get(part.tool_call_id)
-                entries.append(
-                    ArchivedResult(
-                        conversation_id=conversation,
-                        ref=f'a{number}',
-                        result_id=item.result_id.strip(),
-                        tool_name=part.tool_name,
-                        tool_call_id=part.tool_call_id,
-                        args_json=args_json(call) if call is not None else '{}',
-                        payload=serialize_part(original_part(part)),
-                        note=item.note.strip(),
-                        created_at=now,
-                    )
-                )
+            chosen = [(located[item.result_id.strip()][2], item.note.strip()) for item in items]
             # Originals are stored (one transaction) before any stub replaces a result.
-            await call_store('put_archived', self.store.put_archived, entries)
+            entries = await call_store(
+                'put_archived', archive_results, self.store, conversation, chosen, calls, highest
+            )
         except ArchiveError as error:
             # An answer, not a retry: a store that is down must not use up the tool's retries and end the run.
             return (
@@ -402,17 +396,24 @@ class Archive(AbstractCapability[AgentDepsT]):
                 'Keep working with the results as they are.'
             )
 
+        stubbed = list(messages)
         for archived in entries:
             index, part_index, part = located[archived.result_id]
-            request = messages[index]
+            request = stubbed[index]
             assert isinstance(request, ModelRequest)
             stub = (
                 f'[result {archived.result_id} archived as {archived.ref}: {clean_text(archived.note)} '
                 f'{RECOVER_TOOL}("{archived.ref}") returns the original.]'
             )
             parts = list(request.parts)
-            parts[part_index] = replace(part, content=stub, metadata=_with_marks(part, archived=archived.ref))
-            messages[index] = replace(request, parts=parts)
+            parts[part_index] = replace(part, content=stub, metadata=with_marks(part, archived=archived.ref))
+            stubbed[index] = replace(request, parts=parts)
+        checked = rewrite_log(
+            messages, stubbed, 'Archive', reason='archived', tracer=ctx.tracer, observer=self.observer
+        )
+        if checked is None:
+            return 'The originals were stored, but the results stay in the conversation as they were.'
+        messages[:] = checked
         return 'Archived ' + ', '.join(f'{e.result_id} as {e.ref}' for e in entries) + '.'
 
     async def _recover(self, ctx: RunContext[AgentDepsT], archive_ref: str) -> Any:
@@ -439,62 +440,9 @@ def _archived_refs(located: dict[str, tuple[int, int, ToolReturnPart]]) -> list[
     return [ref for _, _, part in located.values() if (ref := archived_ref_of(part)) is not None]
 
 
-def original_part(part: ToolReturnPart) -> ToolReturnPart:
-    """The result as the tool returned it, without the id prefix this capability added."""
-    prefix = str_dict(str_dict(part.metadata).get(METADATA_KEY)).get('id_prefix')
-    if isinstance(prefix, str) and isinstance(part.content, str) and part.content.startswith(prefix):
-        return replace(part, content=part.content[len(prefix) :])
-    return part
-
-
-def serialize_part(part: ToolReturnPart) -> bytes:
-    """The stored form of a result: pydantic-ai's JSON, or the lossless JSON when that refuses its text."""
-    message: list[ModelMessage] = [ModelRequest(parts=[part])]
-    try:
-        return ModelMessagesTypeAdapter.dump_json(message)
-    except ValueError:
-        # Lone surrogates: pydantic refuses to write them; the lossless encoding escapes them.
-        return to_bytes(to_json(ModelMessagesTypeAdapter.dump_python(message, mode='json')))
-
-
-def deserialize_part(payload: bytes) -> ToolReturnPart:
-    """The result `serialize_part` stored, exactly.
-
-    Raises:
-        ValueError: The payload is not a stored result.
-    """
-    try:
-        (request,) = ModelMessagesTypeAdapter.validate_json(payload)
-    except ValidationError:
-        # The lossless form: pydantic's JSON parser refuses escaped lone surrogates; the standard library's
-        # keeps them, and integers of any size, exactly.
-        try:
-            data = json.loads(from_bytes(payload))
-        except (UnicodeDecodeError, RecursionError) as error:
-            raise ValueError(f'not a stored result: {error}') from None
-        (request,) = ModelMessagesTypeAdapter.validate_python(data)
-    part = request.parts[0]
-    if not isinstance(part, ToolReturnPart):
-        raise ValueError(f'not a stored result: {type(part).__name__}')
-    return part
-
-
 def _image_count(content: object) -> int:
     if isinstance(content, BinaryContent):
         return 1 if content.is_image else 0
     if isinstance(content, list | tuple):
         return sum(_image_count(item) for item in content)  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
     return 0
-
-
-def args_json(call: ToolCallPart) -> str:
-    """A call's arguments as canonical JSON (lossless: big integers, lone surrogates); raw text that is not JSON."""
-    if not isinstance(call.args, str):
-        return to_json(call.args if call.args is not None else {})
-    if not call.args.strip():
-        return '{}'
-    try:
-        # The standard library parser: integers beyond 64 bits stay integers.
-        return to_json(json.loads(call.args))
-    except (ValueError, RecursionError):
-        return call.args

@@ -13,8 +13,8 @@ from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore, Note, NoteKind
+from pydantic_ai_compaction.protocols.names import NOTE_TOOL
 from pydantic_ai_compaction.runtime.checks import check_instance
-from pydantic_ai_compaction.runtime.notes import NOTE_TOOL
 from pydantic_ai_compaction.runtime.stores.access import (
     ConversationKey,
     call_store,

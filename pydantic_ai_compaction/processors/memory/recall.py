@@ -31,7 +31,7 @@ from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import FunctionToolset
 from pydantic_core import to_jsonable_python
 
-from pydantic_ai_compaction.processors.memory.archive import args_json, original_part, result_id_of
+from pydantic_ai_compaction.processors.memory.results import args_json, original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore, Hit, LineSource, LogLine
 from pydantic_ai_compaction.runtime.checks import check_instance, check_int
 from pydantic_ai_compaction.runtime.encoding import strip_nul, to_bytes, to_json
@@ -79,18 +79,23 @@ class Recall(AbstractCapability[AgentDepsT]):
     instructions: str = RECALL_INSTRUCTIONS
     """What the agent is taught about recall."""
 
-    _fingerprints: dict[int, tuple[object, str]] = field(default_factory=dict[int, tuple[object, str]], repr=False)
-    _indexed: set[str] = field(default_factory=set[str], repr=False)
+    _fingerprints: dict[int, tuple[object, str]] = field(init=False, repr=False, compare=False)
+    """Per run: each part's fingerprint by its identity (the part is kept referenced, so the id stays its own)."""
+
+    _indexed: set[str] = field(init=False, repr=False, compare=False)
+    """Per run: fingerprints of parts already in the store, so only a request's new parts ask it."""
 
     def __post_init__(self) -> None:
         check_instance('Recall', 'store', self.store, ArchiveStore, 'an ArchiveStore')
         check_conversation('Recall', self.conversation)
         check_int('Recall', 'limit', self.limit, minimum=1)
         check_instance('Recall', 'instructions', self.instructions, str, 'a string')
+        self._fingerprints = {}
+        self._indexed = set()
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """A copy with its own memo of parts already fingerprinted."""
-        return replace(self, _fingerprints={}, _indexed=set())
+        return replace(self)
 
     def get_instructions(self) -> str:
         """When to search."""

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
 from pydantic_ai.models import Model
+from pydantic_ai.settings import ModelSettings, merge_model_settings
 from pydantic_ai.tools import AgentDepsT
 
 from pydantic_ai_compaction.protocols.schemas import FORK_JSON_SCHEMA
@@ -115,11 +116,18 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
     keep_last: int = 2
     """Exchanges the `fixed` variant keeps (the most recent finished ones)."""
 
+    model_settings: ModelSettings | None = None
+    """Settings for the fork call, over the request's own (`None`: the request's, which keeps the provider's
+    cached prefix). The fork always answers in text: `tool_choice` stays `none` whatever is set here."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice('Fork', 'variant', self.variant, ('json', 'free', 'fixed'))
         check_int('Fork', 'keep_last', self.keep_last, minimum=0)
         check_instance('Fork', 'model', self.model, (Model, str, type(None)), 'a Model, a model name or None')
+        check_instance(
+            'Fork', 'model_settings', self.model_settings, (dict, type(None)), 'a ModelSettings dict or None'
+        )
 
     @property
     def strategy_name(self) -> str:
@@ -143,6 +151,9 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
             # Everything droppable is among the exchanges `fixed` keeps: no call, no compaction.
             return Proposal.decline(f'at most {self.keep_last} exchange(s) can be dropped', variant='fixed')
         settings, parameters = compactor.text_only(ctx)
+        if self.model_settings is not None:
+            settings = merge_model_settings(settings, self.model_settings) or settings
+            settings['tool_choice'] = 'none'
         messages = compactor.with_appended_prompt(view.messages, self.prompt(view))
         response = await compactor.request(ctx, messages, model=self.model, settings=settings, parameters=parameters)
         return self.parse(compactor.response_text(response), view)
@@ -158,7 +169,7 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
         if self.variant == 'free':
             return _parse_free(reply)
         recent = _recent(view, self.keep_last)
-        return Proposal(keep=recent, summary=Summary(reply.strip()), variant='fixed')
+        return Proposal.keep(recent, summary=Summary(reply.strip()), variant='fixed')
 
 
 def _recent(view: ConversationView, count: int) -> tuple[str, ...]:
@@ -188,7 +199,7 @@ def _parse_json(reply: str) -> Proposal:
     if parsed.tolerated:
         extra['reply_tolerated'] = list(parsed.tolerated)
     return Proposal(
-        keep=tuple(data['keep']),
+        kept=tuple(data['keep']),
         summary=Summary(text_summary, structured=summary) if text_summary.strip() else None,
         variant='json',
         extra=extra,
@@ -230,4 +241,4 @@ def _parse_free(reply: str) -> Proposal:
     summary = (reply[: match.start()] + reply[match.end() :]).strip()
     if not summary:
         return Proposal.failed('empty', 'no summary after the KEEP line', variant='free')
-    return Proposal(keep=keep, summary=Summary(summary), variant='free')
+    return Proposal(kept=keep, summary=Summary(summary), variant='free')

@@ -34,6 +34,6 @@ class NoCompaction(ConfiguredCompaction[AgentDepsT]):
         return False
 
     async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
-        """Keep everything (used only when driven directly, e.g. by `replay`)."""
-        del ctx
-        return Proposal(keep=view.ids)
+        """Decline: the baseline leaves every history as it is, even when driven directly (`replay`)."""
+        del view, ctx
+        return Proposal.decline('baseline')

@@ -3,27 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, cast
+from dataclasses import dataclass
+from typing import Any, cast
 
-from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.tools import AgentDepsT, RunContext
 
-from pydantic_ai_compaction.runtime.capability import CompactionCapability
+from pydantic_ai_compaction.protocols.types import Proposal
+from pydantic_ai_compaction.runtime.capability import CompactionCapability, RuntimeSettings
 from pydantic_ai_compaction.runtime.checks import check_instance, fail
-
-if TYPE_CHECKING:
-    from pydantic_ai.models import ModelRequestContext
+from pydantic_ai_compaction.runtime.context import CompactionContext
+from pydantic_ai_compaction.runtime.segment import ConversationView
 
 
 @dataclass
-class Pipeline(AbstractCapability[AgentDepsT]):
+class Pipeline(CompactionCapability[AgentDepsT]):
     """Run strategies one after another before each request; each fires only on its own trigger.
 
     A later step measures the history the earlier ones left (right after a compaction the stale
     usage anchor is ignored), so a cheap first step that brings the request under the limit spares
-    the expensive second one.
+    the expensive second one. A pipeline is itself a compaction strategy: it can be a branch of
+    `Switch` or be wrapped by `Reassert`.
 
     Example:
         ```python
@@ -41,31 +42,50 @@ class Pipeline(AbstractCapability[AgentDepsT]):
         for index, step in enumerate(cast('Sequence[object]', steps)):
             check_instance('Pipeline', f'steps[{index}]', step, CompactionCapability, 'a compaction strategy')
 
-    async def before_model_request(
+    @property
+    def strategy_name(self) -> str:
+        """`pipeline(<first>><second>...)`."""
+        return f'pipeline({">".join(step.strategy_name for step in self.steps)})'
+
+    @property
+    def runtime(self) -> RuntimeSettings:
+        """The first step's settings (what a wrapper such as `Reassert` triggers on)."""
+        return self.steps[0].runtime
+
+    async def maybe_compact(
         self,
-        ctx: RunContext[AgentDepsT],
-        request_context: ModelRequestContext,
-    ) -> ModelRequestContext:
-        """Run every step whose trigger the current history crosses (on the persisted history)."""
-        messages = list(ctx.messages)
+        messages: list[ModelMessage],
+        ctx: RunContext[Any],
+        *,
+        model: Model,
+        model_settings: Any,
+        parameters: ModelRequestParameters,
+    ) -> list[ModelMessage] | None:
+        """Every step whose trigger the history crosses, in order, each on the previous one's result."""
         changed = False
         for step in self.steps:
             compacted = await step.maybe_compact(
-                messages,
-                ctx,
-                model=request_context.model,
-                model_settings=request_context.model_settings,
-                parameters=request_context.model_request_parameters,
+                messages, ctx, model=model, model_settings=model_settings, parameters=parameters
             )
             if compacted is not None:
                 messages, changed = compacted, True
-        if not changed:
-            return request_context
-        ctx.messages[:] = messages
-        return replace(request_context, messages=list(messages))
+        return messages if changed else None
 
     async def compact(self, messages: list[ModelMessage], ctx: RunContext[AgentDepsT]) -> list[ModelMessage]:
         """Every step, unconditionally, in order (harness `CompactionStrategy` protocol)."""
         for step in self.steps:
             messages = await step.compact(messages, ctx)
         return messages
+
+    async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
+        """One proposal for one view (when wrapped or driven directly): the first step's that is usable.
+
+        Steps are asked in order; a step that declines or fails hands over to the next, as a fallback
+        chain. When none is usable, the last one's answer stands.
+        """
+        proposal = Proposal.decline('no step')
+        for step in self.steps:
+            proposal = await step.propose(view, ctx)
+            if proposal.declined is None and proposal.malformed is None:
+                return proposal
+        return proposal

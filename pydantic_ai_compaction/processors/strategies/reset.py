@@ -21,19 +21,20 @@ from typing import Any
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
 from pydantic_ai.tools import AgentDepsT, RunContext
 
-from pydantic_ai_compaction.processors.views.forget import WRITE_TOOLS
+from pydantic_ai_compaction.protocols.metadata import ours, record_extra, str_dict
+from pydantic_ai_compaction.protocols.names import WRITE_TOOLS
 from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int, check_patterns
 from pydantic_ai_compaction.runtime.context import CompactionContext
-from pydantic_ai_compaction.runtime.encoding import clean_text, to_json
+from pydantic_ai_compaction.runtime.encoding import args_text, clean_text
 from pydantic_ai_compaction.runtime.instructions import (
     InstructionSources,
     gather_instructions,
     line_body,
     tool_provided,
 )
-from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, str_dict
+from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement
 from pydantic_ai_compaction.runtime.transcript import clip, return_text, user_text
 
 CheckpointFn = Callable[[RunContext[Any], ConversationView], str]
@@ -184,7 +185,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         for record in view.records():
             if record.get('strategy') != self.strategy_name:
                 continue
-            extra = str_dict(record.get('extra'))
+            extra = record_extra(record)
             carried = str_dict(extra.get('checkpoint'))
             for name in SECTIONS:
                 sections[name].extend(_strings(carried.get(name)))
@@ -226,7 +227,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 if not isinstance(part, ToolCallPart) or part.tool_call_id not in returns:
                     continue
                 result = returns[part.tool_call_id]
-                call = f'{part.tool_name}({clean_text(to_json(part.args_as_dict()))})'
+                call = f'{part.tool_name}({clean_text(args_text(part.args))})'
                 content = clean_text(return_text(result))
                 entry = f'{call} → {result.outcome}, {len(content):,} chars'
                 sections['changed' if self._writes.search(part.tool_name) else 'read'].append(entry)
@@ -280,8 +281,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     def _is_ours(self, view: ConversationView, exchange: Exchange) -> bool:
         for message in view.messages_of(exchange):
             for part in message.parts:
-                metadata = str_dict(getattr(part, 'metadata', None))
-                record = str_dict(metadata.get('pydantic_ai_compaction'))
+                record = ours(getattr(part, 'metadata', None))
                 if record.get('strategy') == self.strategy_name:
                     return True
         return False
@@ -301,7 +301,7 @@ def _newest_call(view: ConversationView) -> str | None:
         for message in reversed(view.messages_of(exchange)):
             for part in reversed(message.parts):
                 if isinstance(part, ToolCallPart):
-                    return f'{part.tool_name}({clean_text(to_json(part.args_as_dict()))})'
+                    return f'{part.tool_name}({clean_text(args_text(part.args))})'
     return None
 
 

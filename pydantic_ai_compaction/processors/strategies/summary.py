@@ -9,7 +9,7 @@ from pydantic_ai.messages import ModelRequest, UserPromptPart
 from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT
-from pydantic_ai_harness.compaction import DEFAULT_CONTEXT_WINDOW, estimate_token_count, resolve_context_window
+from pydantic_ai_harness.compaction import DEFAULT_CONTEXT_WINDOW, resolve_context_window
 
 from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime import compactor
@@ -19,6 +19,7 @@ from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.segment import ConversationView
 from pydantic_ai_compaction.runtime.transcript import render_messages
+from pydantic_ai_compaction.runtime.trigger import text_tokens
 from pydantic_ai_compaction.runtime.wrappers import neutralize
 
 SUMMARY_MARKER = '[pydantic-ai-compaction: summary request]'
@@ -105,16 +106,11 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
             extra['not_summarized'] = list(left_out)
         if cut:
             extra['transcript_cut'] = list(cut)
-        return Proposal(keep=tuple(exchange.id for exchange in kept), summary=Summary(text), extra=extra)
+        return Proposal.keep(kept, summary=Summary(text), extra=extra)
 
 
 TRANSCRIPT_SHARE = 0.6
 """Share of the summarizer's window a transcript may fill, leaving room for instructions and the answer."""
-
-
-def text_tokens(text: str) -> int:
-    """Estimated tokens of *text*, with the same estimator the trigger uses."""
-    return estimate_token_count([ModelRequest(parts=[UserPromptPart(text)])])
 
 
 def transcript_budget(model: Model) -> int:

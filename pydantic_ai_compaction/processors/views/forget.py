@@ -24,7 +24,6 @@ cached prefix it charges for.
 from __future__ import annotations
 
 import re
-import warnings
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -40,23 +39,22 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.tools import AgentDepsT, RunContext
 
-from pydantic_ai_compaction.protocols.types import METADATA_KEY
-from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_choice, fail
-from pydantic_ai_compaction.runtime.segment import is_restatement, str_dict
-from pydantic_ai_compaction.runtime.shape import shape_problems
+from pydantic_ai_compaction.protocols.metadata import MessageMarks
+from pydantic_ai_compaction.protocols.names import WRITE_TOOLS
+from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_callable, check_choice, fail
+from pydantic_ai_compaction.runtime.events import EventObserver
+from pydantic_ai_compaction.runtime.project import never_fails, rewrite_log
+from pydantic_ai_compaction.runtime.segment import is_restatement
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
 
 ForgetPolicy = Literal['keep', 'drop', 'after_artifact']
-WRITE_TOOLS = r'write|edit|patch|create|save|apply|commit'
-"""Default pattern of tool names whose success externalizes a step's conclusion."""
 
 
 def reasoning_decision(message: ModelResponse) -> str | None:
     """`kept`, `dropped` or `deferred` once decided for a step, else `None`."""
-    value = str_dict(str_dict(message.metadata).get(METADATA_KEY)).get('reasoning')
-    return value if isinstance(value, str) else None
+    return MessageMarks.from_metadata(message.metadata).reasoning
 
 
 def _signed(part: ThinkingPart) -> bool:
@@ -79,10 +77,14 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
     write_tools: str = WRITE_TOOLS
     """Regular expression over tool names: a successful call to one externalizes the step."""
 
+    observer: EventObserver | None = None
+    """Called with a `CompactionEvent` for every decision written to the history (and every refused one)."""
+
     _writes: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_choice('ForgetReasoning', 'policy', self.policy, ('keep', 'drop', 'after_artifact'))
+        check_callable('ForgetReasoning', 'observer', self.observer)
         if not isinstance(self.write_tools, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise fail('ForgetReasoning', 'write_tools', 'a regular expression string', self.write_tools)
         try:
@@ -103,9 +105,21 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
         try:
             decided = self.decide(messages)
         except Exception as error:  # forgetting must never fail the run: keep the step as it was
-            warnings.warn(f'ForgetReasoning kept the history as it was: {error!r}', RuntimeWarning, stacklevel=2)
+            never_fails('ForgetReasoning', error, 'kept the history as it was')
             return request_context
-        if decided is None or shape_problems(decided, before=messages):
+        if decided is None:
+            return request_context
+        # Its contract is to rewrite the log: only thinking may go, and only metadata may change otherwise.
+        decided = rewrite_log(
+            messages,
+            decided,
+            'ForgetReasoning',
+            reason='reasoning',
+            may_drop=(ThinkingPart,),
+            tracer=ctx.tracer,
+            observer=self.observer,
+        )
+        if decided is None:
             return request_context
         ctx.messages[:] = decided
         return replace(request_context, messages=list(decided))
@@ -154,15 +168,10 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
                 else [p for p in message.parts if not isinstance(p, ThinkingPart)]
             )
             thinking_chars = sum(len(p.content) for p in thinking)
-            marks = {
-                **str_dict(str_dict(message.metadata).get(METADATA_KEY)),
-                'reasoning': decision,
-                'thinking_chars': thinking_chars,
-                'output_tokens': message.usage.output_tokens,
-            }
-            out[index] = replace(
-                message, parts=list(parts), metadata={**str_dict(message.metadata), METADATA_KEY: marks}
+            marks = MessageMarks(
+                reasoning=decision, thinking_chars=thinking_chars, output_tokens=message.usage.output_tokens
             )
+            out[index] = replace(message, parts=list(parts), metadata=marks.to_metadata(message.metadata))
             changed = True
         return out if changed else None
 

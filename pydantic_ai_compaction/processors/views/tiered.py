@@ -1,4 +1,4 @@
-"""`Tiered`: compaction as a view. Clear old tool output at 50 %, summarize at 75 %, keep everything.
+"""`ClearThenSummarize` (formerly `Tiered`): compaction as a view. Clear old tool output at 50 %, summarize at 75 %.
 
 The persisted history is never changed: only what the model is sent is. The projection is reused
 across requests until the next compaction, so the provider's cached prefix stays stable between
@@ -12,10 +12,8 @@ With `Recall` in front, every cleared or summarized detail stays searchable.
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import anyio.to_thread
@@ -33,13 +31,15 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai_harness.compaction import DEFAULT_CONTEXT_WINDOW, estimate_token_count, resolve_context_window
 
-from pydantic_ai_compaction.processors.memory.archive import args_json, original_part, result_id_of, serialize_part
-from pydantic_ai_compaction.processors.views.forget import WRITE_TOOLS
-from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, ArchiveStore
-from pydantic_ai_compaction.protocols.types import METADATA_KEY
+from pydantic_ai_compaction.processors.memory.results import archive_results, args_json
+from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore
+from pydantic_ai_compaction.protocols.metadata import ResultMarks, is_handoff
+from pydantic_ai_compaction.protocols.names import WRITE_TOOLS
+from pydantic_ai_compaction.protocols.types import METADATA_KEY, CompactionRecord
 from pydantic_ai_compaction.runtime import compactor
 from pydantic_ai_compaction.runtime.checks import (
     ConfigurationError,
+    check_callable,
     check_instance,
     check_int,
     check_number,
@@ -47,13 +47,20 @@ from pydantic_ai_compaction.runtime.checks import (
     check_pattern,
 )
 from pydantic_ai_compaction.runtime.context import CompactionContext, for_request
+from pydantic_ai_compaction.runtime.events import EventObserver
 from pydantic_ai_compaction.runtime.instructions import tool_provided
 from pydantic_ai_compaction.runtime.notes import NOTES_HEADER, gather_notes
+from pydantic_ai_compaction.runtime.project import project
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
-from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, segment, str_dict
-from pydantic_ai_compaction.runtime.shape import checked_projection
+from pydantic_ai_compaction.runtime.segment import (
+    ConversationView,
+    compactions_so_far,
+    is_restatement,
+    segment,
+)
 from pydantic_ai_compaction.runtime.stores.access import ConversationKey, check_conversation, conversation_key
 from pydantic_ai_compaction.runtime.transcript import clip, render_messages, return_text, user_text
+from pydantic_ai_compaction.runtime.trigger import text_tokens
 from pydantic_ai_compaction.runtime.wrappers import neutralize
 
 if TYPE_CHECKING:
@@ -83,6 +90,9 @@ adds, remove what is obsolete. Do not rewrite it from scratch.
 
 CLEARED = 'cleared'
 
+HANDOFF_STRATEGY = 'tiered'
+"""`CompactionRecord.strategy` of the handoff note's boundary (the name reports have always used)."""
+
 
 @dataclass
 class _Projection:
@@ -96,13 +106,17 @@ class _Projection:
 
 
 @dataclass
-class Tiered(AbstractCapability[AgentDepsT]):
+class ClearThenSummarize(AbstractCapability[AgentDepsT]):
     """Clear, then summarize, as a request-only view over a history that keeps everything.
+
+    Not harness's `TieredCompaction` (which tries compaction strategies in turn until one reaches a
+    target, and rewrites the history): this is one view with two thresholds, and the persisted history
+    is never changed. `Tiered` is the name it had before, kept as an alias.
 
     Example:
         ```python
         store = SQLiteArchiveStore('agent.sqlite3')
-        agent = Agent(model, capabilities=[Recall(store=store), Notes(store=store), Tiered()])
+        agent = Agent(model, capabilities=[Recall(store=store), Notes(store=store), ClearThenSummarize()])
         ```
     """
 
@@ -119,7 +133,8 @@ class Tiered(AbstractCapability[AgentDepsT]):
     """Clear only in batches that save at least this fraction of the window."""
 
     keep_results: int = 3
-    """Newest tool results that clearing leaves verbatim."""
+    """Newest tool results that clearing leaves verbatim. It counts tool results, not exchanges (one step
+    that calls three tools brings three), which is why it is not called `keep_last`."""
 
     summarize: bool = True
     """`False` keeps only the clearing tier (the seed study's "clearing alone" setup)."""
@@ -159,12 +174,16 @@ class Tiered(AbstractCapability[AgentDepsT]):
     """Share of the window the transcript given to the handoff-note writer may take. Tool outputs are given
     whole when they fit; otherwise the longest are shortened evenly, and the transcript says so."""
 
-    _projection: _Projection = field(default_factory=_Projection, repr=False)
+    observer: EventObserver | None = None
+    """Called with a `CompactionEvent` for every request this view changed (and every projection refused)."""
+
+    _projection: _Projection = field(init=False, repr=False, compare=False)
+    """Per run: what the model is sent in place of the persisted history's start."""
 
     _writes: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        owner = 'Tiered'
+        owner = type(self).__name__
         check_optional_int(owner, 'context_window', self.context_window, minimum=1)
         check_int(owner, 'fallback_context_window', self.fallback_context_window, minimum=1)
         for name in (
@@ -178,7 +197,7 @@ class Tiered(AbstractCapability[AgentDepsT]):
             check_number(owner, name, getattr(self, name), minimum=0, maximum=1, exclusive_minimum=True)
         if not self.summarize_to < self.clear_at <= self.summarize_at:
             raise ConfigurationError(
-                'Tiered thresholds must satisfy summarize_to < clear_at <= summarize_at, got '
+                f'{owner} thresholds must satisfy summarize_to < clear_at <= summarize_at, got '
                 f'summarize_to={self.summarize_to!r}, clear_at={self.clear_at!r}, summarize_at={self.summarize_at!r}.'
             )
         check_int(owner, 'keep_results', self.keep_results, minimum=0)
@@ -188,11 +207,13 @@ class Tiered(AbstractCapability[AgentDepsT]):
         check_instance(owner, 'model_settings', self.model_settings, (dict, type(None)), 'a ModelSettings dict or None')
         check_instance(owner, 'retry', self.retry, RetryPolicy, 'a RetryPolicy')
         check_conversation(owner, self.conversation)
+        check_callable(owner, 'observer', self.observer)
         self._writes = check_pattern(owner, 'write_tools', self.write_tools)
+        self._projection = _Projection()
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """A copy with its own projection for this run."""
-        return replace(self, _projection=_Projection())
+        return replace(self)
 
     def window(self, model: Model | None) -> int:
         """The context window the fractions apply to."""
@@ -218,12 +239,14 @@ class Tiered(AbstractCapability[AgentDepsT]):
     ) -> ModelRequestContext:
         """Send the projection; move to the next tier when the projected request crosses its threshold."""
         persisted = list(request_context.messages)
-        try:
-            view = await self._project(ctx, request_context, persisted)
-        except Exception as error:  # a view must never fail the run: send the request unprojected
-            warnings.warn(f'Tiered sent the request unprojected: {error!r}', RuntimeWarning, stacklevel=2)
-            return request_context
-        return replace(request_context, messages=checked_projection(persisted, view, 'Tiered'))
+        return await project(
+            type(self).__name__,
+            ctx,
+            request_context,
+            lambda: self._project(ctx, request_context, persisted),
+            reason='clear then summarize',
+            observer=self.observer,
+        )
 
     async def _project(
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext, persisted: list[ModelMessage]
@@ -266,7 +289,7 @@ class Tiered(AbstractCapability[AgentDepsT]):
         saved = sum(max(len(_part_at(view, i, p).model_response_str()) - 200, 0) for i, p in older) // 4
         if saved < self.clear_min_saving * window:
             return None  # not worth breaking the cached prefix for
-        refs = self._archive(ctx, [(_part_at(view, i, p), calls) for i, p in older])
+        refs = self._archive(ctx, [_part_at(view, i, p) for i, p in older], calls)
         for (index, part_index), ref in zip(older, refs, strict=True):
             request = out[index]
             assert isinstance(request, ModelRequest)
@@ -279,40 +302,23 @@ class Tiered(AbstractCapability[AgentDepsT]):
                 f'[cleared: output of {part.tool_name}({args_json(call) if call else ""}), {len(content):,} chars, '
                 f'began "{clip(content, 80)}"; {where}]'
             )
-            metadata = {
-                **str_dict(part.metadata),
-                METADATA_KEY: {**str_dict(str_dict(part.metadata).get(METADATA_KEY)), CLEARED: True},
-            }
+            metadata = ResultMarks(cleared=True).to_metadata(part.metadata)
             parts = list(request.parts)
             parts[part_index] = replace(part, content=stub, metadata=metadata)
             out[index] = replace(request, parts=parts)
         return out
 
     def _archive(
-        self, ctx: RunContext[AgentDepsT], cleared: list[tuple[ToolReturnPart, dict[str, ToolCallPart]]]
+        self, ctx: RunContext[AgentDepsT], cleared: list[ToolReturnPart], calls: dict[str, ToolCallPart]
     ) -> list[str | None]:
         """Archive cleared outputs when a store is set; their references, or `None` each."""
         if self.store is None or not cleared:
             return [None] * len(cleared)
         try:
             conversation = conversation_key(ctx, self.conversation)
-            numbers = self.store.next_numbers(conversation, 'archive', len(cleared))
-            now = datetime.now(UTC).isoformat()
-            entries = [
-                ArchivedResult(
-                    conversation_id=conversation,
-                    ref=f'a{number}',
-                    result_id=result_id_of(part) or '',
-                    tool_name=part.tool_name,
-                    tool_call_id=part.tool_call_id,
-                    args_json=args_json(calls[part.tool_call_id]) if part.tool_call_id in calls else '{}',
-                    payload=serialize_part(original_part(part)),
-                    note='cleared by Tiered',
-                    created_at=now,
-                )
-                for (part, calls), number in zip(cleared, numbers, strict=True)
-            ]
-            self.store.put_archived(entries)
+            entries = archive_results(
+                self.store, conversation, [(part, f'cleared by {type(self).__name__}') for part in cleared], calls
+            )
         except ArchiveError:
             # The stub then points at recall instead; clearing is a view, nothing is lost from the log.
             return [None] * len(cleared)
@@ -359,18 +365,41 @@ class Tiered(AbstractCapability[AgentDepsT]):
             )
             if part
         )
-        # The notes ride in the boundary's record too, so the next summary still finds them.
-        record = {'strategy': 'tiered', 'handoff': True, 'extra': {'notes': notes}}
-        boundary = ModelRequest(parts=[CompactionPart(content=body, metadata={METADATA_KEY: record})])
         opening = [m for e in segmented.exchanges if e.kind == 'opening' for m in segmented.messages_of(e)]
+        kept_ids = [e.id for e in segmented.exchanges if (e.id in keep or e.unfinished) and e.kind != 'opening']
         kept = [
             m
             for e in segmented.exchanges
-            if (e.id in keep or e.unfinished) and e.kind != 'opening'
+            if e.id in kept_ids
             for m in segmented.messages_of(e)
             if not _is_our_boundary(m)
         ]
-        return [*opening, boundary, *kept]
+        # The same record a strategy's boundary carries; the notes ride in it too, so the next summary finds them.
+        tokens_before = estimate_token_count(view)
+        record = CompactionRecord(
+            strategy=HANDOFF_STRATEGY,
+            variant=None,
+            boundary_id=f'g{segmented.next_id}',
+            next_id=segmented.next_id + 1,
+            sequence=compactions_so_far(view) + 1,
+            tokens_before=tokens_before,
+            tokens_after=0,
+            trigger_tokens=tokens_before,
+            kept=tuple(kept_ids),
+            dropped=tuple(e.id for e in replaced),
+            rejected=(),
+            fallback_reason=None,
+            detail=None,
+            compactor_usage=replace(ctx.usage),
+            extra={'handoff': True, 'notes': notes},
+        )
+        boundary = ModelRequest(parts=[CompactionPart(content=body, metadata={METADATA_KEY: record.to_metadata()})])
+        out: list[ModelMessage] = [*opening, boundary, *kept]
+        record = replace(record, tokens_after=estimate_token_count(out))
+        out[len(opening)] = ModelRequest(
+            parts=[CompactionPart(content=body, metadata={METADATA_KEY: record.to_metadata()})]
+        )
+        return out
 
 
 def _part_at(view: Sequence[ModelMessage], index: int, part_index: int) -> ToolReturnPart:
@@ -393,14 +422,11 @@ def _files_changed(view: Sequence[ModelMessage], writes: re.Pattern[str]) -> str
 
 
 def _is_cleared(part: ToolReturnPart) -> bool:
-    return bool(str_dict(str_dict(part.metadata).get(METADATA_KEY)).get(CLEARED))
+    return ResultMarks.from_metadata(part.metadata).cleared
 
 
 def _is_our_boundary(message: ModelMessage) -> bool:
-    return any(
-        isinstance(part, CompactionPart) and str_dict(str_dict(part.metadata).get(METADATA_KEY)).get('handoff')
-        for part in message.parts
-    )
+    return any(isinstance(part, CompactionPart) and is_handoff(part.metadata) for part in message.parts)
 
 
 def _newest_within(view: ConversationView, budget: int) -> set[str]:
@@ -483,7 +509,7 @@ def _user_messages(log: Sequence[ModelMessage], budget: int) -> str:
     chosen: list[str] = []
     used = 0
     for prompt in reversed(prompts):
-        cost = len(prompt) // 4 + 1
+        cost = text_tokens(prompt) + 1
         if used + cost > budget:
             break
         chosen.append(prompt)
@@ -491,3 +517,7 @@ def _user_messages(log: Sequence[ModelMessage], budget: int) -> str:
     if not chosen:
         return ''
     return 'Your user wrote (newest first, verbatim):\n' + '\n'.join(f'- {text}' for text in chosen)
+
+
+Tiered = ClearThenSummarize
+"""The name the README gave `ClearThenSummarize` before it was renamed; the same class."""

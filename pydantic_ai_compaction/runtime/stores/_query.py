@@ -46,6 +46,10 @@ def index_text(text: str) -> str:
     return clean_text(strip_nul(text))
 
 
+SEARCH_CANDIDATES = 500
+"""Matches a SQL store's search ranks, the newest first: ranking every match of a word that half of a
+10M-token log holds took seconds, and a recall query looks for a specific value, not for the commonest words."""
+
 _WORD = re.compile(r'[^\W_]+')
 
 

@@ -89,24 +89,48 @@ class InMemoryArchiveStore:
         return added
 
     def search(self, conversation_id: str, query: str, limit: int = 8) -> list[Hit]:
-        """Every word (prefix match) in the line or its call; any word when none match all."""
+        """Every word in the line or its call, else any word; whole words before prefixes, as the SQL stores."""
         wanted = words(query)
         if not wanted:
             return []
         with self._lock:
             lines = list(self._lines.get(conversation_id, []))
-        scored: list[tuple[int, int, int, LogLine]] = []
-        for order, line in enumerate(lines):
-            own = words(line.text)
-            context = own + words(line_context(line))
-            matched = [w for w in wanted if any(token.startswith(w) for token in context)]
-            if matched:
-                in_line = sum(1 for w in wanted if any(token.startswith(w) for token in own))
-                scored.append((len(matched), in_line, order, line))
-        best = max((count for count, *_ in scored), default=0)
-        pool = [entry for entry in scored if entry[0] == len(wanted)] or [e for e in scored if e[0] == best]
-        pool.sort(key=lambda e: (e[3].source != 'tool', -e[0], -e[1], -e[2]))
-        return [
-            Hit(e[3].text, e[3].source, e[3].tool_name, e[3].args, e[3].result_id, e[3].line_no, float(e[0] + e[1]))
-            for e in pool[:limit]
-        ]
+        for every in (True, False):
+            for whole in (True, False):
+                pool = _matches(lines, wanted, every=every, whole=whole)
+                if pool:
+                    pool.sort(key=lambda e: (e[3].source != 'tool', -e[0], -e[1], -e[2]))
+                    return [
+                        Hit(
+                            e[3].text,
+                            e[3].source,
+                            e[3].tool_name,
+                            e[3].args,
+                            e[3].result_id,
+                            e[3].line_no,
+                            float(e[0] + e[1]),
+                        )
+                        for e in pool[:limit]
+                    ]
+        return []
+
+
+def _matches(
+    lines: list[LogLine], wanted: list[str], *, every: bool, whole: bool
+) -> list[tuple[int, int, int, LogLine]]:
+    """Lines matching every word of *wanted* (or the most of them), as whole words or as prefixes, scored."""
+
+    def has(tokens: list[str], word: str) -> bool:
+        return word in tokens if whole else any(token.startswith(word) for token in tokens)
+
+    scored: list[tuple[int, int, int, LogLine]] = []
+    for order, line in enumerate(lines):
+        own = words(line.text)
+        context = own + words(line_context(line))
+        matched = [w for w in wanted if has(context, w)]
+        if matched:
+            scored.append((len(matched), sum(1 for w in wanted if has(own, w)), order, line))
+    if every:
+        return [entry for entry in scored if entry[0] == len(wanted)]
+    best = max((count for count, *_ in scored), default=0)
+    return [entry for entry in scored if entry[0] == best]

@@ -16,6 +16,7 @@ from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveErro
 from pydantic_ai_compaction.runtime.checks import check_int, check_number
 from pydantic_ai_compaction.runtime.stores._query import (
     ARCHIVED_COLUMNS,
+    SEARCH_CANDIDATES,
     archived_from_row,
     archived_row,
     db_text,
@@ -59,6 +60,7 @@ CREATE TABLE IF NOT EXISTS pac_log (
 );
 CREATE INDEX IF NOT EXISTS pac_log_tsv ON pac_log USING GIN (tsv);
 CREATE INDEX IF NOT EXISTS pac_log_conversation ON pac_log (conversation_id);
+CREATE INDEX IF NOT EXISTS pac_log_conversation_newest ON pac_log (conversation_id, id);
 """
 
 
@@ -297,21 +299,27 @@ class PostgresArchiveStore:
         return len(rows)
 
     def search(self, conversation_id: str, query: str, limit: int = 8) -> list[Hit]:
-        """Full-text search over the line and its call; every word, else any word; tool output first."""
+        """Full-text search over the line and its call; every word, else any word; whole words before prefixes.
+
+        Tool output first. Ranks the newest `SEARCH_CANDIDATES` matches, as the SQLite store does.
+        """
         wanted = [word for word in words(query) if len(word.encode()) <= _LONGEST_WORD]
         if not wanted:
             return []
         for joiner in (' & ', ' | '):
-            tsquery = joiner.join(f'{word}:*' for word in wanted)
-            rows = self._run(
-                'search',
-                lambda conn, tsquery=tsquery: conn.execute(
-                    "SELECT text, source, tool_name, args, result_id, line_no, ts_rank(tsv, to_tsquery('simple', %s)) "
-                    "FROM pac_log WHERE conversation_id = %s AND tsv @@ to_tsquery('simple', %s) "
-                    "ORDER BY source <> 'tool', 7 DESC, id DESC LIMIT %s",
-                    (tsquery, db_text(conversation_id), tsquery, limit),
-                ).fetchall(),
-            )
-            if rows:
-                return [Hit(r[0], r[1], r[2], r[3], r[4], int(r[5]), float(r[6])) for r in rows]
+            for prefix in ('', ':*'):
+                tsquery = joiner.join(f'{word}{prefix}' for word in wanted)
+                rows = self._run(
+                    'search',
+                    lambda conn, tsquery=tsquery: conn.execute(
+                        'SELECT text, source, tool_name, args, result_id, line_no, score FROM ('
+                        'SELECT id, text, source, tool_name, args, result_id, line_no, '
+                        "ts_rank(tsv, to_tsquery('simple', %s)) AS score FROM pac_log "
+                        "WHERE conversation_id = %s AND tsv @@ to_tsquery('simple', %s) "
+                        "ORDER BY id DESC LIMIT %s) AS newest ORDER BY source <> 'tool', score DESC, id DESC LIMIT %s",
+                        (tsquery, db_text(conversation_id), tsquery, SEARCH_CANDIDATES, limit),
+                    ).fetchall(),
+                )
+                if rows:
+                    return [Hit(r[0], r[1], r[2], r[3], r[4], int(r[5]), float(r[6])) for r in rows]
         return []

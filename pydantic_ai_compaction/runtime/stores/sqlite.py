@@ -18,6 +18,7 @@ from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveErro
 from pydantic_ai_compaction.runtime.checks import check_int
 from pydantic_ai_compaction.runtime.stores._query import (
     ARCHIVED_COLUMNS,
+    SEARCH_CANDIDATES,
     archived_from_row,
     archived_row,
     db_text,
@@ -254,19 +255,27 @@ class SQLiteArchiveStore:
         return added
 
     def search(self, conversation_id: str, query: str, limit: int = 8) -> list[Hit]:
-        """FTS5 over the line and its call; every word, else any word; tool output first."""
+        """FTS5 over the line and its call; every word, else any word; whole words before prefixes; tool output first.
+
+        Ranks the newest `SEARCH_CANDIDATES` matches (all of them for any but the commonest words): ranking
+        every match of a word that half the log holds took seconds over a 10M-token log.
+        """
         wanted = words(query)
         if not wanted:
             return []
         for joiner in (' AND ', ' OR '):
-            match = joiner.join(f'"{word}"*' for word in wanted)
-            with self._reading('search') as db:
-                rows = db.execute(
-                    'SELECT text, source, tool_name, args, result_id, line_no, bm25(log) FROM log '
-                    'WHERE log MATCH ? AND conversation_id = ? '
-                    "ORDER BY source != 'tool', bm25(log), rowid DESC LIMIT ?",
-                    (match, db_text(conversation_id), limit),
-                ).fetchall()
-            if rows:
-                return [Hit(r[0], r[1], r[2], r[3], r[4], int(r[5]), -float(r[6])) for r in rows]
+            # A whole-word match first: a prefix query expands to every word it starts, which is slow on a
+            # large log and a weaker hit; the prefix query runs only when whole words find nothing.
+            for prefix in ('', '*'):
+                match = joiner.join(f'"{word}"{prefix}' for word in wanted)
+                with self._reading('search') as db:
+                    rows = db.execute(
+                        'SELECT text, source, tool_name, args, result_id, line_no, score FROM ('
+                        'SELECT rowid AS r, text, source, tool_name, args, result_id, line_no, bm25(log) AS score '
+                        'FROM log WHERE log MATCH ? AND conversation_id = ? ORDER BY rowid DESC LIMIT ?) '
+                        "ORDER BY source != 'tool', score, r DESC LIMIT ?",
+                        (match, db_text(conversation_id), SEARCH_CANDIDATES, limit),
+                    ).fetchall()
+                if rows:
+                    return [Hit(r[0], r[1], r[2], r[3], r[4], int(r[5]), -float(r[6])) for r in rows]
         return []

@@ -1,0 +1,358 @@
+"""Scale of memory: recall and `context_recover` latency over a 10M-token log, with 8 conversations writing.
+
+The log is built through the public store API in bulk (`index_lines` and `put_archived` batches, one
+batch per tool result), by 8 conversations at once, each with its own store object (as 8 worker
+processes would have). Then, while the 8 conversations keep writing (one 8 KB tool result every 50 ms
+each: indexed line by line and archived), one conversation's recall queries and `context_recover`
+calls are timed. Bounds (issue 16, target 4): p95 under 20 ms for both, on SQLite and on PostgreSQL.
+
+PostgreSQL runs against a database of its own (`pac_bench_scale`, created and dropped on the server
+of `PAC_POSTGRES_DSN`), so the tables the tests use are never touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic_ai.messages import ToolReturnPart
+from pydantic_ai.models.test import TestModel
+from pydantic_ai.tools import RunContext
+from pydantic_ai.usage import RunUsage
+
+from pydantic_ai_compaction import Archive
+from pydantic_ai_compaction.processors.memory.results import serialize_part
+from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveStore, LogLine
+from pydantic_ai_compaction.runtime.stores import PostgresArchiveStore, SQLiteArchiveStore
+
+TOTAL_TOKENS = 10_000_000
+"""The log's size in estimated tokens (4 characters each), all conversations together."""
+
+CONVERSATIONS = 8
+"""Conversations writing at once."""
+
+RESULT_CHARS = 8_000
+"""Characters per tool result (about 2,000 tokens, 80 lines)."""
+
+WRITE_EVERY = 0.05
+"""Seconds between two results of one conversation while queries are timed (a real agent step takes seconds)."""
+
+BOUND_MS = 20.0
+"""p95 bound of both queries."""
+
+_SERVICES = ('payments', 'media', 'search', 'auth', 'billing', 'gateway', 'mailer', 'reports', 'legacy', 'cache')
+_LEVELS = ('INFO', 'INFO', 'INFO', 'INFO', 'DEBUG', 'WARN', 'ERROR')
+_VERBS = ('GET', 'POST', 'PUT', 'DELETE')
+
+
+def _result_text(rng: random.Random, conversation: int, step: int) -> str:
+    """One log-like tool result: routine request lines, a few events, ids unique to it."""
+    lines: list[str] = [f'=== log {step} of conversation {conversation} ===']
+    size = len(lines[0])
+    second = step * 100
+    while size < RESULT_CHARS:
+        second += 1
+        stamp = datetime.fromtimestamp(1_700_000_000 + second, tz=UTC).strftime('%Y-%m-%dT%H:%M:%SZ')
+        service = rng.choice(_SERVICES)
+        roll = rng.random()
+        if roll < 0.01:
+            line = (
+                f'{stamp} INCIDENT inc-{conversation}{step:05d}{rng.randrange(100)} service={service} '
+                f'severity={rng.randrange(1, 5)} owner=user{rng.randrange(500)}'
+            )
+        elif roll < 0.03:
+            line = f'{stamp} {service} timeout_ms={rng.randrange(100, 5000)} port={rng.randrange(1024, 65535)}'
+        else:
+            line = (
+                f'{stamp} {service} {rng.choice(_LEVELS)} {rng.choice(_VERBS)} /api/{service}/{rng.randrange(999)} '
+                f'request_id={rng.getrandbits(48):012x} status={rng.choice((200, 200, 200, 201, 404, 500))} '
+                f'latency_ms={rng.randrange(1, 900)}'
+            )
+        lines.append(line)
+        size += len(line) + 1
+    return '\n'.join(lines)
+
+
+def _step(
+    conversation_id: str, rng: random.Random, conversation: int, step: int
+) -> tuple[list[LogLine], ArchivedResult]:
+    """What one tool result adds to the store: its lines for recall and its archived original."""
+    text = _result_text(rng, conversation, step)
+    call_id = f'call-{conversation}-{step}'
+    result_id = f'r{step + 1}'
+    args = f'{{"index": {step}}}'
+    lines = [
+        LogLine(conversation_id, f'part-{call_id}', number, line, 'tool', 'read_log', args, result_id)
+        for number, line in enumerate(text.splitlines(), start=1)
+    ]
+    part = ToolReturnPart('read_log', text, tool_call_id=call_id)
+    entry = ArchivedResult(
+        conversation_id=conversation_id,
+        ref=f'a{step + 1}',
+        result_id=result_id,
+        tool_name='read_log',
+        tool_call_id=call_id,
+        args_json=args,
+        payload=serialize_part(part),
+        note=f'log {step}: routine traffic',
+        created_at='2026-11-29T00:00:00+00:00',
+    )
+    return lines, entry
+
+
+def _write(store: ArchiveStore, conversation_id: str, rng: random.Random, conversation: int, step: int) -> None:
+    lines, entry = _step(conversation_id, rng, conversation, step)
+    store.index_lines(lines)
+    store.put_archived([entry])
+
+
+@dataclass(frozen=True)
+class ScaleResult:
+    """One backend's figures."""
+
+    backend: str
+    tokens: int
+    build_seconds: float
+    recall_p50: float
+    recall_p95: float
+    recover_p50: float
+    recover_p95: float
+    bytes_per_million: float
+    writes_during: int
+    """Results the 8 conversations wrote while the queries were timed."""
+
+
+def _percentiles(values: Sequence[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+QUERIES = (
+    'inc-{c}0001',
+    'payments timeout',
+    'timeout_ms port media',
+    'severity owner INCIDENT',
+    'ERROR 500 gateway',
+    'log 37',
+    'request_id',
+    'nothing matches this zebra',
+)
+"""What an agent asks recall: an id, a service and a setting, common words, a word nothing holds."""
+
+
+def run_backend(
+    backend: str,
+    open_store: Callable[[], Any],
+    size_of: Callable[[], int],
+    *,
+    total_tokens: int = TOTAL_TOKENS,
+    queries: int = 120,
+) -> ScaleResult:
+    """Build the log with 8 conversations at once, then time queries while they keep writing."""
+    per_conversation = total_tokens * 4 // RESULT_CHARS // CONVERSATIONS
+    errors: list[BaseException] = []
+
+    def build(conversation: int) -> None:
+        store = open_store()
+        rng = random.Random(conversation)
+        try:
+            for step in range(per_conversation):
+                _write(store, f'conv-{conversation}', rng, conversation, step)
+        except BaseException as error:  # reported below: a failed build must not time an empty store
+            errors.append(error)
+        finally:
+            store.close()
+
+    started = time.perf_counter()
+    builders = [threading.Thread(target=build, args=(c,)) for c in range(CONVERSATIONS)]
+    for thread in builders:
+        thread.start()
+    for thread in builders:
+        thread.join()
+    build_seconds = time.perf_counter() - started
+    if errors:
+        raise errors[0]
+    size = size_of()
+
+    stop = threading.Event()
+    written = [0] * CONVERSATIONS
+    # What the writers add while queries are timed is made beforehand: the timed phase measures the stores,
+    # not eight threads generating text against the reader for the interpreter lock.
+    pending = [
+        [_step(f'conv-{c}', random.Random(1_000 + c), c, per_conversation + step) for step in range(40)]
+        for c in range(CONVERSATIONS)
+    ]
+
+    def keep_writing(conversation: int) -> None:
+        store = open_store()
+        try:
+            for lines, entry in pending[conversation]:
+                if stop.is_set():
+                    break
+                store.index_lines(lines)
+                store.put_archived([entry])
+                written[conversation] += 1
+                stop.wait(WRITE_EVERY)
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            store.close()
+
+    reader = open_store()
+    archive = Archive(store=reader, conversation='conv-0')
+    ctx = RunContext[None](deps=None, model=TestModel(), usage=RunUsage())
+    rng = random.Random(99)
+    recall: list[float] = []
+    recover: list[float] = []
+
+    async def timed() -> None:
+        for index in range(queries):
+            query = QUERIES[index % len(QUERIES)].format(c=0)
+            began = time.perf_counter()
+            hits = reader.search('conv-0', query, 8)
+            recall.append((time.perf_counter() - began) * 1000)
+            if index == 0 and not hits:
+                raise RuntimeError(f'{backend}: recall found nothing for {query!r} in a built log')
+            ref = f'a{rng.randrange(1, per_conversation + 1)}'
+            began = time.perf_counter()
+            content = await archive._recover(ctx, ref)  # pyright: ignore[reportPrivateUsage]
+            recover.append((time.perf_counter() - began) * 1000)
+            if not isinstance(content, str) or not content.startswith('=== log'):
+                raise RuntimeError(f'{backend}: context_recover({ref!r}) returned {str(content)[:80]!r}')
+
+    reader.search('conv-0', 'warm', 1)  # the first query opens the connection; not a query's latency
+    writers = [threading.Thread(target=keep_writing, args=(c,)) for c in range(CONVERSATIONS)]
+    for thread in writers:
+        thread.start()
+    try:
+        asyncio.run(timed())
+    finally:
+        stop.set()
+        for thread in writers:
+            thread.join()
+        reader.close()
+    if errors:
+        raise errors[0]
+    recall_p50, recall_p95 = _percentiles(recall)
+    recover_p50, recover_p95 = _percentiles(recover)
+    tokens = per_conversation * CONVERSATIONS * RESULT_CHARS // 4
+    return ScaleResult(
+        backend,
+        tokens,
+        build_seconds,
+        recall_p50,
+        recall_p95,
+        recover_p50,
+        recover_p95,
+        size / (tokens / 1_000_000),
+        sum(written),
+    )
+
+
+def sqlite_result(total_tokens: int = TOTAL_TOKENS) -> ScaleResult:
+    """The SQLite figures, in a temporary file."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / 'scale.sqlite3'
+
+        def size() -> int:
+            store = SQLiteArchiveStore(path)
+            try:
+                # Fold the write-ahead log into the file so the size is the database's own.
+                store._connection('size').execute('PRAGMA wal_checkpoint(TRUNCATE)')  # pyright: ignore[reportPrivateUsage]
+            finally:
+                store.close()
+            return sum(p.stat().st_size for p in Path(folder).iterdir())
+
+        return run_backend('SQLite', lambda: SQLiteArchiveStore(path), size, total_tokens=total_tokens)
+
+
+SCALE_DATABASE = 'pac_bench_scale'
+"""The database the PostgreSQL figures are measured in (created, then dropped)."""
+
+
+def postgres_result(dsn: str, total_tokens: int = TOTAL_TOKENS) -> ScaleResult:
+    """The PostgreSQL figures, in a database of their own on *dsn*'s server."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(dsn)
+    admin = make_conninfo('', **{**params, 'dbname': params.get('dbname') or 'postgres'})
+    target = make_conninfo('', **{**params, 'dbname': SCALE_DATABASE})
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS {SCALE_DATABASE}')
+        conn.execute(f'CREATE DATABASE {SCALE_DATABASE}')
+    try:
+
+        def size() -> int:
+            with psycopg.connect(target, autocommit=True) as conn:
+                conn.execute('VACUUM ANALYZE')
+                row = conn.execute(
+                    'SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c '
+                    'JOIN pg_namespace n ON n.oid = c.relnamespace '
+                    "WHERE n.nspname = 'public' AND c.relkind = 'r' AND c.relname LIKE 'pac_%'"
+                ).fetchone()
+            return int(row[0]) if row and row[0] is not None else 0
+
+        return run_backend(
+            'PostgreSQL', lambda: PostgresArchiveStore(target, max_connections=2), size, total_tokens=total_tokens
+        )
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS {SCALE_DATABASE} WITH (FORCE)')
+
+
+def verdict(p95: float) -> str:
+    """`met` under the bound."""
+    return 'met' if p95 < BOUND_MS else 'not met'
+
+
+def table(results: Sequence[ScaleResult]) -> str:
+    """Markdown: latency percentiles with their ratio to the bound, build time, size per 1M tokens."""
+    lines = [
+        '| store | log tokens | build s | recall p50 ms | recall p95 ms | p95 / 20 ms | context_recover p50 ms | '
+        'context_recover p95 ms | p95 / 20 ms | results written while timed | MB per 1M tokens |',
+        '|---|---|---|---|---|---|---|---|---|---|---|',
+    ]
+    for r in results:
+        lines.append(
+            f'| {r.backend} | {r.tokens:,} | {r.build_seconds:.0f} | {r.recall_p50:.2f} | {r.recall_p95:.2f} | '
+            f'{r.recall_p95 / BOUND_MS:.2f}× ({verdict(r.recall_p95)}) | {r.recover_p50:.2f} | {r.recover_p95:.2f} | '
+            f'{r.recover_p95 / BOUND_MS:.2f}× ({verdict(r.recover_p95)}) | {r.writes_during:,} | '
+            f'{r.bytes_per_million / 2**20:.1f} |'
+        )
+    return '\n'.join(lines)
+
+
+def main(total_tokens: int = TOTAL_TOKENS) -> None:
+    """Print the scale table (PostgreSQL skipped, with the reason, when `PAC_POSTGRES_DSN` is unset)."""
+    print(
+        f'## Scale of memory: a {total_tokens / 1e6:g}M-token log, {CONVERSATIONS} conversations writing '
+        f'(one {RESULT_CHARS // 1000} KB result every {WRITE_EVERY * 1000:.0f} ms each) while queries are timed\n'
+    )
+    results = [sqlite_result(total_tokens)]
+    dsn = os.environ.get('PAC_POSTGRES_DSN')
+    skipped = None
+    if dsn:
+        results.append(postgres_result(dsn, total_tokens))
+    else:
+        skipped = 'PostgreSQL: skipped, PAC_POSTGRES_DSN is not set (a server to measure on).'
+    print(table(results))
+    if skipped:
+        print(f'\n{skipped}')
+    print()
+
+
+if __name__ == '__main__':
+    import sys
+
+    main(int(float(sys.argv[1]) * 1_000_000) if len(sys.argv) > 1 else TOTAL_TOKENS)

@@ -1,0 +1,131 @@
+"""Tool results as memory keeps them: their ids, their originals, and archiving them to a store.
+
+The one surface `Archive`, `Recall` and the clearing view share, so no capability imports another's
+module: a result's id and archive reference live in its metadata, its original is its content without
+the id prefix, and `archive_results` is the only code that files originals in a store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, ToolCallPart, ToolReturnPart
+
+from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveStore
+from pydantic_ai_compaction.protocols.metadata import ResultMarks, with_ours
+from pydantic_ai_compaction.runtime.encoding import args_text, from_bytes, to_bytes, to_json
+
+
+def result_id_of(part: ToolReturnPart) -> str | None:
+    """The id `Archive` gave a tool result, if any."""
+    return ResultMarks.from_metadata(part.metadata).result_id
+
+
+def archived_ref_of(part: ToolReturnPart) -> str | None:
+    """The archive reference of a stubbed result, if it was archived."""
+    return ResultMarks.from_metadata(part.metadata).archived
+
+
+def with_marks(part: ToolReturnPart, **marks: object) -> dict[str, Any]:
+    """*part*'s metadata with *marks* added under `METADATA_KEY` (a new dict: parts are never mutated)."""
+    return with_ours(part.metadata, marks)
+
+
+def original_part(part: ToolReturnPart) -> ToolReturnPart:
+    """The result as the tool returned it, without the id prefix `Archive` added."""
+    prefix = ResultMarks.from_metadata(part.metadata).id_prefix
+    if prefix is not None and isinstance(part.content, str) and part.content.startswith(prefix):
+        return replace(part, content=part.content[len(prefix) :])
+    return part
+
+
+def serialize_part(part: ToolReturnPart) -> bytes:
+    """The stored form of a result: pydantic-ai's JSON, or the lossless JSON when that refuses its text."""
+    message: list[ModelMessage] = [ModelRequest(parts=[part])]
+    try:
+        return ModelMessagesTypeAdapter.dump_json(message)
+    except ValueError:
+        # Lone surrogates: pydantic refuses to write them; the lossless encoding escapes them.
+        return to_bytes(to_json(ModelMessagesTypeAdapter.dump_python(message, mode='json')))
+
+
+def deserialize_part(payload: bytes) -> ToolReturnPart:
+    """The result `serialize_part` stored, exactly.
+
+    Raises:
+        ValueError: The payload is not a stored result.
+    """
+    try:
+        (request,) = ModelMessagesTypeAdapter.validate_json(payload)
+    except ValidationError:
+        # The lossless form: pydantic's JSON parser refuses escaped lone surrogates; the standard library's
+        # keeps them, and integers of any size, exactly.
+        try:
+            data = json.loads(from_bytes(payload))
+        except (UnicodeDecodeError, RecursionError) as error:
+            raise ValueError(f'not a stored result: {error}') from None
+        (request,) = ModelMessagesTypeAdapter.validate_python(data)
+    part = request.parts[0]
+    if not isinstance(part, ToolReturnPart):
+        raise ValueError(f'not a stored result: {type(part).__name__}')
+    return part
+
+
+def args_json(call: ToolCallPart) -> str:
+    """A call's arguments as canonical JSON (lossless: big integers, lone surrogates); raw text that is not JSON."""
+    return args_text(call.args)
+
+
+def reserve(store: ArchiveStore, conversation: str, counter: str, count: int, highest: int = 0) -> list[int]:
+    """*count* new numbers of a store counter, all above *highest* (the highest the history shows).
+
+    Blocking: called in a worker thread.
+    """
+    numbers = store.next_numbers(conversation, counter, count)
+    if numbers[0] <= highest:
+        # A new store or conversation key starts its counter at 1 while the history already holds
+        # numbers: move past the highest one so a number is never given twice.
+        if (gap := highest - numbers[-1]) > 0:
+            store.next_numbers(conversation, counter, gap)
+        numbers = store.next_numbers(conversation, counter, count)
+    return numbers
+
+
+def archive_results(
+    store: ArchiveStore,
+    conversation: str,
+    results: Sequence[tuple[ToolReturnPart, str]],
+    calls: Mapping[str, ToolCallPart],
+    highest: int = 0,
+) -> list[ArchivedResult]:
+    """File the originals of *results* (each with its note) in *store*, in one transaction; their entries.
+
+    References (`a1`, `a2`, ...) come from the store's `archive` counter, above *highest* (the highest
+    reference the history already shows). Blocking: called in a worker thread.
+
+    Raises:
+        Exception: Whatever the store raised; nothing was archived.
+    """
+    numbers = reserve(store, conversation, 'archive', len(results), highest)
+    now = datetime.now(UTC).isoformat()
+    entries = [
+        ArchivedResult(
+            conversation_id=conversation,
+            ref=f'a{number}',
+            result_id=result_id_of(part) or '',
+            tool_name=part.tool_name,
+            tool_call_id=part.tool_call_id,
+            args_json=args_json(calls[part.tool_call_id]) if part.tool_call_id in calls else '{}',
+            payload=serialize_part(original_part(part)),
+            note=note,
+            created_at=now,
+        )
+        for (part, note), number in zip(results, numbers, strict=True)
+    ]
+    store.put_archived(entries)
+    return entries

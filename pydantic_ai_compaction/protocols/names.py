@@ -1,0 +1,9 @@
+"""Names several layers agree on: tool names and tool-name patterns."""
+
+from __future__ import annotations
+
+NOTE_TOOL = 'note'
+"""Name of the `Notes` capability's tool; the runtime copies its calls into every compaction boundary."""
+
+WRITE_TOOLS = r'write|edit|patch|create|save|apply|commit'
+"""Default pattern of tool names whose success externalizes a step's conclusion (a file written, a change saved)."""

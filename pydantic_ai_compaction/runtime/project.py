@@ -1,0 +1,219 @@
+"""The runtime path of views and memory: every request they project and every log they rewrite is checked here.
+
+Strategies propose a layout and the engine applies it. Views and memory build their own message
+lists (a selection, a cleared request, a stubbed result, a step without its thinking), so they hand
+them to this module instead of sending or saving them directly. Both functions hold them to the same
+rules the engine holds a compaction to (provider shape and tool call/return pairing, through
+`shape.shape_problems`); a rewrite of the persisted log must also keep every message and every part
+except those its capability's contract lets it drop. A violation never fails the run: the request
+goes out unprojected (the log stays as it was), with a warning and an `ignored` event naming the
+owner, exactly as a strategy's rejected compaction does. A projection that changed the request
+leaves a `compacted` event with a `CompactionRecord` naming the owner and the reason.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.trace import NoOpTracer, Tracer
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.tools import RunContext
+from pydantic_ai_harness.compaction import estimate_token_count
+
+from pydantic_ai_compaction.protocols.types import CompactionEvent, CompactionRecord, CompactorUsage
+from pydantic_ai_compaction.runtime import shape
+from pydantic_ai_compaction.runtime.events import EventObserver, emit
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import ModelRequestContext
+
+PROJECTION_BOUNDARY = ''
+"""`CompactionRecord.boundary_id` of a projection: it writes no boundary into the persisted log."""
+
+
+def project_request(
+    original: Sequence[ModelMessage],
+    projected: Sequence[ModelMessage],
+    owner: str,
+    *,
+    reason: str,
+    tracer: Tracer | None = None,
+    observer: EventObserver | None = None,
+) -> list[ModelMessage]:
+    """The request to send: *projected* when it keeps the provider shape, else *original*.
+
+    Args:
+        original: The request as it arrived (what is sent when the projection is refused).
+        projected: What *owner* would send instead.
+        owner: The capability's name, for the warning, the event and the record.
+        reason: What the projection did (`selection`, `cleared`, `reminder`, ...), for the record.
+        tracer: The run's tracer; the event becomes a span when it records.
+        observer: Called with the event.
+    """
+    problems = shape.shape_problems(projected, before=original)
+    if problems:
+        _refuse(owner, 'sent the request unprojected', problems, original, tracer, observer)
+        return list(original)
+    if _observed(tracer, observer) and _changed(original, projected):
+        _report(owner, reason, original, projected, tracer, observer)
+    return list(projected)
+
+
+def rewrite_log(
+    original: Sequence[ModelMessage],
+    rewritten: Sequence[ModelMessage],
+    owner: str,
+    *,
+    reason: str,
+    may_drop: tuple[type[Any], ...] = (),
+    tracer: Tracer | None = None,
+    observer: EventObserver | None = None,
+) -> list[ModelMessage] | None:
+    """*rewritten* when it may replace the persisted log *original*, else `None` (keep the log as it was).
+
+    A rewrite keeps every message, in order and of the same role, and every part of it with its kind and
+    tool call id: only contents and metadata change, and only parts of a type in *may_drop* (the
+    capability's contract, e.g. `ThinkingPart` for `ForgetReasoning`) may go.
+
+    Args:
+        original: The persisted log.
+        rewritten: What *owner* would save instead.
+        owner: The capability's name, for the warning, the event and the record.
+        reason: What the rewrite did (`numbered`, `archived`, `reasoning`, ...), for the record.
+        may_drop: Part types the owner's contract lets it remove.
+        tracer: The run's tracer; the event becomes a span when it records.
+        observer: Called with the event.
+    """
+    problems = [*shape.shape_problems(rewritten, before=original), *log_problems(original, rewritten, may_drop)]
+    if problems:
+        _refuse(owner, 'left the history as it was', problems, original, tracer, observer)
+        return None
+    if _observed(tracer, observer):
+        _report(owner, reason, original, rewritten, tracer, observer)
+    return list(rewritten)
+
+
+def log_problems(
+    original: Sequence[ModelMessage], rewritten: Sequence[ModelMessage], may_drop: tuple[type[Any], ...] = ()
+) -> list[str]:
+    """Every way *rewritten* loses or reorders what the persisted log *original* holds; empty when none."""
+    if len(original) != len(rewritten):
+        return [f'{len(original)} messages became {len(rewritten)}']
+    problems: list[str] = []
+    for index, (before, after) in enumerate(zip(original, rewritten, strict=True)):
+        if type(before) is not type(after):
+            problems.append(f'message {index} changed from {type(before).__name__} to {type(after).__name__}')
+            continue
+        kept = [_identity(part) for part in before.parts if not isinstance(part, may_drop)]
+        now = [_identity(part) for part in after.parts if not isinstance(part, may_drop)]
+        if kept != now:
+            problems.append(f'message {index} lost or reordered parts')
+    return problems
+
+
+def _identity(part: object) -> tuple[str, str]:
+    # `tool_call_id` names the call a part makes or answers; a rewrite must keep every one in place.
+    call_id: object = getattr(part, 'tool_call_id', '')
+    return type(part).__name__, call_id if isinstance(call_id, str) else ''
+
+
+def _changed(original: Sequence[ModelMessage], projected: Sequence[ModelMessage]) -> bool:
+    return len(original) != len(projected) or any(a is not b for a, b in zip(original, projected, strict=True))
+
+
+def _observed(tracer: Tracer | None, observer: EventObserver | None) -> bool:
+    # Views run before every request: the record's token estimates are paid only when someone reads them.
+    return observer is not None or (tracer is not None and not isinstance(tracer, NoOpTracer))
+
+
+def _refuse(
+    owner: str,
+    outcome: str,
+    problems: list[str],
+    original: Sequence[ModelMessage],
+    tracer: Tracer | None,
+    observer: EventObserver | None,
+) -> None:
+    detail = '; '.join(problems[:3])
+    warnings.warn(f'{owner} {outcome}: it would break the history ({detail}).', RuntimeWarning, stacklevel=3)
+    event = CompactionEvent(
+        'ignored', owner, None, None, len(original), len(original), reason='shape', detail='; '.join(problems[:5])
+    )
+    emit(event, tracer, observer)
+
+
+def _report(
+    owner: str,
+    reason: str,
+    before: Sequence[ModelMessage],
+    after: Sequence[ModelMessage],
+    tracer: Tracer | None,
+    observer: EventObserver | None,
+) -> None:
+    record = projection_record(owner, reason, before, after)
+    emit(
+        CompactionEvent('compacted', owner, None, record, len(before), len(after), tuple(after), reason=reason),
+        tracer,
+        observer,
+    )
+
+
+def projection_record(
+    owner: str,
+    reason: str,
+    before: Sequence[ModelMessage],
+    after: Sequence[ModelMessage],
+) -> CompactionRecord:
+    """The record of a projection or rewrite: the owner, why, and the sizes; no boundary, no exchange ids."""
+    return CompactionRecord(
+        strategy=owner,
+        variant=None,
+        boundary_id=PROJECTION_BOUNDARY,
+        next_id=0,
+        sequence=0,
+        tokens_before=estimate_token_count(list(before)),
+        tokens_after=estimate_token_count(list(after)),
+        trigger_tokens=None,
+        kept=(),
+        dropped=(),
+        rejected=(),
+        fallback_reason=None,
+        detail=reason,
+        compactor_usage=CompactorUsage(),
+    )
+
+
+async def project(
+    owner: str,
+    ctx: RunContext[Any],
+    request_context: ModelRequestContext,
+    build: Callable[[], Awaitable[Sequence[ModelMessage]]],
+    *,
+    reason: str,
+    observer: EventObserver | None = None,
+) -> ModelRequestContext:
+    """*request_context* with the messages *build* projects, checked by `project_request`.
+
+    What a view's `before_model_request` returns. An exception in *build* never fails the run: the
+    request goes out as it arrived, with a warning and an `ignored` event (reason `error`).
+    """
+    original = request_context.messages
+    try:
+        projected = await build()
+    except Exception as error:  # a view must never fail the run: send the request unprojected
+        never_fails(owner, error)
+        event = CompactionEvent(
+            'ignored', owner, None, None, len(original), len(original), reason='error', detail=repr(error)[:500]
+        )
+        emit(event, ctx.tracer, observer)
+        return request_context
+    checked = project_request(original, projected, owner, reason=reason, tracer=ctx.tracer, observer=observer)
+    return replace(request_context, messages=checked)
+
+
+def never_fails(owner: str, error: Exception, outcome: str = 'sent the request unprojected') -> None:
+    """Report *error* raised while *owner* built a change; the caller then goes on as if it made none."""
+    warnings.warn(f'{owner} {outcome}: {error!r}', RuntimeWarning, stacklevel=3)

@@ -1,0 +1,38 @@
+"""The memory-scale and import-cost sections of `make bench`, on a small log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic_ai_compaction_bench import scale, startup
+
+from pydantic_ai_compaction.runtime.stores import SQLiteArchiveStore
+
+
+def test_scale_builds_the_log_concurrently_and_times_both_queries(tmp_path: Path) -> None:
+    path = tmp_path / 'scale.sqlite3'
+    result = scale.run_backend(
+        'SQLite', lambda: SQLiteArchiveStore(path), lambda: path.stat().st_size, total_tokens=100_000, queries=16
+    )
+    # 100K tokens of 8,000-character results: 6 per conversation, 8 conversations.
+    assert result.tokens == 6 * 8 * 8_000 // 4
+    assert 0 < result.recall_p50 <= result.recall_p95 and 0 < result.recover_p50 <= result.recover_p95
+    assert result.bytes_per_million > 1_000_000  # every line indexed and every result archived: megabytes
+    store = SQLiteArchiveStore(path)
+    try:
+        # Every conversation's log is there, and only its own lines come back.
+        for conversation in range(scale.CONVERSATIONS):
+            hits = store.search(f'conv-{conversation}', f'conversation {conversation}', 8)
+            assert hits and all(hit.text.endswith(f'of conversation {conversation} ===') for hit in hits)
+        assert store.get_archived('conv-3', 'a6') is not None and store.get_archived('conv-3', 'a999') is None
+    finally:
+        store.close()
+    line = scale.table([result]).splitlines()[-1]
+    assert line.startswith('| SQLite | 96,000 |') and line.count('met') == 2
+
+
+def test_import_rows_are_judged_against_the_ten_percent_bound() -> None:
+    row = startup.Timing('x', 105.0, 10, 'import pydantic_ai', 100.0, 9, True)
+    assert (round(row.ratio, 2), row.verdict) == (1.05, 'met')
+    assert startup.Timing('x', 111.0, 10, 'a', 100.0, 9, True).verdict == 'not met'
+    assert startup.Timing('x', 300.0, 10, 'a', 100.0, 9, False).verdict == '–'

@@ -1,0 +1,250 @@
+"""`Verified`: a summary is checked before it replaces history, in real agent runs."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import CompactionPart, ModelMessage, ModelResponse, TextPart, ToolCallPart, UserPromptPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from pydantic_ai_compaction import CompactionEvent, ConfigurationError, InstructionSources, StatelessSummary, Trigger
+from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER
+from pydantic_ai_compaction.processors.strategies.verified import (
+    APPENDIX_HEADER,
+    DEFAULT_CHECKS,
+    VERIFY_MARKER,
+    Verified,
+    protected_facts,
+)
+from pydantic_ai_compaction.runtime.transcript import user_text
+
+SYSTEM = 'You audit service reports.'
+FACT_LINE = 'INCIDENT INC-4471 owner=dana timeout_ms=1050'
+CHANGE = 'CHANGE: report owners in uppercase'
+
+
+def report(index: int) -> str:
+    """Report *index*: filler lines, a fact in report 1 that report 4 refers back to, a marked change in report 2."""
+    filler = [f'check {word} passed' for word in ('alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta', 'eta')] * 6
+    if index == 1:
+        filler.insert(3, FACT_LINE)
+    if index == 2:
+        filler.insert(0, CHANGE)
+    if index == 4:
+        filler.insert(5, 'UPDATE INC-4471 severity raised')
+    return f'report {index}\n' + '\n'.join(filler)
+
+
+@dataclass
+class Script:
+    """Reads reports 0..5 one per step, then answers; summary and check requests get scripted replies."""
+
+    summary: Callable[[str], str]
+    check: Callable[[str], str] = lambda prompt: '{"omitted": []}'
+    prompts: dict[str, list[str]] = field(default_factory=dict[str, list[str]])
+    step: int = 0
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        prompt = '\n'.join(user_text(p) for p in messages[-1].parts if isinstance(p, UserPromptPart))
+        for marker, kind, reply in ((VERIFY_MARKER, 'check', self.check), (SUMMARY_MARKER, 'summary', self.summary)):
+            if marker in prompt:
+                self.prompts.setdefault(kind, []).append(prompt)
+                return ModelResponse(parts=[TextPart(reply(prompt))])
+        index = self.step
+        self.step += 1
+        if index > 5:
+            return ModelResponse(parts=[TextPart('done')])
+        return ModelResponse(parts=[ToolCallPart('read_report', {'index': index}, tool_call_id=f'c{index}')])
+
+
+def run(strategy: Any, script: Script) -> tuple[list[CompactionEvent], Any]:
+    events: list[CompactionEvent] = []
+    inner = strategy.inner
+    inner.observer = events.append
+    agent = Agent(FunctionModel(script), capabilities=[strategy], system_prompt=SYSTEM)
+
+    @agent.tool_plain
+    def read_report(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Read one service report."""
+        return report(index)
+
+    result = agent.run_sync('Audit reports 0-5.')
+    return events, result
+
+
+def summarizer(keep_last: int = 1) -> StatelessSummary[Any]:
+    # About 220 tokens a report: the trigger is crossed once three reports are in.
+    return StatelessSummary(trigger=Trigger(tokens=700), keep_last=keep_last)
+
+
+def first_compaction(events: list[CompactionEvent]) -> CompactionEvent:
+    return next(event for event in events if event.kind == 'compacted')
+
+
+def boundary_text(event: CompactionEvent) -> str:
+    return next(p.content or '' for m in event.history for p in m.parts if isinstance(p, CompactionPart))
+
+
+LOSSY = 'Reports read so far passed their checks.'
+
+
+def test_a_lossy_summary_gets_the_missing_fact_appended_from_the_removed_report() -> None:
+    # The summary of reports 0-2 drops INC-4471; report 4, kept later, refers to it. The fact goes back in.
+    events, result = run(Verified(summarizer()), Script(summary=lambda prompt: LOSSY))
+    compacted = [event for event in events if event.kind == 'compacted']
+    assert result.output == 'done'
+    flagged = [e for e in compacted if e.record and e.record.extra['verification']['verdict'] == 'appended']
+    assert flagged, [e.record.extra.get('verification') for e in compacted if e.record]
+    event = flagged[0]
+    assert event.record is not None
+    check = event.record.extra['verification']
+    assert check['missing_facts'] == ['INC-4471']  # timeout_ms=1050 is never referred to again
+    text = boundary_text(event)
+    assert text.startswith(LOSSY)
+    assert f'{APPENDIX_HEADER}\n- {FACT_LINE}' in text
+
+
+def test_a_complete_summary_passes_unchanged() -> None:
+    complete = f'Reports passed. {FACT_LINE}. {CHANGE}.'
+    events, _ = run(Verified(summarizer()), Script(summary=lambda prompt: complete))
+    event = first_compaction(events)
+    assert event.record is not None
+    assert event.record.extra['verification']['verdict'] == 'passed'
+    assert boundary_text(event) == complete
+    assert event.record.extra['verification']['failed'] == []
+
+
+def test_reject_leaves_the_history_and_says_why() -> None:
+    events, result = run(Verified(summarizer(), on_failure='reject'), Script(summary=lambda prompt: LOSSY))
+    assert result.output == 'done'
+    declined = [event for event in events if event.kind == 'ignored' and event.reason == 'declined']
+    assert declined
+    assert declined[0].detail is not None and 'INC-4471' in declined[0].detail
+    assert declined[0].detail.startswith('summary refused by verification: facts missing')
+    # Once report 1 itself is no longer dropped (it is kept verbatim), nothing lossy is left to refuse.
+    for event in events:
+        if event.kind == 'compacted':
+            assert event.record is not None
+            assert event.record.extra['verification']['verdict'] == 'passed'
+
+
+def test_a_dropped_instruction_change_is_appended_word_for_word() -> None:
+    sources = InstructionSources(markers=('CHANGE:',))
+    summary = f'Reports passed. {FACT_LINE}.'
+    events, _ = run(Verified(summarizer(), sources=sources), Script(summary=lambda prompt: summary))
+    appended = [e for e in events if e.record is not None and e.record.extra['verification']['missing_instructions']]
+    assert appended
+    assert appended[0].record is not None
+    assert appended[0].record.extra['verification']['missing_instructions'] == [CHANGE]
+    assert boundary_text(appended[0]).endswith(f'{APPENDIX_HEADER}\n- {CHANGE}')
+
+
+def test_a_summary_longer_than_what_it_replaces_is_refused() -> None:
+    events, _ = run(Verified(summarizer(keep_last=0)), Script(summary=lambda prompt: FACT_LINE + ' ' + 'word ' * 3000))
+    declined = [event for event in events if event.kind == 'ignored' and event.reason == 'declined']
+    assert declined and declined[0].detail is not None
+    assert 'not smaller than what it replaces' in declined[0].detail
+    assert not [event for event in events if event.kind == 'compacted']
+
+
+# --- the second pass ---------------------------------------------------------------------------------------
+
+
+def omissions_strategy() -> Verified[Any]:
+    return Verified(summarizer(), checks=('not_empty', 'omissions'))
+
+
+def test_the_second_pass_appends_only_omissions_the_transcript_holds() -> None:
+    reply = json.dumps({'omitted': ['timeout_ms=1050', 'port 9443 was opened']})
+    script = Script(summary=lambda prompt: LOSSY, check=lambda prompt: reply)
+    events, _ = run(omissions_strategy(), script)
+    event = first_compaction(events)
+    assert event.record is not None
+    check = event.record.extra['verification']
+    # "port 9443" is not in the transcript: the checker invented it, so it is not an omission.
+    assert check['omissions'] == ['timeout_ms=1050']
+    assert boundary_text(event).endswith(f'{APPENDIX_HEADER}\n- {FACT_LINE}')
+    # One summary call and one check call per compaction, both counted as compactor usage.
+    assert event.record.compactor_usage.requests == 2
+    assert len(script.prompts['check']) == len(script.prompts['summary'])
+
+
+EXAMPLE_LEAD = 'shaped like this example:\n'
+
+
+def example_of(prompt: str) -> str:
+    start = prompt.index(EXAMPLE_LEAD) + len(EXAMPLE_LEAD)
+    return prompt[start : prompt.index('\n', start)]
+
+
+def test_the_second_pass_example_copied_literally_adds_nothing() -> None:
+    events, _ = run(omissions_strategy(), Script(summary=lambda prompt: LOSSY, check=example_of))
+    event = first_compaction(events)
+    assert event.record is not None
+    assert event.record.extra['verification']['verdict'] == 'passed'
+    assert boundary_text(event) == LOSSY
+
+
+def test_the_second_pass_example_filled_as_described_is_used() -> None:
+    def fill(prompt: str) -> str:
+        example = json.loads(example_of(prompt))
+        assert list(example) == ['omitted'] and len(example['omitted']) == 1
+        return json.dumps({'omitted': ['owner=dana']})
+
+    events, _ = run(omissions_strategy(), Script(summary=lambda prompt: LOSSY, check=fill))
+    event = first_compaction(events)
+    assert event.record is not None
+    assert event.record.extra['verification']['omissions'] == ['owner=dana']
+
+
+def test_the_second_pass_prompt(compaction_snapshot: Any) -> None:
+    script = Script(summary=lambda prompt: LOSSY)
+    run(omissions_strategy(), script)
+    prompt = script.prompts['check'][0]
+    assert not re.search(r'\{[a-z_]+\}|\{\{|\}\}', prompt)
+    assert prompt.startswith(VERIFY_MARKER) and f'<summary>\n{LOSSY}\n</summary>' in prompt
+    assert prompt == compaction_snapshot
+
+
+# --- facts and configuration -------------------------------------------------------------------------------
+
+
+def test_protected_facts_are_ids_paths_and_long_numbers_not_timestamps_or_vocabulary() -> None:
+    text = '\n'.join(
+        [
+            '2026-03-11T08:00:01Z api INFO path=/v1/orders status=200 latency_ms=42',
+            '2026-03-11T08:00:02Z api INFO path=/v1/orders status=200 latency_ms=17',
+            '2026-03-11T08:00:03Z api INFO path=/v1/orders status=200 latency_ms=5',
+            '2026-03-11T08:00:04Z api INFO path=/v1/orders status=200 latency_ms=9',
+            '2026-03-11T08:00:05Z INCIDENT inc-4471 service=api file=src/app/main.py timeout_ms=1050',
+        ]
+    )
+    assert protected_facts(text, max_lines=3) == {'inc-4471', 'src/app/main.py', '1050'}
+
+
+@pytest.mark.parametrize(
+    ('kwargs', 'message'),
+    [
+        ({'checks': ('facts', 'bogus')}, 'Verified.checks[1]'),
+        ({'checks': 'facts'}, 'Verified.checks must be a sequence'),
+        ({'on_failure': 'drop'}, 'Verified.on_failure'),
+        ({'max_fact_lines': 0}, 'Verified.max_fact_lines'),
+    ],
+)
+def test_bad_settings_name_the_field(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        Verified(summarizer(), **kwargs)
+
+
+def test_verified_keeps_the_inner_trigger_and_names_itself() -> None:
+    inner = summarizer()
+    verified = Verified(inner)
+    assert verified.runtime.trigger == Trigger(tokens=700)
+    assert verified.strategy_name == 'verified(summary)'
+    assert tuple(verified.checks) == DEFAULT_CHECKS
