@@ -9,7 +9,7 @@ PIP_VERSION ?= 26.3
 # The lowest pydantic-ai-slim this library supports: what requirements.lock pins, with pydantic-ai-harness.
 LOWEST_SLIM ?= 2.62.0
 
-.PHONY: install demo quickstart costsim test test-newest wheel-check soak bench realmodel lint format lock clean
+.PHONY: install demo quickstart costsim test test-newest wheel-check soak bench realmodel lint format lock clean docs
 
 $(STAMP): pyproject.toml bench/pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,16 @@ lint: $(STAMP)  ## Ruff (lint + format check) and pyright strict.
 	$(BIN)/ruff format --check .
 	$(BIN)/pyright pydantic_ai_compaction bench/pydantic_ai_compaction_bench
 
+DOCS_STAMP := $(VENV)/.docs-stamp
+
+# The `docs` dependency group of pyproject.toml (PEP 735).
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/$(PIP) install -c requirements.lock --group docs
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)  ## The documentation site in site/ (mkdocs-material; API reference from the docstrings), strict.
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
@@ -76,4 +86,4 @@ lock:  ## Regenerate requirements.lock: LOWEST_SLIM with harness, everything els
 	rm -rf $(VENV)-lock
 
 clean:
-	rm -rf $(VENV) $(VENV)-newest $(VENV)-wheel .pytest_cache .ruff_cache .hypothesis out dist
+	rm -rf $(VENV) $(VENV)-newest $(VENV)-wheel .pytest_cache .ruff_cache .hypothesis out dist site

@@ -92,7 +92,7 @@ def test_an_unwritable_out_fails_before_the_first_run(tmp_path: Path, capsys: ob
     blocker.write_text('not a directory')
     assert cli.main([*BENCH, '--strategies', 'native', '--out', str(blocker / 'out')]) == 2
     captured = capsys.readouterr()  # type: ignore[attr-defined]
-    assert captured.err.startswith('pai-compaction: cannot write records to ') and captured.err.count('\n') == 1
+    assert captured.err.startswith('pai-compaction: error: cannot write records to ') and captured.err.count('\n') == 1
     assert captured.out == ''  # no table: nothing ran
 
 

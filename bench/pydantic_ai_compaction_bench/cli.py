@@ -6,15 +6,21 @@ pai-compaction bench recall --seeds 1-5
 pai-compaction bench incident --model openai:qwen3-8b --base-url http://127.0.0.1:8080/v1
 pai-compaction summarize out/incident.jsonl --baseline native
 pai-compaction costsim --prices fable
+
+Every error is one line on stderr and a nonzero exit (2 for a bad argument, 1 for a failure while running);
+`PAC_DEBUG=1` shows the traceback of an unexpected one.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib import metadata
 from pathlib import Path
+from typing import NoReturn
 
 from pydantic_ai_compaction_bench import costsim, models, strategies
 from pydantic_ai_compaction_bench.cost import PriceTable
@@ -51,35 +57,118 @@ def price_table(text: str) -> PriceTable:
         raise argparse.ArgumentTypeError(f'--prices takes input,cache_read,cache_write,output: {error}') from error
 
 
-def positive(text: str) -> int:
-    """A positive integer."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f'must be positive, got {value}')
-    return value
+def integer(minimum: int, what: str) -> Callable[[str], int]:
+    """An argument type: an integer of at least *minimum*, with *what* it must be in the message."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f'expected an integer, got {text!r}') from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f'must be {what}, got {value}')
+        return value
+
+    parse.__name__ = 'integer'  # argparse names the type in its messages
+    return parse
+
+
+positive = integer(1, 'positive')
+"""A positive integer."""
+
+non_negative = integer(0, 'zero or more')
+"""A non-negative integer."""
+
+EXIT_USAGE = 2
+"""Exit code of a bad argument (argparse's)."""
+
+EXIT_FAILURE = 1
+"""Exit code of a failure while running."""
+
+DEBUG_ENV = 'PAC_DEBUG'
+"""Set to show the traceback of an unexpected error instead of its one-line message."""
+
+
+class UsageError(Exception):
+    """A bad argument found after parsing (needs the records, the model registry, another argument)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line: the problem and where to read the options."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f'{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n')
+
+
+def one_line(text: object) -> str:
+    """*text* with its whitespace, newlines included, collapsed to single spaces."""
+    return ' '.join(str(text).split())
+
+
+def describe(error: BaseException) -> str:
+    """A one-line message for *error*: what failed, without a traceback."""
+    if isinstance(error, OSError) and error.strerror:
+        where = f': {error.filename}' if error.filename else ''
+        return one_line(f'{error.strerror}{where}')
+    message = one_line(error)
+    return message or type(error).__name__
+
+
+def version_text() -> str:
+    """`pai-compaction X (pydantic-ai-compaction Y, pydantic-ai-slim Z)`, from the installed distributions."""
+
+    def installed(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return 'not installed'
+
+    return (
+        f'pai-compaction {installed("pydantic-ai-compaction-bench")} '
+        f'(pydantic-ai-compaction {installed("pydantic-ai-compaction")}, '
+        f'pydantic-ai-slim {installed("pydantic-ai-slim")})'
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
-    parser = argparse.ArgumentParser(prog='pai-compaction', description=(__doc__ or '').split('\n\n')[0])
-    commands = parser.add_subparsers(dest='command', required=True)
+    parser = Parser(prog='pai-compaction', description=(__doc__ or '').split('\n\n')[0])
+    parser.add_argument('--version', action='version', version=version_text(), help='print the versions and exit')
+    commands = parser.add_subparsers(dest='command', required=True, metavar='COMMAND')
 
     bench = commands.add_parser('bench', help='run a benchmark and print its table')
-    bench.add_argument('task', choices=('incident', 'recall'))
+    bench.add_argument(
+        'task', choices=('incident', 'recall'),
+        help='incident: the incident-audit benchmark; recall: the delayed-recall benchmark',
+    )  # fmt: skip
     bench.add_argument(
         '--strategies', nargs='+', default=None, choices=strategies.CHOICES, metavar='NAME',
         help='default: every strategy and harness anchor (incident) or the seven recall setups (recall); '
         'group names run several: presets, verified',
     )  # fmt: skip
-    bench.add_argument('--seeds', type=seeds, default=seeds('101-103'))
-    bench.add_argument('--sizes', nargs='+', type=int, default=[8, 20], help='incident: logs per run')
-    bench.add_argument('--variants', nargs='+', default=['owner', 'lowercase', 'scope'], choices=incident.VARIANTS)
+    bench.add_argument(
+        '--seeds',
+        type=seeds,
+        default=seeds('101-103'),
+        help="scenario seeds: '101-103', '1,4,9' or '7' (default 101-103)",
+    )
+    bench.add_argument(
+        '--sizes', nargs='+', type=positive, default=[8, 20], metavar='LOGS',
+        help=f'incident: logs per run, at least {incident.CHANGE_LOG + 1} with a held-out variant (default 8 20)',
+    )  # fmt: skip
+    bench.add_argument(
+        '--variants', nargs='+', default=['owner', 'lowercase', 'scope'], choices=incident.VARIANTS, metavar='VARIANT',
+        help=f'incident: instruction changes, of {", ".join(incident.VARIANTS)} (default owner lowercase scope)',
+    )  # fmt: skip
     bench.add_argument('--model', default=REFERENCE, help="'reference' (offline) or any pydantic-ai model string")
     bench.add_argument(
         '--base-url', default=None,
         help=f'OpenAI-compatible server for --model openai:NAME (llama.cpp, vLLM); default ${models.BASE_URL_ENV}',
     )  # fmt: skip
-    bench.add_argument('--trigger', type=int, default=None, help='trigger in estimated tokens (task default)')
+    bench.add_argument(
+        '--trigger', type=positive, default=None, metavar='TOKENS',
+        help='trigger in estimated tokens (default: 18000 for incident, 20000 for recall)',
+    )  # fmt: skip
     bench.add_argument(
         '--summary-budget', type=positive, default=500,
         help='reference model: cap in tokens of every summary (the main tables; default 500)',
@@ -96,35 +185,91 @@ def build_parser() -> argparse.ArgumentParser:
         '--anchor-pins', action='store_true',
         help="tell the harness anchors the task's markers through harness pin(), as reassert and reset are told",
     )  # fmt: skip
-    bench.add_argument('--think-tokens', type=int, default=0, help='reference model: reasoning tokens per step')
-    bench.add_argument('--concurrency', type=int, default=4, help='runs in flight per process')
+    bench.add_argument(
+        '--think-tokens', type=non_negative, default=0, help='reference model: reasoning tokens per step (default 0)'
+    )
+    bench.add_argument('--concurrency', type=positive, default=4, help='runs in flight per process (default 4)')
     bench.add_argument('--jobs', type=positive, default=1, help='worker processes (the reference model: one per core)')
-    bench.add_argument('--baseline', default='native')
+    bench.add_argument(
+        '--baseline', default=None, metavar='NAME',
+        help='strategy the paired statistics compare against, one of the run (default: native when it runs)',
+    )  # fmt: skip
     bench.add_argument('--out', type=Path, default=Path('out'), help='directory for records and plots')
     existing = bench.add_mutually_exclusive_group()
     existing.add_argument('--resume', action='store_true', help='keep existing records and run only what is missing')
     existing.add_argument('--overwrite', action='store_true', help='replace an existing records file')
-    bench.add_argument('--prices', type=price_table, default=None)
-    bench.add_argument('--quiet', action='store_true')
+    bench.add_argument('--prices', type=price_table, default=None, help=PRICES_HELP)
+    bench.add_argument('--quiet', action='store_true', help='no progress line while the runs go')
 
     summary = commands.add_parser('summarize', help='rebuild every table from JSONL records')
-    summary.add_argument('records', type=Path)
-    summary.add_argument('--baseline', default='native')
-    summary.add_argument('--prices', type=price_table, default=None)
+    summary.add_argument('records', type=Path, help='a records file `bench` wrote (out/incident.jsonl)')
+    summary.add_argument(
+        '--baseline', default=None, metavar='NAME',
+        help='strategy the paired statistics compare against, one in the records (default: native when there)',
+    )  # fmt: skip
+    summary.add_argument('--prices', type=price_table, default=None, help=PRICES_HELP)
     summary.add_argument('--plots', type=Path, default=None, help='also write the PNG plots here')
     summary.add_argument('--summary-budget', type=positive, default=500, help='summary cap of the main tables')
 
     compare = commands.add_parser('recall-compare', help='recall against harness ConversationSearch: hits, latency')
-    compare.add_argument('--seeds', type=seeds, default=seeds('1-5'))
+    compare.add_argument('--seeds', type=seeds, default=seeds('1-5'), help='scenario seeds (default 1-5)')
 
     sim = commands.add_parser('costsim', help='reasoning-retention cost policies on a cached prefix')
-    sim.add_argument('--prices', choices=('sonnet', 'fable'), default='sonnet')
-    sim.add_argument('--steps', type=int, default=40)
-    sim.add_argument('--prefix', type=int, default=20_000)
-    sim.add_argument('--reasoning', type=int, default=1_500)
-    sim.add_argument('--action', type=int, default=150)
-    sim.add_argument('--observation', type=int, default=1_200)
+    sim.add_argument('--prices', choices=('sonnet', 'fable'), default='sonnet', help='price sheet (default sonnet)')
+    sim.add_argument('--steps', type=positive, default=40, help='agent steps (default 40)')
+    sim.add_argument('--prefix', type=non_negative, default=20_000, metavar='TOKENS', help='cached prefix (20000)')
+    sim.add_argument('--reasoning', type=non_negative, default=1_500, metavar='TOKENS', help='per step (1500)')
+    sim.add_argument('--action', type=non_negative, default=150, metavar='TOKENS', help='tool call per step (150)')
+    sim.add_argument(
+        '--observation', type=non_negative, default=1_200, metavar='TOKENS', help='tool result per step (1200)'
+    )
     return parser
+
+
+PRICES_HELP = "input,cache_read,cache_write,output in dollars per million tokens (default: the model's own)"
+"""Help of `--prices` (bench, summarize)."""
+
+
+def check_bench(args: argparse.Namespace) -> None:
+    """`UsageError` for what argparse cannot see: sizes against the variants, the baseline, the model."""
+    if args.task == 'incident':
+        minimum = incident.CHANGE_LOG + 1
+        held_out = [variant for variant in args.variants if variant != 'base']
+        if held_out and (small := [size for size in args.sizes if size < minimum]):
+            raise UsageError(
+                f'--sizes must be at least {minimum} with a held-out variant ({", ".join(held_out)}), '
+                f'got {" ".join(map(str, small))}'
+            )
+    names = args.strategies or list(strategies.ALL if args.task == 'incident' else strategies.RECALL_SETUPS)
+    args.baseline = chosen_baseline(args.baseline, names, 'among the strategies run')
+    if args.model != REFERENCE:
+        check_model(args.model)
+
+
+def chosen_baseline(baseline: str | None, names: Sequence[str], where: str) -> str | None:
+    """*baseline* if it is in *names*; without one, `native` when it is there, else no comparison."""
+    if baseline is None:
+        return DEFAULT_BASELINE if DEFAULT_BASELINE in names else None
+    if baseline not in names:
+        raise UsageError(f'unknown --baseline {baseline!r}: not {where} ({", ".join(names)})')
+    return baseline
+
+
+DEFAULT_BASELINE = 'native'
+"""The baseline of the paired statistics when `--baseline` is not given and it ran."""
+
+
+def check_model(model: str) -> None:
+    """`UsageError` if pydantic-ai cannot build *model*: unknown name, provider package or API key missing."""
+    from pydantic_ai.exceptions import UserError
+    from pydantic_ai.models import infer_model
+
+    try:
+        infer_model(model)
+    except ImportError as error:
+        raise UsageError(f'--model {model}: {describe(error)}') from None
+    except (UserError, ValueError) as error:
+        raise UsageError(f'--model {model}: {describe(error)}') from None
 
 
 def specs_for(args: argparse.Namespace) -> list[RunSpec]:
@@ -197,22 +342,23 @@ def bench(args: argparse.Namespace) -> int:
         try:
             routed = models.use_base_url(args.model, args.base_url)
         except ValueError as error:
-            print(f'pai-compaction: {error}', file=sys.stderr)
-            return 2
+            print(f'pai-compaction: error: {one_line(error)}', file=sys.stderr)
+            return EXIT_USAGE
         if routed != args.model and args.prices is None:
             # No price is known for a self-hosted model; the table still shows token counts.
             print('pai-compaction: no --prices given for the server; costs are shown as $0', file=sys.stderr)
             args.prices = models.FREE
         args.model = routed
     elif args.base_url:
-        print('pai-compaction: --base-url needs --model openai:NAME', file=sys.stderr)
-        return 2
+        print('pai-compaction: error: --base-url needs --model openai:NAME', file=sys.stderr)
+        return EXIT_USAGE
+    check_bench(args)
     specs = specs_for(args)
     path = args.out / f'{args.task}.jsonl'
     opened = open_records(path, resume=args.resume, overwrite=args.overwrite)
     if isinstance(opened, str):
-        print(f'pai-compaction: {opened}', file=sys.stderr)
-        return 2
+        print(f'pai-compaction: error: {opened}', file=sys.stderr)
+        return EXIT_USAGE
     done = {spec_of(record).key() for record in opened if record.get('status') == 'ok' and 'config' in record}
     todo = [spec for spec in specs if spec.key() not in done]
     asyncio.run(
@@ -285,16 +431,50 @@ def print_thresholds(config: costsim.ThresholdConfig) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point."""
+    """Entry point: the command's exit code; every error is one line on stderr, never a traceback."""
     args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except UsageError as error:
+        print(f'pai-compaction: error: {error}', file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print('pai-compaction: interrupted', file=sys.stderr)
+        return 130
+    except Exception as error:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(f'pai-compaction: error: {describe(error)}', file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def summarize_records(args: argparse.Namespace) -> int:
+    """Print the tables of a records file (and write its plots)."""
+    path: Path = args.records
+    if not path.is_file():
+        raise UsageError(f'no records file at {path}' if not path.exists() else f'{path} is not a file')
+    try:
+        records = read_records(path)
+    except ValueError as error:  # orjson's decode error
+        raise UsageError(f'{path} is not a JSONL records file: {one_line(error)}') from None
+    if not records:
+        raise UsageError(f'{path} holds no records')
+    if not all(isinstance(record, dict) and 'strategy' in record for record in records):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise UsageError(f'{path} is not a records file of pai-compaction bench (a line without a strategy)')
+    present = sorted({str(record.get('strategy')) for record in records})
+    baseline = chosen_baseline(args.baseline, present, f'among the strategies in {path}')
+    print(summarize(records, baseline=baseline, prices=args.prices, budget=args.summary_budget))
+    if args.plots is not None:
+        plot(records, args.plots, budget=args.summary_budget, prices=args.prices)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the parsed command."""
     if args.command == 'bench':
         return bench(args)
     if args.command == 'summarize':
-        records = read_records(args.records)
-        print(summarize(records, baseline=args.baseline, prices=args.prices, budget=args.summary_budget))
-        if args.plots is not None:
-            plot(records, args.plots, budget=args.summary_budget, prices=args.prices)
-        return 0
+        return summarize_records(args)
     if args.command == 'recall-compare':
         from pydantic_ai_compaction_bench import recall_compare
 

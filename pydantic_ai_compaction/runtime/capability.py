@@ -23,13 +23,14 @@ from pydantic_ai_compaction.protocols.types import CompactionEvent, CompactionSt
 from pydantic_ai_compaction.runtime.checks import check_bool, check_callable, check_instance, check_int, check_number
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.engine import DEFAULT_MIN_SAVING, run_compaction
-from pydantic_ai_compaction.runtime.events import EventObserver, emit
+from pydantic_ai_compaction.runtime.events import EventObserver, compaction_span, emit, record_failure
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, compactions_so_far
 from pydantic_ai_compaction.runtime.trigger import DEFAULT_TRIGGER, Trigger
 from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP_LAST, Outcome, Skipped
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import Span
     from pydantic_ai.models import ModelRequestContext
 
 
@@ -197,6 +198,22 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         *,
         raise_errors: bool = False,
     ) -> Outcome | None:
+        # The span is open for the whole compaction: its duration is the work's, the compactor calls nest in it.
+        with compaction_span(cctx.run.tracer, chosen.strategy_name, conversation_id=cctx.run.conversation_id) as span:
+            return await CompactionCapability._run_in_span(
+                chosen, messages, cctx, settings, span, raise_errors=raise_errors
+            )
+
+    @staticmethod
+    async def _run_in_span(
+        chosen: CompactionCapability[Any],
+        messages: list[ModelMessage],
+        cctx: CompactionContext,
+        settings: RuntimeSettings,
+        span: Span | None,
+        *,
+        raise_errors: bool,
+    ) -> Outcome | None:
         try:
             outcome = await run_compaction(
                 chosen,
@@ -207,6 +224,7 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
                 min_saving=settings.min_saving,
             )
         except Exception as error:  # compaction must never fail a run; a runtime bug leaves the history as it was
+            record_failure(span, error)
             warnings.warn(
                 f'{chosen.strategy_name} compaction failed and left the history unchanged: {error!r}',
                 RuntimeWarning,
@@ -227,6 +245,7 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
                 ),
                 cctx.run.tracer,
                 settings.observer,
+                span=span,
             )
             return None
         if raise_errors and outcome.error is not None:
@@ -243,6 +262,7 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
             ),
             cctx.run.tracer,
             settings.observer,
+            span=span,
         )
         return outcome
 

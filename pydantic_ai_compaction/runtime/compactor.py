@@ -1,11 +1,23 @@
-"""Model calls made on behalf of a compaction: retries, usage accounting, text extraction."""
+"""Model calls made on behalf of a compaction: retries, usage accounting, tracing, text extraction.
+
+When the agent is instrumented (its run has a recording tracer), every compactor request goes through
+pydantic-ai's `InstrumentedModel` on the run's tracer, with the run's content setting and format version: it
+appears in the trace as the same `chat <model>` span as the agent's own requests (GenAI attributes, usage,
+token metrics), one per attempt, nested under the compaction span. A provider-side compaction
+(`Model.compact_messages`), which pydantic-ai does not trace, gets a span with the same GenAI attributes.
+Not instrumented: the model is called directly, with nothing added.
+"""
 
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any, Literal, cast
 
+from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer, TracerProvider
+from opentelemetry.util.types import Attributes
 from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart, repair_messages
 from pydantic_ai.models import Model, ModelRequestContext, ModelRequestParameters, infer_model
@@ -16,6 +28,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.durable import compactor_request
 from pydantic_ai_compaction.runtime.encoding import clean_text
+from pydantic_ai_compaction.runtime.events import ATTRIBUTE_PREFIX, instrumented
 from pydantic_ai_compaction.runtime.retry import is_transient
 
 
@@ -24,6 +37,52 @@ def resolve_model(model: Model | str | None, ctx: CompactionContext) -> Model:
     if model is None:
         return ctx.model
     return infer_model(model) if isinstance(model, str) else model
+
+
+class _RunTracerProvider(TracerProvider):
+    """Hands pydantic-ai's instrumentation the run's own tracer, so compactor spans join the run's trace."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        self._tracer = tracer
+
+    def get_tracer(
+        self,
+        instrumenting_module_name: str,
+        instrumenting_library_version: str | None = None,
+        schema_url: str | None = None,
+        attributes: Attributes = None,
+    ) -> Tracer:
+        del instrumenting_module_name, instrumenting_library_version, schema_url, attributes
+        return self._tracer
+
+
+def traced(model: Model, ctx: CompactionContext) -> Model:
+    """*model* behind pydantic-ai's `InstrumentedModel` on the run's tracer when the run is instrumented, else
+    *model* itself.
+
+    The run exposes its tracer, whether content is recorded and the format version, not the settings object,
+    so equivalent settings are built from those. Binary content is never recorded in compactor spans (a
+    compactor reads the whole history; images and files there would be copied into every trace).
+    """
+    run = ctx.run
+    if not instrumented(run.tracer):
+        return model
+    # Imported here: only an instrumented run pays for it.
+    from pydantic_ai.models.instrumented import InstrumentationSettings, InstrumentedModel
+
+    if isinstance(model, InstrumentedModel):
+        return model
+    version = cast(Literal[2, 3, 4, 5, 6], run.instrumentation_version)
+    with warnings.catch_warnings():
+        # An older format version warns on construction; the user chose it for the run, not us.
+        warnings.simplefilter('ignore', DeprecationWarning)
+        settings = InstrumentationSettings(
+            tracer_provider=_RunTracerProvider(run.tracer),
+            include_content=run.trace_include_content,
+            include_binary_content=False,
+            version=version,
+        )
+    return InstrumentedModel(model, settings)
 
 
 def _account(ctx: CompactionContext, usage: RequestUsage) -> None:
@@ -68,13 +127,14 @@ async def request(
     # What the agent graph does before every request: provider adapters refuse parts (retry
     # feedback, tool-search and instruction bookkeeping) they expect to have been prepared.
     prepared = target.prepare_messages(repair_messages(list(messages)), params)
+    sender = traced(target, ctx)
     response: ModelResponse | None = None
     try:
         async for attempt in _retrying(ctx):
             with attempt:
                 # Replayed, not re-sent, when a durable workflow recovers (runtime/durable.py).
                 response = await compactor_request(
-                    'request', target, lambda: target.request(prepared, settings, params)
+                    'request', target, lambda: sender.request(prepared, settings, params)
                 )
     except BaseException:
         ctx.usage.failed_attempts += 1
@@ -100,7 +160,7 @@ async def provider_compact(ctx: CompactionContext, messages: Sequence[ModelMessa
         async for attempt in _retrying(ctx):
             with attempt:
                 response = await compactor_request(
-                    'compact', ctx.model, lambda: ctx.model.compact_messages(request_context)
+                    'compact', ctx.model, lambda: _traced_provider_compact(ctx, request_context)
                 )
     except (NotImplementedError, UserError):
         raise  # the model has no (on-demand) provider compaction: not a failed attempt
@@ -110,6 +170,49 @@ async def provider_compact(ctx: CompactionContext, messages: Sequence[ModelMessa
     assert response is not None
     _account(ctx, response.usage)
     return response
+
+
+async def _traced_provider_compact(ctx: CompactionContext, request_context: ModelRequestContext) -> ModelResponse:
+    """One `compact_messages` attempt, in a GenAI client span when the run is instrumented."""
+    model = ctx.model
+    tracer = ctx.run.tracer
+    if not instrumented(tracer):
+        return await model.compact_messages(request_context)
+    operation = 'compact_messages'
+    attributes: dict[str, Any] = {
+        'gen_ai.operation.name': operation,
+        'gen_ai.provider.name': model.system,
+        'gen_ai.system': model.system,
+        'gen_ai.request.model': model.model_name,
+    }
+    with tracer.start_as_current_span(
+        f'{operation} {model.model_name}',
+        kind=SpanKind.CLIENT,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            response = await model.compact_messages(request_context)
+        except (NotImplementedError, UserError):
+            # No provider compaction here: the strategy emulates it, and this is not an error.
+            span.set_attribute(f'{ATTRIBUTE_PREFIX}unsupported', True)
+            raise
+        except BaseException as error:
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, f'{type(error).__name__}: {error}'))
+            span.set_attribute('error.type', type(error).__qualname__)
+            raise
+        response_attributes: dict[str, Any] = {
+            'gen_ai.usage.input_tokens': response.usage.input_tokens,
+            'gen_ai.usage.output_tokens': response.usage.output_tokens,
+        }
+        if response.model_name:
+            response_attributes['gen_ai.response.model'] = response.model_name
+        if response.provider_response_id:
+            response_attributes['gen_ai.response.id'] = response.provider_response_id
+        span.set_attributes(response_attributes)
+        return response
 
 
 def response_text(response: ModelResponse) -> str:

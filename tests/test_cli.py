@@ -1,0 +1,153 @@
+"""`pai-compaction` as a user meets it: `--version`, help on every option, one-line errors with a nonzero exit."""
+
+from __future__ import annotations
+
+import argparse
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from pydantic_ai_compaction_bench import cli
+from pydantic_ai_compaction_bench.report import write_records
+
+from .test_evals_report import record
+
+SMALL = ['bench', 'incident', '--sizes', '6', '--seeds', '1', '--variants', 'owner', '--quiet']
+
+
+def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    """The single line written to stderr; fails on a traceback or a multi-line message."""
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert 'Traceback' not in captured.err
+    assert lines[0].startswith('pai-compaction')
+    return lines[0]
+
+
+def test_version_names_the_installed_distributions(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(['--version'])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out.strip()
+    assert out == (
+        f'pai-compaction {metadata.version("pydantic-ai-compaction-bench")} '
+        f'(pydantic-ai-compaction {metadata.version("pydantic-ai-compaction")}, '
+        f'pydantic-ai-slim {metadata.version("pydantic-ai-slim")})'
+    )
+
+
+def test_every_option_has_help_text() -> None:
+    parser = cli.build_parser()
+    parsers: list[argparse.ArgumentParser] = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            parsers.extend(action.choices.values())  # pyright: ignore[reportUnknownArgumentType, reportUnknownMemberType]
+    assert len(parsers) == 5
+    undocumented = [
+        f'{p.prog} {action.dest}'
+        for p in parsers
+        for action in p._actions
+        if not isinstance(action, argparse._SubParsersAction) and not (action.help or '').strip()
+    ]
+    assert undocumented == []
+
+
+@pytest.mark.parametrize(
+    ('argv', 'message'),
+    [
+        (['--model', 'nope:x'], 'error: --model nope:x: Unknown model: nope:x'),
+        (['--model', 'groq:llama-3'], 'error: --model groq:llama-3: Please install the `groq` package'),
+        (['--sizes', '0'], 'error: argument --sizes: must be positive, got 0'),
+        (['--sizes', '5'], 'error: --sizes must be at least 6 with a held-out variant (owner), got 5'),
+        (['--trigger', '-5'], 'error: argument --trigger: must be positive, got -5'),
+        (['--trigger', 'many'], "error: argument --trigger: expected an integer, got 'many'"),
+        (['--baseline', 'bogus'], "error: unknown --baseline 'bogus': not among the strategies run (none, fork-json)"),
+        (['--concurrency', '0'], 'error: argument --concurrency: must be positive, got 0'),
+        (['--think-tokens', '-1'], 'error: argument --think-tokens: must be zero or more, got -1'),
+        (['--seeds', 'x'], "error: argument --seeds: invalid seeds value: 'x'"),
+    ],
+    ids=['unknown-model', 'missing-provider', 'size-zero', 'size-below-minimum', 'negative-trigger', 'bad-trigger',
+         'unknown-baseline', 'concurrency', 'think-tokens', 'seeds'],
+)  # fmt: skip
+def test_bench_errors_are_one_line_and_exit_2(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _exit_code(lambda: cli.main([*SMALL, '--strategies', 'none', 'fork-json', '--out', str(tmp_path), *argv]))
+    assert code == 2
+    assert message in one_error_line(capsys)
+    assert not (tmp_path / 'incident.jsonl').exists()  # refused before any run
+
+
+def test_a_missing_api_key_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv('ANTHROPIC_API_KEY', raising=False)
+    assert cli.main([*SMALL, '--model', 'anthropic:claude-sonnet-4-6', '--out', str(tmp_path)]) == 2
+    assert 'ANTHROPIC_API_KEY' in one_error_line(capsys)
+
+
+def test_an_unwritable_out_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / 'file'
+    blocker.write_text('not a directory')
+    assert cli.main([*SMALL, '--strategies', 'none', '--out', str(blocker / 'out')]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f'pai-compaction: error: cannot write records to {blocker / "out" / "incident.jsonl"}: ')
+
+
+def test_summarize_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / 'missing.jsonl'
+    assert cli.main(['summarize', str(missing)]) == 2
+    assert one_error_line(capsys) == f'pai-compaction: error: no records file at {missing}'
+
+    assert cli.main(['summarize', str(tmp_path)]) == 2
+    assert one_error_line(capsys) == f'pai-compaction: error: {tmp_path} is not a file'
+
+    garbage = tmp_path / 'garbage.jsonl'
+    garbage.write_text('not json\n')
+    assert cli.main(['summarize', str(garbage)]) == 2
+    assert one_error_line(capsys).startswith(f'pai-compaction: error: {garbage} is not a JSONL records file: ')
+
+    records = tmp_path / 'records.jsonl'
+    write_records([record('fork-json', 1, True, [100]), record('summary', 1, True, [100])], records)
+    assert cli.main(['summarize', str(records), '--baseline', 'native']) == 2
+    assert one_error_line(capsys) == (
+        f"pai-compaction: error: unknown --baseline 'native': not among the strategies in {records} "
+        '(fork-json, summary)'
+    )
+    # Without --baseline, records without `native` print their tables without a comparison.
+    assert cli.main(['summarize', str(records)]) == 0
+    assert '| fork-json | 1/1 |' in capsys.readouterr().out
+
+
+def test_costsim_refuses_zero_steps_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _exit_code(lambda: cli.main(['costsim', '--steps', '0'])) == 2
+    assert one_error_line(capsys) == (
+        'pai-compaction costsim: error: argument --steps: must be positive, got 0 (see pai-compaction costsim --help)'
+    )
+
+
+def test_an_unexpected_failure_is_one_line_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object, **kwargs: object) -> str:
+        raise RuntimeError('the table\nbroke')
+
+    monkeypatch.setattr(cli, 'summarize', broken)
+    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    records = tmp_path / 'records.jsonl'
+    write_records([record('native', 1, True, [100])], records)
+    assert cli.main(['summarize', str(records)]) == 1
+    assert one_error_line(capsys) == 'pai-compaction: error: the table broke'
+    monkeypatch.setenv(cli.DEBUG_ENV, '1')
+    with pytest.raises(RuntimeError, match='the table'):
+        cli.main(['summarize', str(records)])
+
+
+def _exit_code(call: object) -> int:
+    """The exit code of *call*, whether it returns one or argparse exits."""
+    assert callable(call)
+    try:
+        return int(call())
+    except SystemExit as exit_info:
+        return int(exit_info.code or 0)
