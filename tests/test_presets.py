@@ -358,3 +358,16 @@ def test_keep_within_keeps_only_finished_exchanges_within_each_budget(
         assert sum(e.tokens for e in finished[len(finished) - len(by_tokens) - 1 :]) > tokens
     assert sum(len(view.by_id[i].refs) for i in by_messages) <= messages
     assert list(by_first) == [e.id for e in finished[:first]]
+
+
+def test_wrappers_act_when_their_inner_strategy_acts() -> None:
+    # A wrapper changes what its inner strategy proposes, never whether it acts: a baseline that only records
+    # crossings stays a baseline when wrapped.
+    from pydantic_ai_compaction import InstructionSources, NoCompaction, Reassert, StatelessSummary, Verified
+    from pydantic_ai_compaction.presets import KeepWithin
+
+    sources = InstructionSources(markers=('CHANGE:',))
+    for inner, acts in ((NoCompaction(), False), (StatelessSummary(), True)):
+        for wrapper in (KeepWithin(inner, first=1), Verified(inner), Reassert(inner, sources=sources)):
+            assert wrapper.acts_on_crossing is acts, (type(wrapper).__name__, type(inner).__name__)
+            assert wrapper.runtime == inner.runtime

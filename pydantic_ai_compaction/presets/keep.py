@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 
 from pydantic_ai.tools import AgentDepsT
 
-from pydantic_ai_compaction.protocols.types import CompactionState, Exchange, Proposal
-from pydantic_ai_compaction.runtime.capability import CompactionCapability, RuntimeSettings
+from pydantic_ai_compaction.protocols.types import Exchange, Proposal
+from pydantic_ai_compaction.runtime.capability import CompactionCapability, WrappingCompaction
 from pydantic_ai_compaction.runtime.checks import (
     ConfigurationError,
     check_instance,
@@ -31,7 +31,7 @@ KEPT_BY_BUDGET = 'predicate'
 
 
 @dataclass
-class KeepWithin(CompactionCapability[AgentDepsT]):
+class KeepWithin(WrappingCompaction[AgentDepsT]):
     """Keep the newest exchanges within a budget verbatim; the inner strategy summarizes what is left.
 
     Example (pi: the newest 20,000 tokens stay, cut at exchange boundaries):
@@ -74,21 +74,6 @@ class KeepWithin(CompactionCapability[AgentDepsT]):
     def strategy_name(self) -> str:
         """The inner strategy's name: the budget changes what it reads, not what it is."""
         return self.inner.strategy_name
-
-    @property
-    def runtime(self) -> RuntimeSettings:
-        """The inner strategy's trigger and settings."""
-        return self.inner.runtime
-
-    @property
-    def uses_state(self) -> bool:
-        """Whatever the inner strategy needs."""
-        return self.inner.uses_state
-
-    def resolve(self, state: CompactionState) -> CompactionCapability[AgentDepsT]:
-        """Itself, wrapping the branch the inner strategy picks for *state*."""
-        chosen = self.inner.resolve(state)
-        return self if chosen is self.inner else replace(self, inner=chosen)
 
     def kept(self, view: ConversationView) -> tuple[str, ...]:
         """Ids of the finished exchanges the budgets keep, in history order."""

@@ -7,7 +7,12 @@ internal to its module.
 """
 
 from pydantic_ai_compaction.runtime.apply import apply_layout
-from pydantic_ai_compaction.runtime.capability import CompactionCapability, ConfiguredCompaction, RuntimeSettings
+from pydantic_ai_compaction.runtime.capability import (
+    CompactionCapability,
+    ConfiguredCompaction,
+    RuntimeSettings,
+    WrappingCompaction,
+)
 from pydantic_ai_compaction.runtime.context import CompactionContext, Strategy
 from pydantic_ai_compaction.runtime.events import SPAN_NAME, EventObserver
 from pydantic_ai_compaction.runtime.pairing import pairing_problems
@@ -30,6 +35,7 @@ __all__ = [
     'RuntimeSettings',
     'Strategy',
     'Trigger',
+    'WrappingCompaction',
     'apply_layout',
     'our_record',
     'pairing_problems',

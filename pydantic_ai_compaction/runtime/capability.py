@@ -267,6 +267,36 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         return outcome
 
 
+class WrappingCompaction(CompactionCapability[AgentDepsT], ABC):
+    """Base of a strategy that wraps another (`Reassert`, `Verified`, `KeepWithin`): it changes what the inner
+    strategy proposes or reads, not when it runs, so trigger, settings, branches and state are the inner one's.
+
+    Subclasses are dataclasses declaring the `inner` field themselves (its docstring says what they do to it).
+    """
+
+    inner: CompactionCapability[AgentDepsT]
+
+    @property
+    def runtime(self) -> RuntimeSettings:
+        """The inner strategy's trigger and settings."""
+        return self.inner.runtime
+
+    @property
+    def acts_on_crossing(self) -> bool:
+        """As the inner strategy."""
+        return self.inner.acts_on_crossing
+
+    @property
+    def uses_state(self) -> bool:
+        """As the inner strategy."""
+        return self.inner.uses_state
+
+    def resolve(self, state: CompactionState) -> CompactionCapability[AgentDepsT]:
+        """Itself, wrapping whichever strategy the inner composition picks for *state*."""
+        chosen = self.inner.resolve(state)
+        return self if chosen is self.inner else replace(self, inner=chosen)
+
+
 @dataclass
 class ConfiguredCompaction(CompactionCapability[AgentDepsT], ABC):
     """A strategy that carries its own trigger and runtime settings (every leaf strategy)."""

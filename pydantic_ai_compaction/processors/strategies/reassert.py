@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic_ai.tools import AgentDepsT
 
-from pydantic_ai_compaction.protocols.types import CompactionState, Proposal
-from pydantic_ai_compaction.runtime.capability import CompactionCapability, RuntimeSettings
+from pydantic_ai_compaction.protocols.types import Proposal
+from pydantic_ai_compaction.runtime.capability import CompactionCapability, WrappingCompaction
 from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_instance
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.instructions import InstructionSources, gather_instructions
@@ -21,7 +21,7 @@ from pydantic_ai_compaction.runtime.segment import ConversationView
 
 
 @dataclass
-class Reassert(CompactionCapability[AgentDepsT]):
+class Reassert(WrappingCompaction[AgentDepsT]):
     """Wrap any strategy; its compactions also restate instruction changes verbatim.
 
     The restatement replaces the previous one (never duplicates it) and carries changes whose
@@ -60,26 +60,6 @@ class Reassert(CompactionCapability[AgentDepsT]):
     def strategy_name(self) -> str:
         """`reassert+<inner>`."""
         return f'reassert+{self.inner.strategy_name}'
-
-    @property
-    def runtime(self) -> RuntimeSettings:
-        """The inner strategy's settings."""
-        return self.inner.runtime
-
-    @property
-    def acts_on_crossing(self) -> bool:
-        """As the inner strategy."""
-        return self.inner.acts_on_crossing
-
-    @property
-    def uses_state(self) -> bool:
-        """As the inner strategy."""
-        return self.inner.uses_state
-
-    def resolve(self, state: CompactionState) -> CompactionCapability[AgentDepsT]:
-        """Reassert around whichever strategy the inner composition picks."""
-        chosen = self.inner.resolve(state)
-        return self if chosen is self.inner else replace(self, inner=chosen)
 
     async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
         """The inner proposal plus the instruction changes to restate."""

@@ -32,9 +32,9 @@ from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT
 
-from pydantic_ai_compaction.protocols.types import CompactionState, Exchange, Proposal, Summary
+from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime import compactor, replies
-from pydantic_ai_compaction.runtime.capability import CompactionCapability, RuntimeSettings
+from pydantic_ai_compaction.runtime.capability import CompactionCapability, WrappingCompaction
 from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_choice, check_instance, check_int
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.encoding import args_text, clean_text
@@ -171,7 +171,7 @@ class Finding:
 
 
 @dataclass
-class Verified(CompactionCapability[AgentDepsT]):
+class Verified(WrappingCompaction[AgentDepsT]):
     """Wrap a strategy; check each summary it proposes before the runtime applies it.
 
     Example:
@@ -227,26 +227,6 @@ class Verified(CompactionCapability[AgentDepsT]):
     def strategy_name(self) -> str:
         """`verified(<inner>)`."""
         return f'verified({self.inner.strategy_name})'
-
-    @property
-    def runtime(self) -> RuntimeSettings:
-        """The inner strategy's trigger and settings."""
-        return self.inner.runtime
-
-    @property
-    def uses_state(self) -> bool:
-        """Whatever the inner strategy needs."""
-        return self.inner.uses_state
-
-    @property
-    def acts_on_crossing(self) -> bool:
-        """Whatever the inner strategy does."""
-        return self.inner.acts_on_crossing
-
-    def resolve(self, state: CompactionState) -> CompactionCapability[AgentDepsT]:
-        """Itself, wrapping the branch the inner strategy picks for *state*."""
-        chosen = self.inner.resolve(state)
-        return self if chosen is self.inner else replace(self, inner=chosen)
 
     async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
         """The inner proposal, checked; repaired or refused when a check fails."""
