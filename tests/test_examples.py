@@ -85,6 +85,7 @@ def test_archive_and_recall_on_sqlite_across_two_processes(
     assert database.stat().st_size > 0  # the store the second process read is the file the first one wrote
 
 
+@pytest.mark.harness
 def test_harness_interop(capsys: pytest.CaptureFixture[str]) -> None:
     tiered, compacted, pinned = run_in_process('harness_interop.py', capsys)
     assert tiered.startswith('tiered: answer INC-7,') and tiered.endswith('boundaries: fork')

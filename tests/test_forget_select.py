@@ -249,3 +249,33 @@ def test_bounded_selection_reserves_thirty_percent_for_relevant_bundles() -> Non
     # ...and the newest bundles take the rest, newest first.
     assert recent and recent[-1] == view.exchanges[-2].id
     assert sum(view.by_id[i].tokens for i in chosen) <= budget
+
+
+def test_forget_reasoning_drop_never_leaves_an_empty_response() -> None:
+    # A reply of reasoning alone (pydantic-ai answers it with retry feedback) is a finished step with no calls;
+    # dropping its reasoning would persist and send `ModelResponse(parts=[])`, an empty turn providers refuse.
+    from pydantic_ai.messages import TextPart, ThinkingPart
+
+    from pydantic_ai_compaction import ForgetReasoning
+
+    sent: list[list[ModelMessage]] = []
+    step = {'n': 0}
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(list(messages))
+        step['n'] += 1
+        if step['n'] == 1:
+            return ModelResponse(parts=[ThinkingPart('let me think about this')])
+        if step['n'] == 2:
+            return ModelResponse(parts=[ToolCallPart('read', {'i': 1}, tool_call_id='c1')])
+        return ModelResponse(parts=[TextPart('done')])
+
+    agent = Agent(FunctionModel(model), capabilities=[ForgetReasoning(policy='drop')])
+
+    @agent.tool_plain
+    def read(i: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return 'x'
+
+    result = agent.run_sync('go')
+    assert all(message.parts for message in result.all_messages())
+    assert all(message.parts for message in sent[-1])

@@ -299,6 +299,7 @@ def test_bad_preset_settings_name_the_parameter(call: Any, message: str) -> None
         call()
 
 
+@pytest.mark.bench
 def test_the_benchmark_presets_group_expands_and_every_preset_builds_at_the_benchmark_window() -> None:
     from pydantic_ai_compaction_bench import strategies
 
@@ -325,6 +326,7 @@ def test_the_docs_examples_run(monkeypatch: pytest.MonkeyPatch) -> None:
             exec(compile(block, name, 'exec'), namespace)
 
 
+@pytest.mark.bench
 def test_wilson_interval_contains_the_observed_rate() -> None:
     # Found running `bench recall --summary-budget 60`: every run failed, and the pass-rate plot raised
     # "'yerr' must not contain negative values" after the records were written.

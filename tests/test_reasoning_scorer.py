@@ -189,6 +189,7 @@ def test_score_invariants(steps: list[list[str]], share: float, in_progress: boo
     assert capability.decide(decided) is None  # idempotent: a decided step is never scored again
 
 
+@pytest.mark.bench
 def test_the_cost_simulator_measures_the_score_policy_between_keep_and_drop() -> None:
     from dataclasses import replace
 

@@ -120,18 +120,51 @@ def test_a_complete_summary_passes_unchanged() -> None:
     assert event.record.extra['verification']['failed'] == []
 
 
-def test_reject_leaves_the_history_and_says_why() -> None:
+def test_reject_never_writes_the_refused_summary_and_says_why() -> None:
     events, result = run(Verified(summarizer(), on_failure='reject'), Script(summary=lambda prompt: LOSSY))
     assert result.output == 'done'
-    declined = [event for event in events if event.kind == 'ignored' and event.reason == 'declined']
-    assert declined
-    assert declined[0].detail is not None and 'INC-4471' in declined[0].detail
-    assert declined[0].detail.startswith('summary refused by verification: facts missing')
-    # Once report 1 itself is no longer dropped (it is kept verbatim), nothing lossy is left to refuse.
-    for event in events:
-        if event.kind == 'compacted':
-            assert event.record is not None
-            assert event.record.extra['verification']['verdict'] == 'passed'
+    refused = [e for e in events if e.record is not None and e.record.fallback_reason == 'verification']
+    assert refused
+    record = refused[0].record
+    assert record is not None and record.detail is not None
+    assert record.detail.startswith('summary refused by verification: facts missing')
+    assert 'INC-4471' in record.detail
+    # The runtime's fallback wrote the boundary: the lossy summary is nowhere in the history.
+    assert LOSSY not in boundary_text(refused[0])
+
+
+def test_reject_cannot_keep_the_run_over_its_trigger() -> None:
+    # A summarizer that always misses a fact the next step refers to: every summary is refused, and still
+    # every request stays near the trigger instead of growing with the run (a refusal falls back, never declines).
+    sizes: list[int] = []
+    step = {'n': 0}
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        prompt = ' '.join(
+            p.content for p in messages[-1].parts if isinstance(p, UserPromptPart) and isinstance(p.content, str)
+        )
+        if SUMMARY_MARKER in prompt:
+            return ModelResponse(parts=[TextPart('Work in progress.')])
+        sizes.append(sum(len(str(part)) for message in messages for part in message.parts))
+        step['n'] += 1
+        if step['n'] <= 20:
+            ticket = f'INC-{1000 + step["n"] - 1}'
+            return ModelResponse(parts=[ToolCallPart('read', {'ticket': ticket}, tool_call_id=f'c{step["n"]}')])
+        return ModelResponse(parts=[TextPart('done')])
+
+    agent = Agent(
+        FunctionModel(model),
+        capabilities=[Verified(StatelessSummary(trigger=Trigger(tokens=2_000)), on_failure='reject')],
+    )
+
+    @agent.tool_plain
+    def read(ticket: str) -> str:  # pyright: ignore[reportUnusedFunction]
+        number = int(ticket.split('-')[1])
+        return f'ticket {ticket} links INC-{number + 1}\n' + 'filler words here ' * 150
+
+    agent.run_sync('go')
+    assert len(sizes) == 21
+    assert max(sizes) < 4 * 2_000 * 3, sizes
 
 
 def test_a_dropped_instruction_change_is_appended_word_for_word() -> None:
@@ -147,10 +180,10 @@ def test_a_dropped_instruction_change_is_appended_word_for_word() -> None:
 
 def test_a_summary_longer_than_what_it_replaces_is_refused() -> None:
     events, _ = run(Verified(summarizer(keep_last=0)), Script(summary=lambda prompt: FACT_LINE + ' ' + 'word ' * 3000))
-    declined = [event for event in events if event.kind == 'ignored' and event.reason == 'declined']
-    assert declined and declined[0].detail is not None
-    assert 'not smaller than what it replaces' in declined[0].detail
-    assert not [event for event in events if event.kind == 'compacted']
+    refused = [e for e in events if e.record is not None and e.record.fallback_reason == 'verification']
+    assert refused and refused[0].record is not None and refused[0].record.detail is not None
+    assert 'not smaller than what it replaces' in refused[0].record.detail
+    assert all('word word word' not in boundary_text(event) for event in refused)
 
 
 # --- the second pass ---------------------------------------------------------------------------------------

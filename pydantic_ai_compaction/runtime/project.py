@@ -111,6 +111,9 @@ def log_problems(
         now = [_identity(part) for part in after.parts if not isinstance(part, may_drop)]
         if kept != now:
             problems.append(f'message {index} lost or reordered parts')
+        if before.parts and not after.parts:
+            # Providers refuse an empty turn, and the log would send it on every later request.
+            problems.append(f'message {index} lost all its parts')
     return problems
 
 

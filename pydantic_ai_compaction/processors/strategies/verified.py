@@ -196,8 +196,10 @@ class Verified(WrappingCompaction[AgentDepsT]):
 
     on_failure: Literal['append', 'reject'] = 'append'
     """`append`: add what is missing to the summary, copied from the removed exchanges (an empty summary, or
-    one that would no longer be smaller, is refused instead). `reject`: refuse the proposal; the history stays
-    as it is and the `ignored` event says why (reason `declined`), so the next request over the trigger tries again."""
+    one that would no longer be smaller, is refused instead). `reject`: refuse the summary on any failed check.
+    A refused summary is never written: the runtime's fallback layout applies (the newest exchanges kept
+    verbatim, the rest dropped with a note; `fallback_reason='verification'`, the reason in `detail`), so a
+    summarizer that keeps failing cannot hold the run above its trigger."""
 
     sources: InstructionSources = field(default_factory=lambda: InstructionSources(markers=()))
     """Which texts count as instruction changes for the `instructions` check (default: the user's prompts)."""
@@ -251,14 +253,14 @@ class Verified(WrappingCompaction[AgentDepsT]):
             return _with_record(proposal, {**record, 'verdict': 'passed'})
         reason = _reason(finding)
         if self.on_failure == 'reject' or {'not_empty', 'smaller'} & set(finding.failed) or not finding.lines:
-            return Proposal.decline(f'summary refused by verification: {reason}', variant=proposal.variant)
+            return _refused(f'summary refused by verification: {reason}', proposal)
         lines = finding.lines[:MAX_APPENDED]
         text = '\n'.join([summary.text.rstrip(), '', APPENDIX_HEADER, *(f'- {line}' for line in lines)])
         if _tokens(text) >= sum(exchange.tokens for exchange in dropped):
-            return Proposal.decline(
+            return _refused(
                 f'summary refused by verification: {reason}; with the missing details appended it would not be '
                 'smaller than what it replaces',
-                variant=proposal.variant,
+                proposal,
             )
         repaired = replace(proposal, summary=Summary(text, summary.structured))
         return _with_record(repaired, {**record, 'verdict': 'appended', 'appended': list(lines)})
@@ -362,6 +364,13 @@ def _tokens(text: str) -> int:
     from pydantic_ai_compaction.runtime.trigger import text_tokens
 
     return text_tokens(text)
+
+
+def _refused(detail: str, proposal: Proposal) -> Proposal:
+    # Not a decline: a summarizer that keeps failing the checks would otherwise leave every request above the
+    # trigger, growing until it overflows the window. The runtime's fallback keeps the newest exchanges verbatim
+    # and drops the rest without a summary it could not trust; the event carries the reason.
+    return Proposal.failed('verification', detail, variant=proposal.variant)
 
 
 def _reason(finding: Finding) -> str:

@@ -192,7 +192,8 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
                     decision = 'scored'
                     extra = {'skipped_blocks': skipped, 'blocks': blocks}
                     message = replace(message, parts=parts)
-            elif thinking and self._should_drop(message, results):
+            elif thinking and len(thinking) < len(message.parts) and self._should_drop(message, results):
+                # A reply of reasoning alone keeps it: dropping it would leave an empty turn, which providers refuse.
                 decision = 'dropped'
                 if any(_signed(p) for p in thinking) and index > last_prompt:
                     # Inside the tool loop still running: the provider needs the signed blocks back.
