@@ -373,3 +373,15 @@ def test_wrappers_act_when_their_inner_strategy_acts() -> None:
         for wrapper in (KeepWithin(inner, first=1), Verified(inner), Reassert(inner, sources=sources)):
             assert wrapper.acts_on_crossing is acts, (type(wrapper).__name__, type(inner).__name__)
             assert wrapper.runtime == inner.runtime
+
+
+def test_preset_parameters_are_checked_under_their_own_names() -> None:
+    from pydantic_ai_compaction.presets import gemini_cli, opencode
+
+    # A recent tail as large as what the trigger allows would keep everything verbatim: compaction "on",
+    # the request growing past the window.
+    with pytest.raises(ConfigurationError, match=r'opencode: preserve_recent_tokens=50000 must be below'):
+        opencode(context_window=30_000, reserve_tokens=20_000, preserve_recent_tokens=50_000)
+    # The caller's parameter is named, not the primitive the preset builds on.
+    with pytest.raises(ConfigurationError, match=r'gemini_cli: preserve_fraction must be below 1'):
+        gemini_cli(context_window=100_000, preserve_fraction=1.0)

@@ -185,6 +185,12 @@ def opencode(
     minimum = check_int('opencode', 'prune_minimum_tokens', prune_minimum_tokens, minimum=1)
     usable = window - reserve_tokens
     recent = preserve_recent_tokens if preserve_recent_tokens is not None else min(15_000, max(2_000, usable // 4))
+    check_int('opencode', 'preserve_recent_tokens', recent, minimum=0)
+    if recent >= usable:
+        # A tail as large as the trigger keeps every exchange verbatim: the summary could never shrink anything.
+        raise ConfigurationError(
+            f'opencode: preserve_recent_tokens={recent!r} must be below context_window - reserve_tokens ({usable!r}).'
+        )
     summary = StatelessSummary[Any](trigger=trigger, model=model, instructions=OPENCODE_INSTRUCTIONS, observer=observer)
     clear_at = min((protect + minimum) / window, 0.99)
     prune = Tiered[Any](
@@ -271,6 +277,8 @@ def gemini_cli(
     window = _window('gemini_cli', context_window)
     check_number('gemini_cli', 'threshold', threshold, minimum=0, maximum=1, exclusive_minimum=True)
     check_number('gemini_cli', 'preserve_fraction', preserve_fraction, minimum=0, maximum=1, exclusive_minimum=True)
+    if preserve_fraction >= 1:
+        raise ConfigurationError(f'gemini_cli: preserve_fraction must be below 1, got {preserve_fraction!r}.')
     summary = StatelessSummary[Any](
         trigger=Trigger(fraction=threshold, context_window=window),
         model=model,
