@@ -486,3 +486,19 @@ def test_only_requests_with_new_results_reserve_ids_in_the_store(monkeypatch: py
     assert Counting.calls == 2  # the continuation's opening request brought none, the read's return one
     # Five requests in all; only the two that brought results went to a worker thread to number them.
     assert hops.count('next_numbers') == 2
+
+
+def test_bad_batches_never_end_the_run() -> None:
+    # TestModel calls every tool with generated arguments, again and again: bad ids are retried while the tool
+    # has retries left, then answered, never retried until the limit ends the run.
+    from pydantic_ai.models.test import TestModel
+
+    result = Agent(TestModel(), capabilities=[Archive()]).run_sync('x')
+    answers = [
+        part.content
+        for message in result.all_messages()
+        for part in message.parts
+        if isinstance(part, ToolReturnPart) and part.tool_name == 'context_apply'
+    ]
+    assert len(answers) == 1
+    assert 'Nothing was archived. Fix the batch' in str(answers[0])

@@ -377,9 +377,12 @@ class Archive(AbstractCapability[AgentDepsT]):
             elif not item.note.strip():
                 problems.append(f'{rid}: the note is empty')
         if problems:
-            raise ModelRetry(
-                'Nothing was archived. Fix the batch and call context_apply again:\n- ' + '\n- '.join(problems)
-            )
+            message = 'Nothing was archived. Fix the batch and call context_apply again:\n- ' + '\n- '.join(problems)
+            if ctx.retry + 1 >= ctx.max_retries:
+                # The last retry the tool has: an answer instead, because a model that keeps sending bad ids would
+                # otherwise exhaust the retries and end the run, and memory tools never fail a run.
+                return message
+            raise ModelRetry(message)
 
         try:
             conversation = self.conversation_id(ctx)
