@@ -494,11 +494,13 @@ def test_bad_batches_never_end_the_run() -> None:
     from pydantic_ai.models.test import TestModel
 
     result = Agent(TestModel(), capabilities=[Archive()]).run_sync('x')
-    answers = [
-        part.content
+    returns = [
+        part
         for message in result.all_messages()
         for part in message.parts
         if isinstance(part, ToolReturnPart) and part.tool_name == 'context_apply'
     ]
-    assert len(answers) == 1
-    assert 'Nothing was archived. Fix the batch' in str(answers[0])
+    retried = [part for part in returns if part.outcome == 'retried']
+    answered = [part for part in returns if part.outcome == 'success']
+    assert retried and answered
+    assert all('Nothing was archived. Fix the batch' in str(part.content) for part in returns)
