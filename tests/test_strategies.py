@@ -112,3 +112,29 @@ def test_no_compaction_records_the_crossings_it_ignores() -> None:
         events
     )
     assert not any(our_record(p) for m in result.all_messages() for p in m.parts)
+
+
+def test_an_unknown_compactor_model_is_reported_not_only_recorded() -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from pydantic_ai_compaction import Fork, Trigger
+
+    step = {'n': 0}
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        step['n'] += 1
+        if step['n'] <= 4:
+            return ModelResponse(parts=[ToolCallPart('read', {'i': step['n']}, tool_call_id=f'c{step["n"]}')])
+        return ModelResponse(parts=[TextPart('done')])
+
+    agent = Agent(FunctionModel(model), capabilities=[Fork(model='nosuch:model', trigger=Trigger(tokens=300))])
+
+    @agent.tool_plain
+    def read(i: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return f'line {i} ' * 200
+
+    with pytest.warns(RuntimeWarning, match=r'fork: the compactor cannot run \(UserError: Unknown model'):
+        result = agent.run_sync('go')
+    assert result.output == 'done'  # the run itself never fails

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import ModelMessage
 
 from pydantic_ai_compaction.protocols.types import CompactionRecord, Layout, Proposal, Summary
@@ -88,6 +90,7 @@ async def _propose(
         return await strategy.propose(view, ctx), (), None
     except Exception as error:
         if not is_context_overflow(error):
+            _warn_if_misconfigured(error, strategy)
             return Proposal.failed('compactor_error', _describe(error)), (), error
         first_error = error
     reduced, left_out = shrink(view, protect=protect, prompt=ctx.run.prompt)
@@ -164,6 +167,18 @@ def _build(
     record = replace(record, tokens_after=estimate_token_count(messages))
     metadata.update(clean_value(record.to_metadata()))
     return Outcome(messages=messages, record=record)
+
+
+def _warn_if_misconfigured(error: BaseException, strategy: Strategy) -> None:
+    # The run goes on with the fallback layout either way; but an unknown model name or a missing provider
+    # package is the user's mistake, not a passing fault, and a fallback at every compaction would hide it.
+    if isinstance(error, UserError | ImportError):
+        warnings.warn(
+            f'{strategy.strategy_name}: the compactor cannot run ({_describe(error)}); every compaction falls back '
+            "to keeping the newest exchanges. Check the strategy's model= and its provider package.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 def _describe(error: BaseException) -> str:
