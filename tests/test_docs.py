@@ -57,11 +57,12 @@ RESULT = ('response:tool-call', 'request:tool-return')
 @pytest.mark.parametrize(
     ('n', 'history', 'compacted'),
     [
-        # n=0 keeps nothing droppable: each crossing drops what the previous step read.
-        (0, [OPENING, BOUNDARY, BOUNDARY, BOUNDARY, 'response:tool-callc3', 'request:tool-returnc3'], 3),
+        # n=0 keeps nothing droppable: each crossing drops what the previous step read, and its boundary
+        # replaces the one before (supersedes=): one boundary however many compactions.
+        (0, [OPENING, BOUNDARY, 'response:tool-callc3', 'request:tool-returnc3'], 3),
         (
             1,
-            [OPENING, BOUNDARY, BOUNDARY, *(f'{kind}c{i}' for i in (2, 3) for kind in RESULT)],
+            [OPENING, BOUNDARY, *(f'{kind}c{i}' for i in (2, 3) for kind in RESULT)],
             2,
         ),
         # n at least the droppable count keeps everything: no boundary, no fallback.
