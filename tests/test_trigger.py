@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.test import TestModel
 
 from pydantic_ai_compaction import (
@@ -98,3 +100,15 @@ def test_a_kept_response_with_pre_compaction_usage_is_not_used_as_anchor() -> No
     # Once a new response arrives, its usage is trusted again.
     fresh: list[ModelMessage] = [*history]
     assert Trigger(tokens=1).measure(fresh) == estimate_context_tokens(fresh)
+
+
+def test_a_fraction_of_an_unknown_window_warns_and_names_the_model() -> None:
+    from pydantic_ai.models.function import FunctionModel
+
+    model = FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart('ok')]), model_name='local-8k')
+    with pytest.warns(RuntimeWarning, match=r'context window of function:local-8k is not known; assuming 200,000'):
+        assert Trigger(fraction=0.5).token_limit(model) == 100_000
+    # A window the user states is used as it is, silently.
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        assert Trigger(fraction=0.5, context_window=8_000).token_limit(model) == 4_000

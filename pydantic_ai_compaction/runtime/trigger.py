@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -104,6 +105,8 @@ class Trigger:
         window = self.context_window
         if window is None and model is not None:
             window = resolve_context_window(model)
+            if window is None:
+                _warn_unknown_window(model, self.fallback_context_window)
         return max(1, int((window or self.fallback_context_window) * self.fraction))
 
     def measure(self, messages: Sequence[ModelMessage], parameters: ModelRequestParameters | None = None) -> int:
@@ -166,3 +169,15 @@ def _anchor_is_stale(messages: Sequence[ModelMessage]) -> bool:
 def text_tokens(text: str, tokenizer: Callable[[str], int] | None = None) -> int:
     """Estimated tokens of *text* alone, with the estimator the trigger uses (and its tokenizer, if given)."""
     return estimate_token_count([ModelRequest(parts=[UserPromptPart(text)])], tokenizer)
+
+
+def _warn_unknown_window(model: Model, assumed: int) -> None:
+    # A small local model (an 8k window) under a 200k assumption would overflow long before the trigger fires.
+    # The message names the model, so Python's default warning filter shows it once per model, not per request.
+    name = f'{model.system}:{model.model_name}'
+    warnings.warn(
+        f'Trigger(fraction=...): the context window of {name} is not known; assuming {assumed:,} tokens. '
+        'Set Trigger(context_window=...) (or fallback_context_window=...) for this model.',
+        RuntimeWarning,
+        stacklevel=3,
+    )
