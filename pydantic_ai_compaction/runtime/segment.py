@@ -9,6 +9,14 @@ it, so a deferred return that arrives several messages later keeps the whole spa
 Requests are split at part level because pydantic-ai merges consecutive requests when a history
 is passed to a new run: a request can then hold tool returns for one exchange, a boundary, and a
 user prompt for the next.
+
+Segmentations and token estimates are remembered by object identity, so each request costs about
+the new messages: a message is recognised by the message object and the part objects it holds, in
+order (a reassigned `parts` list or a part replaced in it is seen). What a part holds is not read
+again, so messages and parts must not be mutated in place once sent (`part.content = ...`):
+replace them (`dataclasses.replace`), as pydantic-ai asks of history processors. A part mutated in
+place keeps its old token estimate, and the exchanges before it their old ids and kinds, until the
+message or the part object is replaced.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from itertools import chain
 from typing import Any
 
 from pydantic_ai.messages import (
@@ -256,8 +265,9 @@ class _State:
     refs: tuple[weakref.ref[ModelMessage], ...]
     """The messages before the cut, by identity."""
 
-    part_lists: tuple[int, ...]
-    """`id()` of each one's `parts` list (pydantic-ai reassigns `parts` on a persisted request)."""
+    part_refs: tuple[weakref.ref[object], ...]
+    """Their parts, in order, by identity (weak: a part replaced in place or a reassigned `parts` list shows as a
+    dead or different reference, never as an `id()` reused by a new object)."""
 
     part_counts: tuple[int, ...]
     """How many parts each one had."""
@@ -296,14 +306,20 @@ class _State:
     """Whether the opening exchange lies before the cut."""
 
     def matches(self, history: tuple[ModelMessage, ...], prompt: object) -> bool:
-        """Whether *history* starts with the same messages (same objects, same part lists) and prompt."""
+        """Whether *history* starts with the same messages (same objects holding the same parts) and prompt.
+
+        One identity check per message and per part before the cut, all in C: what a part holds is not read
+        (parts are never mutated in place, see the module docstring).
+        """
         if len(history) <= self.cut or not _same_prompt(self.prompt, prompt):
             return False
         head = history[: self.cut]
         if not all(map(operator.is_, map(operator.call, self.refs), head)):
             return False
         parts = list(map(_PARTS, head))
-        return tuple(map(id, parts)) == self.part_lists and tuple(map(len, parts)) == self.part_counts
+        return tuple(map(len, parts)) == self.part_counts and all(
+            map(operator.is_, map(operator.call, self.part_refs), chain.from_iterable(parts))
+        )
 
 
 _PARTS = operator.attrgetter('parts')
@@ -456,7 +472,8 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         new_state = _State(
             cut=cut,
             refs=(state.refs if state is not None else ()) + new_refs,
-            part_lists=(state.part_lists if state is not None else ()) + tuple(map(id, new_parts)),
+            part_refs=(state.part_refs if state is not None else ())
+            + tuple(map(weakref.ref, chain.from_iterable(new_parts))),
             part_counts=(state.part_counts if state is not None else ()) + tuple(map(len, new_parts)),
             prompt=prompt,
             exchanges=(state.exchanges if state is not None else ()) + tuple(frozen),
@@ -759,21 +776,20 @@ def _id_counter(
     return highest, stamped, per_message
 
 
-_TOKENS: IdentityMemo[tuple[int, int, int]] = IdentityMemo()
-"""Token estimates per message object (never keeps a message alive), with the `id()` and length of the `parts`
-list they were made from: pydantic-ai assigns a new list to a persisted request when it adds a part to it."""
+_TOKENS: IdentityMemo[int] = IdentityMemo()
+"""Token estimates keyed by a message object and each of its parts, in order (never keeps any of them alive).
+
+pydantic-ai assigns a new `parts` list to a persisted request when it adds a part to it, and a processor may
+replace a part in a reused list: either way the key changes. A part's content changed in place is not seen
+(parts are never mutated in place, see the module docstring)."""
 
 
 def _remembered(message: ModelMessage) -> int | None:
-    entry = _TOKENS.get((message,))
-    if entry is None or entry[1] != id(message.parts) or entry[2] != len(message.parts):
-        return None
-    return entry[0]
+    return _TOKENS.get((message, *message.parts))
 
 
 def _remember_tokens(message: ModelMessage, tokens: int) -> int:
-    _TOKENS.put((message,), (tokens, id(message.parts), len(message.parts)))
-    return tokens
+    return _TOKENS.put((message, *message.parts), tokens)
 
 
 def message_tokens(message: ModelMessage) -> int:
