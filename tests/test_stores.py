@@ -119,3 +119,28 @@ def test_sql_recall_ranks_the_newest_matches_of_a_common_word(kind: str, tmp_pat
         assert store.search(a, 'oldest')[0].text == 'alpha alpha alpha oldest'  # a rarer word still finds it
     finally:
         store.close()
+
+
+def test_the_in_memory_store_keeps_its_state_out_of_repr_and_the_constructor() -> None:
+    from pydantic_ai_compaction.runtime.stores import InMemoryArchiveStore
+
+    store = InMemoryArchiveStore()
+    a = conversation()
+    store.put_archived([entry(a, 'a1', b'sk-secret-payload')])
+    store.add_note(a, Note('fact', 'the password is hunter2'))
+    store.index_lines([LogLine(a, 'part-0', 0, 'token = tok-secret-line', 'tool')])
+    shown = repr(store)
+    assert 'secret' not in shown and 'hunter2' not in shown
+    assert shown == 'InMemoryArchiveStore()'
+    with pytest.raises(TypeError):
+        InMemoryArchiveStore(_lock=None)  # pyright: ignore[reportCallIssue]
+
+
+def test_the_postgres_store_without_its_extra_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from pydantic_ai_compaction.runtime.stores import PostgresArchiveStore
+
+    monkeypatch.setitem(sys.modules, 'psycopg_pool', None)  # what an install without the extra looks like
+    with pytest.raises(ImportError, match=r'pip install "pydantic-ai-compaction\[postgres\]"'):
+        PostgresArchiveStore('postgresql://postgres@127.0.0.1/x')

@@ -15,12 +15,15 @@ from pydantic_ai_compaction.runtime.stores._query import index_text, line_contex
 class InMemoryArchiveStore:
     """Dictionaries behind a lock; a batch is checked whole before anything is written."""
 
-    _counters: dict[tuple[str, str], int] = field(default_factory=dict[tuple[str, str], int])
-    _archived: dict[tuple[str, str], ArchivedResult] = field(default_factory=dict[tuple[str, str], ArchivedResult])
-    _notes: dict[str, list[Note]] = field(default_factory=lambda: defaultdict(list))
-    _lines: dict[str, list[LogLine]] = field(default_factory=lambda: defaultdict(list))
-    _parts: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Private state, out of the constructor and of `repr` (which would otherwise print archived content).
+    _counters: dict[tuple[str, str], int] = field(init=False, repr=False, default_factory=dict[tuple[str, str], int])
+    _archived: dict[tuple[str, str], ArchivedResult] = field(
+        init=False, repr=False, default_factory=dict[tuple[str, str], ArchivedResult]
+    )
+    _notes: dict[str, list[Note]] = field(init=False, repr=False, default_factory=lambda: defaultdict(list))
+    _lines: dict[str, list[LogLine]] = field(init=False, repr=False, default_factory=lambda: defaultdict(list))
+    _parts: dict[str, set[str]] = field(init=False, repr=False, default_factory=lambda: defaultdict(set))
+    _lock: threading.Lock = field(init=False, repr=False, default_factory=threading.Lock)
 
     def next_numbers(self, conversation_id: str, counter: str, count: int) -> list[int]:
         """Reserve consecutive numbers."""

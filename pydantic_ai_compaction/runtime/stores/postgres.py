@@ -108,7 +108,12 @@ class PostgresArchiveStore:
             connect_timeout: Seconds an operation waits for a working connection before it fails.
             busy_timeout_ms: Longest a statement may wait for a lock held by another worker.
         """
-        from psycopg_pool import ConnectionPool
+        try:
+            from psycopg_pool import ConnectionPool
+        except ImportError as error:
+            raise ImportError(
+                'PostgresArchiveStore needs the postgres extra: pip install "pydantic-ai-compaction[postgres]"'
+            ) from error
 
         if not isinstance(dsn, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ValueError(f'PostgresArchiveStore.dsn must be a string, got {type(dsn).__name__}.')
