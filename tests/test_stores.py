@@ -101,6 +101,20 @@ def test_recall_prefers_whole_words_and_uses_prefixes_when_none_match(store: Any
     assert sorted(hit.text for hit in store.search(a, 'depl')) == sorted(texts)
 
 
+def test_recall_finds_the_rare_value_of_a_query_behind_many_matches_of_a_common_word(store: Any) -> None:
+    a = conversation()
+    # No line holds both words; 799 newer lines hold "timeout", one older line the query's specific value.
+    lines = [LogLine(a, 'f0', 0, 'ticket inc42 failed on db', 'tool', 'read', '{}', 'r1')]
+    lines += [LogLine(a, f'f{i}', i, f'request {i} timeout retried', 'tool', 'read', '{}', 'r2') for i in range(1, 800)]
+    store.index_lines(lines)
+    hits = store.search(a, 'timeout inc42')
+    assert len(hits) == 8 and hits[0].text == 'ticket inc42 failed on db'
+    # The rest are the newest "timeout" lines; the words of a query weigh by how rare they are in the log.
+    assert [hit.line_no for hit in hits[1:]] == list(range(799, 792, -1))
+    assert store.search(a, 'request timeout inc42')[0].line_no == 0  # two common words do not outweigh it
+    assert store.search(a, 'timeou inc4')[0].line_no == 0  # as prefixes too, when no whole word matches
+
+
 @pytest.mark.parametrize('kind', ['sqlite', 'postgres'])
 def test_sql_recall_ranks_the_newest_matches_of_a_common_word(kind: str, tmp_path: Any) -> None:
     from pydantic_ai_compaction.runtime.stores._query import SEARCH_CANDIDATES
