@@ -314,14 +314,7 @@ def test_a_changed_request_leaves_a_record_naming_its_owner() -> None:
 
 
 EXPORTED_CLASSES = [
-    pytest.param(
-        name,
-        marks=pytest.mark.xfail(strict=True, reason='runtime/stores: its lock and tables are constructor parameters'),
-    )
-    if name == 'InMemoryArchiveStore'
-    else name
-    for name in pac.__all__
-    if isinstance(value := getattr(pac, name), type) and not issubclass(value, Exception)
+    name for name in pac.__all__ if isinstance(value := getattr(pac, name), type) and not issubclass(value, Exception)
 ]
 """Every exported class but the exceptions (whose constructor is `Exception`'s)."""
 

@@ -101,6 +101,20 @@ def test_recall_prefers_whole_words_and_uses_prefixes_when_none_match(store: Any
     assert sorted(hit.text for hit in store.search(a, 'depl')) == sorted(texts)
 
 
+def test_recall_finds_the_rare_value_of_a_query_behind_many_matches_of_a_common_word(store: Any) -> None:
+    a = conversation()
+    # No line holds both words; 799 newer lines hold "timeout", one older line the query's specific value.
+    lines = [LogLine(a, 'f0', 0, 'ticket inc42 failed on db', 'tool', 'read', '{}', 'r1')]
+    lines += [LogLine(a, f'f{i}', i, f'request {i} timeout retried', 'tool', 'read', '{}', 'r2') for i in range(1, 800)]
+    store.index_lines(lines)
+    hits = store.search(a, 'timeout inc42')
+    assert len(hits) == 8 and hits[0].text == 'ticket inc42 failed on db'
+    # The rest are the newest "timeout" lines; the words of a query weigh by how rare they are in the log.
+    assert [hit.line_no for hit in hits[1:]] == list(range(799, 792, -1))
+    assert store.search(a, 'request timeout inc42')[0].line_no == 0  # two common words do not outweigh it
+    assert store.search(a, 'timeou inc4')[0].line_no == 0  # as prefixes too, when no whole word matches
+
+
 @pytest.mark.parametrize('kind', ['sqlite', 'postgres'])
 def test_sql_recall_ranks_the_newest_matches_of_a_common_word(kind: str, tmp_path: Any) -> None:
     from pydantic_ai_compaction.runtime.stores._query import SEARCH_CANDIDATES
@@ -119,3 +133,28 @@ def test_sql_recall_ranks_the_newest_matches_of_a_common_word(kind: str, tmp_pat
         assert store.search(a, 'oldest')[0].text == 'alpha alpha alpha oldest'  # a rarer word still finds it
     finally:
         store.close()
+
+
+def test_the_in_memory_store_keeps_its_state_out_of_repr_and_the_constructor() -> None:
+    from pydantic_ai_compaction.runtime.stores import InMemoryArchiveStore
+
+    store = InMemoryArchiveStore()
+    a = conversation()
+    store.put_archived([entry(a, 'a1', b'sk-secret-payload')])
+    store.add_note(a, Note('fact', 'the password is hunter2'))
+    store.index_lines([LogLine(a, 'part-0', 0, 'token = tok-secret-line', 'tool')])
+    shown = repr(store)
+    assert 'secret' not in shown and 'hunter2' not in shown
+    assert shown == 'InMemoryArchiveStore()'
+    with pytest.raises(TypeError):
+        InMemoryArchiveStore(_lock=None)  # pyright: ignore[reportCallIssue]
+
+
+def test_the_postgres_store_without_its_extra_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from pydantic_ai_compaction.runtime.stores import PostgresArchiveStore
+
+    monkeypatch.setitem(sys.modules, 'psycopg_pool', None)  # what an install without the extra looks like
+    with pytest.raises(ImportError, match=r'pip install "pydantic-ai-compaction\[postgres\]"'):
+        PostgresArchiveStore('postgresql://postgres@127.0.0.1/x')

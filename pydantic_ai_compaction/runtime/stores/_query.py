@@ -6,11 +6,13 @@ Query words are lowercase letters and digits of any script, so `timeout_ms` matc
 from __future__ import annotations
 
 import base64
+import math
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from pydantic_ai_compaction.protocols.archive import ArchivedResult, LogLine
+from pydantic_ai_compaction.protocols.archive import ArchivedResult, Hit, LogLine
 from pydantic_ai_compaction.runtime.encoding import clean_text, from_bytes, has_surrogates, strip_nul, to_bytes
 
 _ESCAPED = '\x1b'
@@ -47,8 +49,9 @@ def index_text(text: str) -> str:
 
 
 SEARCH_CANDIDATES = 500
-"""Matches a SQL store's search ranks, the newest first: ranking every match of a word that half of a
-10M-token log holds took seconds, and a recall query looks for a specific value, not for the commonest words."""
+"""Matches a store's search ranks, the newest first, per query word when no line holds them all: ranking every
+match of a word that half of a 10M-token log holds took seconds. Taken per word, a rare word's few matches are all
+ranked however many newer lines hold a common word of the same query."""
 
 _WORD = re.compile(r'[^\W_]+')
 
@@ -56,6 +59,37 @@ _WORD = re.compile(r'[^\W_]+')
 def words(text: str) -> list[str]:
     """The searchable words of *text*, in order, without repeats."""
     return list(dict.fromkeys(_WORD.findall(text.lower())))
+
+
+def rank_any_word(per_word: Sequence[Sequence[tuple[int, Hit]]], limit: int) -> list[Hit]:
+    """The best *limit* of the union of each query word's newest matches, when no line holds every word.
+
+    Args:
+        per_word: For each query word, its newest matches (at most `SEARCH_CANDIDATES`) as `(position, hit)`,
+            where a larger position is a newer line and `hit.score` (larger is better) is the store's own score
+            of the line for that word alone.
+        limit: Most hits returned.
+
+    Returns:
+        Tool output first, then the lines whose matched words are the rarest (each word weighs more the fewer
+        matches it has, as an inverse document frequency), then the store's summed score, then the newest.
+        Each hit's score is its summed store score.
+    """
+    union: dict[int, tuple[Hit, float, float]] = {}
+    for matches in per_word:
+        if not matches:
+            continue
+        # Per conversation, from the candidates: the one value of a query (`inc42`) outweighs a word
+        # every other line holds (`timeout`), so it is not buried under their number.
+        weight = math.log(1 + SEARCH_CANDIDATES / len(matches))
+        for position, hit in matches:
+            known = union.get(position)
+            if known is None:
+                union[position] = (hit, weight, hit.score)
+            else:
+                union[position] = (known[0], known[1] + weight, known[2] + hit.score)
+    ranked = sorted(union.items(), key=lambda item: (item[1][0].source != 'tool', -item[1][1], -item[1][2], -item[0]))
+    return [replace(hit, score=score) for _, (hit, _, score) in ranked[:limit]]
 
 
 ARCHIVED_COLUMNS = 'conversation_id, ref, result_id, tool_name, tool_call_id, args_json, payload, note, created_at'

@@ -8,19 +8,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Hit, LogLine, Note
-from pydantic_ai_compaction.runtime.stores._query import index_text, line_context, words
+from pydantic_ai_compaction.runtime.stores._query import (
+    SEARCH_CANDIDATES,
+    index_text,
+    line_context,
+    rank_any_word,
+    words,
+)
 
 
 @dataclass
 class InMemoryArchiveStore:
     """Dictionaries behind a lock; a batch is checked whole before anything is written."""
 
-    _counters: dict[tuple[str, str], int] = field(default_factory=dict[tuple[str, str], int])
-    _archived: dict[tuple[str, str], ArchivedResult] = field(default_factory=dict[tuple[str, str], ArchivedResult])
-    _notes: dict[str, list[Note]] = field(default_factory=lambda: defaultdict(list))
-    _lines: dict[str, list[LogLine]] = field(default_factory=lambda: defaultdict(list))
-    _parts: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Private state, out of the constructor and of `repr` (which would otherwise print archived content).
+    _counters: dict[tuple[str, str], int] = field(init=False, repr=False, default_factory=dict[tuple[str, str], int])
+    _archived: dict[tuple[str, str], ArchivedResult] = field(
+        init=False, repr=False, default_factory=dict[tuple[str, str], ArchivedResult]
+    )
+    _notes: dict[str, list[Note]] = field(init=False, repr=False, default_factory=lambda: defaultdict(list))
+    _lines: dict[str, list[LogLine]] = field(init=False, repr=False, default_factory=lambda: defaultdict(list))
+    _parts: dict[str, set[str]] = field(init=False, repr=False, default_factory=lambda: defaultdict(set))
+    _lock: threading.Lock = field(init=False, repr=False, default_factory=threading.Lock)
 
     def next_numbers(self, conversation_id: str, counter: str, count: int) -> list[int]:
         """Reserve consecutive numbers."""
@@ -89,48 +98,46 @@ class InMemoryArchiveStore:
         return added
 
     def search(self, conversation_id: str, query: str, limit: int = 8) -> list[Hit]:
-        """Every word in the line or its call, else any word; whole words before prefixes, as the SQL stores."""
+        """Every word in the line or its call, else any word; whole words before prefixes, as the SQL stores.
+
+        When no line holds every word, each word's newest `SEARCH_CANDIDATES` matches are ranked together by
+        `rank_any_word`, as the SQL stores do.
+        """
         wanted = words(query)
         if not wanted:
             return []
         with self._lock:
             lines = list(self._lines.get(conversation_id, []))
-        for every in (True, False):
-            for whole in (True, False):
-                pool = _matches(lines, wanted, every=every, whole=whole)
-                if pool:
-                    pool.sort(key=lambda e: (e[3].source != 'tool', -e[0], -e[1], -e[2]))
-                    return [
-                        Hit(
-                            e[3].text,
-                            e[3].source,
-                            e[3].tool_name,
-                            e[3].args,
-                            e[3].result_id,
-                            e[3].line_no,
-                            float(e[0] + e[1]),
-                        )
-                        for e in pool[:limit]
-                    ]
+        tokens = [(words(line.text), words(line.text) + words(line_context(line))) for line in lines]
+        for whole in (True, False):
+            pool = [
+                (order, _hit(line, sum(_has(context, w, whole) + _has(own, w, whole) for w in wanted)))
+                for order, (line, (own, context)) in enumerate(zip(lines, tokens, strict=True))
+                if all(_has(context, w, whole) for w in wanted)
+            ]
+            if pool:
+                pool.sort(key=lambda e: (e[1].source != 'tool', -e[1].score, -e[0]))
+                return [hit for _, hit in pool[:limit]]
+        if len(wanted) == 1:
+            return []  # "any word" of one word is "every word": nothing more to find
+        for whole in (True, False):
+            per_word = [
+                [
+                    (order, _hit(line, 1 + _has(own, word, whole)))
+                    for order, (line, (own, context)) in reversed(list(enumerate(zip(lines, tokens, strict=True))))
+                    if _has(context, word, whole)
+                ][:SEARCH_CANDIDATES]
+                for word in wanted
+            ]
+            if any(per_word):
+                return rank_any_word(per_word, limit)
         return []
 
 
-def _matches(
-    lines: list[LogLine], wanted: list[str], *, every: bool, whole: bool
-) -> list[tuple[int, int, int, LogLine]]:
-    """Lines matching every word of *wanted* (or the most of them), as whole words or as prefixes, scored."""
+def _has(tokens: list[str], word: str, whole: bool) -> bool:
+    """Whether *word* is one of *tokens* (*whole*) or starts one of them."""
+    return word in tokens if whole else any(token.startswith(word) for token in tokens)
 
-    def has(tokens: list[str], word: str) -> bool:
-        return word in tokens if whole else any(token.startswith(word) for token in tokens)
 
-    scored: list[tuple[int, int, int, LogLine]] = []
-    for order, line in enumerate(lines):
-        own = words(line.text)
-        context = own + words(line_context(line))
-        matched = [w for w in wanted if has(context, w)]
-        if matched:
-            scored.append((len(matched), sum(1 for w in wanted if has(own, w)), order, line))
-    if every:
-        return [entry for entry in scored if entry[0] == len(wanted)]
-    best = max((count for count, *_ in scored), default=0)
-    return [entry for entry in scored if entry[0] == best]
+def _hit(line: LogLine, score: float) -> Hit:
+    return Hit(line.text, line.source, line.tool_name, line.args, line.result_id, line.line_no, float(score))

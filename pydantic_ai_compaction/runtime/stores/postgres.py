@@ -23,6 +23,7 @@ from pydantic_ai_compaction.runtime.stores._query import (
     index_text,
     line_context,
     py_text,
+    rank_any_word,
     words,
 )
 
@@ -108,7 +109,12 @@ class PostgresArchiveStore:
             connect_timeout: Seconds an operation waits for a working connection before it fails.
             busy_timeout_ms: Longest a statement may wait for a lock held by another worker.
         """
-        from psycopg_pool import ConnectionPool
+        try:
+            from psycopg_pool import ConnectionPool
+        except ImportError as error:
+            raise ImportError(
+                'PostgresArchiveStore needs the postgres extra: pip install "pydantic-ai-compaction[postgres]"'
+            ) from error
 
         if not isinstance(dsn, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ValueError(f'PostgresArchiveStore.dsn must be a string, got {type(dsn).__name__}.')
@@ -301,25 +307,41 @@ class PostgresArchiveStore:
     def search(self, conversation_id: str, query: str, limit: int = 8) -> list[Hit]:
         """Full-text search over the line and its call; every word, else any word; whole words before prefixes.
 
-        Tool output first. Ranks the newest `SEARCH_CANDIDATES` matches, as the SQLite store does.
+        Tool output first. Lines holding every word: the newest `SEARCH_CANDIDATES` of them ranked by
+        `ts_rank`; else each word's newest `SEARCH_CANDIDATES` matches ranked together by `rank_any_word`,
+        as the SQLite store does.
         """
         wanted = [word for word in words(query) if len(word.encode()) <= _LONGEST_WORD]
         if not wanted:
             return []
-        for joiner in (' & ', ' | '):
-            for prefix in ('', ':*'):
-                tsquery = joiner.join(f'{word}{prefix}' for word in wanted)
-                rows = self._run(
-                    'search',
-                    lambda conn, tsquery=tsquery: conn.execute(
-                        'SELECT text, source, tool_name, args, result_id, line_no, score FROM ('
-                        'SELECT id, text, source, tool_name, args, result_id, line_no, '
-                        "ts_rank(tsv, to_tsquery('simple', %s)) AS score FROM pac_log "
-                        "WHERE conversation_id = %s AND tsv @@ to_tsquery('simple', %s) "
-                        "ORDER BY id DESC LIMIT %s) AS newest ORDER BY source <> 'tool', score DESC, id DESC LIMIT %s",
-                        (tsquery, db_text(conversation_id), tsquery, SEARCH_CANDIDATES, limit),
-                    ).fetchall(),
-                )
-                if rows:
-                    return [Hit(r[0], r[1], r[2], r[3], r[4], int(r[5]), float(r[6])) for r in rows]
+        for prefix in ('', ':*'):
+            rows = self._candidates(conversation_id, ' & '.join(f'{word}{prefix}' for word in wanted), limit)
+            if rows:
+                return [_hit(row) for _, row in rows]
+        if len(wanted) == 1:
+            return []  # "any word" of one word is "every word": nothing more to find
+        for prefix in ('', ':*'):
+            per_word = [self._candidates(conversation_id, f'{word}{prefix}', SEARCH_CANDIDATES) for word in wanted]
+            if any(per_word):
+                return rank_any_word([[(r, _hit(row)) for r, row in rows] for rows in per_word], limit)
         return []
+
+    def _candidates(self, conversation_id: str, tsquery: str, limit: int) -> list[tuple[int, tuple[Any, ...]]]:
+        """The best *limit* of the newest `SEARCH_CANDIDATES` lines matching *tsquery*, as `(id, row)`."""
+        rows: list[tuple[Any, ...]] = self._run(
+            'search',
+            lambda conn: conn.execute(
+                'SELECT id, text, source, tool_name, args, result_id, line_no, score FROM ('
+                'SELECT id, text, source, tool_name, args, result_id, line_no, '
+                "ts_rank(tsv, to_tsquery('simple', %s)) AS score FROM pac_log "
+                "WHERE conversation_id = %s AND tsv @@ to_tsquery('simple', %s) "
+                "ORDER BY id DESC LIMIT %s) AS newest ORDER BY source <> 'tool', score DESC, id DESC LIMIT %s",
+                (tsquery, db_text(conversation_id), tsquery, SEARCH_CANDIDATES, limit),
+            ).fetchall(),
+        )
+        return [(int(row[0]), tuple(row[1:])) for row in rows]
+
+
+def _hit(row: tuple[Any, ...]) -> Hit:
+    """A hit from a candidate row (`ts_rank` is higher for better matches, as a hit's score)."""
+    return Hit(row[0], row[1], row[2], row[3], row[4], int(row[5]), float(row[6]))

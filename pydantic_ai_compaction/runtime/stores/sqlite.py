@@ -13,6 +13,7 @@ import threading
 from collections.abc import Generator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Hit, LogLine, Note
 from pydantic_ai_compaction.runtime.checks import check_int
@@ -25,6 +26,7 @@ from pydantic_ai_compaction.runtime.stores._query import (
     index_text,
     line_context,
     py_text,
+    rank_any_word,
     words,
 )
 
@@ -257,25 +259,42 @@ class SQLiteArchiveStore:
     def search(self, conversation_id: str, query: str, limit: int = 8) -> list[Hit]:
         """FTS5 over the line and its call; every word, else any word; whole words before prefixes; tool output first.
 
-        Ranks the newest `SEARCH_CANDIDATES` matches (all of them for any but the commonest words): ranking
-        every match of a word that half the log holds took seconds over a 10M-token log.
+        Lines holding every word: the newest `SEARCH_CANDIDATES` of them ranked by bm25. Else each word's newest
+        `SEARCH_CANDIDATES` matches, ranked together by `rank_any_word` (so a rare word's line is not lost behind
+        the matches of a common one). Ranking every match of a word that half the log holds took seconds over a
+        10M-token log.
         """
         wanted = words(query)
         if not wanted:
             return []
-        for joiner in (' AND ', ' OR '):
-            # A whole-word match first: a prefix query expands to every word it starts, which is slow on a
-            # large log and a weaker hit; the prefix query runs only when whole words find nothing.
-            for prefix in ('', '*'):
-                match = joiner.join(f'"{word}"{prefix}' for word in wanted)
-                with self._reading('search') as db:
-                    rows = db.execute(
-                        'SELECT text, source, tool_name, args, result_id, line_no, score FROM ('
-                        'SELECT rowid AS r, text, source, tool_name, args, result_id, line_no, bm25(log) AS score '
-                        'FROM log WHERE log MATCH ? AND conversation_id = ? ORDER BY rowid DESC LIMIT ?) '
-                        "ORDER BY source != 'tool', score, r DESC LIMIT ?",
-                        (match, db_text(conversation_id), SEARCH_CANDIDATES, limit),
-                    ).fetchall()
-                if rows:
-                    return [Hit(r[0], r[1], r[2], r[3], r[4], int(r[5]), -float(r[6])) for r in rows]
+        # A whole-word match first: a prefix query expands to every word it starts, which is slow on a
+        # large log and a weaker hit; the prefix query runs only when whole words find nothing.
+        for prefix in ('', '*'):
+            match = ' AND '.join(f'"{word}"{prefix}' for word in wanted)
+            rows = self._candidates(conversation_id, match, limit)
+            if rows:
+                return [_hit(row) for _, row in rows]
+        if len(wanted) == 1:
+            return []  # "any word" of one word is "every word": nothing more to find
+        for prefix in ('', '*'):
+            per_word = [self._candidates(conversation_id, f'"{word}"{prefix}', SEARCH_CANDIDATES) for word in wanted]
+            if any(per_word):
+                return rank_any_word([[(r, _hit(row)) for r, row in rows] for rows in per_word], limit)
         return []
+
+    def _candidates(self, conversation_id: str, match: str, limit: int) -> list[tuple[int, tuple[Any, ...]]]:
+        """The best *limit* of the newest `SEARCH_CANDIDATES` lines matching *match*, as `(rowid, row)`."""
+        with self._reading('search') as db:
+            rows = db.execute(
+                'SELECT r, text, source, tool_name, args, result_id, line_no, score FROM ('
+                'SELECT rowid AS r, text, source, tool_name, args, result_id, line_no, bm25(log) AS score '
+                'FROM log WHERE log MATCH ? AND conversation_id = ? ORDER BY rowid DESC LIMIT ?) '
+                "ORDER BY source != 'tool', score, r DESC LIMIT ?",
+                (match, db_text(conversation_id), SEARCH_CANDIDATES, limit),
+            ).fetchall()
+        return [(int(row[0]), tuple(row[1:])) for row in rows]
+
+
+def _hit(row: tuple[Any, ...]) -> Hit:
+    """A hit from a candidate row; bm25 is lower for better matches, a hit's score higher."""
+    return Hit(row[0], row[1], row[2], row[3], row[4], int(row[5]), -float(row[6]))
