@@ -57,3 +57,22 @@ def test_extension_point_types_are_the_runtime_ones() -> None:
     assert pydantic_ai_compaction.ArchiveStore is ArchiveStore
     assert pydantic_ai_compaction.EventObserver is EventObserver
     assert pydantic_ai_compaction.ProtectPredicate is ProtectPredicate
+
+
+def test_every_top_level_import_in_the_repository_names_an_export() -> None:
+    """The lazy `__getattr__` makes a type checker accept any top-level name: this catches a stale one."""
+    import importlib.util
+
+    exported = set(pydantic_ai_compaction.__all__)
+    stale: list[tuple[str, int, str]] = []
+    for folder in ('pydantic_ai_compaction', 'bench', 'tests', 'examples'):
+        for path in sorted((ROOT / folder).rglob('*.py')):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and node.module == 'pydantic_ai_compaction' and not node.level:
+                    stale += [
+                        (str(path.relative_to(ROOT)), node.lineno, alias.name)
+                        for alias in node.names
+                        if alias.name not in exported
+                        and importlib.util.find_spec(f'pydantic_ai_compaction.{alias.name}') is None
+                    ]
+    assert stale == []

@@ -382,7 +382,7 @@ def scaling_table(measured: dict[str, dict[str, float]]) -> str:
 
 async def compaction_paths(repeat: int = 5) -> list[tuple[str, float, float]]:
     """Every deterministic compaction path at 1M tokens, cold and with one new step, against ClearToolResults."""
-    from pydantic_ai_compaction import segment
+    from pydantic_ai_compaction.runtime import segment
 
     steps = SCALE_SIZES['1M']
     history = tool_loop(steps)
