@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -385,3 +386,49 @@ def test_preset_parameters_are_checked_under_their_own_names() -> None:
     # The caller's parameter is named, not the primitive the preset builds on.
     with pytest.raises(ConfigurationError, match=r'gemini_cli: preserve_fraction must be below 1'):
         gemini_cli(context_window=100_000, preserve_fraction=1.0)
+
+
+PROMPTED_PRESETS: dict[str, Callable[[], list[Any]]] = {
+    'codex': lambda: presets.codex(context_window=WINDOW, user_message_tokens=200),
+    'opencode': lambda: presets.opencode(
+        context_window=WINDOW,
+        reserve_tokens=2_800,
+        prune_protect_tokens=600,
+        prune_minimum_tokens=200,
+        keep_results=3,
+        preserve_recent_tokens=700,
+    ),
+    'pi': lambda: presets.pi(context_window=WINDOW, reserve_tokens=800, keep_recent_tokens=700),
+    'gemini_cli': lambda: presets.gemini_cli(context_window=WINDOW),
+    'openhands': lambda: presets.openhands(context_window=WINDOW, max_size=12, keep_first=1),
+    'claude_code': lambda: presets.claude_code(
+        context_window=WINDOW, auto_compact_fraction=0.3, clear_trigger_tokens=1_000, keep_tool_uses=3
+    ),
+}
+"""Each preset configured so that the loop below makes its compactor run."""
+
+
+@pytest.mark.parametrize('name', list(PROMPTED_PRESETS))
+def test_every_preset_prompt_sent_to_a_model_is_snapshotted(name: str, compaction_snapshot: Any) -> None:
+    # The first call of each kind the preset's compactor makes: instructions and prompt, exactly as sent. A change
+    # of brief, or a brief a model would copy literally, shows up in review.
+    loop = Loop()
+    sent_prompts: dict[str, str] = {}
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        prompt = '\n'.join(user_text(p) for p in messages[-1].parts if isinstance(p, UserPromptPart))
+        for marker in (VERIFY_MARKER, SUMMARY_MARKER, HANDOFF_MARKER):
+            if marker in prompt:
+                sent_prompts.setdefault(marker, f'=== instructions ===\n{info.instructions}\n=== prompt ===\n{prompt}')
+        return loop(messages, info)
+
+    built = Agent(FunctionModel(model), capabilities=PROMPTED_PRESETS[name](), system_prompt='You audit logs.')
+
+    @built.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Read one log."""
+        return log_body(index)
+
+    built.run_sync('Audit logs 0-15.')
+    assert sent_prompts, f'{name}: its compactor never ran'
+    assert '\n\n'.join(sent_prompts[marker] for marker in sorted(sent_prompts)) == compaction_snapshot
