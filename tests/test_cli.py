@@ -95,6 +95,16 @@ def test_an_unwritable_out_is_one_line(tmp_path: Path, capsys: pytest.CaptureFix
     assert line.startswith(f'pai-compaction: error: cannot write records to {blocker / "out" / "incident.jsonl"}: ')
 
 
+def test_an_out_that_is_a_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    existing = tmp_path / 'results.txt'
+    existing.write_text('kept')
+    assert cli.main([*SMALL, '--strategies', 'none', '--out', str(existing)]) == 2
+    line = one_error_line(capsys)
+    expected = f'--out must be a directory for the records and plots, got the file {existing}'
+    assert line == f'pai-compaction: error: {expected}'
+    assert existing.read_text() == 'kept'
+
+
 def test_summarize_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / 'missing.jsonl'
     assert cli.main(['summarize', str(missing)]) == 2

@@ -244,6 +244,9 @@ def check_bench(args: argparse.Namespace) -> None:
     args.baseline = chosen_baseline(args.baseline, names, 'among the strategies run')
     if args.model != REFERENCE:
         check_model(args.model)
+    if args.out.exists() and not args.out.is_dir():
+        # Checked before any run: otherwise the records file fails to open with a bare "File exists".
+        raise UsageError(f'--out must be a directory for the records and plots, got the file {args.out}')
 
 
 def chosen_baseline(baseline: str | None, names: Sequence[str], where: str) -> str | None:
