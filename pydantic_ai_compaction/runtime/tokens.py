@@ -228,7 +228,8 @@ def _instructions_up_to(messages: Sequence[ModelMessage], end: int) -> list[str]
     A history whose requests carry no instructions would be read to its start on every request. The
     lookup is remembered per anchor response (`end` is the index of a response with usage): the next
     anchor's reads back only to the previous one, as long as it sits at the same index, and so does a
-    remembered request with instructions.
+    remembered request with instructions (a request swapped for another at the same index before an anchor
+    still in place is not seen: checking them all is the cost this avoids).
     """
     found = -1
     remembered = False

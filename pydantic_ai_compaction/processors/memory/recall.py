@@ -166,7 +166,9 @@ class Recall(AbstractCapability[AgentDepsT]):
 
         Read from the end: pydantic-ai appends to the history, and a rewrite either replaces messages at its
         end (a numbered result) or moves what follows it (a summary in place of older messages), which shows
-        at the end as well. The first message is checked too, so a history that starts anew is read whole.
+        at the end as well. The first message is checked too, so a history that starts anew is read whole. A
+        rewrite that leaves every later message at its index (one message swapped for one further back) is not
+        seen: checking every message by identity would cost more than the rest of a request.
         """
         seen = self._seen
         if not seen or not messages or seen[0]() is not messages[0]:
