@@ -323,7 +323,7 @@ async def per_request_scaling(repeat: int = 7) -> dict[str, dict[str, float]]:
     pool = ''.join(random.Random(11).choices('abcdefghijklmnopqrstuvwxyz     0123456789=_', k=32_000))
     out: dict[str, dict[str, float]] = {}
     for size, steps in SCALE_SIZES.items():
-        reps = repeat if steps < 2_500 else max(3, repeat // 2)  # 5M: fewer repetitions
+        reps = repeat  # every path reads only the new step now: 5M costs as many repetitions as 10k
         more = [_step(steps + 1 + r, 8_000, pool) for r in range(reps)]
         out[size] = await _scale_one(tool_loop(steps), more)
     return out

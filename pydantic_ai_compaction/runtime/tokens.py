@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from json import dumps
 from typing import TYPE_CHECKING, cast
@@ -56,6 +57,8 @@ from pydantic_ai.messages import (
     UserPromptPart,
     is_multi_modal_content,
 )
+
+from pydantic_ai_compaction.runtime.memo import IdentityMemo
 
 if TYPE_CHECKING:
     from pydantic_ai.models import AbstractModel, ModelRequestParameters
@@ -123,8 +126,9 @@ def estimate_context_tokens(
     response = messages[anchor]
     assert isinstance(response, ModelResponse)
     anchored = context_input_tokens(response) + response.usage.output_tokens
-    current = _instructions(messages)
-    then = _instructions(messages[: anchor + 1])
+    then = _instructions_up_to(messages, anchor)
+    # The newest set after the anchor, else the anchor's: what `_instructions(messages)` finds, read from the end.
+    current = _instructions(after) or then
     if current != then:
         anchored += _count(current, tokenizer) - _count(then, tokenizer)
     # The messages after the anchor are read on their own, as the request that follows will send them.
@@ -211,6 +215,46 @@ def _instructions(messages: Sequence[ModelMessage]) -> list[str]:
         if isinstance(message, ModelRequest) and message.instructions:
             return [message.instructions]
     return []
+
+
+_ANCHOR_INSTRUCTIONS: IdentityMemo[tuple[int, int, weakref.ref[ModelMessage] | None]] = IdentityMemo()
+"""Per anchor response: its index, and the index and object of the newest request with instructions at or
+before it (-1 and `None`: none). Weak: dropped with the response."""
+
+
+def _instructions_up_to(messages: Sequence[ModelMessage], end: int) -> list[str]:
+    """`_instructions(messages[: end + 1])`, without reading the whole history on every request.
+
+    A history whose requests carry no instructions would be read to its start on every request. The
+    lookup is remembered per anchor response (`end` is the index of a response with usage): the next
+    anchor's reads back only to the previous one, as long as it sits at the same index, and so does a
+    remembered request with instructions (a request swapped for another at the same index before an anchor
+    still in place is not seen: checking them all is the cost this avoids).
+    """
+    found = -1
+    remembered = False
+    index = end
+    while index >= 0:
+        message = messages[index]
+        if isinstance(message, ModelRequest) and message.instructions:
+            found = index
+            break
+        if isinstance(message, ModelResponse) and message.usage.input_tokens:
+            earlier = _ANCHOR_INSTRUCTIONS.get((message,))
+            if earlier is not None and earlier[0] == index:
+                _, at, ref = earlier
+                if at < 0 or (ref is not None and messages[at] is ref()):
+                    found, remembered = at, index == end
+                    break
+        index -= 1
+    anchor = messages[end]
+    if not remembered and isinstance(anchor, ModelResponse):
+        _ANCHOR_INSTRUCTIONS.put((anchor,), (end, found, weakref.ref(messages[found]) if found >= 0 else None))
+    if found < 0:
+        return []
+    request = messages[found]
+    assert isinstance(request, ModelRequest) and request.instructions
+    return [request.instructions]
 
 
 def _message_text(messages: Sequence[ModelMessage]) -> list[list[str]]:

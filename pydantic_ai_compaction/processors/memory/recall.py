@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import warnings
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, cast
@@ -85,6 +86,10 @@ class Recall(AbstractCapability[AgentDepsT]):
     _indexed: set[str] = field(init=False, repr=False, compare=False)
     """Per run: fingerprints of parts already in the store, so only a request's new parts ask it."""
 
+    _seen: list[weakref.ref[ModelMessage]] = field(init=False, repr=False, compare=False)
+    """Per run: the last indexed history's messages, in order (weak). Every part of those still at their
+    index is in `_indexed` (or has no text), so a request reads only what follows them."""
+
     def __post_init__(self) -> None:
         check_instance('Recall', 'store', self.store, ArchiveStore, 'an ArchiveStore')
         check_conversation('Recall', self.conversation)
@@ -92,6 +97,7 @@ class Recall(AbstractCapability[AgentDepsT]):
         check_instance('Recall', 'instructions', self.instructions, str, 'a string')
         self._fingerprints = {}
         self._indexed = set()
+        self._seen = []
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """A copy with its own memo of parts already fingerprinted."""
@@ -118,39 +124,70 @@ class Recall(AbstractCapability[AgentDepsT]):
         messages = list(request_context.messages)
         # Which parts are new is known from the run's memo, here; only a request that brings new parts pays
         # for a worker thread and the store (this hook runs before every request).
-        pending = self._pending(messages)
+        pending, start = self._pending(messages)
         if not pending:
+            self._advance(messages, start)
             return request_context
         try:
             await call_store('index_lines', self._index_pending, self.conversation_id(ctx), messages, pending)
         except ArchiveError as error:
             # Recall degrades; the run goes on (the next request indexes what this one could not).
             warnings.warn(f'Recall could not index this request: {error}', RuntimeWarning, stacklevel=2)
+        else:
+            self._advance(messages, start)
         return request_context
 
     def index(self, conversation_id: str, messages: Sequence[ModelMessage]) -> int:
         """Add the lines of parts not yet in the log; returns lines added (blocking: it calls the store)."""
-        return self._index_pending(conversation_id, messages, self._pending(messages))
+        pending, start = self._pending(messages)
+        added = self._index_pending(conversation_id, messages, pending)
+        self._advance(messages, start)
+        return added
 
-    def _pending(self, messages: Sequence[ModelMessage]) -> list[tuple[str, object, ModelMessage]]:
-        """Parts this run has not indexed yet, with their fingerprints.
+    def _pending(self, messages: Sequence[ModelMessage]) -> tuple[list[tuple[str, object, ModelMessage]], int]:
+        """Parts this run has not indexed yet, with their fingerprints, and the index the search started at.
 
         Parts this run already indexed are skipped without asking the store: a request after one new step
-        asks only about that step's parts.
+        asks only about that step's parts, and reads only the messages after those of the last indexed
+        history still at their index.
         """
+        start = self._unchanged(messages)
         pending: list[tuple[str, object, ModelMessage]] = []
-        for message in messages:
+        for index in range(start, len(messages)):
+            message = messages[index]
             for part in message.parts:
                 fingerprint = self._fingerprint(part)
                 if fingerprint is not None and fingerprint not in self._indexed:
                     pending.append((fingerprint, part, message))
-        return pending
+        return pending, start
+
+    def _unchanged(self, messages: Sequence[ModelMessage]) -> int:
+        """How many leading messages are the last indexed history's, at their index (0 when it was replaced).
+
+        Read from the end: pydantic-ai appends to the history, and a rewrite either replaces messages at its
+        end (a numbered result) or moves what follows it (a summary in place of older messages), which shows
+        at the end as well. The first message is checked too, so a history that starts anew is read whole. A
+        rewrite that leaves every later message at its index (one message swapped for one further back) is not
+        seen: checking every message by identity would cost more than the rest of a request.
+        """
+        seen = self._seen
+        if not seen or not messages or seen[0]() is not messages[0]:
+            return 0
+        for index in range(min(len(seen), len(messages)) - 1, -1, -1):
+            if seen[index]() is messages[index]:
+                return index + 1
+        return 0  # pragma: no cover - index 0 matched above
+
+    def _advance(self, messages: Sequence[ModelMessage], start: int) -> None:
+        """Remember *messages* as indexed: the first *start* are the ones already remembered."""
+        del self._seen[start:]
+        self._seen.extend(weakref.ref(messages[index]) for index in range(start, len(messages)))
 
     def _index_pending(
         self, conversation_id: str, messages: Sequence[ModelMessage], pending: list[tuple[str, object, ModelMessage]]
     ) -> int:
         """Store the lines of *pending* parts the store does not have yet. Blocking: called in a worker thread."""
-        calls = {p.tool_call_id: p for m in messages for p in m.parts if isinstance(p, ToolCallPart)}
+        calls = _calls_of(messages, pending)
         known = self.store.indexed(conversation_id, [fingerprint for fingerprint, *_ in pending])
         lines: list[LogLine] = []
         for fingerprint, part, message in pending:
@@ -196,6 +233,25 @@ class Recall(AbstractCapability[AgentDepsT]):
         if not hits:
             return f'No match for {query!r} anywhere in this conversation.'
         return '\n'.join(_render(hit) for hit in hits)
+
+
+def _calls_of(
+    messages: Sequence[ModelMessage], pending: list[tuple[str, object, ModelMessage]]
+) -> dict[str, ToolCallPart]:
+    """The newest call with each id a pending tool result answers, read from the end.
+
+    A call sits just before its result, so the read stops soon after the new parts; only a result whose call
+    the history does not hold reads it whole (once: it is indexed then).
+    """
+    wanted = {part.tool_call_id for _, part, _ in pending if isinstance(part, ToolReturnPart)}
+    calls: dict[str, ToolCallPart] = {}
+    for index in range(len(messages) - 1, -1, -1):
+        if len(calls) == len(wanted):
+            break
+        for part in reversed(messages[index].parts):
+            if isinstance(part, ToolCallPart) and part.tool_call_id in wanted and part.tool_call_id not in calls:
+                calls[part.tool_call_id] = part
+    return calls
 
 
 def _render(hit: Hit) -> str:

@@ -28,13 +28,13 @@ blocks (split at blank lines, scored by `scorer` against the conversation before
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     ModelMessage,
-    ModelRequest,
     ModelResponse,
     ModelResponsePart,
     ThinkingPart,
@@ -80,6 +80,84 @@ def _signed(part: ThinkingPart) -> bool:
     return bool(part.signature or part.id or part.provider_details)
 
 
+_FINAL = ('kept', 'dropped', 'scored')
+"""Decisions never revisited (`deferred` is, at the next user prompt)."""
+
+
+@dataclass
+class _Decided:
+    """What the previous history `ForgetReasoning.decide` saw leaves for the next one.
+
+    A run's history grows at its end, so a call reads only the messages after those of the previous history
+    (as `decide` left them) still at their index, plus the steps that history left undecided. Read from the end:
+    pydantic-ai appends, and a rewrite either replaces messages at the end (a numbered result) or moves what
+    follows it (a summary in place of older messages), which shows at the end as well; the first message, the
+    steps decided last time and the undecided ones are checked by identity too (a history saved without the
+    decisions is read again from there). A rewrite that leaves every later message at its index (one message
+    swapped for one further back) is not seen: checking every message by identity would cost more than the
+    rest of a request.
+    """
+
+    seen: list[weakref.ref[ModelMessage]] = field(default_factory=list['weakref.ref[ModelMessage]'])
+    """The messages of the previous history as decided, in order (weak: never keeps a history alive)."""
+
+    open: list[int] = field(default_factory=list[int])
+    """Indices of its responses not decided for good (in progress, incomplete or deferred), ascending."""
+
+    decided: list[int] = field(default_factory=list[int])
+    """Indices of the responses the previous call decided."""
+
+    prompts: list[int] = field(default_factory=list[int])
+    """Indices of its requests with a user prompt (not a restatement), ascending."""
+
+    returns: dict[str, list[str]] = field(default_factory=dict[str, list[str]])
+    """Each call id's result outcomes, oldest first (the newest one counts)."""
+
+    log: list[tuple[int, str]] = field(default_factory=list[tuple[int, str]])
+    """Every result as (message index, call id), in order: what to take back when messages are read again."""
+
+    def rewind(self, messages: list[ModelMessage]) -> int:
+        """Forget what was read from messages *messages* no longer holds; returns the index to read from."""
+        seen = self.seen
+        start = 0
+        if seen and messages and seen[0]() is messages[0]:
+            for index in range(min(len(seen), len(messages)) - 1, -1, -1):
+                if seen[index]() is messages[index]:
+                    start = index + 1
+                    break
+            for index in (*self.decided, *self.open):
+                if index < start and seen[index]() is not messages[index]:
+                    start = index
+        del seen[start:]
+        self.open = [index for index in self.open if index < start]
+        prompts = self.prompts
+        while prompts and prompts[-1] >= start:
+            prompts.pop()
+        log, returns = self.log, self.returns
+        while log and log[-1][0] >= start:
+            _, call = log.pop()
+            outcomes = returns[call]
+            outcomes.pop()
+            if not outcomes:
+                del returns[call]
+        return start
+
+    def advance(self, messages: list[ModelMessage], start: int, candidates: list[int], decided: list[int]) -> None:
+        """Remember *messages* (as decided) after reading from *start*; *candidates* were the steps looked at."""
+        seen = self.seen
+        for index in decided:
+            if index < start:
+                seen[index] = weakref.ref(messages[index])
+        seen.extend(weakref.ref(messages[index]) for index in range(start, len(messages)))
+        self.open = [index for index in candidates if reasoning_decision(_response(messages[index])) not in _FINAL]
+        self.decided = decided
+
+
+def _response(message: ModelMessage) -> ModelResponse:
+    assert isinstance(message, ModelResponse)
+    return message
+
+
 @dataclass
 class ForgetReasoning(AbstractCapability[AgentDepsT]):
     """Drop completed steps' thinking at append time, by policy; never rewrite what was already sent.
@@ -109,6 +187,9 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
 
     _writes: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
+    _decided: _Decided = field(init=False, repr=False, compare=False)
+    """What the previous `decide` read (per run: `for_run` gives each run its own)."""
+
     def __post_init__(self) -> None:
         check_choice('ForgetReasoning', 'policy', self.policy, ('keep', 'drop', 'after_artifact', 'score'))
         check_number('ForgetReasoning', 'drop_share', self.drop_share, minimum=0, maximum=1)
@@ -122,6 +203,11 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
             raise ConfigurationError(
                 f'ForgetReasoning.write_tools is not a valid regular expression: {self.write_tools!r} ({error}).'
             ) from None
+        self._decided = _Decided()
+
+    async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
+        """A copy with its own memory of the history decided so far."""
+        return replace(self)
 
     async def before_model_request(
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
@@ -154,72 +240,99 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
         return replace(request_context, messages=list(decided))
 
     def decide(self, messages: list[ModelMessage]) -> list[ModelMessage] | None:
-        """The history with every newly completed step decided, or `None` when nothing changed."""
-        last_prompt = max(
-            (
-                index
-                for index, message in enumerate(messages)
-                if isinstance(message, ModelRequest)
-                and any(isinstance(p, UserPromptPart) and not is_restatement(p) for p in message.parts)
-            ),
-            default=-1,
+        """The history with every newly completed step decided, or `None` when nothing changed.
+
+        Reads only what is new since the previous call's history (see `_Decided`): the cost of a request does
+        not grow with the history. Gives exactly what a first call on the same history gives.
+        """
+        state = self._decided
+        try:
+            return self._decide(state, messages)
+        except BaseException:
+            self._decided = _Decided()  # read everything again next time rather than trust a half-made state
+            raise
+
+    def _decide(self, state: _Decided, messages: list[ModelMessage]) -> list[ModelMessage] | None:
+        start = state.rewind(messages)
+        prompts, returns = state.prompts, state.returns
+        candidates = list(state.open)
+        for index in range(start, len(messages)):
+            message = messages[index]
+            if isinstance(message, ModelResponse):
+                candidates.append(index)
+                continue
+            prompted = False
+            for part in message.parts:
+                if isinstance(part, ToolReturnPart):
+                    returns.setdefault(part.tool_call_id, []).append(part.outcome)
+                    state.log.append((index, part.tool_call_id))
+                elif not prompted and isinstance(part, UserPromptPart) and not is_restatement(part):
+                    prompted = True
+            if prompted:
+                prompts.append(index)
+        last_prompt = prompts[-1] if prompts else -1
+        out: list[ModelMessage] | None = None
+        changed: list[int] = []
+        for index in candidates:
+            decided = self._decide_step(out if out is not None else messages, index, last_prompt, returns)
+            if decided is None:
+                continue
+            if out is None:
+                out = list(messages)
+            out[index] = decided
+            changed.append(index)
+        state.advance(out if out is not None else messages, start, candidates, changed)
+        return out
+
+    def _decide_step(
+        self, messages: list[ModelMessage], index: int, last_prompt: int, returns: dict[str, list[str]]
+    ) -> ModelResponse | None:
+        """The step at *index* with its decision written, or `None` when it is decided or cannot be yet."""
+        message = messages[index]
+        if not isinstance(message, ModelResponse) or reasoning_decision(message) in _FINAL:
+            return None
+        if index + 1 >= len(messages):
+            return None  # the step in progress: nothing follows it yet
+        calls = [p.tool_call_id for p in message.parts if isinstance(p, ToolCallPart)]
+        if any(call not in returns for call in calls):
+            return None  # not complete: its tool results are not all in
+        outcomes = [returns[call][-1] for call in calls]
+        thinking = [p for p in message.parts if isinstance(p, ThinkingPart)]
+        decision = 'kept'
+        extra: dict[str, object] = {}
+        if self.policy == 'score':
+            scored = self._score(messages, index, message) if thinking else None
+            if scored is not None:
+                parts, skipped, blocks = scored
+                decision = 'scored'
+                extra = {'skipped_blocks': skipped, 'blocks': blocks}
+                message = replace(message, parts=parts)
+        elif thinking and len(thinking) < len(message.parts) and self._should_drop(message, outcomes):
+            # A reply of reasoning alone keeps it: dropping it would leave an empty turn, which providers refuse.
+            decision = 'dropped'
+            if any(_signed(p) for p in thinking) and index > last_prompt:
+                # Inside the tool loop still running: the provider needs the signed blocks back.
+                decision = 'deferred'
+        if decision == reasoning_decision(message):
+            return None
+        parts = (
+            message.parts if decision != 'dropped' else [p for p in message.parts if not isinstance(p, ThinkingPart)]
         )
-        # One pass: which calls have their results in, and where.
-        results_of: dict[str, ToolReturnPart] = {}
-        for message in messages:
-            if isinstance(message, ModelRequest):
-                for part in message.parts:
-                    if isinstance(part, ToolReturnPart):
-                        results_of[part.tool_call_id] = part
-        out = list(messages)
-        changed = False
-        for index, message in enumerate(messages):
-            if not isinstance(message, ModelResponse) or reasoning_decision(message) in ('kept', 'dropped', 'scored'):
-                continue
-            if index + 1 >= len(messages):
-                continue  # the step in progress: nothing follows it yet
-            calls = [p.tool_call_id for p in message.parts if isinstance(p, ToolCallPart)]
-            if any(call not in results_of for call in calls):
-                continue  # not complete: its tool results are not all in
-            results = [results_of[call] for call in calls]
-            thinking = [p for p in message.parts if isinstance(p, ThinkingPart)]
-            decision = 'kept'
-            extra: dict[str, object] = {}
-            if self.policy == 'score':
-                scored = self._score(out[:index], message) if thinking else None
-                if scored is not None:
-                    parts, skipped, blocks = scored
-                    decision = 'scored'
-                    extra = {'skipped_blocks': skipped, 'blocks': blocks}
-                    message = replace(message, parts=parts)
-            elif thinking and len(thinking) < len(message.parts) and self._should_drop(message, results):
-                # A reply of reasoning alone keeps it: dropping it would leave an empty turn, which providers refuse.
-                decision = 'dropped'
-                if any(_signed(p) for p in thinking) and index > last_prompt:
-                    # Inside the tool loop still running: the provider needs the signed blocks back.
-                    decision = 'deferred'
-            if decision == reasoning_decision(message):
-                continue
-            parts = (
-                message.parts
-                if decision != 'dropped'
-                else [p for p in message.parts if not isinstance(p, ThinkingPart)]
-            )
-            thinking_chars = sum(len(p.content) for p in thinking)
-            marks = MessageMarks(
-                reasoning=decision, thinking_chars=thinking_chars, output_tokens=message.usage.output_tokens
-            )
-            metadata = marks.to_metadata(message.metadata)
-            if extra:  # `score`: how many blocks were skipped, of how many
-                metadata = with_ours(metadata, extra)
-            out[index] = replace(message, parts=list(parts), metadata=metadata)
-            changed = True
-        return out if changed else None
+        thinking_chars = sum(len(p.content) for p in thinking)
+        marks = MessageMarks(
+            reasoning=decision, thinking_chars=thinking_chars, output_tokens=message.usage.output_tokens
+        )
+        metadata = marks.to_metadata(message.metadata)
+        if extra:  # `score`: how many blocks were skipped, of how many
+            metadata = with_ours(metadata, extra)
+        return replace(message, parts=list(parts), metadata=metadata)
 
     def _score(
-        self, before: list[ModelMessage], response: ModelResponse
+        self, messages: list[ModelMessage], index: int, response: ModelResponse
     ) -> tuple[list[ModelResponsePart], int, int] | None:
         """The step's parts with its most predictable blocks skipped, the count skipped and the block count.
+
+        Scored against the conversation before *index* in *messages* (the step itself is *response*).
 
         `None` when the step has no unsigned reasoning to score (signed thinking may not be edited).
         """
@@ -229,7 +342,7 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
         if not blocks:
             return None
         scorer = self.scorer if self.scorer is not None else default_scorer
-        scores = list(scorer(context_text(before), blocks))
+        scores = list(scorer(_context_before(messages, index), blocks))
         if len(scores) != len(blocks):
             raise ValueError(f'the reasoning scorer returned {len(scores)} scores for {len(blocks)} blocks')
         skips = choose_skips(scores, self.drop_share)
@@ -244,24 +357,29 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
             parts.append(part)
         return parts, len(skips), len(blocks)
 
-    def _should_drop(self, response: ModelResponse, results: list[ToolReturnPart]) -> bool:
+    def _should_drop(self, response: ModelResponse, outcomes: list[str]) -> bool:
         if self.policy == 'keep':
             return False
         if self.policy == 'drop':
             return True
         calls = [p for p in response.parts if isinstance(p, ToolCallPart)]
-        errored = any(r.outcome in ('failed', 'retried') for r in results)
+        errored = any(outcome in ('failed', 'retried') for outcome in outcomes)
         wrote = any(self._writes.search(call.tool_name) for call in calls)
-        succeeded = bool(results) and all(r.outcome == 'success' for r in results)
+        succeeded = bool(outcomes) and all(outcome == 'success' for outcome in outcomes)
         return (wrote and succeeded) or errored
 
 
 def context_text(messages: list[ModelMessage], limit: int = CONTEXT_CHARS) -> str:
     """The conversation's text, oldest first, as a scorer conditions on it: its last *limit* characters."""
+    return _context_before(messages, len(messages), limit)
+
+
+def _context_before(messages: list[ModelMessage], end: int, limit: int = CONTEXT_CHARS) -> str:
+    """`context_text(messages[:end], limit)`, reading back from *end* only as far as *limit* needs."""
     pieces: list[str] = []
     size = 0
-    for message in reversed(messages):
-        for part in reversed(message.parts):
+    for index in range(end - 1, -1, -1):
+        for part in reversed(messages[index].parts):
             if isinstance(part, ToolCallPart):
                 text = f'{part.tool_name}({part.args_as_json_str()})'
             elif isinstance(part, ToolReturnPart):
