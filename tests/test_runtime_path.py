@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -95,7 +95,7 @@ def test_every_exported_capability_is_covered() -> None:
 
 @dataclass
 class Spy:
-    """Every list `shape_problems` was asked about, and what it answered."""
+    """Every list `shape_problems` (or, for a log rewrite, `log_problems`) found nothing wrong with."""
 
     checked: list[list[ModelMessage]] = field(default_factory=list[list[ModelMessage]])
 
@@ -121,6 +121,18 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> Spy:
             getattr(module, 'shape_problems', None) is real
         ):
             monkeypatch.setattr(module, 'shape_problems', spying)
+    real_log = runtime_project.log_problems
+
+    def spying_log(
+        original: Sequence[ModelMessage], rewritten: Sequence[ModelMessage], may_drop: tuple[type[Any], ...] = ()
+    ) -> list[str]:
+        # A log rewrite that keeps every part the shape rules read is checked by this alone.
+        problems = real_log(original, rewritten, may_drop)
+        if not problems:
+            record.checked.append(list(rewritten))
+        return problems
+
+    monkeypatch.setattr(runtime_project, 'log_problems', spying_log)
     return record
 
 
@@ -295,6 +307,26 @@ def test_a_log_rewrite_may_drop_only_what_its_contract_allows() -> None:
     ]
     with pytest.warns(RuntimeWarning, match='Demo left the history as it was'):
         assert runtime_project.rewrite_log(original, without_thinking, 'Demo', reason='test') is None
+
+
+def test_a_log_rewrite_that_may_drop_calls_is_still_checked_for_pairing() -> None:
+    original = history()
+    call_index, call = next(
+        (index, message)
+        for index, message in enumerate(original)
+        if isinstance(message, ModelResponse) and any(isinstance(p, ToolCallPart) for p in message.parts)
+    )
+    without_call = list(original)
+    without_call[call_index] = replace(call, parts=[p for p in call.parts if not isinstance(p, ToolCallPart)])
+    # The contract lets the owner drop calls, so the log check passes; the shape check must then catch the
+    # return left without its call (it is skipped only when no part the shape rules read may go).
+    assert runtime_project.log_problems(original, without_call, (ToolCallPart,)) == []
+    with pytest.warns(RuntimeWarning, match='has no call before it'):
+        assert (
+            runtime_project.rewrite_log(original, without_call, 'Demo', reason='test', may_drop=(ToolCallPart,)) is None
+        )
+    # The same message list handed back as it was is accepted, and unchanged.
+    assert runtime_project.rewrite_log(original, list(original), 'Demo', reason='test') == original
 
 
 def test_a_changed_request_leaves_a_record_naming_its_owner() -> None:

@@ -19,7 +19,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import NoOpTracer, Tracer
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import (
+    BaseToolCallPart,
+    BaseToolReturnPart,
+    CompactionPart,
+    ModelMessage,
+    RetryFeedbackPart,
+    RetryPromptPart,  # pyright: ignore[reportDeprecated]
+)
 from pydantic_ai.tools import RunContext
 
 from pydantic_ai_compaction.protocols.types import CompactionEvent, CompactionRecord, CompactorUsage
@@ -87,7 +94,12 @@ def rewrite_log(
         tracer: The run's tracer; the event becomes a span when it records.
         observer: Called with the event.
     """
-    problems = [*shape.shape_problems(rewritten, before=original), *log_problems(original, rewritten, may_drop)]
+    problems = log_problems(original, rewritten, may_drop)
+    if problems or not _keeps_structure(may_drop):
+        problems = [*shape.shape_problems(rewritten, before=original), *problems]
+    # Otherwise every message keeps its role and every call, return, retry and compaction item stays where it
+    # was: the rewrite has the persisted log's shape, so it can add no shape problem and is not walked again
+    # (an O(history) walk on every request the owner rewrites).
     if problems:
         _refuse(owner, 'left the history as it was', problems, original, tracer, observer)
         return None
@@ -104,6 +116,8 @@ def log_problems(
         return [f'{len(original)} messages became {len(rewritten)}']
     problems: list[str] = []
     for index, (before, after) in enumerate(zip(original, rewritten, strict=True)):
+        if before is after or before.parts is after.parts:
+            continue  # the same message or the same part list: nothing lost (most of a log, on each request)
         if type(before) is not type(after):
             problems.append(f'message {index} changed from {type(before).__name__} to {type(after).__name__}')
             continue
@@ -115,6 +129,21 @@ def log_problems(
             # Providers refuse an empty turn, and the log would send it on every later request.
             problems.append(f'message {index} lost all its parts')
     return problems
+
+
+_STRUCTURE: tuple[type[Any], ...] = (
+    BaseToolCallPart,
+    BaseToolReturnPart,
+    RetryPromptPart,  # pyright: ignore[reportDeprecated]
+    RetryFeedbackPart,
+    CompactionPart,
+)
+"""Part types the provider shape rules read (pairing, and a compaction item between responses)."""
+
+
+def _keeps_structure(may_drop: tuple[type[Any], ...]) -> bool:
+    """Whether a rewrite that may drop only *may_drop* parts keeps every part the shape rules read."""
+    return not any(issubclass(kind, read) or issubclass(read, kind) for kind in may_drop for read in _STRUCTURE)
 
 
 def _identity(part: object) -> tuple[str, str]:
