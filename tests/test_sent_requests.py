@@ -203,3 +203,50 @@ def test_sent_options_are_validated() -> None:
         with pytest.raises(ConfigurationError, match=rf"StatelessSummary\.{name} does not apply with request='sent'"):
             StatelessSummary(request='sent', **kwargs)
     assert StatelessSummary(request='sent').request == 'sent'
+
+
+# --- The transcript renders only what it sends ------------------------------------------------------------
+
+
+def transcript_of_every_exchange(view: Any, exchanges: list[Any], budget: int) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """The fresh computation: every exchange rendered and measured, then the newest that fit chosen."""
+    from pydantic_ai_compaction.runtime.transcript import render_messages
+    from pydantic_ai_compaction.runtime.trigger import text_tokens
+
+    rendered = [render_messages(view.messages_of(exchange)) for exchange in exchanges]
+    sizes = [text_tokens(text) for text in rendered]
+    chosen = used = 0
+    for size in reversed(sizes):
+        if chosen and used + size > budget:
+            break
+        chosen += 1
+        used += size
+    first = len(exchanges) - chosen
+    pieces: list[str] = []
+    cut: list[str] = []
+    for exchange, text, size in zip(exchanges[first:], rendered[first:], sizes[first:], strict=True):
+        if size > budget:
+            keep_chars = max(1, len(text) * budget // max(size, 1))
+            text = f'[… the first {len(text) - keep_chars:,} characters of this exchange are cut …]\n{text[-keep_chars:]}'
+            cut.append(exchange.id)
+        pieces.append(text)
+    return '\n'.join(pieces), tuple(exchange.id for exchange in exchanges[:first]), tuple(cut)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(histories(), st.integers(20, 1_500))
+def test_the_bounded_transcript_is_the_one_rendering_every_exchange_gives(history: list[ModelMessage], budget: int) -> None:
+    from pydantic_ai_compaction.processors.strategies.summary import bounded_transcript
+
+    view = segment(history)
+    exchanges = [exchange for exchange in view.exchanges if not exchange.forced]
+    transcript, left_out, cut = bounded_transcript(view, exchanges, budget)
+    expected, expected_left_out, expected_cut = transcript_of_every_exchange(view, exchanges, budget)
+    assert (left_out, cut) == (expected_left_out, expected_cut)
+    if left_out:
+        note, _, body = transcript.partition('\n')
+        tokens = sum(exchange.tokens for exchange in exchanges if exchange.id in left_out)
+        assert note.startswith(f'[{len(left_out)} earlier exchange(s) (') and f'about {tokens:,} tokens' in note
+        assert body == expected
+    else:
+        assert transcript == expected

@@ -134,7 +134,7 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
         """Summarize the exchanges that will be dropped; keep the `keep_last` newest ones."""
         candidates = [exchange for exchange in view.exchanges if not exchange.forced]
         kept = candidates[len(candidates) - self.keep_last :] if self.keep_last else []
-        dropped = [exchange for exchange in candidates if exchange not in kept]
+        dropped = candidates[: len(candidates) - len(kept)]
         if not dropped:
             return Proposal.failed('empty', 'nothing to summarize')
         if self.request == 'sent':
@@ -188,29 +188,35 @@ def bounded_transcript(
 
     Returns the transcript, the ids left out (oldest first) and the ids whose text was cut.
     """
-    # Measured on the text sent, not on `Exchange.tokens`: a response's reported output tokens include
-    # hidden reasoning the transcript does not carry.
-    rendered = [render_messages(view.messages_of(exchange)) for exchange in exchanges]
-    sizes = [text_tokens(text) for text in rendered]
-    chosen = 0
+    # Newest first, each exchange rendered only when it is reached: the work follows the budget, not the
+    # history. What fits is measured on the text sent, not on `Exchange.tokens`: a response's reported
+    # output tokens include hidden reasoning the transcript does not carry.
+    rendered: list[str] = []
+    sizes: list[int] = []
     used = 0
-    for size in reversed(sizes):
-        if chosen and used + size > budget:
+    for exchange in reversed(exchanges):
+        text = render_messages(view.messages_of(exchange))
+        size = text_tokens(text)
+        if rendered and used + size > budget:
             break
-        chosen += 1
+        rendered.append(text)
+        sizes.append(size)
         used += size
-    first = len(exchanges) - chosen
+    rendered.reverse()
+    sizes.reverse()
+    first = len(exchanges) - len(rendered)
     left_out = tuple(exchange.id for exchange in exchanges[:first])
     pieces: list[str] = []
     cut: list[str] = []
     if left_out:
-        tokens = sum(sizes[:first])
+        # Only named, never sent: their remembered sizes say how much is missing without rendering them.
+        tokens = sum(exchange.tokens for exchange in exchanges[:first])
         span = left_out[0] if len(left_out) == 1 else f'{left_out[0]}–{left_out[-1]}'
         pieces.append(
             f'[{len(left_out)} earlier exchange(s) ({span}, about {tokens:,} tokens) did not fit in this '
             'transcript and are not shown.]'
         )
-    for exchange, text, size in zip(exchanges[first:], rendered[first:], sizes[first:], strict=True):
+    for exchange, text, size in zip(exchanges[first:], rendered, sizes, strict=True):
         if size > budget:
             # One exchange larger than the whole budget: keep its end, where results and answers are.
             keep_chars = max(1, len(text) * budget // max(size, 1))
