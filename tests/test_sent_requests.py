@@ -250,3 +250,54 @@ def test_the_bounded_transcript_is_the_one_rendering_every_exchange_gives(histor
         assert body == expected
     else:
         assert transcript == expected
+
+
+# --- The fork's listing reads parts in place --------------------------------------------------------------
+
+
+def described_from_fragments(view: Any, exchange: Any, limit: int = 100) -> str:
+    """The fresh computation: `describe` over the exchange's fragment messages, one filter per kind of part."""
+    from pydantic_ai.messages import CompactionPart, ToolReturnPart
+
+    from pydantic_ai_compaction.runtime.encoding import args_text
+    from pydantic_ai_compaction.runtime.pins import is_pinned
+    from pydantic_ai_compaction.runtime.transcript import clip, user_text
+
+    messages = view.messages_of(exchange)
+    calls = [p for m in messages if not isinstance(m, ModelRequest) for p in m.parts if isinstance(p, ToolCallPart)]
+    returns = [p for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, ToolReturnPart)]
+    if exchange.kind == 'boundary':
+        summaries = [
+            p.content or '(opaque provider compaction)' for m in messages for p in m.parts if isinstance(p, CompactionPart)
+        ]
+        return 'earlier compaction: ' + clip(' '.join(summaries), limit)
+    if exchange.kind == 'restatement':
+        return 'restated instructions'
+    if calls:
+        sizes = {p.tool_call_id: len(p.model_response_str()) for p in returns}
+        rendered = ', '.join(
+            f'{c.tool_name}({clip(args_text(c.args), 60)}) → {sizes.get(c.tool_call_id, 0):,} chars' for c in calls
+        )
+        return clip(rendered, limit)
+    prompts = [user_text(p) for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, UserPromptPart)]
+    if exchange.kind in ('opening', 'turn') and prompts:
+        pinned = any(is_pinned(p) for m in messages for p in m.parts)
+        return ('pinned: ' if pinned else 'user: ') + clip(' '.join(prompts), limit)
+    texts = [p.content for m in messages for p in m.parts if isinstance(p, TextPart)]
+    return 'assistant: ' + clip(' '.join(texts), limit)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(histories())
+def test_the_listing_describes_each_exchange_as_its_fragments_do(history: list[ModelMessage]) -> None:
+    from pydantic_ai.messages import ToolReturnPart
+
+    from pydantic_ai_compaction.runtime.transcript import describe, return_text
+
+    view = segment(history)
+    for exchange in view.exchanges:
+        assert describe(view, exchange) == described_from_fragments(view, exchange)
+    for message in history:
+        for part in message.parts:
+            if isinstance(part, ToolReturnPart):
+                assert return_text(part) == part.model_response_str()
