@@ -191,9 +191,9 @@ def test_sent_prefix_is_the_exchanges_before_the_cut_exactly(
 
 
 def test_sent_options_are_validated() -> None:
-    with pytest.raises(ConfigurationError, match="StatelessSummary.request must be one of 'transcript', 'sent'"):
+    with pytest.raises(ConfigurationError, match=r"StatelessSummary\.request must be one of 'transcript', 'sent'"):
         StatelessSummary(request='cached')  # pyright: ignore[reportArgumentType]
-    with pytest.raises(ConfigurationError, match="Fork.request must be one of 'next', 'sent'"):
+    with pytest.raises(ConfigurationError, match=r"Fork\.request must be one of 'next', 'sent'"):
         Fork(request=True)  # pyright: ignore[reportArgumentType]
     for name, kwargs in (
         ('model', {'model': 'test'}),
@@ -208,7 +208,9 @@ def test_sent_options_are_validated() -> None:
 # --- The transcript renders only what it sends ------------------------------------------------------------
 
 
-def transcript_of_every_exchange(view: Any, exchanges: list[Any], budget: int) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+def transcript_of_every_exchange(
+    view: Any, exchanges: list[Any], budget: int
+) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     """The fresh computation: every exchange rendered and measured, then the newest that fit chosen."""
     from pydantic_ai_compaction.runtime.transcript import render_messages
     from pydantic_ai_compaction.runtime.trigger import text_tokens
@@ -227,7 +229,9 @@ def transcript_of_every_exchange(view: Any, exchanges: list[Any], budget: int) -
     for exchange, text, size in zip(exchanges[first:], rendered[first:], sizes[first:], strict=True):
         if size > budget:
             keep_chars = max(1, len(text) * budget // max(size, 1))
-            text = f'[… the first {len(text) - keep_chars:,} characters of this exchange are cut …]\n{text[-keep_chars:]}'
+            text = (
+                f'[… the first {len(text) - keep_chars:,} characters of this exchange are cut …]\n{text[-keep_chars:]}'
+            )
             cut.append(exchange.id)
         pieces.append(text)
     return '\n'.join(pieces), tuple(exchange.id for exchange in exchanges[:first]), tuple(cut)
@@ -235,7 +239,9 @@ def transcript_of_every_exchange(view: Any, exchanges: list[Any], budget: int) -
 
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(histories(), st.integers(20, 1_500))
-def test_the_bounded_transcript_is_the_one_rendering_every_exchange_gives(history: list[ModelMessage], budget: int) -> None:
+def test_the_bounded_transcript_is_the_one_rendering_every_exchange_gives(
+    history: list[ModelMessage], budget: int
+) -> None:
     from pydantic_ai_compaction.processors.strategies.summary import bounded_transcript
 
     view = segment(history)
@@ -268,7 +274,10 @@ def described_from_fragments(view: Any, exchange: Any, limit: int = 100) -> str:
     returns = [p for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, ToolReturnPart)]
     if exchange.kind == 'boundary':
         summaries = [
-            p.content or '(opaque provider compaction)' for m in messages for p in m.parts if isinstance(p, CompactionPart)
+            p.content or '(opaque provider compaction)'
+            for m in messages
+            for p in m.parts
+            if isinstance(p, CompactionPart)
         ]
         return 'earlier compaction: ' + clip(' '.join(summaries), limit)
     if exchange.kind == 'restatement':
@@ -279,7 +288,9 @@ def described_from_fragments(view: Any, exchange: Any, limit: int = 100) -> str:
             f'{c.tool_name}({clip(args_text(c.args), 60)}) → {sizes.get(c.tool_call_id, 0):,} chars' for c in calls
         )
         return clip(rendered, limit)
-    prompts = [user_text(p) for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, UserPromptPart)]
+    prompts = [
+        user_text(p) for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, UserPromptPart)
+    ]
     if exchange.kind in ('opening', 'turn') and prompts:
         pinned = any(is_pinned(p) for m in messages for p in m.parts)
         return ('pinned: ' if pinned else 'user: ') + clip(' '.join(prompts), limit)

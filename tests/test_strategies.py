@@ -53,7 +53,17 @@ def make(name: str, events: list[CompactionEvent]) -> Any:
 
 @pytest.mark.parametrize(
     'name',
-    ['summary', 'summary-sent', 'native', 'fork-json', 'fork-json-sent', 'fork-free', 'fork-fixed', 'reassert', 'reset'],
+    [
+        'summary',
+        'summary-sent',
+        'native',
+        'fork-json',
+        'fork-json-sent',
+        'fork-free',
+        'fork-fixed',
+        'reassert',
+        'reset',
+    ],
 )
 def test_strategy_compacts_repeatedly_and_keeps_the_invariants(name: str) -> None:
     events: list[CompactionEvent] = []

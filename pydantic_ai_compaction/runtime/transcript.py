@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from pydantic_ai.messages import (
     ERROR_OUTCOMES,
     CompactionPart,
     ModelMessage,
     ModelRequest,
+    ModelRequestPart,
+    ModelResponsePart,
     RetryFeedbackPart,
     SystemPromptPart,
     TextContent,
@@ -61,7 +62,7 @@ def describe(view: ConversationView, exchange: Exchange, *, limit: int = 100) ->
         return 'restated instructions'
     # The exchange's parts read in place (no fragment messages built), in one pass: the fork lists every
     # exchange of the history.
-    parts_of: list[tuple[bool, Sequence[Any]]] = []
+    parts_of: list[tuple[bool, Sequence[ModelRequestPart | ModelResponsePart]]] = []
     for index, selected in exchange.refs:
         message = view.messages[index]
         parts = message.parts if selected is None else [message.parts[p] for p in selected]

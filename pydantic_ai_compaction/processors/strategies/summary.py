@@ -122,7 +122,7 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
                 if value != default:
                     raise ConfigurationError(
                         f"StatelessSummary.{name} does not apply with request='sent' (the summary request is "
-                        f"the conversation as the agent sent it, to its own model), got {value!r}."
+                        f'the conversation as the agent sent it, to its own model), got {value!r}.'
                     )
 
     @property
