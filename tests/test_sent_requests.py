@@ -94,7 +94,10 @@ SENT = {
     'fork-json': lambda: Fork[None](trigger=TRIGGER, variant='json', request='sent'),
     'fork-free': lambda: Fork[None](trigger=TRIGGER, variant='free', request='sent'),
     'fork-fixed': lambda: Fork[None](trigger=TRIGGER, variant='fixed', request='sent'),
+    'summary-keep-last': lambda: StatelessSummary[None](trigger=TRIGGER, request='sent', keep_last=1),
 }
+LEAVE_OUT_KEPT = ('fork-fixed', 'summary-keep-last')
+"""Options that also leave out exchanges they keep besides the one in progress."""
 
 
 @pytest.mark.parametrize('name', list(SENT))
@@ -111,8 +114,9 @@ def test_the_compactor_request_is_an_earlier_agent_request_then_the_prompt(name:
         earlier = [c for c in recorder.calls[:index] if c.kind == 'agent']
         # The compactor's prefix is one of the agent's own earlier requests, exactly: instructions, tool
         # definitions and messages.
-        # (`fixed` leaves out the exchanges it keeps too: its prefix was sent as the beginning of a request.)
-        matches = [c for c in earlier if same_request(prefix, c.messages, prefix=name == 'fork-fixed')]
+        # (`fixed` and `keep_last` leave out the exchanges they keep too: that prefix was sent as the beginning of
+        # a request.)
+        matches = [c for c in earlier if same_request(prefix, c.messages, prefix=name in LEAVE_OUT_KEPT)]
         assert matches, f'{name}: the request before the prompt matches no earlier agent request'
         match = matches[-1]
         assert call.info.instructions == match.info.instructions == 'You audit logs.'
@@ -123,9 +127,11 @@ def test_the_compactor_request_is_an_earlier_agent_request_then_the_prompt(name:
         after = recorder.calls[index + 1]
         newest = after.messages[-1].parts
         assert after.kind == 'agent' and not any(part in newest for message in call.messages for part in message.parts)
-        if name != 'fork-fixed':
+        if name not in LEAVE_OUT_KEPT:
             assert match is earlier[-1]
-    if name == 'summary':
+        else:
+            assert not same_request(prefix, earlier[-1].messages)
+    if name.startswith('summary'):
         assert all(recorder.calls[i].messages[-1].parts[-1].content == SUMMARY_SENT_PROMPT for i in compactions)  # pyright: ignore[reportAttributeAccessIssue]
 
 
@@ -149,7 +155,7 @@ def test_a_sent_compaction_keeps_what_it_did_not_send_and_drops_what_it_summariz
     for event in compacted:
         record = event.record
         assert record is not None and record.fallback_reason is None, record
-        if name == 'summary':
+        if name.startswith('summary'):
             assert record.variant == 'sent'
         assert pairing_problems(list(event.history)) == []
         # The newest result, which the compactor did not read, is in the compacted history verbatim.
