@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import orjson
 import pytest
@@ -26,7 +27,7 @@ from pydantic_ai_harness.compaction._summarizing_compaction import format_transc
 
 from pydantic_ai_compaction.processors.strategies.fork import FORK_MARKER
 from pydantic_ai_compaction.processors.strategies.native import NATIVE_PROMPT
-from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER, SUMMARY_PROMPT
+from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER, SUMMARY_PROMPT, SUMMARY_SENT_PROMPT
 from pydantic_ai_compaction.runtime.transcript import render_messages
 
 AGENT = AgentInfo(
@@ -62,6 +63,11 @@ def replies(model: ReferenceModel, messages: list[ModelMessage]) -> dict[str, st
         'summary': [ModelRequest(parts=[UserPromptPart(ours)])],
         'harness-summary': [ModelRequest(parts=[UserPromptPart(harness)])],
         'native': [*messages, ModelRequest(parts=[UserPromptPart(NATIVE_PROMPT)])],
+        # `StatelessSummary(request='sent')`: the prompt appended to the conversation, no transcript.
+        'summary-sent': [
+            *messages[:-1],
+            replace(messages[-1], parts=[*messages[-1].parts, UserPromptPart(SUMMARY_SENT_PROMPT)]),
+        ],
         **{
             f'fork-{variant}': [*messages, ModelRequest(parts=[UserPromptPart(listing.format(variant=variant))])]
             for variant in ('json', 'free', 'fixed')

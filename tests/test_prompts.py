@@ -267,7 +267,9 @@ SCENARIOS: dict[str, Callable[[], Captured]] = {
     'fork-json': lambda: _strategy_prompt('fork', Fork(trigger=TRIGGER, variant='json')),
     'fork-free': lambda: _strategy_prompt('fork', Fork(trigger=TRIGGER, variant='free')),
     'fork-fixed': lambda: _strategy_prompt('fork', Fork(trigger=TRIGGER, variant='fixed')),
+    'fork-free-sent': lambda: _strategy_prompt('fork', Fork(trigger=TRIGGER, variant='free', request='sent')),
     'summary': lambda: _strategy_prompt('summary', StatelessSummary(trigger=TRIGGER)),
+    'summary-sent': lambda: _strategy_prompt('summary', StatelessSummary(trigger=TRIGGER, request='sent')),
     'summary-instructions': lambda: (lambda captured: Captured(captured.call, captured.call.info.instructions or ''))(
         _strategy_prompt('summary', StatelessSummary(trigger=TRIGGER))
     ),

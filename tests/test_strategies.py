@@ -38,6 +38,8 @@ def make(name: str, events: list[CompactionEvent]) -> Any:
     observe = events.append
     return {
         'summary': lambda: StatelessSummary(trigger=TRIGGER, observer=observe),
+        'summary-sent': lambda: StatelessSummary(trigger=TRIGGER, request='sent', observer=observe),
+        'fork-json-sent': lambda: Fork(trigger=TRIGGER, variant='json', request='sent', observer=observe),
         'native': lambda: Native(trigger=TRIGGER, observer=observe),
         'fork-json': lambda: Fork(trigger=TRIGGER, variant='json', observer=observe),
         'fork-free': lambda: Fork(trigger=TRIGGER, variant='free', observer=observe),
@@ -49,7 +51,20 @@ def make(name: str, events: list[CompactionEvent]) -> Any:
     }[name]()
 
 
-@pytest.mark.parametrize('name', ['summary', 'native', 'fork-json', 'fork-free', 'fork-fixed', 'reassert', 'reset'])
+@pytest.mark.parametrize(
+    'name',
+    [
+        'summary',
+        'summary-sent',
+        'native',
+        'fork-json',
+        'fork-json-sent',
+        'fork-free',
+        'fork-fixed',
+        'reassert',
+        'reset',
+    ],
+)
 def test_strategy_compacts_repeatedly_and_keeps_the_invariants(name: str) -> None:
     events: list[CompactionEvent] = []
     script = ScriptedAgentModel(logs=10, compactor=fork_reply)

@@ -446,11 +446,19 @@ async def compaction_paths(repeat: int = 5) -> list[tuple[str, float, float]]:
 
 
 def instant_reply(messages: list[ModelMessage], info: Any) -> ModelResponse:
-    """An instant model: a short summary for a compactor call, `done` for the agent."""
+    """An instant model: a short summary for a compactor call, `done` for the agent.
+
+    The reply reports its usage, as a provider's does. Without it, `FunctionModel` estimates the usage
+    itself by splitting every text of the request into words, client-side work no provider model does,
+    which on a 1M-token request costs more than the whole compaction and would be charged to the hook.
+    """
     from pydantic_ai.messages import TextPart
 
     del messages, info
-    return ModelResponse(parts=[TextPart('Summary: logs 0 to 499 read; no incident yet.')])
+    return ModelResponse(
+        parts=[TextPart('Summary: logs 0 to 499 read; no incident yet.')],
+        usage=RequestUsage(input_tokens=1, output_tokens=12),
+    )
 
 
 async def model_calling(repeat: int = 3) -> list[tuple[str, float, float]]:
@@ -474,6 +482,8 @@ async def model_calling(repeat: int = 3) -> list[tuple[str, float, float]]:
         'summary': lambda: StatelessSummary[None](trigger=low),
         'fork-free': lambda: Fork[None](trigger=low, variant='free'),
         'fork-json (reply is not JSON: its fallback)': lambda: Fork[None](trigger=low, variant='json'),
+        "summary, request='sent'": lambda: StatelessSummary[None](trigger=low, request='sent'),
+        "fork-free, request='sent'": lambda: Fork[None](trigger=low, variant='free', request='sent'),
         'reassert+summary': lambda: Reassert[None](
             StatelessSummary[None](trigger=low), sources=InstructionSources(markers=('CHANGE:',))
         ),

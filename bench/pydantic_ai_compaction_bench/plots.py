@@ -15,15 +15,15 @@ from pydantic_ai_compaction_bench.cost import PriceTable
 from pydantic_ai_compaction_bench.report import Record, agent_prompts, build_rows, main_budget
 from pydantic_ai_compaction_bench.stats import wilson_interval
 
-_MARKERS = ('o', 's', '^', 'D', 'v', 'P', 'X', '<', '>', 'p', 'h', '*', 'd', '8')
+_MARKERS = ('o', 's', '^', 'D', 'v', 'P', 'X', '<', '>', 'p', 'h', '*', 'd', '8', 'H', '1', '2')
 _ORDER = tuple(dict.fromkeys((*strategies.ALL, *strategies.CHOICES)))
 
 
 _COLOURS = (
     '#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf',
-    '#000000', '#b8860b', '#006d6f', '#000080',
+    '#000000', '#b8860b', '#006d6f', '#000080', '#8b0000', '#556b2f', '#4b0082',
 )  # fmt: skip
-"""Matplotlib's ten default colours, then four dark ones, so no strategy is drawn pale."""
+"""Matplotlib's ten default colours, then seven dark ones, so no strategy is drawn pale."""
 
 
 def style(name: str) -> tuple[str, str]:

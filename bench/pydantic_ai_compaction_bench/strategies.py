@@ -43,7 +43,19 @@ from pydantic_ai_compaction.processors.strategies.verified import DEFAULT_CHECKS
 from pydantic_ai_compaction.runtime.events import EventObserver
 from pydantic_ai_compaction.runtime.transcript import user_text
 
-OURS = ('none', 'native', 'summary', 'fork-json', 'fork-free', 'fork-fixed', 'reassert', 'reset')
+OURS = (
+    'none',
+    'native',
+    'summary',
+    'summary-sent',
+    'fork-json',
+    'fork-json-sent',
+    'fork-free',
+    'fork-free-sent',
+    'fork-fixed',
+    'reassert',
+    'reset',
+)
 HARNESS = ('harness-clear', 'harness-sliding', 'harness-summarizing', 'harness-tiered')
 ALL = OURS + HARNESS
 RECALL_SETUPS = ('none', 'clear', 'clear+recall', 'summary', 'summary+recall', 'tiered', 'tiered+recall')
@@ -220,8 +232,11 @@ _BUILDERS: dict[str, _Builder] = {
     'none': lambda c, o: NoCompaction(trigger=_trigger(c), observer=o),
     'native': lambda c, o: Native(trigger=_trigger(c), observer=o),
     'summary': lambda c, o: StatelessSummary(trigger=_trigger(c), observer=o),
+    'summary-sent': lambda c, o: StatelessSummary(trigger=_trigger(c), request='sent', observer=o),
     'fork-json': lambda c, o: Fork(variant='json', trigger=_trigger(c), observer=o),
+    'fork-json-sent': lambda c, o: Fork(variant='json', trigger=_trigger(c), request='sent', observer=o),
     'fork-free': lambda c, o: Fork(variant='free', trigger=_trigger(c), observer=o),
+    'fork-free-sent': lambda c, o: Fork(variant='free', trigger=_trigger(c), request='sent', observer=o),
     'fork-fixed': lambda c, o: Fork(variant='fixed', trigger=_trigger(c), observer=o),
     'reassert': lambda c, o: Reassert(Native(trigger=_trigger(c), observer=o), sources=_sources(c)),
     'reset': lambda c, o: ResetToCheckpoint(trigger=_trigger(c), sources=_sources(c), observer=o),

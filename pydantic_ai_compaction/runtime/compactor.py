@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Literal, cast
 
@@ -25,11 +25,13 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RequestUsage
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from pydantic_ai_compaction.protocols.types import Exchange
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.durable import compactor_request
 from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.events import ATTRIBUTE_PREFIX, instrumented
 from pydantic_ai_compaction.runtime.retry import is_transient
+from pydantic_ai_compaction.runtime.segment import ConversationView, fragment
 
 
 def resolve_model(model: Model | str | None, ctx: CompactionContext) -> Model:
@@ -244,6 +246,38 @@ def with_appended_prompt(messages: Sequence[ModelMessage], prompt: str) -> list[
         out[-1] = replace(last, parts=[*last.parts, UserPromptPart(prompt)])
     else:
         out.append(ModelRequest(parts=[UserPromptPart(prompt)]))
+    return out
+
+
+def sent_prefix(view: ConversationView, stays: Callable[[Exchange], bool]) -> list[ModelMessage]:
+    """The conversation without its newest exchanges for which *stays* holds (those after the last one it fails).
+
+    What stays verbatim after a compaction need not be in the compactor's request. Left out from the end,
+    it leaves what the agent already sent (in a tool loop, its previous request), which a provider's
+    prompt cache can serve whole; the newest results are then written to the cache once, by the agent's
+    next request, instead of once more by the compactor's. Earlier messages are the same objects.
+    """
+    exchanges = view.exchanges
+    cut = len(exchanges)
+    while cut and stays(exchanges[cut - 1]):
+        cut -= 1
+    if cut == len(exchanges):
+        return list(view.messages)
+    if cut == 0:
+        return []
+    start, _ = exchanges[cut].refs[0]
+    out = list(view.messages[:start])
+    # The message the first left-out exchange starts in can open with parts of earlier exchanges (a
+    # request holding the last tool results and a new prompt): those parts are sent.
+    earlier: list[int] = []
+    for exchange in reversed(exchanges[:cut]):
+        touching = [parts for index, parts in exchange.refs if index == start]
+        if not touching:
+            break
+        for parts in touching:
+            earlier.extend(parts if parts is not None else range(len(view.messages[start].parts)))
+    if earlier:
+        out.append(fragment(view.messages, (start, tuple(sorted(set(earlier))))))
     return out
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from pydantic_ai.messages import (
+    ERROR_OUTCOMES,
     CompactionPart,
     ModelMessage,
     ModelRequest,
+    ModelRequestPart,
+    ModelResponsePart,
     RetryFeedbackPart,
     SystemPromptPart,
     TextContent,
@@ -47,54 +50,57 @@ def user_text(part: UserPromptPart) -> str:
 
 def return_text(part: ToolReturnPart) -> str:
     """A tool return's content as the model reads it."""
+    content = part.content
+    if isinstance(content, str) and part.outcome not in ERROR_OUTCOMES:
+        return content  # what `model_response_str` returns for a string, without its walk for files
     return part.model_response_str()
 
 
 def describe(view: ConversationView, exchange: Exchange, *, limit: int = 100) -> str:
     """One line saying what an exchange holds, for the fork's exchange list."""
-    messages = view.messages_of(exchange)
-    calls = [
-        part
-        for message in messages
-        if not isinstance(message, ModelRequest)
-        for part in message.parts
-        if isinstance(part, ToolCallPart)
-    ]
-    returns = [
-        part
-        for message in messages
-        if isinstance(message, ModelRequest)
-        for part in message.parts
-        if isinstance(part, ToolReturnPart)
-    ]
+    if exchange.kind == 'restatement':
+        return 'restated instructions'
+    # The exchange's parts read in place (no fragment messages built), in one pass: the fork lists every
+    # exchange of the history.
+    parts_of: list[tuple[bool, Sequence[ModelRequestPart | ModelResponsePart]]] = []
+    for index, selected in exchange.refs:
+        message = view.messages[index]
+        parts = message.parts if selected is None else [message.parts[p] for p in selected]
+        parts_of.append((isinstance(message, ModelRequest), parts))
     if exchange.kind == 'boundary':
         summaries = [
             part.content or '(opaque provider compaction)'
-            for message in messages
-            for part in message.parts
+            for _, parts in parts_of
+            for part in parts
             if isinstance(part, CompactionPart)
         ]
         return 'earlier compaction: ' + clip(' '.join(summaries), limit)
-    if exchange.kind == 'restatement':
-        return 'restated instructions'
+    calls: list[ToolCallPart] = []
+    sizes: dict[str, int] = {}
+    prompts: list[str] = []
+    texts: list[str] = []
+    for request, parts in parts_of:
+        if request:
+            for part in parts:
+                if isinstance(part, ToolReturnPart):
+                    sizes[part.tool_call_id] = len(return_text(part))
+                elif isinstance(part, UserPromptPart):
+                    prompts.append(user_text(part))
+        else:
+            for part in parts:
+                if isinstance(part, ToolCallPart):
+                    calls.append(part)
+                elif isinstance(part, TextPart):
+                    texts.append(part.content)
     if calls:
-        sizes = {part.tool_call_id: len(return_text(part)) for part in returns}
         rendered = ', '.join(
             f'{call.tool_name}({clip(args_text(call.args), 60)}) → {sizes.get(call.tool_call_id, 0):,} chars'
             for call in calls
         )
         return clip(rendered, limit)
-    prompts = [
-        user_text(part)
-        for message in messages
-        if isinstance(message, ModelRequest)
-        for part in message.parts
-        if isinstance(part, UserPromptPart)
-    ]
     if exchange.kind in ('opening', 'turn') and prompts:
-        pinned = any(is_pinned(part) for message in messages for part in message.parts)
+        pinned = any(is_pinned(part) for _, parts in parts_of for part in parts)
         return ('pinned: ' if pinned else 'user: ') + clip(' '.join(prompts), limit)
-    texts = [part.content for message in messages for part in message.parts if isinstance(part, TextPart)]
     return 'assistant: ' + clip(' '.join(texts), limit)
 
 

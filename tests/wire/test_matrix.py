@@ -209,7 +209,13 @@ CASES: dict[str, Case] = {
     'none': Case(observed(lambda o: NoCompaction(trigger=TRIGGER, observer=o)), ignored_every_crossing),
     'native': Case(observed(lambda o: Native(trigger=TRIGGER, observer=o)), compacted_several_times),
     'summary': Case(observed(lambda o: StatelessSummary(trigger=TRIGGER, observer=o)), compacted_several_times),
+    'summary-sent': Case(
+        observed(lambda o: StatelessSummary(trigger=TRIGGER, request='sent', observer=o)), compacted_several_times
+    ),
     'fork-json': Case(observed(lambda o: Fork(trigger=TRIGGER, variant='json', observer=o)), compacted_several_times),
+    'fork-json-sent': Case(
+        observed(lambda o: Fork(trigger=TRIGGER, variant='json', request='sent', observer=o)), compacted_several_times
+    ),
     'fork-free': Case(observed(lambda o: Fork(trigger=TRIGGER, variant='free', observer=o)), compacted_several_times),
     'fork-fixed': Case(observed(lambda o: Fork(trigger=TRIGGER, variant='fixed', observer=o)), compacted_several_times),
     'reassert': Case(

@@ -176,9 +176,10 @@ class ReferenceModel:
             parts: list[ModelResponsePart] = [TextPart(self._curate(messages))]
         elif kind == 'fork':
             parts = [TextPart(self._fork(messages))]
-        elif kind in ('summary', 'harness-summary'):
+        elif kind == 'harness-summary' or (kind == 'summary' and '<transcript>' in _compaction_prompt(messages[-1])):
             parts = [TextPart(self.summarize(visible_text(messages[-1:])))]
-        elif kind == 'native':
+        elif kind in ('native', 'summary'):
+            # A summary asked in the conversation (`StatelessSummary(request='sent')`) reads it like native.
             parts = [TextPart(self.summarize(visible_text(messages[:-1]) + '\n' + _without_prompt(messages[-1])))]
         else:
             visible = visible_text(messages)
@@ -287,6 +288,11 @@ def _fork_prompt(message: ModelMessage) -> str:
     return '\n'.join(
         part_text(p) for p in message.parts if isinstance(p, UserPromptPart) and FORK_MARKER in part_text(p)
     )
+
+
+def _compaction_prompt(message: ModelMessage) -> str:
+    """The text of the last request's user parts (where a compaction prompt is appended)."""
+    return '\n'.join(part_text(p) for p in message.parts if isinstance(p, UserPromptPart))
 
 
 def _without_prompt(message: ModelMessage) -> str:

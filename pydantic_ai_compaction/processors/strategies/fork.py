@@ -2,7 +2,8 @@
 
 The fork is the conversation's next request with one message appended: same model, same
 instructions, same tool definitions, asked to answer in text. Because every earlier byte is what the
-agent itself would send, a provider's prompt cache can serve the fork's prefix.
+agent itself would send, a provider's prompt cache can serve the fork's prefix. `request='sent'` leaves
+out the newest exchanges that stay verbatim anyway (see `Fork.request`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
+from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings, merge_model_settings
 from pydantic_ai.tools import AgentDepsT
@@ -27,6 +29,7 @@ from pydantic_ai_compaction.runtime.segment import ConversationView
 from pydantic_ai_compaction.runtime.transcript import listing
 
 ForkVariant = Literal['json', 'free', 'fixed']
+ForkRequest = Literal['next', 'sent']
 
 FORK_MARKER = '[pydantic-ai-compaction: fork request]'
 """First line of the appended message; the variant follows as `variant=<name>`."""
@@ -120,6 +123,15 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
     """Settings for the fork call, over the request's own (`None`: the request's, which keeps the provider's
     cached prefix). The fork always answers in text: `tool_choice` stays `none` whatever is set here."""
 
+    request: ForkRequest = 'next'
+    """What the fork request holds before the appended message. `'next'` (the seed's fork): the conversation's
+    next request, the newest results included. `'sent'`: without the newest exchanges that stay verbatim
+    whatever the fork answers (in progress or protected, and for `fixed` its `keep_last`), which in a tool
+    loop is the request the agent already sent. The fork then lists those exchanges without reading them
+    (their results stay in the context; the next compaction summarizes them), and, under a prompt cache,
+    reads its whole prefix from the cache: the newest results are written once, by the agent's next request,
+    instead of once by the fork request and again after the compaction."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice('Fork', 'variant', self.variant, ('json', 'free', 'fixed'))
@@ -128,6 +140,7 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
         check_instance(
             'Fork', 'model_settings', self.model_settings, (dict, type(None)), 'a ModelSettings dict or None'
         )
+        check_choice('Fork', 'request', self.request, ('next', 'sent'))
 
     @property
     def strategy_name(self) -> str:
@@ -154,9 +167,16 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
         if self.model_settings is not None:
             settings = merge_model_settings(settings, self.model_settings) or settings
             settings['tool_choice'] = 'none'
-        messages = compactor.with_appended_prompt(view.messages, self.prompt(view))
+        messages = compactor.with_appended_prompt(self._conversation(view), self.prompt(view))
         response = await compactor.request(ctx, messages, model=self.model, settings=settings, parameters=parameters)
         return self.parse(compactor.response_text(response), view)
+
+    def _conversation(self, view: ConversationView) -> list[ModelMessage] | tuple[ModelMessage, ...]:
+        """The messages the prompt is appended to (see `request`)."""
+        if self.request == 'next':
+            return view.messages
+        fixed = set(_recent(view, self.keep_last)) if self.variant == 'fixed' else set[str]()
+        return compactor.sent_prefix(view, lambda exchange: exchange.forced or exchange.id in fixed)
 
     def parse(self, reply: str, view: ConversationView) -> Proposal:
         """Turn a fork reply into a proposal; a malformed reply becomes a failed proposal with its reason."""

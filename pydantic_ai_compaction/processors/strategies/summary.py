@@ -1,19 +1,28 @@
-"""`StatelessSummary`: a separate summarizer call, with no tools and no agent instructions, reads a transcript."""
+"""`StatelessSummary`: a separate summarizer call, with no tools and no agent instructions, reads a transcript.
+
+`request='sent'` asks in the conversation instead (see `StatelessSummary.request`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 from pydantic_ai.models import Model
-from pydantic_ai.settings import ModelSettings
+from pydantic_ai.settings import ModelSettings, merge_model_settings
 from pydantic_ai.tools import AgentDepsT
 
 from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime import compactor
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
-from pydantic_ai_compaction.runtime.checks import check_instance, check_int, check_optional_int
+from pydantic_ai_compaction.runtime.checks import (
+    ConfigurationError,
+    check_choice,
+    check_instance,
+    check_int,
+    check_optional_int,
+)
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.segment import ConversationView
@@ -40,6 +49,18 @@ Answer with the summary only.
 <transcript>
 {transcript}
 </transcript>"""
+
+SUMMARY_SENT_PROMPT = f"""{SUMMARY_MARKER}
+Your context is about to be compacted. Pause the task: do not call tools and do not answer the task now.
+Most of the conversation above will be removed from your context and replaced by the summary you write now;
+earlier summaries stay in place, so do not repeat what they already say. Keep, with exact values:
+- every instruction and rule in force, including any change to an earlier one (quote the latest wording);
+- facts later steps need (identifiers, numbers, owners, names, file paths);
+- what is done and what the next step is.
+Answer with the summary only."""
+"""The message appended to the conversation when `StatelessSummary.request` is `'sent'`."""
+
+SummaryRequest = Literal['transcript', 'sent']
 
 
 @dataclass
@@ -68,8 +89,19 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
     `extra['not_summarized']` and named at the top of the transcript), and a single exchange larger than
     the budget is cut, its tail kept."""
 
+    request: SummaryRequest = 'transcript'
+    """What the summarizer is sent. `'transcript'` (the stateless summary): a separate request with no tools
+    and no agent instructions, holding a transcript of the exchanges being dropped. `'sent'`: the conversation
+    as the agent already sent it (its instructions, tool definitions and messages, up to the last exchange
+    being dropped), then the summary prompt, answered in text (`tool_choice='none'`). The summarizer then
+    reads the conversation as the agent does, no longer without its instructions: a different strategy,
+    so not the default. What it buys is cost under a prompt cache: a provider can serve that prefix from
+    its cache (cache reads cost about a tenth of input), where a transcript is new text every time and is
+    written to the cache whole. Only with the conversation's own model (`model=None`); `instructions`
+    and `max_transcript_tokens` do not apply (the request is the conversation, which already fits its window)."""
+
     instructions: str = field(default=SUMMARY_INSTRUCTIONS, kw_only=True)
-    """System instructions of the summarizer call."""
+    """System instructions of the summarizer call (`request='transcript'`)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -79,6 +111,19 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
             'StatelessSummary', 'model', self.model, (Model, str, type(None)), 'a Model, a model name or None'
         )
         check_instance('StatelessSummary', 'instructions', self.instructions, str, 'a string')
+        check_choice('StatelessSummary', 'request', self.request, ('transcript', 'sent'))
+        if self.request == 'sent':
+            # Each of these would be silently ignored by a request that is the conversation itself.
+            for name, value, default in (
+                ('model', self.model, None),
+                ('max_transcript_tokens', self.max_transcript_tokens, None),
+                ('instructions', self.instructions, SUMMARY_INSTRUCTIONS),
+            ):
+                if value != default:
+                    raise ConfigurationError(
+                        f"StatelessSummary.{name} does not apply with request='sent' (the summary request is "
+                        f'the conversation as the agent sent it, to its own model), got {value!r}.'
+                    )
 
     @property
     def strategy_name(self) -> str:
@@ -89,9 +134,11 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
         """Summarize the exchanges that will be dropped; keep the `keep_last` newest ones."""
         candidates = [exchange for exchange in view.exchanges if not exchange.forced]
         kept = candidates[len(candidates) - self.keep_last :] if self.keep_last else []
-        dropped = [exchange for exchange in candidates if exchange not in kept]
+        dropped = candidates[: len(candidates) - len(kept)]
         if not dropped:
             return Proposal.failed('empty', 'nothing to summarize')
+        if self.request == 'sent':
+            return await self._propose_sent(view, ctx, kept)
         budget = self.max_transcript_tokens or transcript_budget(compactor.resolve_model(self.model, ctx))
         transcript, left_out, cut = bounded_transcript(view, dropped, budget)
         # Tool output must not be able to close the transcript and speak as the prompt.
@@ -107,6 +154,21 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
         if cut:
             extra['transcript_cut'] = list(cut)
         return Proposal.keep(kept, summary=Summary(text), extra=extra)
+
+    async def _propose_sent(self, view: ConversationView, ctx: CompactionContext, kept: list[Exchange]) -> Proposal:
+        """Ask the conversation itself, as already sent, for the summary; what stays verbatim is not sent."""
+        settings, parameters = compactor.text_only(ctx)
+        if self.model_settings is not None:
+            settings = merge_model_settings(settings, self.model_settings) or settings
+            settings['tool_choice'] = 'none'
+        stays = {exchange.id for exchange in kept}
+        sent = compactor.sent_prefix(view, lambda exchange: exchange.forced or exchange.id in stays)
+        messages = compactor.with_appended_prompt(sent, SUMMARY_SENT_PROMPT)
+        response = await compactor.request(ctx, messages, settings=settings, parameters=parameters)
+        text = compactor.response_text(response)
+        if not text:
+            return Proposal.failed('empty', 'the summarizer returned no text', variant='sent')
+        return Proposal.keep(kept, summary=Summary(text), variant='sent')
 
 
 TRANSCRIPT_SHARE = 0.6
@@ -126,29 +188,35 @@ def bounded_transcript(
 
     Returns the transcript, the ids left out (oldest first) and the ids whose text was cut.
     """
-    # Measured on the text sent, not on `Exchange.tokens`: a response's reported output tokens include
-    # hidden reasoning the transcript does not carry.
-    rendered = [render_messages(view.messages_of(exchange)) for exchange in exchanges]
-    sizes = [text_tokens(text) for text in rendered]
-    chosen = 0
+    # Newest first, each exchange rendered only when it is reached: the work follows the budget, not the
+    # history. What fits is measured on the text sent, not on `Exchange.tokens`: a response's reported
+    # output tokens include hidden reasoning the transcript does not carry.
+    rendered: list[str] = []
+    sizes: list[int] = []
     used = 0
-    for size in reversed(sizes):
-        if chosen and used + size > budget:
+    for exchange in reversed(exchanges):
+        text = render_messages(view.messages_of(exchange))
+        size = text_tokens(text)
+        if rendered and used + size > budget:
             break
-        chosen += 1
+        rendered.append(text)
+        sizes.append(size)
         used += size
-    first = len(exchanges) - chosen
+    rendered.reverse()
+    sizes.reverse()
+    first = len(exchanges) - len(rendered)
     left_out = tuple(exchange.id for exchange in exchanges[:first])
     pieces: list[str] = []
     cut: list[str] = []
     if left_out:
-        tokens = sum(sizes[:first])
+        # Only named, never sent: their remembered sizes say how much is missing without rendering them.
+        tokens = sum(exchange.tokens for exchange in exchanges[:first])
         span = left_out[0] if len(left_out) == 1 else f'{left_out[0]}–{left_out[-1]}'
         pieces.append(
             f'[{len(left_out)} earlier exchange(s) ({span}, about {tokens:,} tokens) did not fit in this '
             'transcript and are not shown.]'
         )
-    for exchange, text, size in zip(exchanges[first:], rendered[first:], sizes[first:], strict=True):
+    for exchange, text, size in zip(exchanges[first:], rendered, sizes, strict=True):
         if size > budget:
             # One exchange larger than the whole budget: keep its end, where results and answers are.
             keep_chars = max(1, len(text) * budget // max(size, 1))
