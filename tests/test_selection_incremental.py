@@ -243,3 +243,24 @@ async def test_each_run_gets_its_own_memory() -> None:
     history = tool_loop(12)
     first.selection(history)
     assert first._run.exchanges and not second._run.exchanges  # pyright: ignore[reportPrivateUsage]
+
+
+def test_a_new_request_with_the_same_candidates_is_chosen_for_again() -> None:
+    from pydantic_ai_compaction.runtime.pins import pin
+
+    alpha = ModelResponse(parts=[TextPart('alpha facts: alpha alpha')])
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[SystemPromptPart('sys'), UserPromptPart('start')]),
+        alpha,
+        ModelRequest(parts=[UserPromptPart('tell me about beta')]),
+        ModelResponse(parts=[TextPart('beta facts: beta beta')]),
+        ModelRequest(parts=[pin('remember the deadline')]),  # a pinned turn: always sent, never a candidate
+    ]
+    selection = BoundedSelection[Any](budget=12, retrieve=1, retrieval_share=1.0)
+    first = selection.selection(history)
+    assert alpha not in first  # nothing matches the pinned request: the newest bundle that fits is sent
+    # The next turn leaves the candidates as they were (the pinned bundle stays forced); only the request changed.
+    later = [*history, ModelResponse(parts=[TextPart('noted')]), ModelRequest(parts=[UserPromptPart('alpha?')])]
+    sent = selection.selection(later)
+    assert sent == fresh(later, selection, None)
+    assert alpha in sent

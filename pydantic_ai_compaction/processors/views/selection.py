@@ -448,6 +448,7 @@ class _Selecting:
             self.tokens.append(self.tokens[-1] + exchange.tokens)
             self.forced.append(self.forced[-1] + exchange.forced)
         kept = bisect_left(self.starts, reused)  # bundles starting before the first changed exchange
+        end = self.starts[kept] if kept < len(self.starts) else None  # where the last kept bundle ended
         del self.starts[kept:]
         del self.requests[bisect_left(self.requests, kept) :]
         for position in range(reused, len(exchanges)):
@@ -458,7 +459,8 @@ class _Selecting:
                 self.starts.append(position)
         current = self.requests[-1] if self.requests else len(self.starts)
         # The last kept bundle may have grown, and those between the old and new current request changed `forced`.
-        rebuilt = max(0, min(kept - 1, self.current, current))
+        grown = end is None or kept == len(self.starts) or self.starts[kept] != end
+        rebuilt = max(0, min(kept - 1 if grown else kept, self.current, current))
         self.current = current
         ends = [*self.starts[1:], len(exchanges)]
         del self.bundles[rebuilt:]
