@@ -264,3 +264,22 @@ def test_a_new_request_with_the_same_candidates_is_chosen_for_again() -> None:
     sent = selection.selection(later)
     assert sent == fresh(later, selection, None)
     assert alpha in sent
+
+
+def test_a_replaced_last_request_is_read_again() -> None:
+    alpha = ModelResponse(parts=[TextPart('alpha facts: alpha alpha')])
+    beta = ModelResponse(parts=[TextPart('beta facts: beta beta')])
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[SystemPromptPart('sys'), UserPromptPart('start')]),
+        alpha,
+        ModelRequest(parts=[UserPromptPart('tell me')]),
+        beta,
+        ModelRequest(parts=[UserPromptPart('beta?')]),
+    ]
+    selection = BoundedSelection[Any](budget=8, retrieve=1, retrieval_share=1.0)  # one bundle fits
+    assert beta in selection.selection(history) and alpha not in selection.selection(history)
+    # The same length, the last request replaced (a retried turn): its prompt is the request now.
+    edited = [*history[:-1], ModelRequest(parts=[UserPromptPart('alpha?')])]
+    sent = selection.selection(edited)
+    assert sent == fresh(edited, selection, None)
+    assert alpha in sent and beta not in sent
