@@ -95,7 +95,7 @@ def test_every_exported_capability_is_covered() -> None:
 
 @dataclass
 class Spy:
-    """Every list `shape_problems` was asked about, and what it answered."""
+    """Every list `shape_problems` (or a view's incremental `ShapeCheck`) found no problem in."""
 
     checked: list[list[ModelMessage]] = field(default_factory=list[list[ModelMessage]])
 
@@ -121,6 +121,17 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> Spy:
             getattr(module, 'shape_problems', None) is real
         ):
             monkeypatch.setattr(module, 'shape_problems', spying)
+    real_check = shape.ShapeCheck.problems
+
+    def checking(
+        check: shape.ShapeCheck, messages: Sequence[ModelMessage], *, before: Sequence[ModelMessage] | None = None
+    ) -> list[str]:
+        problems = real_check(check, messages, before=before)
+        if not problems:
+            record.checked.append(list(messages))
+        return problems
+
+    monkeypatch.setattr(shape.ShapeCheck, 'problems', checking)
     return record
 
 
@@ -369,10 +380,10 @@ def test_a_view_that_raises_sends_the_request_unprojected_and_reports_it(monkeyp
     from pydantic_ai_compaction.processors.views import selection
     from pydantic_ai_compaction.protocols.types import CompactionEvent
 
-    def broken(*_: object, **__: object) -> set[str]:
+    def broken(*_: object, **__: object) -> list[object]:
         raise RuntimeError('scoring bug')
 
-    monkeypatch.setattr(selection, 'select', broken)
+    monkeypatch.setattr(selection, 'choose', broken)  # what `select` and the per-run selection both call
     events: list[CompactionEvent] = []
     watch = Watch()
     with pytest.warns(

@@ -283,3 +283,15 @@ def test_a_replaced_last_request_is_read_again() -> None:
     sent = selection.selection(edited)
     assert sent == fresh(edited, selection, None)
     assert alpha in sent and beta not in sent
+
+
+@pytest.mark.anyio
+async def test_a_curated_selection_run_has_its_own_fallback_memory() -> None:
+    from pydantic_ai_compaction import CuratedSelection
+
+    curated = CuratedSelection[Any](fallback=BoundedSelection[Any](budget=50))
+    run = await curated.for_run(_context(None))
+    assert isinstance(run, CuratedSelection)
+    assert run.fallback is not curated.fallback and run.fallback == curated.fallback
+    run.fallback.selection(tool_loop(5))
+    assert run.fallback._run.exchanges and not curated.fallback._run.exchanges  # pyright: ignore[reportPrivateUsage]
