@@ -557,7 +557,8 @@ class BoundedSelection(AbstractCapability[AgentDepsT]):
     """Called with a `CompactionEvent` for every request this view changed (and every projection refused)."""
 
     _run: _Selecting = field(init=False, repr=False, compare=False)
-    """Per run: the last request's selection, extended for the next one (so a request costs about its new messages)."""
+    """Per run: the last request's selection, extended for the next one (so a request costs about its new messages).
+    It holds the last request's messages until the next request; a run's copy (`for_run`) goes with the run."""
 
     def __post_init__(self) -> None:
         check_int('BoundedSelection', 'budget', self.budget, minimum=1)
