@@ -95,7 +95,8 @@ def test_every_exported_capability_is_covered() -> None:
 
 @dataclass
 class Spy:
-    """Every list `shape_problems` (or, for a log rewrite, `log_problems`) found nothing wrong with."""
+    """Every list `shape_problems`, a view's incremental `ShapeCheck` or (for a log rewrite) `log_problems`
+    found no problem in."""
 
     checked: list[list[ModelMessage]] = field(default_factory=list[list[ModelMessage]])
 
@@ -133,6 +134,17 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> Spy:
         return problems
 
     monkeypatch.setattr(runtime_project, 'log_problems', spying_log)
+    real_check = shape.ShapeCheck.problems
+
+    def checking(
+        check: shape.ShapeCheck, messages: Sequence[ModelMessage], *, before: Sequence[ModelMessage] | None = None
+    ) -> list[str]:
+        problems = real_check(check, messages, before=before)
+        if not problems:
+            record.checked.append(list(messages))
+        return problems
+
+    monkeypatch.setattr(shape.ShapeCheck, 'problems', checking)
     return record
 
 
@@ -401,10 +413,10 @@ def test_a_view_that_raises_sends_the_request_unprojected_and_reports_it(monkeyp
     from pydantic_ai_compaction.processors.views import selection
     from pydantic_ai_compaction.protocols.types import CompactionEvent
 
-    def broken(*_: object, **__: object) -> set[str]:
+    def broken(*_: object, **__: object) -> list[object]:
         raise RuntimeError('scoring bug')
 
-    monkeypatch.setattr(selection, 'select', broken)
+    monkeypatch.setattr(selection, 'choose', broken)  # what `select` and the per-run selection both call
     events: list[CompactionEvent] = []
     watch = Watch()
     with pytest.warns(

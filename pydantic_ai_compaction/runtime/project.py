@@ -49,6 +49,7 @@ def project_request(
     reason: str,
     tracer: Tracer | None = None,
     observer: EventObserver | None = None,
+    checker: shape.ShapeCheck | None = None,
 ) -> list[ModelMessage]:
     """The request to send: *projected* when it keeps the provider shape, else *original*.
 
@@ -59,8 +60,13 @@ def project_request(
         reason: What the projection did (`selection`, `cleared`, `reminder`, ...), for the record.
         tracer: The run's tracer; the event becomes a span when it records.
         observer: Called with the event.
+        checker: The owner's per-run `ShapeCheck`, which scans only what follows the request it checked
+            last (the same problems as `shape_problems`, found without re-reading an unchanged prefix).
     """
-    problems = shape.shape_problems(projected, before=original)
+    if checker is not None:
+        problems = checker.problems(projected, before=original)
+    else:
+        problems = shape.shape_problems(projected, before=original)
     if problems:
         _refuse(owner, 'sent the request unprojected', problems, original, tracer, observer)
         return list(original)
@@ -226,8 +232,9 @@ async def project(
     *,
     reason: str,
     observer: EventObserver | None = None,
+    checker: shape.ShapeCheck | None = None,
 ) -> ModelRequestContext:
-    """*request_context* with the messages *build* projects, checked by `project_request`.
+    """*request_context* with the messages *build* projects, checked by `project_request` (with *checker*).
 
     What a view's `before_model_request` returns. An exception in *build* never fails the run: the
     request goes out as it arrived, with a warning and an `ignored` event (reason `error`).
@@ -242,7 +249,9 @@ async def project(
         )
         emit(event, ctx.tracer, observer)
         return request_context
-    checked = project_request(original, projected, owner, reason=reason, tracer=ctx.tracer, observer=observer)
+    checked = project_request(
+        original, projected, owner, reason=reason, tracer=ctx.tracer, observer=observer, checker=checker
+    )
     return replace(request_context, messages=checked)
 
 

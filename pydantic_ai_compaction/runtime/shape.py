@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic_ai.messages import CompactionPart, ModelMessage, ModelResponse
+from pydantic_ai.messages import CompactionPart, ModelMessage, ModelResponse, ToolCallPart
 
-from pydantic_ai_compaction.runtime.pairing import pairing_problems
+from pydantic_ai_compaction.runtime.pairing import answers_call, pairing_problems
 
 
 def shape_problems(messages: Sequence[ModelMessage], *, before: Sequence[ModelMessage] | None = None) -> list[str]:
@@ -65,3 +65,81 @@ def _is_compaction(message: ModelMessage) -> bool:
 def is_compaction_response(message: ModelMessage) -> bool:
     """Whether *message* is a response holding a provider's compaction item."""
     return isinstance(message, ModelResponse) and _is_compaction(message)
+
+
+class ShapeCheck:
+    """`shape_problems` for a request that grows from one call to the next, scanning only what follows.
+
+    A view that projects every request of a run sends, through a tool loop, the previous projection
+    plus the new messages. The problems of a list depend only on what its messages hold, in order, so
+    when the list starts with the list checked last (compared in one C-level pass: equal messages, the
+    same objects in practice), the scan goes on from where it stopped instead of starting over. Any
+    other list is scanned from the start. The answer is always the one `shape_problems` gives.
+
+    Holds the list it checked last: keep one per run (a view's per-run state).
+    """
+
+    def __init__(self) -> None:
+        self._checked: list[ModelMessage] = []
+        self._open: dict[str, int] = {}
+        self._answered: set[str] = set()
+        self._pairing: list[str] = []
+        self._adjacent: list[int] = []
+
+    def problems(self, messages: Sequence[ModelMessage], *, before: Sequence[ModelMessage] | None = None) -> list[str]:
+        """What `shape_problems(messages, before=before)` returns."""
+        current = list(messages)
+        seen = len(self._checked)
+        if not (seen and len(current) >= seen and current[:seen] == self._checked):
+            self._checked, self._open, self._answered, self._pairing, self._adjacent = [], {}, set(), [], []
+            seen = 0
+        self._scan(current, seen)
+        self._checked = current
+        last = len(current) - 1
+        problems = [
+            *self._pairing,
+            *(
+                f'tool call {call_id!r} has no return (message {index})'
+                for call_id, index in self._open.items()
+                if index != last
+            ),
+        ]
+        if not current:
+            return [*problems, 'the history is empty']
+        if isinstance(current[0], ModelResponse) and not (before and isinstance(before[0], ModelResponse)):
+            problems.append('the first message is a response, not a request')
+        if isinstance(current[-1], ModelResponse) and not (before and isinstance(before[-1], ModelResponse)):
+            problems.append('the last message is a response, not a request')
+        adjacent = self._adjacent
+        if adjacent and (before is None or len(adjacent) > len(adjacent_responses(before))):
+            problems.extend(f'two responses in a row (messages {index} and {index + 1})' for index in adjacent)
+        return problems
+
+    def _scan(self, messages: list[ModelMessage], start: int) -> None:
+        """`pairing_problems`' and `adjacent_responses`' loops over `messages[start:]`, carrying their state."""
+        open_calls, answered, problems = self._open, self._answered, self._pairing
+        for index in range(start, len(messages)):
+            message = messages[index]
+            if index and _turn(messages[index - 1]) and _turn(message):
+                self._adjacent.append(index - 1)
+            if isinstance(message, ModelResponse):
+                for part in message.parts:
+                    if isinstance(part, ToolCallPart):
+                        open_calls[part.tool_call_id] = index
+                continue
+            for part in message.parts:
+                call_id = answers_call(part)
+                if call_id is None:
+                    continue
+                if call_id in open_calls:
+                    del open_calls[call_id]
+                    answered.add(call_id)
+                elif call_id in answered:
+                    problems.append(f'tool call {call_id!r} answered twice (message {index})')
+                else:
+                    problems.append(f'tool return {call_id!r} has no call before it (message {index})')
+
+
+def _turn(message: ModelMessage) -> bool:
+    """A response that counts as a model turn (a provider's compaction item does not)."""
+    return isinstance(message, ModelResponse) and not _is_compaction(message)

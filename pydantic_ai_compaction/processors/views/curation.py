@@ -185,8 +185,8 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
         self._state = _CuratorState()
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
-        """A copy with its own curation for this run."""
-        return replace(self)
+        """A copy with its own curation, and a fallback with its own memory of the last selection, for this run."""
+        return replace(self, fallback=replace(self.fallback))
 
     @property
     def last_failure(self) -> str | None:

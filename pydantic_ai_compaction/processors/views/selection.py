@@ -12,10 +12,12 @@ sent and sit outside the budget.
 from __future__ import annotations
 
 import math
+import operator
 import re
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
@@ -30,6 +32,7 @@ from pydantic_ai_compaction.runtime.instructions import tool_provided
 from pydantic_ai_compaction.runtime.memo import IdentityMemo
 from pydantic_ai_compaction.runtime.project import project as checked_request
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, segment
+from pydantic_ai_compaction.runtime.shape import ShapeCheck
 from pydantic_ai_compaction.runtime.transcript import render_messages, user_text
 
 if TYPE_CHECKING:
@@ -116,15 +119,22 @@ def terms(text: str) -> list[str]:
 def current_request_text(messages: Sequence[ModelMessage]) -> str:
     """The latest prompt the user wrote: what the selection is for (content a tool attached is not it)."""
     for message in reversed(messages):
-        if isinstance(message, ModelRequest):
-            prompts = [
-                user_text(p)
-                for p in message.parts
-                if isinstance(p, UserPromptPart) and not is_restatement(p) and not tool_provided(message, p)
-            ]
-            if prompts:
-                return '\n'.join(prompts)
+        prompts = user_prompts(message)
+        if prompts is not None:
+            return prompts
     return ''
+
+
+def user_prompts(message: ModelMessage) -> str | None:
+    """The text the user wrote in *message* (its prompts joined by lines), or `None` when it holds none."""
+    if not isinstance(message, ModelRequest):
+        return None
+    prompts = [
+        user_text(p)
+        for p in message.parts
+        if isinstance(p, UserPromptPart) and not is_restatement(p) and not tool_provided(message, p)
+    ]
+    return '\n'.join(prompts) if prompts else None
 
 
 @dataclass(frozen=True)
@@ -157,10 +167,7 @@ def bundles(view: ConversationView) -> tuple[Bundle, ...]:
     """The view's exchanges grouped into bundles (a view over the runtime's segmentation, which stays as it is)."""
     groups: list[list[Exchange]] = []
     for exchange in view.exchanges:
-        starts = exchange.kind in _STANDALONE or is_user_request(view, exchange) or not groups
-        if not starts and groups[-1][0].kind in _STANDALONE:
-            starts = True  # the opening's answer, or work after a boundary: its own bundle
-        if starts:
+        if _opens_bundle(exchange, is_user_request(view, exchange), groups[-1][0] if groups else None):
             groups.append([exchange])
         else:
             groups[-1].append(exchange)
@@ -178,6 +185,13 @@ def bundles(view: ConversationView) -> tuple[Bundle, ...]:
         )
         for index, group in enumerate(groups)
     )
+
+
+def _opens_bundle(exchange: Exchange, user_request: bool, previous: Exchange | None) -> bool:
+    """Whether *exchange* starts a bundle, *previous* being the first exchange of the bundle before it."""
+    if exchange.kind in _STANDALONE or user_request or previous is None:
+        return True
+    return previous.kind in _STANDALONE  # the opening's answer, or work after a boundary: its own bundle
 
 
 def is_user_request(view: ConversationView, exchange: Exchange) -> bool:
@@ -254,7 +268,19 @@ def rank(view: ConversationView, candidates: Sequence[Bundle], request: str) -> 
 def select(view: ConversationView, request: str, budget: int, *, retrieve: int = 12, share: float = 0.3) -> set[str]:
     """Exchange ids of the bundles to send: up to `retrieve` relevant bundles within `share` of the budget,
     then the newest bundles that fit (seed 003's condition C). Forced bundles are sent anyway, outside it."""
-    candidates = [b for b in bundles(view) if not b.forced]
+    return {
+        e.id
+        for bundle in choose(
+            view, [b for b in bundles(view) if not b.forced], request, budget, retrieve=retrieve, share=share
+        )
+        for e in bundle.exchanges
+    }
+
+
+def choose(
+    view: ConversationView, candidates: Sequence[Bundle], request: str, budget: int, *, retrieve: int, share: float
+) -> list[Bundle]:
+    """`select`'s choice among *candidates* (the bundles not always sent), in the order it took them."""
     by_id = {b.id: b for b in candidates}
     chosen: list[Bundle] = []
     used = 0
@@ -269,7 +295,7 @@ def select(view: ConversationView, request: str, budget: int, *, retrieve: int =
         if bundle not in chosen and used + bundle.tokens <= budget:
             chosen.append(bundle)
             used += bundle.tokens
-    return {e.id for bundle in chosen for e in bundle.exchanges}
+    return chosen
 
 
 def project(view: ConversationView, chosen: set[str], orientation: str | None = None) -> list[ModelMessage]:
@@ -313,6 +339,200 @@ def _after_system_prompt(messages: list[ModelMessage], orientation: str) -> list
     return [ModelRequest(parts=[UserPromptPart(orientation)]), *out]
 
 
+def _reused(previous: tuple[Exchange, ...], exchanges: tuple[Exchange, ...]) -> int:
+    """How many leading exchanges are the same as before: the same objects (compared in one C-level pass), or
+    equal ones segmentation re-made from the same exchange (the current turn it marks again on every request),
+    which share its `refs` tuple and so its messages."""
+    same = list(map(operator.is_, previous, exchanges))
+    position = 0
+    while True:
+        try:
+            position = same.index(False, position)
+        except ValueError:
+            return len(same)
+        before, now = previous[position], exchanges[position]
+        if before.refs is not now.refs or before != now:
+            return position
+        position += 1
+
+
+class _Selecting:
+    """What a run's last selection computed, extended for the next request instead of recomputed.
+
+    Everything is kept per exchange of the last view, and an exchange of the next view that is the same
+    object as the one at its position before (or an equal copy sharing its `refs`, see `_reused`) is
+    taken as it was: segmentation hands out the same exchange only for the same message objects holding
+    the same parts (it reuses the exchanges before its cut only when they match by identity), so the
+    bundles, fragments, prompts and projected messages derived from it are still those. Only the
+    exchanges from the first one that differs, and the messages they cover, are read again. Bundle
+    choices are reused while the candidates and the request stay the same (a tool loop); a new user
+    turn ranks the candidates again. The result is always the one `bundles`, `current_request_text`,
+    `select` and `project` give for the same view.
+    """
+
+    def __init__(self) -> None:
+        self.exchanges: tuple[Exchange, ...] = ()
+        """The last view's exchanges; empty until a selection completed (then nothing is reused)."""
+        self.user: list[bool] = []
+        """Per exchange: whether it is a user request (`is_user_request`)."""
+        self.fragments: list[list[ModelMessage]] = []
+        """Per exchange: its messages (`messages_of`), built once."""
+        self.tokens: list[int] = [0]
+        """Running totals of the exchanges' tokens (one more entry than exchanges)."""
+        self.forced: list[int] = [0]
+        """Running counts of forced exchanges."""
+        self.starts: list[int] = []
+        """Position of each bundle's first exchange."""
+        self.requests: list[int] = []
+        """Bundles that open with a user request."""
+        self.bundles: list[Bundle] = []
+        """The bundles (the last one's `forced` depends on where the current request is)."""
+        self.current = 0
+        """The bundle of the request being answered (every bundle from it on is sent)."""
+        self.candidates: list[int] = []
+        """Bundles that may be left out (not forced), by position."""
+        self.prompts: list[tuple[int, str]] = []
+        """(message index, text) of each message holding a prompt the user wrote, in order."""
+        self.read = 0
+        """Messages read for prompts."""
+        self.key: tuple[str, int, int, float] | None = None
+        """The request and settings the chosen bundles were picked for."""
+        self.chosen: set[str] = set()
+        """Ids of the chosen bundles."""
+        self.sent: list[bool] = []
+        """Per bundle: whether it was sent."""
+        self.out: list[ModelMessage] = []
+        """The projection."""
+        self.offsets: list[int] = [0]
+        """Per exchange: where its messages start in the projection (one more entry than exchanges)."""
+        self.check = ShapeCheck()
+        """The projection's shape check, extended the same way."""
+
+    def selection(
+        self, view: ConversationView, budget: int, *, retrieve: int, share: float
+    ) -> tuple[list[ModelMessage], str]:
+        """The projection and the request text, for a view `segment` made."""
+        previous, self.exchanges = self.exchanges, ()  # until this completes: a failure leaves nothing to reuse
+        exchanges = view.exchanges
+        reused = _reused(previous, exchanges)
+        self._prompts(view, reused)
+        rebuilt = self._bundles(view, reused)
+        request = self.prompts[-1][1] if self.prompts else ''
+        first = self._choose(view, request, rebuilt, (request, budget, retrieve, share), budget, retrieve, share)
+        self._project(view, min(reused, self.starts[first] if first < len(self.starts) else len(exchanges)))
+        self.exchanges = exchanges
+        return list(self.out), request
+
+    def _prompts(self, view: ConversationView, reused: int) -> None:
+        """The messages holding user prompts, read again from the first one a changed exchange covers."""
+        tail = view.exchanges[reused:]
+        stable = min((ref[0] for exchange in tail for ref in exchange.refs), default=len(view.messages))
+        stable = min(stable, self.read, len(view.messages))
+        del self.prompts[bisect_left(self.prompts, (stable, '')) :]
+        for index in range(stable, len(view.messages)):
+            text = user_prompts(view.messages[index])
+            if text is not None:
+                self.prompts.append((index, text))
+        self.read = len(view.messages)
+
+    def _bundles(self, view: ConversationView, reused: int) -> int:
+        """Extend the bundles from the first changed exchange; the first bundle rebuilt."""
+        exchanges = view.exchanges
+        for listing in (self.user, self.fragments):
+            del listing[reused:]
+        for running in (self.tokens, self.forced):
+            del running[reused + 1 :]
+        for exchange in exchanges[reused:]:
+            self.user.append(is_user_request(view, exchange))
+            self.fragments.append(view.messages_of(exchange))
+            self.tokens.append(self.tokens[-1] + exchange.tokens)
+            self.forced.append(self.forced[-1] + exchange.forced)
+        kept = bisect_left(self.starts, reused)  # bundles starting before the first changed exchange
+        end = self.starts[kept] if kept < len(self.starts) else None  # where the last kept bundle ended
+        del self.starts[kept:]
+        del self.requests[bisect_left(self.requests, kept) :]
+        for position in range(reused, len(exchanges)):
+            previous = exchanges[self.starts[-1]] if self.starts else None
+            if _opens_bundle(exchanges[position], self.user[position], previous):
+                if self.user[position]:
+                    self.requests.append(len(self.starts))
+                self.starts.append(position)
+        current = self.requests[-1] if self.requests else len(self.starts)
+        # The last kept bundle may have grown, and those between the old and new current request changed `forced`.
+        grown = end is None or kept == len(self.starts) or self.starts[kept] != end
+        rebuilt = max(0, min(kept - 1 if grown else kept, self.current, current))
+        self.current = current
+        ends = [*self.starts[1:], len(exchanges)]
+        del self.bundles[rebuilt:]
+        for index in range(rebuilt, len(self.starts)):
+            start, end = self.starts[index], ends[index]
+            self.bundles.append(
+                Bundle(
+                    id=exchanges[start].id,
+                    exchanges=exchanges[start:end],
+                    tokens=self.tokens[end] - self.tokens[start],
+                    forced=index >= current or self.forced[end] > self.forced[start],
+                )
+            )
+        return rebuilt
+
+    def _choose(
+        self,
+        view: ConversationView,
+        request: str,
+        rebuilt: int,
+        key: tuple[str, int, int, float],
+        budget: int,
+        retrieve: int,
+        share: float,
+    ) -> int:
+        """Choose the bundles again unless the candidates and the request are unchanged; the first bundle whose
+        sending may differ from the last projection's."""
+        dropped = bisect_left(self.candidates, rebuilt)
+        unchanged = dropped == len(self.candidates)
+        del self.candidates[dropped:]
+        for index in range(rebuilt, len(self.bundles)):
+            if not self.bundles[index].forced:
+                self.candidates.append(index)
+                unchanged = False
+        first = rebuilt
+        if not unchanged or key != self.key:
+            self.key = None
+            picked = choose(
+                view, [self.bundles[i] for i in self.candidates], request, budget, retrieve=retrieve, share=share
+            )
+            chosen = {bundle.id for bundle in picked}
+            if chosen != self.chosen:
+                first = 0  # which bundles are sent changed: compare them all below
+            self.chosen, self.key = chosen, key
+        del self.sent[len(self.bundles) :]
+        changed = len(self.sent)
+        for index in range(first, len(self.bundles)):
+            bundle = self.bundles[index]
+            sent = bundle.forced or bundle.id in self.chosen
+            if index < len(self.sent):
+                # A bundle at the same position starts at the same exchange up to the first changed one.
+                if self.sent[index] != sent and changed == len(self.sent):
+                    changed = index
+                self.sent[index] = sent
+            else:
+                self.sent.append(sent)
+        return changed
+
+    def _project(self, view: ConversationView, start: int) -> None:
+        """The projection, rebuilt from exchange position *start* on."""
+        del self.out[self.offsets[start] :]
+        del self.offsets[start + 1 :]
+        bundle = max(0, bisect_right(self.starts, start) - 1)
+        ends = [*self.starts[1:], len(view.exchanges)]
+        for position in range(start, len(view.exchanges)):
+            while position >= ends[bundle]:
+                bundle += 1
+            if self.sent[bundle]:
+                self.out.extend(self.fragments[position])
+            self.offsets.append(len(self.out))
+
+
 @dataclass
 class BoundedSelection(AbstractCapability[AgentDepsT]):
     """Deterministic lexical-and-recency projection of whole bundles, under a history budget.
@@ -336,6 +556,10 @@ class BoundedSelection(AbstractCapability[AgentDepsT]):
     observer: EventObserver | None = None
     """Called with a `CompactionEvent` for every request this view changed (and every projection refused)."""
 
+    _run: _Selecting = field(init=False, repr=False, compare=False)
+    """Per run: the last request's selection, extended for the next one (so a request costs about its new messages).
+    It holds the last request's messages until the next request; a run's copy (`for_run`) goes with the run."""
+
     def __post_init__(self) -> None:
         check_int('BoundedSelection', 'budget', self.budget, minimum=1)
         check_int('BoundedSelection', 'retrieve', self.retrieve, minimum=0)
@@ -343,6 +567,11 @@ class BoundedSelection(AbstractCapability[AgentDepsT]):
             'BoundedSelection', 'retrieval_share', self.retrieval_share, minimum=0, maximum=1, exclusive_minimum=True
         )
         check_callable('BoundedSelection', 'observer', self.observer)
+        self._run = _Selecting()
+
+    async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
+        """A copy with its own memory of the last selection for this run."""
+        return replace(self)
 
     async def before_model_request(
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
@@ -353,13 +582,21 @@ class BoundedSelection(AbstractCapability[AgentDepsT]):
             return self.selection(request_context.messages, prompt=ctx.prompt)
 
         return await checked_request(
-            'BoundedSelection', ctx, request_context, build, reason='selection', observer=self.observer
+            'BoundedSelection',
+            ctx,
+            request_context,
+            build,
+            reason='selection',
+            observer=self.observer,
+            checker=self._run.check,
         )
 
     def selection(self, messages: Sequence[ModelMessage], *, prompt: object = None) -> list[ModelMessage]:
-        """What this selection sends for *messages* (unchecked: `before_model_request` checks it)."""
+        """What this selection sends for *messages* (unchecked: `before_model_request` checks it).
+
+        Always `project(view, select(view, current_request_text(messages), ...))` for `view = segment(messages)`,
+        computed from the previous call's result where the history only grew.
+        """
         view = segment(messages, prompt=prompt)
-        chosen = select(
-            view, current_request_text(messages), self.budget, retrieve=self.retrieve, share=self.retrieval_share
-        )
-        return project(view, chosen)
+        projected, _ = self._run.selection(view, self.budget, retrieve=self.retrieve, share=self.retrieval_share)
+        return projected

@@ -1,0 +1,297 @@
+"""Incremental selection: each request extends the last one's bundles, choice and projection, and always sends
+exactly what a selection computed from scratch sends."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic_ai import Agent
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
+from pydantic_ai.tools import RunContext
+from pydantic_ai.usage import RunUsage
+
+from pydantic_ai_compaction import BoundedSelection
+from pydantic_ai_compaction.processors.views.selection import current_request_text, project, select
+from pydantic_ai_compaction.runtime.project import project_request
+from pydantic_ai_compaction.runtime.segment import segment_fresh
+from pydantic_ai_compaction.runtime.shape import ShapeCheck, shape_problems
+
+from .reliability import histories
+
+selection_module = importlib.import_module('pydantic_ai_compaction.processors.views.selection')
+
+EXAMPLES = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+SETTINGS = st.tuples(
+    st.sampled_from([1, 15, 60, 250, 10_000]),  # budget: from nothing fits to everything fits
+    st.sampled_from([0, 1, 12]),  # retrieve
+    st.sampled_from([0.3, 1.0]),  # retrieval share
+    st.sampled_from([None, 'continue', 'alpha beta']),  # the run's prompt
+)
+
+
+def fresh(messages: Sequence[ModelMessage], capability: BoundedSelection[Any], prompt: object) -> list[ModelMessage]:
+    """The selection computed from scratch: nothing remembered by segmentation or by the capability."""
+    view = segment_fresh(messages, prompt=prompt)
+    request = current_request_text(messages)
+    chosen = select(view, request, capability.budget, retrieve=capability.retrieve, share=capability.retrieval_share)
+    return project(view, chosen)
+
+
+def capability(budget: int, retrieve: int, share: float) -> BoundedSelection[Any]:
+    return BoundedSelection[Any](budget=budget, retrieve=retrieve, retrieval_share=share)
+
+
+def grown(selection: BoundedSelection[Any], history: list[ModelMessage], prompt: object) -> None:
+    for end in range(1, len(history) + 1):
+        prefix = history[:end]
+        assert selection.selection(prefix, prompt=prompt) == fresh(prefix, selection, prompt)
+
+
+@EXAMPLES
+@given(histories(), SETTINGS)
+def test_a_history_grown_message_by_message_selects_as_if_fresh(
+    history: list[ModelMessage], setting: tuple[int, int, float, str | None]
+) -> None:
+    budget, retrieve, share, prompt = setting
+    grown(capability(budget, retrieve, share), history, prompt)
+
+
+@EXAMPLES
+@given(histories(), histories(), st.integers(0, 30), SETTINGS)
+def test_a_replaced_or_edited_history_selects_as_if_fresh(
+    history: list[ModelMessage], other: list[ModelMessage], keep: int, setting: tuple[int, int, float, str | None]
+) -> None:
+    budget, retrieve, share, prompt = setting
+    selection = capability(budget, retrieve, share)
+    grown(selection, history, prompt)
+    # A compaction rewrote the history, or another history was passed that starts with the same opening object.
+    keep = min(keep, len(history) - 1)
+    replaced = [*history[: max(keep, 1)], *other[1:]]
+    assert selection.selection(replaced, prompt=prompt) == fresh(replaced, selection, prompt)
+    grown(selection, replaced, prompt)
+    # A message in the middle swapped for a copy with more content, a shorter history, then the original again.
+    if len(history) > 2:
+        middle = len(history) // 2
+        edited = list(history)
+        edited[middle] = _edited(history[middle])
+        assert selection.selection(edited, prompt=prompt) == fresh(edited, selection, prompt)
+        assert selection.selection(history[:middle], prompt=prompt) == fresh(history[:middle], selection, prompt)
+    assert selection.selection(history, prompt=prompt) == fresh(history, selection, prompt)
+
+
+def _edited(message: ModelMessage) -> ModelMessage:
+    if isinstance(message, ModelRequest):
+        return replace(message, parts=[*message.parts, UserPromptPart('an edit about alpha beta')])
+    return replace(message, parts=[*message.parts, TextPart('an edit about alpha beta')])
+
+
+def _context(prompt: object) -> RunContext[None]:
+    return RunContext[None](deps=None, model=TestModel(), usage=RunUsage(), prompt=prompt)  # pyright: ignore[reportArgumentType]
+
+
+def _request(messages: list[ModelMessage]) -> ModelRequestContext:
+    return ModelRequestContext(
+        model=TestModel(), messages=messages, model_settings=None, model_request_parameters=ModelRequestParameters()
+    )
+
+
+@EXAMPLES
+@given(histories(), histories(), SETTINGS)
+@pytest.mark.anyio
+async def test_the_hook_sends_what_a_fresh_checked_selection_sends(
+    history: list[ModelMessage], other: list[ModelMessage], setting: tuple[int, int, float, str | None]
+) -> None:
+    budget, retrieve, share, prompt = setting
+    selection = capability(budget, retrieve, share)
+    ctx = _context(prompt)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)  # a refused projection warns; both paths refuse alike
+        for messages in [history[:end] for end in range(1, len(history) + 1)] + [[*history[:1], *other[1:]], history]:
+            sent = (await selection.before_model_request(ctx, _request(list(messages)))).messages
+            expected = project_request(messages, fresh(messages, selection, prompt), 'BoundedSelection', reason='x')
+            assert sent == expected
+
+
+def _shuffled(history: list[ModelMessage], drops: list[int]) -> list[ModelMessage]:
+    """*history* with some messages left out: pairing, order and adjacency problems appear."""
+    return [message for index, message in enumerate(history) if index not in drops]
+
+
+@EXAMPLES
+@given(histories(), histories(), st.lists(st.integers(0, 40), max_size=4))
+def test_the_shape_check_finds_what_shape_problems_finds(
+    history: list[ModelMessage], other: list[ModelMessage], drops: list[int]
+) -> None:
+    check = ShapeCheck()
+    broken = _shuffled(history, drops)
+    lists = [
+        *(history[:end] for end in range(len(history) + 1)),
+        *(broken[:end] for end in range(len(broken) + 1)),
+        [*history[:2], *other],
+        other,
+        [],
+        history,
+    ]
+    for messages in lists:
+        for before in (None, history, other):
+            assert check.problems(messages, before=before) == shape_problems(messages, before=before)
+
+
+def tool_loop(steps: int) -> list[ModelMessage]:
+    messages: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart('sys'), UserPromptPart('read alpha')])]
+    for step in range(steps):
+        messages.append(ModelResponse(parts=[ToolCallPart('read', {'i': step}, tool_call_id=f'c{step}')]))
+        messages.append(ModelRequest(parts=[ToolReturnPart('read', f'log {step} beta', tool_call_id=f'c{step}')]))
+        if step % 10 == 9:
+            messages.append(ModelResponse(parts=[TextPart(f'done with {step}')]))
+            messages.append(ModelRequest(parts=[UserPromptPart(f'now read beta {step}')]))
+    return messages
+
+
+def test_each_request_of_a_run_reads_only_what_is_new(monkeypatch: pytest.MonkeyPatch) -> None:
+    history = tool_loop(55)  # the last user turn came after step 49: a tool loop of five steps follows it
+    calls: dict[str, int] = {}
+    for name in ('user_prompts', 'is_user_request', 'choose'):
+        original = getattr(selection_module, name)
+
+        def counted(*args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
+            calls[_name] = calls.get(_name, 0) + 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(selection_module, name, counted)
+    selection = BoundedSelection[Any](budget=200)
+    selection.selection(history[:-4])
+    assert calls['choose'] == 1 and calls['user_prompts'] == len(history) - 4  # the first request reads everything
+    for end in (-2, None):
+        calls.clear()
+        sent = selection.selection(history[:end])
+        # The new step and the exchange it finished are read; the choice is kept (no new user turn).
+        assert calls.get('choose', 0) == 0
+        assert 2 <= calls['user_prompts'] <= 4 and 1 <= calls['is_user_request'] <= 2
+        assert sent == fresh(history[:end], selection, None)
+
+
+@dataclass
+class Recorder(AbstractCapability[Any]):
+    """Listed before and after the selection: what it was given and what it sent."""
+
+    seen: list[list[ModelMessage]] = field(default_factory=list[list[ModelMessage]])
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        self.seen.append(list(request_context.messages))
+        return request_context
+
+
+@pytest.mark.anyio
+async def test_a_real_run_sends_the_fresh_selection_at_every_request() -> None:
+    steps = {'n': 0}
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        steps['n'] += 1
+        if steps['n'] < 12:
+            return ModelResponse(parts=[ToolCallPart('read_log', {'index': steps['n']})])
+        return ModelResponse(parts=[TextPart('all read')])
+
+    given, sent = Recorder(), Recorder()
+    selection = BoundedSelection[Any](budget=120)
+    agent = Agent(FunctionModel(respond), capabilities=[given, selection, sent])
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:
+        return f'log {index}: ' + 'alpha beta gamma ' * 20
+
+    earlier = tool_loop(25)[:-1]  # ends on a tool return: the run's prompt starts a new turn
+    earlier.append(ModelResponse(parts=[TextPart('paused')]))
+    result = await agent.run('read the logs about beta', message_history=earlier)
+    assert result.output == 'all read'
+    assert len(given.seen) == len(sent.seen) == 12
+    for before, after in zip(given.seen, sent.seen, strict=True):
+        assert after == fresh(before, selection, 'read the logs about beta')
+    assert len(sent.seen[-1]) < len(given.seen[-1])  # the budget left earlier bundles out
+
+
+@pytest.mark.anyio
+async def test_each_run_gets_its_own_memory() -> None:
+    selection = BoundedSelection[Any](budget=100)
+    ctx = _context(None)
+    first, second = await selection.for_run(ctx), await selection.for_run(ctx)
+    assert isinstance(first, BoundedSelection) and isinstance(second, BoundedSelection)
+    assert first is not second and first == selection
+    history = tool_loop(12)
+    first.selection(history)
+    assert first._run.exchanges and not second._run.exchanges  # pyright: ignore[reportPrivateUsage]
+
+
+def test_a_new_request_with_the_same_candidates_is_chosen_for_again() -> None:
+    from pydantic_ai_compaction.runtime.pins import pin
+
+    alpha = ModelResponse(parts=[TextPart('alpha facts: alpha alpha')])
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[SystemPromptPart('sys'), UserPromptPart('start')]),
+        alpha,
+        ModelRequest(parts=[UserPromptPart('tell me about beta')]),
+        ModelResponse(parts=[TextPart('beta facts: beta beta')]),
+        ModelRequest(parts=[pin('remember the deadline')]),  # a pinned turn: always sent, never a candidate
+    ]
+    selection = BoundedSelection[Any](budget=12, retrieve=1, retrieval_share=1.0)
+    first = selection.selection(history)
+    assert alpha not in first  # nothing matches the pinned request: the newest bundle that fits is sent
+    # The next turn leaves the candidates as they were (the pinned bundle stays forced); only the request changed.
+    later = [*history, ModelResponse(parts=[TextPart('noted')]), ModelRequest(parts=[UserPromptPart('alpha?')])]
+    sent = selection.selection(later)
+    assert sent == fresh(later, selection, None)
+    assert alpha in sent
+
+
+def test_a_replaced_last_request_is_read_again() -> None:
+    alpha = ModelResponse(parts=[TextPart('alpha facts: alpha alpha')])
+    beta = ModelResponse(parts=[TextPart('beta facts: beta beta')])
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[SystemPromptPart('sys'), UserPromptPart('start')]),
+        alpha,
+        ModelRequest(parts=[UserPromptPart('tell me')]),
+        beta,
+        ModelRequest(parts=[UserPromptPart('beta?')]),
+    ]
+    selection = BoundedSelection[Any](budget=8, retrieve=1, retrieval_share=1.0)  # one bundle fits
+    assert beta in selection.selection(history) and alpha not in selection.selection(history)
+    # The same length, the last request replaced (a retried turn): its prompt is the request now.
+    edited = [*history[:-1], ModelRequest(parts=[UserPromptPart('alpha?')])]
+    sent = selection.selection(edited)
+    assert sent == fresh(edited, selection, None)
+    assert alpha in sent and beta not in sent
+
+
+@pytest.mark.anyio
+async def test_a_curated_selection_run_has_its_own_fallback_memory() -> None:
+    from pydantic_ai_compaction import CuratedSelection
+
+    curated = CuratedSelection[Any](fallback=BoundedSelection[Any](budget=50))
+    run = await curated.for_run(_context(None))
+    assert isinstance(run, CuratedSelection)
+    assert run.fallback is not curated.fallback and run.fallback == curated.fallback
+    run.fallback.selection(tool_loop(5))
+    assert run.fallback._run.exchanges and not curated.fallback._run.exchanges  # pyright: ignore[reportPrivateUsage]
