@@ -42,7 +42,6 @@ from pydantic_ai.messages import (
     RetryFeedbackPart,
     RetryPromptPart,  # pyright: ignore[reportDeprecated]
     TextContent,
-    TextPart,
     ToolAvailabilityDeltaPart,
     ToolCallPart,
     ToolReturnPart,
@@ -58,7 +57,7 @@ from pydantic_ai_compaction.protocols.types import Exchange, ExchangeKind, PartR
 from pydantic_ai_compaction.runtime.memo import IdentityMemo
 from pydantic_ai_compaction.runtime.pairing import answers_call as _answers_call
 from pydantic_ai_compaction.runtime.pins import is_pinned
-from pydantic_ai_compaction.runtime.tokens import CHARS_PER_TOKEN, estimate_token_count
+from pydantic_ai_compaction.runtime.tokens import CHARS_PER_TOKEN, estimate_token_count, message_text_length
 
 ProtectPredicate = Callable[[Exchange, list[ModelMessage]], bool]
 """User hook: return `True` to protect an exchange (it receives the exchange and its messages)."""
@@ -776,91 +775,83 @@ def _id_counter(
     return highest, stamped, per_message
 
 
-_TOKENS: IdentityMemo[int] = IdentityMemo()
-"""Token estimates keyed by a message object and each of its parts, in order (never keeps any of them alive).
+class _TokenMemo:
+    """Token estimates by message object, valid while it holds the same part objects, in order.
 
-pydantic-ai assigns a new `parts` list to a persisted request when it adds a part to it, and a processor may
-replace a part in a reused list: either way the key changes. A part's content changed in place is not seen
-(parts are never mutated in place, see the module docstring)."""
+    One weak reference per message (the entry goes with it); its parts are held strongly by the entry,
+    which keeps a part replaced in the message alive (so its id is never reused by another object) only
+    as long as the message itself. pydantic-ai assigns a new `parts` list to a persisted request when it
+    adds a part to it, and a processor may replace a part in a reused list: either way the parts differ.
+    A part's content changed in place is not seen (parts are never mutated in place, see the module
+    docstring).
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref[ModelMessage], tuple[object, ...], int]] = {}
+
+    def get(self, message: ModelMessage) -> int | None:
+        entry = self._entries.get(id(message))
+        if entry is None or entry[0]() is not message:
+            return None
+        parts = message.parts
+        held = entry[1]
+        if len(held) != len(parts) or not all(map(operator.is_, held, parts)):
+            return None
+        return entry[2]
+
+    def put(self, message: ModelMessage, tokens: int) -> int:
+        key = id(message)
+        entries = self._entries
+
+        def forget(ref: weakref.ref[ModelMessage]) -> None:
+            entry = entries.get(key)
+            if entry is not None and entry[0] is ref:
+                del entries[key]
+
+        entries[key] = (weakref.ref(message, forget), tuple(message.parts), tokens)
+        return tokens
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
-def _remembered(message: ModelMessage) -> int | None:
-    return _TOKENS.get((message, *message.parts))
-
-
-def _remember_tokens(message: ModelMessage, tokens: int) -> int:
-    return _TOKENS.put((message, *message.parts), tokens)
+_TOKENS = _TokenMemo()
+"""Token estimates of the messages seen (never keeps a message alive)."""
 
 
 def message_tokens(message: ModelMessage) -> int:
     """Estimated tokens a message adds (`runtime.tokens`' text estimate; a response at least its output tokens)."""
-    cached = _remembered(message)
+    cached = _TOKENS.get(message)
     if cached is not None:
         return cached
     tokens = estimate_token_count([_without_instructions(message)])
     if isinstance(message, ModelResponse):
         tokens = max(tokens, message.usage.output_tokens)
-    return _remember_tokens(message, tokens)
-
-
-_BATCH_MARK = ''.join(['\x00', 'pydantic-ai-compaction', '\x00'])
-"""Text of the marker response put between messages in one batched estimate (compared by identity)."""
-
-_BATCH_MARKER = ModelResponse(parts=[TextPart(_BATCH_MARK)])
-
-_BATCH_FROM = 8
-"""Unmemoized messages from which one batched estimate is cheaper than one estimate per message."""
+    return _TOKENS.put(message, tokens)
 
 
 def messages_tokens(messages: Sequence[ModelMessage]) -> list[int]:
-    """`message_tokens` of each message, the ones not seen before estimated in one pass.
+    """`message_tokens` of each message, the ones not seen before measured without building their texts.
 
-    The estimator has a fixed cost per call (it locates the instruction window first), which
-    dominated segmenting a long history it had not seen. So unseen messages are estimated in one
-    call, a marker response between each two, with a tokenizer that only records each text's
-    length; the counts are the same as one call per message, because the estimate of a message's
-    parts depends on the others only through instruction changes (`InstructionDeltaPart`), and a
-    message holding one is estimated alone. If the estimator ever reports texts other than in
-    message order, the markers do not add up and each message is estimated alone.
+    A message's estimate depends on the others only through instruction changes (`InstructionDeltaPart`):
+    every other message is measured by `message_text_length`, which sums the same texts the estimator reads,
+    and a message holding one is estimated alone.
     """
-    counts: list[int | None] = [_remembered(message) for message in messages]
-    missing = [
-        index
-        for index, count in enumerate(counts)
-        if count is None
-        and not (
-            isinstance(messages[index], ModelRequest)
-            and any(isinstance(part, InstructionDeltaPart) for part in messages[index].parts)
-        )
-    ]
-    if len(missing) >= _BATCH_FROM:
-        batch: list[ModelMessage] = []
-        for index in missing:
-            batch.append(_without_instructions(messages[index]))
-            batch.append(_BATCH_MARKER)
-        lengths: list[int] = [0]
-
-        def record(text: str) -> int:
-            if text is _BATCH_MARK:
-                lengths.append(0)
+    memo = _TOKENS
+    out: list[int] = []
+    for message in messages:
+        tokens = memo.get(message)
+        if tokens is None:
+            length = message_text_length(message)
+            if length is None:
+                tokens = message_tokens(message)
             else:
-                lengths[-1] += len(text)
-            return 0
-
-        estimate_token_count(batch, record)
-        found = [length // CHARS_PER_TOKEN for length in lengths[:-1]]
-        # The texts came in message order, and the first and last agree with an estimate of their own.
-        if len(lengths) == len(missing) + 1 and all(
-            found[at] == estimate_token_count([_without_instructions(messages[missing[at]])]) for at in (0, -1)
-        ):
-            for index, tokens in zip(missing, found, strict=True):
-                message = messages[index]
+                tokens = length // CHARS_PER_TOKEN
                 if isinstance(message, ModelResponse):
                     tokens = max(tokens, message.usage.output_tokens)
-                counts[index] = _remember_tokens(message, tokens)
-    return [
-        count if count is not None else message_tokens(message) for count, message in zip(counts, messages, strict=True)
-    ]
+                memo.put(message, tokens)
+        out.append(tokens)
+    return out
 
 
 def _tokens(messages: Sequence[ModelMessage], refs: tuple[PartRef, ...], counts: dict[int, int]) -> int:

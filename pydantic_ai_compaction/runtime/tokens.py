@@ -241,6 +241,43 @@ def _message_text(messages: Sequence[ModelMessage]) -> list[list[str]]:
     return out
 
 
+def message_text_length(message: ModelMessage) -> int | None:
+    """Characters of the texts *message* is sent with on its own, instructions excluded.
+
+    The same total as the segments `estimate_token_count([message])` reads without instructions, summed
+    without building them: a history never seen is measured in one pass at about the cost of reading its
+    parts. `None` for a request holding an instruction change, whose text depends on the messages around it.
+    """
+    total = 0
+    if isinstance(message, ModelRequest):
+        for part in message.parts:
+            kind = type(part)
+            if kind is ToolReturnPart:
+                content = part.content  # pyright: ignore[reportUnknownMemberType]
+                # A plain string holds no file: its text is itself (`_tool_return_text`).
+                total += len(content) if type(content) is str else len(_tool_return_text(part))  # pyright: ignore[reportUnknownArgumentType]
+            elif kind is UserPromptPart and type(part.content) is str:
+                total += len(part.content)
+            elif kind is SystemPromptPart:
+                total += len(part.content)
+            elif isinstance(part, InstructionDeltaPart):
+                return None
+            else:
+                total += sum(map(len, _request_part_text(part)))
+        return total
+    for part in message.parts:
+        kind = type(part)
+        if kind is TextPart:
+            total += len(part.content)
+        elif kind is ToolCallPart:
+            total += len(part.tool_name) + len(str(part.args))
+        elif kind is ThinkingPart:
+            total += len(part.content or '')
+        else:
+            total += sum(map(len, _response_part_text(part)))
+    return total
+
+
 def _request_part_text(part: ModelRequestPart) -> list[str]:
     if isinstance(part, UserPromptPart):
         return [''.join(_prompt_texts(part))]
