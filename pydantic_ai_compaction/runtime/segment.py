@@ -108,23 +108,38 @@ def message_stamp(message: ModelMessage) -> str | None:
     return exchange_stamp(message.metadata)
 
 
-@dataclass
 class _Unit:
-    kind: ExchangeKind
-    parts: dict[int, list[int]] = field(default_factory=dict[int, list[int]])
-    """message index → part indices (sorted)."""
-    stamp: str | None = None
+    """The parts of one exchange in the making.
+
+    `parts` maps a message index to part indices. Both are only ever added in ascending order (the builder
+    walks the history forward and a unit only takes parts of the message being read), so a unit's first
+    and last entries are its start and end, and units are created in the order of their starts.
+    """
+
+    __slots__ = ('kind', 'parts', 'stamp')
+
+    def __init__(self, kind: ExchangeKind, stamp: str | None = None) -> None:
+        self.kind: ExchangeKind = kind
+        self.parts: dict[int, list[int]] = {}
+        """message index → part indices."""
+        self.stamp = stamp
 
     def add(self, message_index: int, part_index: int) -> None:
-        self.parts.setdefault(message_index, []).append(part_index)
+        held = self.parts.get(message_index)
+        if held is None:
+            self.parts[message_index] = [part_index]
+        else:
+            held.append(part_index)
 
     def start(self) -> tuple[int, int]:
-        first = min(self.parts)
-        return first, min(self.parts[first], default=-1)
+        first = next(iter(self.parts))
+        held = self.parts[first]
+        return first, held[0] if held else -1
 
     def end(self) -> tuple[int, int]:
-        last = max(self.parts)
-        return last, max(self.parts[last], default=-1)
+        last = next(reversed(self.parts))
+        held = self.parts[last]
+        return last, held[-1] if held else -1
 
 
 @dataclass(frozen=True)
@@ -375,9 +390,10 @@ class _Raw:
 
 def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _State | None) -> _Raw:
     start = state.cut if state is not None else 0
-    units, snapshots = _build_units(history, prompt, start=start, state=state)
+    units, snapshots, compacted = _build_units(history, prompt, start=start, state=state)
     groups = _merge_linked(units)
-    tail_highest, stamped_numbers, record_highest = _id_counter(history, units, start=start)
+    tail_highest, stamped, record_highest = _id_counter(history, units, compacted)
+    stamped_numbers = {number for _, number in stamped}
     if state is not None:
         if max(state.highest_before_cut, tail_highest) != state.assigned_from:
             raise _Stale  # a higher stamp or record arrived (or left): earlier ids would be numbered differently
@@ -389,51 +405,65 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         next_number = assigned_from = tail_highest
         offset = 0
         prior = {}
-    token_counts = dict(zip(range(start, len(history)), messages_tokens(history[start:]), strict=True))
+    token_counts = messages_tokens(history[start:])
 
     exchanges: list[Exchange] = []
     used: set[str] = set()
     counters: list[int] = []
     starts: list[int] = []
+    numbers: list[int] = []
+    turns: list[int] = []
     for group_index, group in enumerate(groups, start=offset):
-        merged = _merge_parts(group)
         first = group[0]
         kind: ExchangeKind = first.kind
-        if any(unit.kind == 'boundary' for unit in group):
-            kind = 'boundary'
+        if len(group) == 1:
+            merged = first.parts  # built in order, one entry per message
+        else:
+            merged = _merge_parts(group)
+            if any(unit.kind == 'boundary' for unit in group):
+                kind = 'boundary'
+        stamp = first.stamp
         if group_index == 0:
-            exchange_id = 'g0'
+            exchange_id, number = 'g0', 0
         elif (
-            first.stamp is not None
-            and first.stamp not in used
-            and first.stamp not in prior
-            and exchange_number(first.stamp) is not None
+            stamp is not None
+            and stamp not in used
+            and stamp not in prior
+            and (number := exchange_number(stamp)) is not None
         ):
-            exchange_id = first.stamp
+            exchange_id = stamp
         else:
             next_number += 1
             while next_number in stamped_numbers:
                 next_number += 1
-            exchange_id = f'g{next_number}'
+            exchange_id, number = f'g{next_number}', next_number
         used.add(exchange_id)
         counters.append(next_number)
-        starts.append(min(merged))
-        refs = _refs(history, merged)
+        numbers.append(number)
+        refs: list[PartRef] = []
+        tokens = 0
+        for index, parts in merged.items():
+            if len(parts) == len(history[index].parts):
+                refs.append((index, None))
+                tokens += token_counts[index - start]
+            else:
+                refs.append((index, tuple(parts)))
+                tokens += _share(history, index, parts, token_counts[index - start])
+        starts.append(refs[0][0])
+        if kind == 'turn' or kind == 'opening':
+            turns.append(len(exchanges))
         exchanges.append(
             Exchange(
                 id=exchange_id,
                 kind=kind,
-                refs=refs,
-                tokens=_tokens(history, refs, token_counts),
+                refs=tuple(refs),
+                tokens=tokens,
                 protected=_protection(kind, history, refs, group_index),
             )
         )
 
-    top = max([exchange_number(e.id) or 0 for e in exchanges] + [next_number, 0])
-    last_turn = state.last_turn if state is not None else None
-    for position, exchange in enumerate(exchanges):
-        if exchange.kind in ('turn', 'opening'):
-            last_turn = offset + position
+    top = max([*numbers, next_number, 0])
+    last_turn = offset + turns[-1] if turns else (state.last_turn if state is not None else None)
     if state is not None:
         top = max(top, state.top_number)
         all_exchanges = [*state.exchanges, *exchanges]
@@ -449,25 +479,21 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
     # cut belong to the reused exchanges alone.
     frozen_count = len(exchanges) - 1
     cut = starts[-1] if exchanges else 0
-    while frozen_count > 0 and max(ref[0] for ref in exchanges[frozen_count - 1].refs) >= cut:
+    while frozen_count > 0 and exchanges[frozen_count - 1].refs[-1][0] >= cut:
         frozen_count -= 1
         cut = starts[frozen_count]
     if frozen_count > 0 and cut > start:
         frozen = exchanges[:frozen_count]
         before = snapshots[cut - start]
-        stamps = [
-            number
-            for unit in units
-            if unit.stamp and unit.start()[0] < cut and (number := exchange_number(unit.stamp)) is not None
-        ]
-        new_refs = tuple(weakref.ref(history[index]) for index in range(start, cut))
-        new_parts = [history[index].parts for index in range(start, cut)]
+        new_refs = tuple(map(weakref.ref, history[start:cut]))
+        new_parts = list(map(_PARTS, history[start:cut]))
         frozen_by_id = dict(prior)
         frozen_by_id.update({exchange.id: exchange for exchange in frozen})
         frozen_turn = state.last_turn if state is not None else None
-        for position, exchange in enumerate(frozen):
-            if exchange.kind in ('turn', 'opening'):
+        for position in reversed(turns):
+            if position < frozen_count:
                 frozen_turn = offset + position
+                break
         new_state = _State(
             cut=cut,
             refs=(state.refs if state is not None else ()) + new_refs,
@@ -479,12 +505,14 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
             by_id=frozen_by_id,
             assigned_from=assigned_from,
             highest_before_cut=max(
-                [state.highest_before_cut if state is not None else 0, *stamps, *record_highest[: cut - start]]
+                [
+                    state.highest_before_cut if state is not None else 0,
+                    *(number for index, number in stamped if index < cut),
+                    *(number for index, number in record_highest if index < cut),
+                ]
             ),
             counter=counters[frozen_count - 1],
-            top_number=max(
-                [state.top_number if state is not None else 0, *(exchange_number(e.id) or 0 for e in frozen)]
-            ),
+            top_number=max([state.top_number if state is not None else 0, *numbers[:frozen_count]]),
             last_turn=frozen_turn,
             response=before[0] is not None,
             retrying=before[1] is not None,
@@ -510,11 +538,13 @@ def _finish(history: tuple[ModelMessage, ...], raw: _Raw, protect: ProtectPredic
         # The exchanges in progress: every one that owns part of the last message (only exchanges segmented in
         # this call can). That is the response whose returns the current request carries together with that
         # request, a new user turn, both, or a response still waiting for its tool results (or suspended).
+        # Exchanges are ordered by their last message (their spans never overlap), so those are the last ones.
         last = len(history) - 1
-        for position in range(raw.tail_start, len(exchanges)):
+        for position in range(len(exchanges) - 1, raw.tail_start - 1, -1):
             exchange = exchanges[position]
-            if any(ref[0] == last for ref in exchange.refs):
-                exchanges[position] = by_id[exchange.id] = replace(exchange, unfinished=True)
+            if exchange.refs[-1][0] != last:
+                break
+            exchanges[position] = by_id[exchange.id] = replace(exchange, unfinished=True)
     if raw.last_turn is not None and exchanges[raw.last_turn].protected is None:
         # The latest user turn is what the agent is working on: dropping it would lose the question itself.
         exchange = replace(exchanges[raw.last_turn], protected='current_turn')
@@ -580,8 +610,9 @@ _Snapshot = tuple[int | None, int | None, int | None]
 
 def _build_units(
     messages: Sequence[ModelMessage], prompt: object = None, *, start: int = 0, state: _State | None = None
-) -> tuple[list[_Unit], list[_Snapshot]]:
-    """The units of `messages[start:]`, and the builder's state before each of those messages.
+) -> tuple[list[_Unit], list[_Snapshot], list[int]]:
+    """The units of `messages[start:]`, the builder's state before each of those messages, and the indices of
+    the messages holding a `CompactionPart` (the only ones a boundary record can be read from).
 
     From a cut (*state* given), units before it are reused as they are: a message that would add to one
     of them (a return whose call is not after the cut, feedback or a retry answer for a response before
@@ -589,6 +620,7 @@ def _build_units(
     """
     units: list[_Unit] = []
     snapshots: list[_Snapshot] = []
+    compacted: list[int] = []
     owner_of_call: dict[str, int] = {}
     calls_before = state is not None and state.response
     last_response: int | None = _FROZEN if calls_before else None
@@ -598,25 +630,40 @@ def _build_units(
         message = messages[index]
         snapshots.append((last_response, retrying, opening))
         if isinstance(message, ModelResponse):
-            boundary = any(isinstance(part, CompactionPart) for part in message.parts)
-            calls = [part for part in message.parts if isinstance(part, ToolCallPart)]
+            parts = message.parts
+            boundary = False
+            calls: list[str] = []
+            for part in parts:
+                if isinstance(part, ToolCallPart):
+                    calls.append(part.tool_call_id)
+                elif isinstance(part, CompactionPart):
+                    boundary = True
+            if boundary:
+                compacted.append(index)
             if retrying is not None and not boundary:
                 # The model's answer to a retry belongs with the call it retries.
                 if retrying == _FROZEN:
                     raise _Stale
                 position = retrying
-                units[position].kind = 'tools' if calls or units[position].kind == 'tools' else units[position].kind
+                unit = units[position]
+                if calls:
+                    unit.kind = 'tools'
             else:
                 kind: ExchangeKind = 'boundary' if boundary else ('tools' if calls else 'response')
-                units.append(_Unit(kind, stamp=message_stamp(message) or _boundary_stamp(message)))
+                stamp = message_stamp(message) if message.metadata else None
+                if not stamp:
+                    stamp = _boundary_stamp(message) if boundary else None
+                unit = _Unit(kind, stamp)
+                units.append(unit)
                 position = len(units) - 1
-            units[position].parts[index] = list(range(len(message.parts)))
+            unit.parts[index] = list(range(len(parts)))
             last_response = position
-            for call in calls:
-                owner_of_call[call.tool_call_id] = position
+            for call_id in calls:
+                owner_of_call[call_id] = position
             continue
 
-        if not message.parts:
+        parts = message.parts
+        if not parts:
             # A request with no parts (an agent with `instructions=` only, or `run(None, ...)` continuing
             # after a response) still belongs to exactly one exchange: the opening when it is first,
             # else the exchange it continues. Dropping it would leave two responses side by side or a
@@ -625,7 +672,7 @@ def _build_units(
             if owner is None:
                 if state is not None:
                     raise _Stale  # it would continue the exchange before the cut
-                units.append(_Unit('opening', stamp=message_stamp(message)))
+                units.append(_Unit('opening', message_stamp(message)))
                 opening = owner = 0
             units[owner].parts[index] = []
             retrying = None
@@ -636,23 +683,29 @@ def _build_units(
         owned: list[int] = []
         tool_owner: int | None = None
         from_tools = tool_content_parts(message, prompt)
-        for part_index, part in enumerate(message.parts):
-            call_id = _answers_call(part)
-            if call_id is not None and call_id not in owner_of_call and calls_before:
-                raise _Stale  # its call may be before the cut (a deferred return), or it joins a response there
-            if call_id is not None and (owner := owner_of_call.get(call_id, last_response)) is not None:
-                units[owner].add(index, part_index)
-                retries_only = retries_only and _is_retry(part)
-                tool_owner = owner
-                continue
-            if _is_feedback(part) and last_response is not None:
+        has_compaction = False
+        for part_index, part in enumerate(parts):
+            call_id = part.tool_call_id if isinstance(part, ToolReturnPart) else _answers_call(part)
+            if call_id is not None:
+                owner = owner_of_call.get(call_id)
+                if owner is None:
+                    if calls_before:
+                        raise _Stale  # its call may be before the cut (a deferred return), or it joins a response there
+                    owner = last_response
+                if owner is not None:
+                    units[owner].add(index, part_index)
+                    if retries_only and not _is_retry(part):
+                        retries_only = False
+                    tool_owner = owner
+                    continue
+            if last_response is not None and _is_feedback(part):
                 # Retry feedback (and a legacy retry prompt without a tool name) answers the model's
                 # last response; it is not the user speaking.
                 if last_response == _FROZEN:
                     raise _Stale
                 units[last_response].add(index, part_index)
                 continue
-            if part_index in from_tools and tool_owner is not None:
+            if tool_owner is not None and part_index in from_tools:
                 # `ToolReturn(content=...)` puts its content in a user part right after the returns of the
                 # same request: it is tool output, and travels with the call that produced it.
                 units[tool_owner].add(index, part_index)
@@ -661,6 +714,7 @@ def _build_units(
             retries_only = False
             if isinstance(part, CompactionPart):
                 kind = 'boundary'
+                has_compaction = True
             elif is_restatement(part):
                 kind = 'restatement'
             elif opening is None or (run_kind == 'opening' and units[opening].parts.get(index)):
@@ -675,14 +729,16 @@ def _build_units(
                     opening = len(units) - 1
                 run_kind = kind
             units[owned[-1]].add(index, part_index)
+        if has_compaction:
+            compacted.append(index)
         retrying = last_response if retries_only and last_response is not None else None
         for position in owned:
             unit = units[position]
-            if len(unit.parts[index]) == len(message.parts):
+            if len(unit.parts[index]) == len(parts):
                 unit.stamp = message_stamp(message)
             if unit.kind == 'boundary' and unit.stamp is None:
                 unit.stamp = _boundary_stamp(message)
-    return units, snapshots
+    return units, snapshots, compacted
 
 
 def _is_feedback(part: ModelRequestPart) -> bool:
@@ -711,21 +767,24 @@ def _boundary_stamp(message: ModelMessage) -> str | None:
 def _merge_linked(units: list[_Unit]) -> list[list[_Unit]]:
     """Group units whose spans interleave (a deferred return after other units) into one exchange.
 
-    In start order, a unit joins the current group when it starts before the furthest end reached so
-    far; otherwise it opens a new group. That is the connected components of the overlap graph, which
-    are always contiguous runs in start order, found in one sweep (a graph library would only repeat it).
+    In start order (the order units are created in), a unit joins the current group when it starts before
+    the furthest end reached so far; otherwise it opens a new group. That is the connected components of the
+    overlap graph, which are always contiguous runs in start order, found in one sweep (a graph library
+    would only repeat it). The groups' spans never overlap, so exchanges are ordered by start and by end.
     """
-    starts = [unit.start() for unit in units]
-    order = sorted(range(len(units)), key=lambda position: starts[position])
     groups: list[list[_Unit]] = []
     reach_end = (-1, -1)
-    for position in order:
-        unit = units[position]
-        if groups and starts[position] <= reach_end:
+    for unit in units:
+        parts = unit.parts
+        first = next(iter(parts))
+        held = parts[first]
+        if groups and (first, held[0] if held else -1) <= reach_end:
             groups[-1].append(unit)
         else:
             groups.append([unit])
-        end = unit.end()
+        last = next(reversed(parts))
+        held = parts[last]
+        end = (last, held[-1] if held else -1)
         if end > reach_end:
             reach_end = end
     return groups
@@ -741,23 +800,22 @@ def _merge_parts(group: list[_Unit]) -> dict[int, list[int]]:
     return {index: sorted(set(parts)) for index, parts in sorted(merged.items())}
 
 
-def _refs(messages: Sequence[ModelMessage], merged: dict[int, list[int]]) -> tuple[PartRef, ...]:
-    return tuple(
-        (index, None if len(parts) == len(messages[index].parts) else tuple(parts)) for index, parts in merged.items()
-    )
-
-
 def _id_counter(
-    messages: Sequence[ModelMessage], units: list[_Unit], *, start: int = 0
-) -> tuple[int, set[int], list[int]]:
-    """The highest exchange number ever handed out in `messages[start:]`, from stamps and boundary records.
+    messages: Sequence[ModelMessage], units: list[_Unit], compacted: list[int]
+) -> tuple[int, list[tuple[int, int]], list[tuple[int, int]]]:
+    """The highest exchange number ever handed out in the messages the units cover, from stamps and records.
 
-    Also returns the stamped numbers, and the highest number each message's records name (0 for none).
+    Also returns each stamped unit's first message and number, and each message in *compacted* (those
+    holding a `CompactionPart`, the only parts a record is read from) with the highest number its records name.
     """
-    stamped = {number for unit in units if unit.stamp and (number := exchange_number(unit.stamp)) is not None}
-    highest = max(stamped, default=0)
-    per_message: list[int] = []
-    for index in range(start, len(messages)):
+    stamped = [
+        (next(iter(unit.parts)), number)
+        for unit in units
+        if unit.stamp and (number := exchange_number(unit.stamp)) is not None
+    ]
+    highest = max((number for _, number in stamped), default=0)
+    per_message: list[tuple[int, int]] = []
+    for index in compacted:
         in_message = 0
         for part in messages[index].parts:
             record = our_record(part)
@@ -770,7 +828,7 @@ def _id_counter(
                 for exchange_id in record.get(key) or ():
                     if isinstance(exchange_id, str) and (number := exchange_number(exchange_id)) is not None:
                         in_message = max(in_message, number)
-        per_message.append(in_message)
+        per_message.append((index, in_message))
         highest = max(highest, in_message)
     return highest, stamped, per_message
 
@@ -854,17 +912,12 @@ def messages_tokens(messages: Sequence[ModelMessage]) -> list[int]:
     return out
 
 
-def _tokens(messages: Sequence[ModelMessage], refs: tuple[PartRef, ...], counts: dict[int, int]) -> int:
-    total = 0
-    for index, parts in refs:
-        if parts is None:
-            total += counts[index]
-            continue
-        message = messages[index]
-        whole = max(estimate_token_count([_without_instructions(message)]), 1)
-        share = estimate_token_count([_without_instructions(fragment(messages, (index, parts)))])
-        total += counts[index] * share // whole
-    return total
+def _share(messages: Sequence[ModelMessage], index: int, parts: list[int], count: int) -> int:
+    """The part of message *index*'s *count* tokens its *parts* hold (a request split between exchanges)."""
+    message = messages[index]
+    whole = max(estimate_token_count([_without_instructions(message)]), 1)
+    share = estimate_token_count([_without_instructions(fragment(messages, (index, tuple(parts))))])
+    return count * share // whole
 
 
 def _without_instructions(message: ModelMessage) -> ModelMessage:
@@ -876,7 +929,7 @@ def _without_instructions(message: ModelMessage) -> ModelMessage:
 
 
 def _protection(
-    kind: ExchangeKind, messages: Sequence[ModelMessage], refs: tuple[PartRef, ...], position: int
+    kind: ExchangeKind, messages: Sequence[ModelMessage], refs: Sequence[PartRef], position: int
 ) -> str | None:
     if kind == 'opening' or position == 0:
         return 'opening'
@@ -887,9 +940,16 @@ def _protection(
         if not isinstance(message, ModelRequest):
             continue  # pins are user content: only requests can hold them
         parts = message.parts if part_indices is None else [message.parts[i] for i in part_indices]
-        if any(isinstance(part, UserPromptPart) and is_pinned(part) for part in parts):
-            return 'pinned'
-        if any(isinstance(part, _BOOKKEEPING) for part in parts):
+        bookkeeping = False
+        for part in parts:
+            if type(part) is ToolReturnPart:
+                continue  # most parts: neither a pin nor bookkeeping
+            if isinstance(part, UserPromptPart):
+                if is_pinned(part):
+                    return 'pinned'
+            elif isinstance(part, _BOOKKEEPING):
+                bookkeeping = True
+        if bookkeeping:
             # A tool reveal, a settings or an instruction change: pydantic-ai reads the run's state back
             # from these parts, so dropping one would, say, make a revealed tool unavailable again.
             return 'state'

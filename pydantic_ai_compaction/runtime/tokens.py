@@ -248,17 +248,20 @@ def message_text_length(message: ModelMessage) -> int | None:
     without building them: a history never seen is measured in one pass at about the cost of reading its
     parts. `None` for a request holding an instruction change, whose text depends on the messages around it.
     """
+    # The branches follow `_request_part_text` and `_response_part_text`, in their order.
     total = 0
     if isinstance(message, ModelRequest):
         for part in message.parts:
-            kind = type(part)
-            if kind is ToolReturnPart:
-                content = part.content  # pyright: ignore[reportUnknownMemberType]
-                # A plain string holds no file: its text is itself (`_tool_return_text`).
-                total += len(content) if type(content) is str else len(_tool_return_text(part))  # pyright: ignore[reportUnknownArgumentType]
-            elif kind is UserPromptPart and type(part.content) is str:
-                total += len(part.content)
-            elif kind is SystemPromptPart:
+            if isinstance(part, ToolReturnPart):
+                content = part.content
+                if type(part) is ToolReturnPart and type(content) is str:
+                    total += len(content)  # a plain string holds no file: its text is itself (`_tool_return_text`)
+                else:
+                    total += len(_tool_return_text(part))
+            elif isinstance(part, UserPromptPart):
+                content = part.content
+                total += len(content) if isinstance(content, str) else sum(map(len, _prompt_texts(part)))
+            elif isinstance(part, SystemPromptPart):
                 total += len(part.content)
             elif isinstance(part, InstructionDeltaPart):
                 return None
@@ -266,12 +269,11 @@ def message_text_length(message: ModelMessage) -> int | None:
                 total += sum(map(len, _request_part_text(part)))
         return total
     for part in message.parts:
-        kind = type(part)
-        if kind is TextPart:
+        if isinstance(part, TextPart):
             total += len(part.content)
-        elif kind is ToolCallPart:
+        elif isinstance(part, ToolCallPart):
             total += len(part.tool_name) + len(str(part.args))
-        elif kind is ThinkingPart:
+        elif isinstance(part, ThinkingPart):
             total += len(part.content or '')
         else:
             total += sum(map(len, _response_part_text(part)))
