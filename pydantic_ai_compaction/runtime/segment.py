@@ -57,7 +57,7 @@ from pydantic_ai_compaction.protocols.types import Exchange, ExchangeKind, PartR
 from pydantic_ai_compaction.runtime.memo import IdentityMemo
 from pydantic_ai_compaction.runtime.pairing import answers_call as _answers_call
 from pydantic_ai_compaction.runtime.pins import is_pinned
-from pydantic_ai_compaction.runtime.tokens import CHARS_PER_TOKEN, estimate_token_count, message_text_length
+from pydantic_ai_compaction.runtime.tokens import CHARS_PER_TOKEN, estimate_token_count, measure_message_text
 
 ProtectPredicate = Callable[[Exchange, list[ModelMessage]], bool]
 """User hook: return `True` to protect an exchange (it receives the exchange and its messages)."""
@@ -390,7 +390,7 @@ class _Raw:
 
 def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _State | None) -> _Raw:
     start = state.cut if state is not None else 0
-    units, snapshots, compacted = _build_units(history, prompt, start=start, state=state)
+    units, snapshots, compacted, notable = _build_units(history, prompt, start=start, state=state)
     groups = _merge_linked(units)
     tail_highest, stamped, record_highest = _id_counter(history, units, compacted)
     stamped_numbers = {number for _, number in stamped}
@@ -442,7 +442,10 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         numbers.append(number)
         refs: list[PartRef] = []
         tokens = 0
+        check = kind == 'opening' or kind == 'boundary' or group_index == 0
         for index, parts in merged.items():
+            if index in notable:
+                check = True
             if len(parts) == len(history[index].parts):
                 refs.append((index, None))
                 tokens += token_counts[index - start]
@@ -452,15 +455,10 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         starts.append(refs[0][0])
         if kind == 'turn' or kind == 'opening':
             turns.append(len(exchanges))
-        exchanges.append(
-            Exchange(
-                id=exchange_id,
-                kind=kind,
-                refs=tuple(refs),
-                tokens=tokens,
-                protected=_protection(kind, history, refs, group_index),
-            )
-        )
+        # Responses hold no pin or state change: only an exchange with a request holding more than tool returns
+        # (or one protected for its kind or place) needs a look at its parts.
+        protected = _protection(kind, history, refs, group_index) if check else None
+        exchanges.append(Exchange(exchange_id, kind, tuple(refs), tokens, protected))
 
     top = max([*numbers, next_number, 0])
     last_turn = offset + turns[-1] if turns else (state.last_turn if state is not None else None)
@@ -610,9 +608,10 @@ _Snapshot = tuple[int | None, int | None, int | None]
 
 def _build_units(
     messages: Sequence[ModelMessage], prompt: object = None, *, start: int = 0, state: _State | None = None
-) -> tuple[list[_Unit], list[_Snapshot], list[int]]:
-    """The units of `messages[start:]`, the builder's state before each of those messages, and the indices of
-    the messages holding a `CompactionPart` (the only ones a boundary record can be read from).
+) -> tuple[list[_Unit], list[_Snapshot], list[int], set[int]]:
+    """The units of `messages[start:]`, the builder's state before each of those messages, the indices of
+    the messages holding a `CompactionPart` (the only ones a boundary record can be read from), and of the
+    requests holding anything but tool returns (the only ones a pin or a state change can be in).
 
     From a cut (*state* given), units before it are reused as they are: a message that would add to one
     of them (a return whose call is not after the cut, feedback or a retry answer for a response before
@@ -621,6 +620,7 @@ def _build_units(
     units: list[_Unit] = []
     snapshots: list[_Snapshot] = []
     compacted: list[int] = []
+    notable: set[int] = set()
     owner_of_call: dict[str, int] = {}
     calls_before = state is not None and state.response
     last_response: int | None = _FROZEN if calls_before else None
@@ -684,6 +684,7 @@ def _build_units(
         tool_owner: int | None = None
         from_tools = tool_content_parts(message, prompt)
         has_compaction = False
+        plain = True  # every part a return: no pin, no bookkeeping, nothing to protect
         for part_index, part in enumerate(parts):
             call_id = part.tool_call_id if isinstance(part, ToolReturnPart) else _answers_call(part)
             if call_id is not None:
@@ -693,11 +694,16 @@ def _build_units(
                         raise _Stale  # its call may be before the cut (a deferred return), or it joins a response there
                     owner = last_response
                 if owner is not None:
-                    units[owner].add(index, part_index)
+                    held = units[owner].parts.get(index)
+                    if held is None:
+                        units[owner].parts[index] = [part_index]
+                    else:
+                        held.append(part_index)
                     if retries_only and not _is_retry(part):
                         retries_only = False
                     tool_owner = owner
                     continue
+            plain = False
             if last_response is not None and _is_feedback(part):
                 # Retry feedback (and a legacy retry prompt without a tool name) answers the model's
                 # last response; it is not the user speaking.
@@ -731,6 +737,8 @@ def _build_units(
             units[owned[-1]].add(index, part_index)
         if has_compaction:
             compacted.append(index)
+        if not plain:
+            notable.add(index)
         retrying = last_response if retries_only and last_response is not None else None
         for position in owned:
             unit = units[position]
@@ -738,7 +746,7 @@ def _build_units(
                 unit.stamp = message_stamp(message)
             if unit.kind == 'boundary' and unit.stamp is None:
                 unit.stamp = _boundary_stamp(message)
-    return units, snapshots, compacted
+    return units, snapshots, compacted, notable
 
 
 def _is_feedback(part: ModelRequestPart) -> bool:
@@ -888,26 +896,33 @@ def message_tokens(message: ModelMessage) -> int:
     return _TOKENS.put(message, tokens)
 
 
+_REMEMBER_CONVERTED = 256
+"""Characters converted from structured values (`str(...)` of a dict, a list, a file reference) from which a
+measured message is remembered: below, measuring it again costs about what a lookup does."""
+
+
 def messages_tokens(messages: Sequence[ModelMessage]) -> list[int]:
     """`message_tokens` of each message, the ones not seen before measured without building their texts.
 
     A message's estimate depends on the others only through instruction changes (`InstructionDeltaPart`):
-    every other message is measured by `message_text_length`, which sums the same texts the estimator reads,
-    and a message holding one is estimated alone.
+    every other message is measured by `measure_message_text`, which sums the same texts the estimator reads,
+    and a message holding one is estimated alone. A message measured from plain strings is not remembered:
+    reading their lengths again is as cheap as finding it, and a history never seen pays for no entries.
     """
     memo = _TOKENS
     out: list[int] = []
     for message in messages:
         tokens = memo.get(message)
         if tokens is None:
-            length = message_text_length(message)
-            if length is None:
+            measured = measure_message_text(message)
+            if measured is None:
                 tokens = message_tokens(message)
             else:
-                tokens = length // CHARS_PER_TOKEN
+                tokens = measured[0] // CHARS_PER_TOKEN
                 if isinstance(message, ModelResponse):
                     tokens = max(tokens, message.usage.output_tokens)
-                memo.put(message, tokens)
+                if measured[1] >= _REMEMBER_CONVERTED:
+                    memo.put(message, tokens)
         out.append(tokens)
     return out
 

@@ -241,43 +241,59 @@ def _message_text(messages: Sequence[ModelMessage]) -> list[list[str]]:
     return out
 
 
-def message_text_length(message: ModelMessage) -> int | None:
-    """Characters of the texts *message* is sent with on its own, instructions excluded.
+def measure_message_text(message: ModelMessage) -> tuple[int, int] | None:
+    """Characters of the texts *message* is sent with on its own (instructions excluded), and how many of them
+    were produced by converting a value that is not a plain string (structured results, arguments, files).
 
-    The same total as the segments `estimate_token_count([message])` reads without instructions, summed
-    without building them: a history never seen is measured in one pass at about the cost of reading its
-    parts. `None` for a request holding an instruction change, whose text depends on the messages around it.
+    The first is the total of the segments `estimate_token_count([message])` reads without instructions,
+    summed without building them: a history never seen is measured at about the cost of reading its parts.
+    The second says what measuring it again would cost, so a caller remembers only what is worth it.
+    `None` for a request holding an instruction change, whose text depends on the messages around it.
     """
     # The branches follow `_request_part_text` and `_response_part_text`, in their order.
-    total = 0
+    total = converted = 0
     if isinstance(message, ModelRequest):
         for part in message.parts:
             if isinstance(part, ToolReturnPart):
                 content = part.content
                 if type(part) is ToolReturnPart and type(content) is str:
                     total += len(content)  # a plain string holds no file: its text is itself (`_tool_return_text`)
-                else:
-                    total += len(_tool_return_text(part))
+                    continue
+                length = len(_tool_return_text(part))
             elif isinstance(part, UserPromptPart):
                 content = part.content
-                total += len(content) if isinstance(content, str) else sum(map(len, _prompt_texts(part)))
+                if isinstance(content, str):
+                    total += len(content)
+                    continue
+                length = sum(map(len, _prompt_texts(part)))
             elif isinstance(part, SystemPromptPart):
                 total += len(part.content)
+                continue
             elif isinstance(part, InstructionDeltaPart):
                 return None
             else:
-                total += sum(map(len, _request_part_text(part)))
-        return total
+                length = sum(map(len, _request_part_text(part)))
+            total += length
+            converted += length
+        return total, converted
     for part in message.parts:
         if isinstance(part, TextPart):
             total += len(part.content)
         elif isinstance(part, ToolCallPart):
-            total += len(part.tool_name) + len(str(part.args))
+            args = part.args
+            if isinstance(args, str):
+                total += len(part.tool_name) + len(args)
+            else:
+                length = len(str(args))
+                total += len(part.tool_name) + length
+                converted += length
         elif isinstance(part, ThinkingPart):
             total += len(part.content or '')
         else:
-            total += sum(map(len, _response_part_text(part)))
-    return total
+            length = sum(map(len, _response_part_text(part)))
+            total += length
+            converted += length
+    return total, converted
 
 
 def _request_part_text(part: ModelRequestPart) -> list[str]:
