@@ -96,6 +96,17 @@ def compactions_so_far(messages: Sequence[ModelMessage]) -> int:
     return without_sequence
 
 
+def compactions_recorded(records: Sequence[dict[str, Any]]) -> int:
+    """`compactions_so_far` from a history's boundary records, oldest first (`ConversationView.records()`)."""
+    without_sequence = 0
+    for record in reversed(records):
+        sequence = record.get('sequence')
+        if isinstance(sequence, int):
+            return sequence + without_sequence
+        without_sequence += 1
+    return without_sequence
+
+
 def is_restatement(part: object) -> bool:
     """Whether *part* is a restatement `Reassert` wrote."""
     if not isinstance(part, UserPromptPart) or isinstance(part.content, str):
