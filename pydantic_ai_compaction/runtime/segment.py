@@ -469,7 +469,7 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         # Responses hold no pin or state change: only an exchange with a request holding more than tool returns
         # (or one protected for its kind or place) needs a look at its parts.
         protected = _protection(kind, history, refs, group_index) if check else None
-        exchanges.append(Exchange(exchange_id, kind, tuple(refs), tokens, protected))
+        exchanges.append(_exchange(exchange_id, kind, tuple(refs), tokens, protected))
 
     top = max([*numbers, next_number, 0])
     last_turn = offset + turns[-1] if turns else (state.last_turn if state is not None else None)
@@ -535,6 +535,23 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         state=new_state,
         tail_start=offset,
     )
+
+
+def _exchange(
+    exchange_id: str, kind: ExchangeKind, refs: tuple[PartRef, ...], tokens: int, protected: str | None
+) -> Exchange:
+    """`Exchange(exchange_id, kind, refs, tokens, protected)`, the object its `__init__` builds, in a third of the time.
+
+    A frozen dataclass sets each field through `object.__setattr__`, which made building one exchange per tool
+    step the largest single cost of segmenting a history never seen. `Exchange` has no `__post_init__` and no
+    slots: filling its `__dict__` gives the same object (a test holds this to every field `Exchange` declares).
+    """
+    exchange = _NEW(Exchange)
+    vars(exchange).update(id=exchange_id, kind=kind, refs=refs, tokens=tokens, protected=protected, unfinished=False)
+    return exchange
+
+
+_NEW = object.__new__
 
 
 def _finish(history: tuple[ModelMessage, ...], raw: _Raw, protect: ProtectPredicate | None) -> ConversationView:
@@ -612,6 +629,8 @@ def _utc(moment: datetime) -> datetime:
     """*moment* comparable with any other: a history loaded from JSON can mix naive and aware timestamps."""
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
+
+_NO_PARTS: frozenset[int] = frozenset()
 
 _Snapshot = tuple[int | None, int | None, int | None]
 """The builder's `last_response`, `retrying` and `opening` before a message."""
@@ -693,11 +712,16 @@ def _build_units(
         run_kind: ExchangeKind | None = None
         owned: list[int] = []
         tool_owner: int | None = None
-        from_tools = tool_content_parts(message, prompt)
+        from_tools = tool_content_parts(message, prompt) if len(parts) > 1 else _NO_PARTS
         has_compaction = False
         plain = True  # every part a return: no pin, no bookkeeping, nothing to protect
         for part_index, part in enumerate(parts):
-            call_id = part.tool_call_id if isinstance(part, ToolReturnPart) else _answers_call(part)
+            if isinstance(part, ToolReturnPart):
+                call_id: str | None = part.tool_call_id
+                retry = part.outcome == 'retried'
+            else:
+                call_id = _answers_call(part)
+                retry = True  # a legacy retry prompt naming its tool: the only other part that answers a call
             if call_id is not None:
                 owner = owner_of_call.get(call_id)
                 if owner is None:
@@ -710,7 +734,7 @@ def _build_units(
                         units[owner].parts[index] = [part_index]
                     else:
                         held.append(part_index)
-                    if retries_only and not _is_retry(part):
+                    if not retry:
                         retries_only = False
                     tool_owner = owner
                     continue
@@ -765,14 +789,6 @@ def _is_feedback(part: ModelRequestPart) -> bool:
     if isinstance(part, RetryFeedbackPart):
         return True
     return isinstance(part, RetryPromptPart) and part.tool_name is None  # pyright: ignore[reportDeprecated]
-
-
-def _is_retry(part: ModelRequestPart) -> bool:
-    """A return that asks the model to call again rather than delivering a result."""
-    return (isinstance(part, ToolReturnPart) and part.outcome == 'retried') or isinstance(
-        part,
-        RetryPromptPart,  # pyright: ignore[reportDeprecated]
-    )
 
 
 def _boundary_stamp(message: ModelMessage) -> str | None:
@@ -864,10 +880,11 @@ class _TokenMemo:
     """
 
     def __init__(self) -> None:
-        self._entries: dict[int, tuple[weakref.ref[ModelMessage], tuple[object, ...], int]] = {}
+        self.entries: dict[int, tuple[weakref.ref[ModelMessage], tuple[object, ...], int]] = {}
+        """By the message's `id()`: a weak reference to it, its parts and its estimate."""
 
     def get(self, message: ModelMessage) -> int | None:
-        entry = self._entries.get(id(message))
+        entry = self.entries.get(id(message))
         if entry is None or entry[0]() is not message:
             return None
         parts = message.parts
@@ -878,7 +895,7 @@ class _TokenMemo:
 
     def put(self, message: ModelMessage, tokens: int) -> int:
         key = id(message)
-        entries = self._entries
+        entries = self.entries
 
         def forget(ref: weakref.ref[ModelMessage]) -> None:
             entry = entries.get(key)
@@ -889,7 +906,7 @@ class _TokenMemo:
         return tokens
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.entries)
 
 
 _TOKENS = _TokenMemo()
@@ -921,9 +938,11 @@ def messages_tokens(messages: Sequence[ModelMessage]) -> list[int]:
     reading their lengths again is as cheap as finding it, and a history never seen pays for no entries.
     """
     memo = _TOKENS
+    entries = memo.entries
     out: list[int] = []
     for message in messages:
-        tokens = memo.get(message)
+        # The lookup is inlined: a history never seen misses it for every message.
+        tokens = memo.get(message) if id(message) in entries else None
         if tokens is None:
             measured = measure_message_text(message)
             if measured is None:
