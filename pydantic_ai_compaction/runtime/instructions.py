@@ -60,6 +60,9 @@ class InstructionSources:
     _strings: tuple[str, ...] | None = field(init=False, repr=False, compare=False)
     """The markers when all are strings (a text is then searched for them, not split into lines), else `None`."""
 
+    _lead: str | None = field(init=False, repr=False, compare=False)
+    """The first character every string marker starts with, if they share one: a text without it holds none."""
+
     _marks: IdentityMemo[tuple[str, ...]] = field(init=False, repr=False, compare=False)
     """Marked lines per part (weak), so a part is split into lines once, not at every compaction."""
 
@@ -95,6 +98,9 @@ class InstructionSources:
         object.__setattr__(self, '_compiled', tuple(items))
         strings = tuple(item for item in items if isinstance(item, str))
         object.__setattr__(self, '_strings', strings if len(strings) == len(items) else None)
+        leads = {marker[0] for marker in strings}
+        shared = len(strings) == len(items) and len(leads) == 1
+        object.__setattr__(self, '_lead', leads.pop() if shared else None)
         object.__setattr__(self, '_marks', IdentityMemo[tuple[str, ...]]())
 
     def marked_lines(self, part: object, text_of: Callable[[], str]) -> tuple[str, ...]:
@@ -116,6 +122,8 @@ class InstructionSources:
         strings = self._strings
         if strings is None:
             return tuple(line.strip() for line in text.splitlines() if self.marked(line))
+        if self._lead is not None and self._lead not in text:
+            return ()  # one `memchr` over the text: the usual answer for output without the marker's first character
         found: dict[int, str] = {}
         for marker in strings:
             position = _find(text, marker, 0)
@@ -196,13 +204,14 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
         found.extend(record_strings(record, 'restated'))
         found.extend(record_strings(record_extra(record), 'instructions'))
     owner: dict[int, ModelMessage] | None = None  # built on the first user part: tool loops rarely need it
+    messages = view.messages
+    lines_in = sources.lines_in
     for exchange in view.exchanges:
-        if exchange.kind in ('opening', 'boundary', 'restatement'):
+        kind = exchange.kind
+        if kind == 'opening' or kind == 'boundary' or kind == 'restatement':
             continue
-        # The turn in progress is kept verbatim anyway: restating it would only repeat it.
-        in_progress = exchange.unfinished or exchange.protected == 'current_turn'
         for index, chosen in exchange.refs:
-            message = view.messages[index]
+            message = messages[index]
             if not isinstance(message, ModelRequest):
                 continue
             parts = message.parts if chosen is None else [message.parts[p] for p in chosen]
@@ -212,12 +221,16 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
                     if type(part) is ToolReturnPart and type(content) is str and part.outcome == 'success':
                         # A plain string is searched again rather than remembered: one search for a marker
                         # costs about what remembering its result does (what `model_response_str` returns).
-                        found.extend(sources.lines_in(content))
+                        lines = lines_in(content)
                     else:
-                        found.extend(sources.marked_lines(part, lambda part=part: return_text(part)))
+                        lines = sources.marked_lines(part, lambda part=part: return_text(part))
+                    if lines:
+                        found.extend(lines)
                     continue
                 if not isinstance(part, UserPromptPart) or is_restatement(part):
                     continue
+                # The turn in progress is kept verbatim anyway: restating it would only repeat it.
+                in_progress = exchange.unfinished or exchange.protected == 'current_turn'
                 if owner is None:
                     owner = {
                         id(item): request
