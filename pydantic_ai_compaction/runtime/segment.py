@@ -10,9 +10,11 @@ Requests are split at part level because pydantic-ai merges consecutive requests
 is passed to a new run: a request can then hold tool returns for one exchange, a boundary, and a
 user prompt for the next.
 
-Segmentations and token estimates are remembered by object identity, so each request costs about
-the new messages: a message is recognised by the message object and the part objects it holds, in
-order (a reassigned `parts` list or a part replaced in it is seen). What a part holds is not read
+Segmentations are remembered by object identity, so each request costs about the new messages, and so
+are the token estimates of messages whose text must be converted to be measured (a message of plain
+strings is measured again: reading its lengths costs less than remembering them). A message is
+recognised by the message object and the part objects it holds, in order (a reassigned `parts` list
+or a part replaced in it is seen). What a part holds is not read
 again, so messages and parts must not be mutated in place once sent (`part.content = ...`):
 replace them (`dataclasses.replace`), as pydantic-ai asks of history processors. A part mutated in
 place keeps its old token estimate, and the exchanges before it their old ids and kinds, until the
@@ -124,7 +126,8 @@ class _Unit:
 
     `parts` maps a message index to part indices. Both are only ever added in ascending order (the builder
     walks the history forward and a unit only takes parts of the message being read), so a unit's first
-    and last entries are its start and end, and units are created in the order of their starts.
+    and last entries are its start and end (an empty request's entry is an empty list: part -1), and units
+    are created in the order of their starts.
     """
 
     __slots__ = ('kind', 'parts', 'stamp')
@@ -141,16 +144,6 @@ class _Unit:
             self.parts[message_index] = [part_index]
         else:
             held.append(part_index)
-
-    def start(self) -> tuple[int, int]:
-        first = next(iter(self.parts))
-        held = self.parts[first]
-        return first, held[0] if held else -1
-
-    def end(self) -> tuple[int, int]:
-        last = next(reversed(self.parts))
-        held = self.parts[last]
-        return last, held[-1] if held else -1
 
 
 @dataclass(frozen=True)
