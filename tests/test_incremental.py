@@ -360,3 +360,52 @@ def test_a_user_processor_truncating_old_tool_output_in_place_stops_the_trigger(
     agent.run_sync('go')
     # What is sent never holds more than one full output (about 300 tokens) plus a few short ones.
     assert [event.kind for event in events if event.kind == 'compacted'] == []
+
+
+@EXAMPLES
+@given(histories(), st.lists(st.integers(0, 5), max_size=4), st.booleans())
+def test_a_compaction_records_the_figures_a_full_reading_of_both_histories_gives(
+    history: list[ModelMessage], sequences: list[int], instructions: bool
+) -> None:
+    """`tokens_before`, `tokens_after` and `sequence` equal an estimate that builds every text (a tokenizer
+    counting characters) and a backward scan of every part, whatever the boundaries and instructions."""
+    import asyncio
+
+    from pydantic_ai.models import ModelRequestParameters
+    from pydantic_ai.models.test import TestModel
+    from pydantic_ai.tools import RunContext
+    from pydantic_ai.usage import RunUsage
+
+    from pydantic_ai_compaction import ResetToCheckpoint, Trigger
+    from pydantic_ai_compaction.protocols.types import METADATA_KEY
+    from pydantic_ai_compaction.runtime.context import CompactionContext
+    from pydantic_ai_compaction.runtime.engine import Outcome, run_compaction
+    from pydantic_ai_compaction.runtime.segment import compactions_so_far
+    from pydantic_ai_compaction.runtime.tokens import CHARS_PER_TOKEN, estimate_token_count
+
+    # Earlier boundaries that carry a running count, and requests that carry instructions.
+    numbered = iter(sequences)
+
+    def numbering(part: Any) -> Any:
+        if not isinstance(part, CompactionPart) or not part.metadata or (n := next(numbered, None)) is None:
+            return part
+        return replace(part, metadata={METADATA_KEY: {**part.metadata[METADATA_KEY], 'sequence': n}})
+
+    history = [
+        replace(message, parts=[numbering(part) for part in message.parts])  # pyright: ignore[reportArgumentType]
+        for message in history
+    ]
+    if instructions:
+        history = [
+            replace(message, instructions=f'Rule {i}.') if isinstance(message, ModelRequest) else message
+            for i, message in enumerate(history)
+        ]
+    ctx = RunContext[None](deps=None, model=TestModel(), usage=RunUsage())
+    cctx = CompactionContext(run=ctx, model=TestModel(), model_settings=None, parameters=ModelRequestParameters())
+    outcome = asyncio.run(run_compaction(ResetToCheckpoint(trigger=Trigger(tokens=1)), history, cctx, min_saving=0.0))
+    if not isinstance(outcome, Outcome):
+        return
+    record = outcome.record
+    assert record.tokens_before == estimate_token_count(history, len) // CHARS_PER_TOKEN
+    assert record.tokens_after == estimate_token_count(outcome.messages, len) // CHARS_PER_TOKEN
+    assert record.sequence == compactions_so_far(history) + 1

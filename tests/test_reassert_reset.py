@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from pydantic_ai.tools import RunContext
@@ -22,6 +24,7 @@ from pydantic_ai_compaction import (
 from pydantic_ai_compaction.runtime import our_record, pairing_problems, segment
 from pydantic_ai_compaction.runtime.segment import is_restatement
 
+from .reliability import histories
 from .support import ScriptedAgentModel, fork_json, log_text
 
 TRIGGER = Trigger(tokens=3_000)
@@ -149,3 +152,62 @@ def test_reset_renders_a_custom_checkpoint_from_deps() -> None:
     assert our_record(boundary)['variant'] == 'custom'  # pyright: ignore[reportOptionalSubscript]
     requests = [m for m in result.all_messages() if isinstance(m, ModelRequest)]
     assert isinstance(requests[0].parts[-1], UserPromptPart) and requests[0].parts[-1].content == 'Audit.'
+
+
+LINE_PIECES = st.sampled_from(
+    [
+        'CHANGE: use lowercase',
+        'NOTE: x',
+        'see CHANGE: inline',
+        'xCHANGE: glued',
+        '  CHANGE: indented',
+        '[12:00:01] CHANGE: stamped',
+        '2026-03-15 08:01:05 NOTE: iso',
+        '08:01:05\tCHANGE: tab',
+        'CHANGE',
+        'C',
+        'plain words',
+        '',
+        '\u00e9t\u00e9',
+    ]
+)
+BREAKS = st.sampled_from(['\n', '\r\n', '\r', '\x0b', '\x0c', '\x1c', '\x85', '\u2028', ' ', ''])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(LINE_PIECES, BREAKS), max_size=12),
+    st.sampled_from([('CHANGE:',), ('CHANGE:', 'NOTE:'), ('NOTE:', 'CHANGE:'), ('C',)]),
+)
+def test_marked_lines_found_by_searching_equal_those_found_line_by_line(
+    pieces: list[tuple[str, str]], markers: tuple[str, ...]
+) -> None:
+    text = ''.join(piece + brk for piece, brk in pieces)
+    sources = InstructionSources(markers=markers)
+    line_by_line = tuple(line.strip() for line in text.splitlines() if sources.marked(line))
+    assert sources.lines_in(text) == line_by_line
+
+
+@settings(max_examples=25, deadline=None)
+@given(histories())
+def test_gathered_changes_equal_reading_every_result_line_by_line(history: list[ModelMessage]) -> None:
+    from pydantic_ai.messages import ToolReturnPart
+
+    from pydantic_ai_compaction.runtime.instructions import gather_instructions
+    from pydantic_ai_compaction.runtime.transcript import return_text
+
+    class LineByLine(InstructionSources):
+        def lines_in(self, text: str) -> tuple[str, ...]:
+            return tuple(line.strip() for line in text.splitlines() if self.marked(line))
+
+    view = segment(history)
+    searched = gather_instructions(view, InstructionSources(markers=('CHANGE:',)))
+    assert searched == gather_instructions(view, LineByLine(markers=('CHANGE:',)))
+    # Every line of a tool exchange's result that starts with the marker is among them.
+    for exchange in view.exchanges:
+        for message in view.messages_of(exchange) if exchange.kind == 'tools' else ():
+            for part in message.parts:
+                if isinstance(part, ToolReturnPart) and part.outcome == 'success':
+                    for line in return_text(part).splitlines():
+                        if line.strip().startswith('CHANGE:'):
+                            assert line.strip() in searched

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from datetime import timedelta
 
 from pydantic_ai.messages import (
@@ -22,6 +23,8 @@ from pydantic_ai_compaction.protocols import Proposal, Summary
 from pydantic_ai_compaction.runtime import apply_layout, our_record, pairing_problems, segment, validate
 
 from .support import ScriptedAgentModel, audit_agent, fork_json, recorded_history
+
+segment_module = importlib.import_module('pydantic_ai_compaction.runtime.segment')
 
 
 def call(tool_call_id: str, name: str = 'read_log') -> ToolCallPart:
@@ -245,3 +248,16 @@ def test_every_empty_request_belongs_to_exactly_one_exchange() -> None:
     ]
     covered = sorted(index for e in view.exchanges for index, _ in e.refs)
     assert covered == list(range(len(messages)))
+
+
+def test_exchanges_built_by_segmentation_are_those_their_dataclass_builds() -> None:
+    from dataclasses import fields
+
+    from pydantic_ai_compaction.protocols.types import Exchange
+
+    built = segment_module._exchange('g3', 'tools', ((1, None), (2, (0,))), 12, 'pinned')  # pyright: ignore[reportPrivateUsage]
+    assert built == Exchange('g3', 'tools', ((1, None), (2, (0,))), 12, 'pinned')
+    # Every field the dataclass declares is set, and nothing else: a new field fails here until it is set too.
+    assert set(vars(built)) == {field.name for field in fields(Exchange)}
+    assert '__post_init__' not in vars(Exchange) and '__slots__' not in vars(Exchange)
+    assert hash(built) == hash(Exchange('g3', 'tools', ((1, None), (2, (0,))), 12, 'pinned'))

@@ -49,6 +49,7 @@ from pydantic_ai_compaction.runtime.tokens import (
     context_input_tokens,
     estimate_context_tokens,
     estimate_token_count,
+    measure_message_text,
     resolve_context_window,
 )
 
@@ -190,6 +191,52 @@ def test_estimates_equal_harness_on_generated_histories(
         history = [*history[:at], replace(response, usage=usage(input_tokens)), *history[at + 1 :]]
     assert estimate_token_count(history) == harness_count(history)
     assert estimate_context_tokens(history) == harness_context(history)
+
+
+def odd_parts() -> list[ModelMessage]:
+    """Messages whose texts are not plain strings: structured results and arguments, a `str` subclass, an empty
+    thinking block."""
+
+    class Note(str):
+        pass
+
+    return [
+        ModelRequest(
+            parts=[
+                ToolReturnPart('read_log', {'lines': ['a', 'b'], 'count': 2}, tool_call_id='c1'),
+                ToolReturnPart('read_log', Note('a note'), tool_call_id='c2'),
+                ToolReturnPart('read_log', 42, tool_call_id='c3'),
+                UserPromptPart(Note('a user note')),
+            ],
+            instructions='Be brief.',
+        ),
+        ModelResponse(
+            parts=[
+                ToolCallPart('read_log', '{"index": 3}', tool_call_id='c4'),
+                ToolCallPart('read_log', None, tool_call_id='c5'),
+                ThinkingPart(''),
+                TextPart(Note('said')),
+            ]
+        ),
+    ]
+
+
+@settings(max_examples=30, deadline=None)
+@given(history=histories())
+def test_a_message_measured_without_building_its_texts_counts_every_character_the_estimate_reads(
+    history: list[ModelMessage],
+) -> None:
+    from dataclasses import replace
+
+    for message in [*history, *every_part_kind(), *odd_parts()]:
+        alone = replace(message, instructions=None) if isinstance(message, ModelRequest) else message
+        measured = measure_message_text(message)
+        if isinstance(message, ModelRequest) and any(isinstance(p, InstructionDeltaPart) for p in message.parts):
+            assert measured is None  # its text depends on the instruction window around it
+        else:
+            assert measured is not None
+            assert measured[0] == estimate_token_count([alone], len)
+            assert 0 <= measured[1] <= measured[0]
 
 
 @pytest.mark.harness

@@ -16,7 +16,7 @@ from pydantic_ai_compaction.runtime.context import CompactionContext, Strategy
 from pydantic_ai_compaction.runtime.encoding import clean_value
 from pydantic_ai_compaction.runtime.notes import gather_notes, with_notes
 from pydantic_ai_compaction.runtime.retry import is_context_overflow
-from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, compactions_so_far, segment
+from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, compactions_recorded, segment
 from pydantic_ai_compaction.runtime.tokens import estimate_token_count
 from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP_LAST, Outcome, Skipped, decide
 
@@ -76,7 +76,7 @@ async def run_compaction(
     proposal, left_out, error = await _propose(strategy, view, ctx, protect)
 
     def build(layout: Layout) -> Outcome:
-        return _build(strategy, view, layout, proposal, ctx, left_out, notes)
+        return _build(strategy, view, layout, proposal, ctx, left_out, notes, records)
 
     decided = decide(proposal, view, build, fallback_keep_last=fallback_keep_last)
     return replace(decided, error=error) if isinstance(decided, Outcome) else decided
@@ -130,13 +130,15 @@ def _build(
     ctx: CompactionContext,
     left_out: tuple[str, ...],
     notes_of: NotesHook | None,
+    records: list[dict[str, Any]],
 ) -> Outcome:
     record = CompactionRecord(
         strategy=strategy.strategy_name,
         variant=proposal.variant,
         boundary_id=f'g{view.next_id}',
         next_id=view.next_id + 1,
-        sequence=compactions_so_far(view.messages) + 1,
+        # The boundary records were read once already: counting from them reads no other message.
+        sequence=compactions_recorded(records) + 1,
         tokens_before=estimate_token_count(view.messages),
         tokens_after=0,
         trigger_tokens=ctx.trigger_tokens,

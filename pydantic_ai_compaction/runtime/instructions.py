@@ -57,6 +57,12 @@ class InstructionSources:
 
     _compiled: tuple[str | re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
 
+    _strings: tuple[str, ...] | None = field(init=False, repr=False, compare=False)
+    """The markers when all are strings (a text is then searched for them, not split into lines), else `None`."""
+
+    _lead: str | None = field(init=False, repr=False, compare=False)
+    """The first character every string marker starts with, if they share one: a text without it holds none."""
+
     _marks: IdentityMemo[tuple[str, ...]] = field(init=False, repr=False, compare=False)
     """Marked lines per part (weak), so a part is split into lines once, not at every compaction."""
 
@@ -90,6 +96,11 @@ class InstructionSources:
                 )
         check_instance('InstructionSources', 'user_prompts', self.user_prompts, bool, 'True or False')
         object.__setattr__(self, '_compiled', tuple(items))
+        strings = tuple(item for item in items if isinstance(item, str))
+        object.__setattr__(self, '_strings', strings if len(strings) == len(items) else None)
+        leads = {marker[0] for marker in strings}
+        shared = len(strings) == len(items) and len(leads) == 1
+        object.__setattr__(self, '_lead', leads.pop() if shared else None)
         object.__setattr__(self, '_marks', IdentityMemo[tuple[str, ...]]())
 
     def marked_lines(self, part: object, text_of: Callable[[], str]) -> tuple[str, ...]:
@@ -99,14 +110,33 @@ class InstructionSources:
         cached = self._marks.get((part,))
         if cached is not None:
             return cached
-        text = text_of()
-        if all(isinstance(marker, str) for marker in self._compiled) and not any(
-            isinstance(marker, str) and marker in text for marker in self._compiled
-        ):
-            found: tuple[str, ...] = ()  # no marker anywhere in the text: no line to split out
-        else:
-            found = tuple(line.strip() for line in text.splitlines() if self.marked(line))
-        return self._marks.put((part,), found)
+        return self._marks.put((part,), self.lines_in(text_of()))
+
+    def lines_in(self, text: str) -> tuple[str, ...]:
+        """The marked lines of *text*, stripped, in order.
+
+        With string markers only, the text is searched for each marker (one scan, no line split out unless a
+        marker occurs in it); a line is read only where a marker follows whitespace or the start of the text,
+        as it must to start a line's body. With a pattern, every line is matched.
+        """
+        strings = self._strings
+        if strings is None:
+            return tuple(line.strip() for line in text.splitlines() if self.marked(line))
+        if self._lead is not None and self._lead not in text:
+            return ()  # one `memchr` over the text: the usual answer for output without the marker's first character
+        found: dict[int, str] = {}
+        for marker in strings:
+            position = _find(text, marker, 0)
+            while position >= 0:
+                if position and not text[position - 1].isspace():
+                    position = _find(text, marker, position + 1)  # inside a word: no line starts here
+                    continue
+                start, end = _line_around(text, position)
+                line = text[start:end]
+                if start not in found and self.marked(line):
+                    found[start] = line.strip()
+                position = _find(text, marker, end)
+        return tuple(found[start] for start in sorted(found)) if len(strings) > 1 else tuple(found.values())
 
     def marked(self, line: str) -> bool:
         """Whether a tool-output line starts with a marker (after an optional timestamp)."""
@@ -120,6 +150,29 @@ class InstructionSources:
             elif marker.match(rest) is not None or marker.match(line.lstrip()) is not None:
                 return True
         return False
+
+
+def _find(text: str, marker: str, start: int) -> int:
+    """`text.find(marker, start)`, skipping at memory speed to the marker's first character.
+
+    A one-character search runs as `memchr`, many times faster than a search for the whole marker; a text in
+    which that character never occurs (an upper-case marker in lower-case output) is passed over at once.
+    """
+    head = text.find(marker[0], start)
+    return head if head < 0 else text.find(marker, head)
+
+
+def _line_around(text: str, position: int) -> tuple[int, int]:
+    """Start and end of the line of *text* holding *position*, as `str.splitlines` cuts it (any line break)."""
+    start = text.rfind('\n', 0, position) + 1
+    before = text[start:position].splitlines(keepends=True)
+    if before:
+        last = before[-1]
+        # The text before the position, back to the previous newline, may hold another kind of line break.
+        start = position if last.splitlines()[0] != last else position - len(last)
+    end = text.find('\n', position)
+    after = text[position : len(text) if end < 0 else end].splitlines()
+    return start, position + (len(after[0]) if after else 0)
 
 
 def line_body(line: str) -> str:
@@ -151,22 +204,33 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
         found.extend(record_strings(record, 'restated'))
         found.extend(record_strings(record_extra(record), 'instructions'))
     owner: dict[int, ModelMessage] | None = None  # built on the first user part: tool loops rarely need it
+    messages = view.messages
+    lines_in = sources.lines_in
     for exchange in view.exchanges:
-        if exchange.kind in ('opening', 'boundary', 'restatement'):
+        kind = exchange.kind
+        if kind == 'opening' or kind == 'boundary' or kind == 'restatement':
             continue
-        # The turn in progress is kept verbatim anyway: restating it would only repeat it.
-        in_progress = exchange.unfinished or exchange.protected == 'current_turn'
         for index, chosen in exchange.refs:
-            message = view.messages[index]
+            message = messages[index]
             if not isinstance(message, ModelRequest):
                 continue
             parts = message.parts if chosen is None else [message.parts[p] for p in chosen]
             for part in parts:
                 if isinstance(part, ToolReturnPart):
-                    found.extend(sources.marked_lines(part, lambda part=part: return_text(part)))
+                    content = part.content
+                    if type(part) is ToolReturnPart and type(content) is str and part.outcome == 'success':
+                        # A plain string is searched again rather than remembered: one search for a marker
+                        # costs about what remembering its result does (what `model_response_str` returns).
+                        lines = lines_in(content)
+                    else:
+                        lines = sources.marked_lines(part, lambda part=part: return_text(part))
+                    if lines:
+                        found.extend(lines)
                     continue
                 if not isinstance(part, UserPromptPart) or is_restatement(part):
                     continue
+                # The turn in progress is kept verbatim anyway: restating it would only repeat it.
+                in_progress = exchange.unfinished or exchange.protected == 'current_turn'
                 if owner is None:
                     owner = {
                         id(item): request

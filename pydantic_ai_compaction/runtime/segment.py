@@ -10,9 +10,11 @@ Requests are split at part level because pydantic-ai merges consecutive requests
 is passed to a new run: a request can then hold tool returns for one exchange, a boundary, and a
 user prompt for the next.
 
-Segmentations and token estimates are remembered by object identity, so each request costs about
-the new messages: a message is recognised by the message object and the part objects it holds, in
-order (a reassigned `parts` list or a part replaced in it is seen). What a part holds is not read
+Segmentations are remembered by object identity, so each request costs about the new messages, and so
+are the token estimates of messages whose text must be converted to be measured (a message of plain
+strings is measured again: reading its lengths costs less than remembering them). A message is
+recognised by the message object and the part objects it holds, in order (a reassigned `parts` list
+or a part replaced in it is seen). What a part holds is not read
 again, so messages and parts must not be mutated in place once sent (`part.content = ...`):
 replace them (`dataclasses.replace`), as pydantic-ai asks of history processors. A part mutated in
 place keeps its old token estimate, and the exchanges before it their old ids and kinds, until the
@@ -42,7 +44,6 @@ from pydantic_ai.messages import (
     RetryFeedbackPart,
     RetryPromptPart,  # pyright: ignore[reportDeprecated]
     TextContent,
-    TextPart,
     ToolAvailabilityDeltaPart,
     ToolCallPart,
     ToolReturnPart,
@@ -58,7 +59,7 @@ from pydantic_ai_compaction.protocols.types import Exchange, ExchangeKind, PartR
 from pydantic_ai_compaction.runtime.memo import IdentityMemo
 from pydantic_ai_compaction.runtime.pairing import answers_call as _answers_call
 from pydantic_ai_compaction.runtime.pins import is_pinned
-from pydantic_ai_compaction.runtime.tokens import CHARS_PER_TOKEN, estimate_token_count
+from pydantic_ai_compaction.runtime.tokens import CHARS_PER_TOKEN, estimate_token_count, measure_message_text
 
 ProtectPredicate = Callable[[Exchange, list[ModelMessage]], bool]
 """User hook: return `True` to protect an exchange (it receives the exchange and its messages)."""
@@ -97,6 +98,17 @@ def compactions_so_far(messages: Sequence[ModelMessage]) -> int:
     return without_sequence
 
 
+def compactions_recorded(records: Sequence[dict[str, Any]]) -> int:
+    """`compactions_so_far` from a history's boundary records, oldest first (`ConversationView.records()`)."""
+    without_sequence = 0
+    for record in reversed(records):
+        sequence = record.get('sequence')
+        if isinstance(sequence, int):
+            return sequence + without_sequence
+        without_sequence += 1
+    return without_sequence
+
+
 def is_restatement(part: object) -> bool:
     """Whether *part* is a restatement `Reassert` wrote."""
     if not isinstance(part, UserPromptPart) or isinstance(part.content, str):
@@ -109,23 +121,29 @@ def message_stamp(message: ModelMessage) -> str | None:
     return exchange_stamp(message.metadata)
 
 
-@dataclass
 class _Unit:
-    kind: ExchangeKind
-    parts: dict[int, list[int]] = field(default_factory=dict[int, list[int]])
-    """message index → part indices (sorted)."""
-    stamp: str | None = None
+    """The parts of one exchange in the making.
+
+    `parts` maps a message index to part indices. Both are only ever added in ascending order (the builder
+    walks the history forward and a unit only takes parts of the message being read), so a unit's first
+    and last entries are its start and end (an empty request's entry is an empty list: part -1), and units
+    are created in the order of their starts.
+    """
+
+    __slots__ = ('kind', 'parts', 'stamp')
+
+    def __init__(self, kind: ExchangeKind, stamp: str | None = None) -> None:
+        self.kind: ExchangeKind = kind
+        self.parts: dict[int, list[int]] = {}
+        """message index → part indices."""
+        self.stamp = stamp
 
     def add(self, message_index: int, part_index: int) -> None:
-        self.parts.setdefault(message_index, []).append(part_index)
-
-    def start(self) -> tuple[int, int]:
-        first = min(self.parts)
-        return first, min(self.parts[first], default=-1)
-
-    def end(self) -> tuple[int, int]:
-        last = max(self.parts)
-        return last, max(self.parts[last], default=-1)
+        held = self.parts.get(message_index)
+        if held is None:
+            self.parts[message_index] = [part_index]
+        else:
+            held.append(part_index)
 
 
 @dataclass(frozen=True)
@@ -376,9 +394,10 @@ class _Raw:
 
 def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _State | None) -> _Raw:
     start = state.cut if state is not None else 0
-    units, snapshots = _build_units(history, prompt, start=start, state=state)
+    units, snapshots, compacted, notable = _build_units(history, prompt, start=start, state=state)
     groups = _merge_linked(units)
-    tail_highest, stamped_numbers, record_highest = _id_counter(history, units, start=start)
+    tail_highest, stamped, record_highest = _id_counter(history, units, compacted)
+    stamped_numbers = {number for _, number in stamped}
     if state is not None:
         if max(state.highest_before_cut, tail_highest) != state.assigned_from:
             raise _Stale  # a higher stamp or record arrived (or left): earlier ids would be numbered differently
@@ -390,51 +409,63 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         next_number = assigned_from = tail_highest
         offset = 0
         prior = {}
-    token_counts = dict(zip(range(start, len(history)), messages_tokens(history[start:]), strict=True))
+    token_counts = messages_tokens(history[start:])
 
     exchanges: list[Exchange] = []
     used: set[str] = set()
     counters: list[int] = []
     starts: list[int] = []
+    numbers: list[int] = []
+    turns: list[int] = []
     for group_index, group in enumerate(groups, start=offset):
-        merged = _merge_parts(group)
         first = group[0]
         kind: ExchangeKind = first.kind
-        if any(unit.kind == 'boundary' for unit in group):
-            kind = 'boundary'
+        if len(group) == 1:
+            merged = first.parts  # built in order, one entry per message
+        else:
+            merged = _merge_parts(group)
+            if any(unit.kind == 'boundary' for unit in group):
+                kind = 'boundary'
+        stamp = first.stamp
         if group_index == 0:
-            exchange_id = 'g0'
+            exchange_id, number = 'g0', 0
         elif (
-            first.stamp is not None
-            and first.stamp not in used
-            and first.stamp not in prior
-            and exchange_number(first.stamp) is not None
+            stamp is not None
+            and stamp not in used
+            and stamp not in prior
+            and (number := exchange_number(stamp)) is not None
         ):
-            exchange_id = first.stamp
+            exchange_id = stamp
         else:
             next_number += 1
             while next_number in stamped_numbers:
                 next_number += 1
-            exchange_id = f'g{next_number}'
+            exchange_id, number = f'g{next_number}', next_number
         used.add(exchange_id)
         counters.append(next_number)
-        starts.append(min(merged))
-        refs = _refs(history, merged)
-        exchanges.append(
-            Exchange(
-                id=exchange_id,
-                kind=kind,
-                refs=refs,
-                tokens=_tokens(history, refs, token_counts),
-                protected=_protection(kind, history, refs, group_index),
-            )
-        )
+        numbers.append(number)
+        refs: list[PartRef] = []
+        tokens = 0
+        check = kind == 'opening' or kind == 'boundary' or group_index == 0
+        for index, parts in merged.items():
+            if index in notable:
+                check = True
+            if len(parts) == len(history[index].parts):
+                refs.append((index, None))
+                tokens += token_counts[index - start]
+            else:
+                refs.append((index, tuple(parts)))
+                tokens += _share(history, index, parts, token_counts[index - start])
+        starts.append(refs[0][0])
+        if kind == 'turn' or kind == 'opening':
+            turns.append(len(exchanges))
+        # Responses hold no pin or state change: only an exchange with a request holding more than tool returns
+        # (or one protected for its kind or place) needs a look at its parts.
+        protected = _protection(kind, history, refs, group_index) if check else None
+        exchanges.append(_exchange(exchange_id, kind, tuple(refs), tokens, protected))
 
-    top = max([exchange_number(e.id) or 0 for e in exchanges] + [next_number, 0])
-    last_turn = state.last_turn if state is not None else None
-    for position, exchange in enumerate(exchanges):
-        if exchange.kind in ('turn', 'opening'):
-            last_turn = offset + position
+    top = max([*numbers, next_number, 0])
+    last_turn = offset + turns[-1] if turns else (state.last_turn if state is not None else None)
     if state is not None:
         top = max(top, state.top_number)
         all_exchanges = [*state.exchanges, *exchanges]
@@ -450,25 +481,21 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
     # cut belong to the reused exchanges alone.
     frozen_count = len(exchanges) - 1
     cut = starts[-1] if exchanges else 0
-    while frozen_count > 0 and max(ref[0] for ref in exchanges[frozen_count - 1].refs) >= cut:
+    while frozen_count > 0 and exchanges[frozen_count - 1].refs[-1][0] >= cut:
         frozen_count -= 1
         cut = starts[frozen_count]
     if frozen_count > 0 and cut > start:
         frozen = exchanges[:frozen_count]
         before = snapshots[cut - start]
-        stamps = [
-            number
-            for unit in units
-            if unit.stamp and unit.start()[0] < cut and (number := exchange_number(unit.stamp)) is not None
-        ]
-        new_refs = tuple(weakref.ref(history[index]) for index in range(start, cut))
-        new_parts = [history[index].parts for index in range(start, cut)]
+        new_refs = tuple(map(weakref.ref, history[start:cut]))
+        new_parts = list(map(_PARTS, history[start:cut]))
         frozen_by_id = dict(prior)
         frozen_by_id.update({exchange.id: exchange for exchange in frozen})
         frozen_turn = state.last_turn if state is not None else None
-        for position, exchange in enumerate(frozen):
-            if exchange.kind in ('turn', 'opening'):
+        for position in reversed(turns):
+            if position < frozen_count:
                 frozen_turn = offset + position
+                break
         new_state = _State(
             cut=cut,
             refs=(state.refs if state is not None else ()) + new_refs,
@@ -480,12 +507,14 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
             by_id=frozen_by_id,
             assigned_from=assigned_from,
             highest_before_cut=max(
-                [state.highest_before_cut if state is not None else 0, *stamps, *record_highest[: cut - start]]
+                [
+                    state.highest_before_cut if state is not None else 0,
+                    *(number for index, number in stamped if index < cut),
+                    *(number for index, number in record_highest if index < cut),
+                ]
             ),
             counter=counters[frozen_count - 1],
-            top_number=max(
-                [state.top_number if state is not None else 0, *(exchange_number(e.id) or 0 for e in frozen)]
-            ),
+            top_number=max([state.top_number if state is not None else 0, *numbers[:frozen_count]]),
             last_turn=frozen_turn,
             response=before[0] is not None,
             retrying=before[1] is not None,
@@ -501,6 +530,23 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
     )
 
 
+def _exchange(
+    exchange_id: str, kind: ExchangeKind, refs: tuple[PartRef, ...], tokens: int, protected: str | None
+) -> Exchange:
+    """`Exchange(exchange_id, kind, refs, tokens, protected)`, the object its `__init__` builds, in a third of the time.
+
+    A frozen dataclass sets each field through `object.__setattr__`, which made building one exchange per tool
+    step the largest single cost of segmenting a history never seen. `Exchange` has no `__post_init__` and no
+    slots: filling its `__dict__` gives the same object (a test holds this to every field `Exchange` declares).
+    """
+    exchange = _NEW(Exchange)
+    vars(exchange).update(id=exchange_id, kind=kind, refs=refs, tokens=tokens, protected=protected, unfinished=False)
+    return exchange
+
+
+_NEW = object.__new__
+
+
 def _finish(history: tuple[ModelMessage, ...], raw: _Raw, protect: ProtectPredicate | None) -> ConversationView:
     """The final passes: the exchanges in progress, the current turn, the user's predicate."""
     from dataclasses import replace
@@ -511,11 +557,13 @@ def _finish(history: tuple[ModelMessage, ...], raw: _Raw, protect: ProtectPredic
         # The exchanges in progress: every one that owns part of the last message (only exchanges segmented in
         # this call can). That is the response whose returns the current request carries together with that
         # request, a new user turn, both, or a response still waiting for its tool results (or suspended).
+        # Exchanges are ordered by their last message (their spans never overlap), so those are the last ones.
         last = len(history) - 1
-        for position in range(raw.tail_start, len(exchanges)):
+        for position in range(len(exchanges) - 1, raw.tail_start - 1, -1):
             exchange = exchanges[position]
-            if any(ref[0] == last for ref in exchange.refs):
-                exchanges[position] = by_id[exchange.id] = replace(exchange, unfinished=True)
+            if exchange.refs[-1][0] != last:
+                break
+            exchanges[position] = by_id[exchange.id] = replace(exchange, unfinished=True)
     if raw.last_turn is not None and exchanges[raw.last_turn].protected is None:
         # The latest user turn is what the agent is working on: dropping it would lose the question itself.
         exchange = replace(exchanges[raw.last_turn], protected='current_turn')
@@ -575,14 +623,18 @@ def _utc(moment: datetime) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
+_NO_PARTS: frozenset[int] = frozenset()
+
 _Snapshot = tuple[int | None, int | None, int | None]
 """The builder's `last_response`, `retrying` and `opening` before a message."""
 
 
 def _build_units(
     messages: Sequence[ModelMessage], prompt: object = None, *, start: int = 0, state: _State | None = None
-) -> tuple[list[_Unit], list[_Snapshot]]:
-    """The units of `messages[start:]`, and the builder's state before each of those messages.
+) -> tuple[list[_Unit], list[_Snapshot], list[int], set[int]]:
+    """The units of `messages[start:]`, the builder's state before each of those messages, the indices of
+    the messages holding a `CompactionPart` (the only ones a boundary record can be read from), and of the
+    requests holding anything but tool returns (the only ones a pin or a state change can be in).
 
     From a cut (*state* given), units before it are reused as they are: a message that would add to one
     of them (a return whose call is not after the cut, feedback or a retry answer for a response before
@@ -590,6 +642,8 @@ def _build_units(
     """
     units: list[_Unit] = []
     snapshots: list[_Snapshot] = []
+    compacted: list[int] = []
+    notable: set[int] = set()
     owner_of_call: dict[str, int] = {}
     calls_before = state is not None and state.response
     last_response: int | None = _FROZEN if calls_before else None
@@ -599,25 +653,40 @@ def _build_units(
         message = messages[index]
         snapshots.append((last_response, retrying, opening))
         if isinstance(message, ModelResponse):
-            boundary = any(isinstance(part, CompactionPart) for part in message.parts)
-            calls = [part for part in message.parts if isinstance(part, ToolCallPart)]
+            parts = message.parts
+            boundary = False
+            calls: list[str] = []
+            for part in parts:
+                if isinstance(part, ToolCallPart):
+                    calls.append(part.tool_call_id)
+                elif isinstance(part, CompactionPart):
+                    boundary = True
+            if boundary:
+                compacted.append(index)
             if retrying is not None and not boundary:
                 # The model's answer to a retry belongs with the call it retries.
                 if retrying == _FROZEN:
                     raise _Stale
                 position = retrying
-                units[position].kind = 'tools' if calls or units[position].kind == 'tools' else units[position].kind
+                unit = units[position]
+                if calls:
+                    unit.kind = 'tools'
             else:
                 kind: ExchangeKind = 'boundary' if boundary else ('tools' if calls else 'response')
-                units.append(_Unit(kind, stamp=message_stamp(message) or _boundary_stamp(message)))
+                stamp = message_stamp(message) if message.metadata else None
+                if not stamp:
+                    stamp = _boundary_stamp(message) if boundary else None
+                unit = _Unit(kind, stamp)
+                units.append(unit)
                 position = len(units) - 1
-            units[position].parts[index] = list(range(len(message.parts)))
+            unit.parts[index] = list(range(len(parts)))
             last_response = position
-            for call in calls:
-                owner_of_call[call.tool_call_id] = position
+            for call_id in calls:
+                owner_of_call[call_id] = position
             continue
 
-        if not message.parts:
+        parts = message.parts
+        if not parts:
             # A request with no parts (an agent with `instructions=` only, or `run(None, ...)` continuing
             # after a response) still belongs to exactly one exchange: the opening when it is first,
             # else the exchange it continues. Dropping it would leave two responses side by side or a
@@ -626,7 +695,7 @@ def _build_units(
             if owner is None:
                 if state is not None:
                     raise _Stale  # it would continue the exchange before the cut
-                units.append(_Unit('opening', stamp=message_stamp(message)))
+                units.append(_Unit('opening', message_stamp(message)))
                 opening = owner = 0
             units[owner].parts[index] = []
             retrying = None
@@ -636,24 +705,41 @@ def _build_units(
         run_kind: ExchangeKind | None = None
         owned: list[int] = []
         tool_owner: int | None = None
-        from_tools = tool_content_parts(message, prompt)
-        for part_index, part in enumerate(message.parts):
-            call_id = _answers_call(part)
-            if call_id is not None and call_id not in owner_of_call and calls_before:
-                raise _Stale  # its call may be before the cut (a deferred return), or it joins a response there
-            if call_id is not None and (owner := owner_of_call.get(call_id, last_response)) is not None:
-                units[owner].add(index, part_index)
-                retries_only = retries_only and _is_retry(part)
-                tool_owner = owner
-                continue
-            if _is_feedback(part) and last_response is not None:
+        from_tools = tool_content_parts(message, prompt) if len(parts) > 1 else _NO_PARTS
+        has_compaction = False
+        plain = True  # every part a return: no pin, no bookkeeping, nothing to protect
+        for part_index, part in enumerate(parts):
+            if isinstance(part, ToolReturnPart):
+                call_id: str | None = part.tool_call_id
+                retry = part.outcome == 'retried'
+            else:
+                call_id = _answers_call(part)
+                retry = True  # a legacy retry prompt naming its tool: the only other part that answers a call
+            if call_id is not None:
+                owner = owner_of_call.get(call_id)
+                if owner is None:
+                    if calls_before:
+                        raise _Stale  # its call may be before the cut (a deferred return), or it joins a response there
+                    owner = last_response
+                if owner is not None:
+                    held = units[owner].parts.get(index)
+                    if held is None:
+                        units[owner].parts[index] = [part_index]
+                    else:
+                        held.append(part_index)
+                    if not retry:
+                        retries_only = False
+                    tool_owner = owner
+                    continue
+            plain = False
+            if last_response is not None and _is_feedback(part):
                 # Retry feedback (and a legacy retry prompt without a tool name) answers the model's
                 # last response; it is not the user speaking.
                 if last_response == _FROZEN:
                     raise _Stale
                 units[last_response].add(index, part_index)
                 continue
-            if part_index in from_tools and tool_owner is not None:
+            if tool_owner is not None and part_index in from_tools:
                 # `ToolReturn(content=...)` puts its content in a user part right after the returns of the
                 # same request: it is tool output, and travels with the call that produced it.
                 units[tool_owner].add(index, part_index)
@@ -662,6 +748,7 @@ def _build_units(
             retries_only = False
             if isinstance(part, CompactionPart):
                 kind = 'boundary'
+                has_compaction = True
             elif is_restatement(part):
                 kind = 'restatement'
             elif opening is None or (run_kind == 'opening' and units[opening].parts.get(index)):
@@ -676,14 +763,18 @@ def _build_units(
                     opening = len(units) - 1
                 run_kind = kind
             units[owned[-1]].add(index, part_index)
+        if has_compaction:
+            compacted.append(index)
+        if not plain:
+            notable.add(index)
         retrying = last_response if retries_only and last_response is not None else None
         for position in owned:
             unit = units[position]
-            if len(unit.parts[index]) == len(message.parts):
+            if len(unit.parts[index]) == len(parts):
                 unit.stamp = message_stamp(message)
             if unit.kind == 'boundary' and unit.stamp is None:
                 unit.stamp = _boundary_stamp(message)
-    return units, snapshots
+    return units, snapshots, compacted, notable
 
 
 def _is_feedback(part: ModelRequestPart) -> bool:
@@ -691,14 +782,6 @@ def _is_feedback(part: ModelRequestPart) -> bool:
     if isinstance(part, RetryFeedbackPart):
         return True
     return isinstance(part, RetryPromptPart) and part.tool_name is None  # pyright: ignore[reportDeprecated]
-
-
-def _is_retry(part: ModelRequestPart) -> bool:
-    """A return that asks the model to call again rather than delivering a result."""
-    return (isinstance(part, ToolReturnPart) and part.outcome == 'retried') or isinstance(
-        part,
-        RetryPromptPart,  # pyright: ignore[reportDeprecated]
-    )
 
 
 def _boundary_stamp(message: ModelMessage) -> str | None:
@@ -712,21 +795,24 @@ def _boundary_stamp(message: ModelMessage) -> str | None:
 def _merge_linked(units: list[_Unit]) -> list[list[_Unit]]:
     """Group units whose spans interleave (a deferred return after other units) into one exchange.
 
-    In start order, a unit joins the current group when it starts before the furthest end reached so
-    far; otherwise it opens a new group. That is the connected components of the overlap graph, which
-    are always contiguous runs in start order, found in one sweep (a graph library would only repeat it).
+    In start order (the order units are created in), a unit joins the current group when it starts before
+    the furthest end reached so far; otherwise it opens a new group. That is the connected components of the
+    overlap graph, which are always contiguous runs in start order, found in one sweep (a graph library
+    would only repeat it). The groups' spans never overlap, so exchanges are ordered by start and by end.
     """
-    starts = [unit.start() for unit in units]
-    order = sorted(range(len(units)), key=lambda position: starts[position])
     groups: list[list[_Unit]] = []
     reach_end = (-1, -1)
-    for position in order:
-        unit = units[position]
-        if groups and starts[position] <= reach_end:
+    for unit in units:
+        parts = unit.parts
+        first = next(iter(parts))
+        held = parts[first]
+        if groups and (first, held[0] if held else -1) <= reach_end:
             groups[-1].append(unit)
         else:
             groups.append([unit])
-        end = unit.end()
+        last = next(reversed(parts))
+        held = parts[last]
+        end = (last, held[-1] if held else -1)
         if end > reach_end:
             reach_end = end
     return groups
@@ -742,23 +828,22 @@ def _merge_parts(group: list[_Unit]) -> dict[int, list[int]]:
     return {index: sorted(set(parts)) for index, parts in sorted(merged.items())}
 
 
-def _refs(messages: Sequence[ModelMessage], merged: dict[int, list[int]]) -> tuple[PartRef, ...]:
-    return tuple(
-        (index, None if len(parts) == len(messages[index].parts) else tuple(parts)) for index, parts in merged.items()
-    )
-
-
 def _id_counter(
-    messages: Sequence[ModelMessage], units: list[_Unit], *, start: int = 0
-) -> tuple[int, set[int], list[int]]:
-    """The highest exchange number ever handed out in `messages[start:]`, from stamps and boundary records.
+    messages: Sequence[ModelMessage], units: list[_Unit], compacted: list[int]
+) -> tuple[int, list[tuple[int, int]], list[tuple[int, int]]]:
+    """The highest exchange number ever handed out in the messages the units cover, from stamps and records.
 
-    Also returns the stamped numbers, and the highest number each message's records name (0 for none).
+    Also returns each stamped unit's first message and number, and each message in *compacted* (those
+    holding a `CompactionPart`, the only parts a record is read from) with the highest number its records name.
     """
-    stamped = {number for unit in units if unit.stamp and (number := exchange_number(unit.stamp)) is not None}
-    highest = max(stamped, default=0)
-    per_message: list[int] = []
-    for index in range(start, len(messages)):
+    stamped = [
+        (next(iter(unit.parts)), number)
+        for unit in units
+        if unit.stamp and (number := exchange_number(unit.stamp)) is not None
+    ]
+    highest = max((number for _, number in stamped), default=0)
+    per_message: list[tuple[int, int]] = []
+    for index in compacted:
         in_message = 0
         for part in messages[index].parts:
             record = our_record(part)
@@ -771,109 +856,106 @@ def _id_counter(
                 for exchange_id in record.get(key) or ():
                     if isinstance(exchange_id, str) and (number := exchange_number(exchange_id)) is not None:
                         in_message = max(in_message, number)
-        per_message.append(in_message)
+        per_message.append((index, in_message))
         highest = max(highest, in_message)
     return highest, stamped, per_message
 
 
-_TOKENS: IdentityMemo[int] = IdentityMemo()
-"""Token estimates keyed by a message object and each of its parts, in order (never keeps any of them alive).
+class _TokenMemo:
+    """Token estimates by message object, valid while it holds the same part objects, in order.
 
-pydantic-ai assigns a new `parts` list to a persisted request when it adds a part to it, and a processor may
-replace a part in a reused list: either way the key changes. A part's content changed in place is not seen
-(parts are never mutated in place, see the module docstring)."""
+    One weak reference per message (the entry goes with it); its parts are held strongly by the entry,
+    which keeps a part replaced in the message alive (so its id is never reused by another object) only
+    as long as the message itself. pydantic-ai assigns a new `parts` list to a persisted request when it
+    adds a part to it, and a processor may replace a part in a reused list: either way the parts differ.
+    A part's content changed in place is not seen (parts are never mutated in place, see the module
+    docstring).
+    """
+
+    def __init__(self) -> None:
+        self.entries: dict[int, tuple[weakref.ref[ModelMessage], tuple[object, ...], int]] = {}
+        """By the message's `id()`: a weak reference to it, its parts and its estimate."""
+
+    def get(self, message: ModelMessage) -> int | None:
+        entry = self.entries.get(id(message))
+        if entry is None or entry[0]() is not message:
+            return None
+        parts = message.parts
+        held = entry[1]
+        if len(held) != len(parts) or not all(map(operator.is_, held, parts)):
+            return None
+        return entry[2]
+
+    def put(self, message: ModelMessage, tokens: int) -> int:
+        key = id(message)
+        entries = self.entries
+
+        def forget(ref: weakref.ref[ModelMessage]) -> None:
+            entry = entries.get(key)
+            if entry is not None and entry[0] is ref:
+                del entries[key]
+
+        entries[key] = (weakref.ref(message, forget), tuple(message.parts), tokens)
+        return tokens
+
+    def __len__(self) -> int:
+        return len(self.entries)
 
 
-def _remembered(message: ModelMessage) -> int | None:
-    return _TOKENS.get((message, *message.parts))
-
-
-def _remember_tokens(message: ModelMessage, tokens: int) -> int:
-    return _TOKENS.put((message, *message.parts), tokens)
+_TOKENS = _TokenMemo()
+"""Token estimates of the messages seen (never keeps a message alive)."""
 
 
 def message_tokens(message: ModelMessage) -> int:
     """Estimated tokens a message adds (`runtime.tokens`' text estimate; a response at least its output tokens)."""
-    cached = _remembered(message)
+    cached = _TOKENS.get(message)
     if cached is not None:
         return cached
     tokens = estimate_token_count([_without_instructions(message)])
     if isinstance(message, ModelResponse):
         tokens = max(tokens, message.usage.output_tokens)
-    return _remember_tokens(message, tokens)
+    return _TOKENS.put(message, tokens)
 
 
-_BATCH_MARK = ''.join(['\x00', 'pydantic-ai-compaction', '\x00'])
-"""Text of the marker response put between messages in one batched estimate (compared by identity)."""
-
-_BATCH_MARKER = ModelResponse(parts=[TextPart(_BATCH_MARK)])
-
-_BATCH_FROM = 8
-"""Unmemoized messages from which one batched estimate is cheaper than one estimate per message."""
+_REMEMBER_CONVERTED = 256
+"""Characters converted from structured values (`str(...)` of a dict, a list, a file reference) from which a
+measured message is remembered: below, measuring it again costs about what a lookup does."""
 
 
 def messages_tokens(messages: Sequence[ModelMessage]) -> list[int]:
-    """`message_tokens` of each message, the ones not seen before estimated in one pass.
+    """`message_tokens` of each message, the ones not seen before measured without building their texts.
 
-    The estimator has a fixed cost per call (it locates the instruction window first), which
-    dominated segmenting a long history it had not seen. So unseen messages are estimated in one
-    call, a marker response between each two, with a tokenizer that only records each text's
-    length; the counts are the same as one call per message, because the estimate of a message's
-    parts depends on the others only through instruction changes (`InstructionDeltaPart`), and a
-    message holding one is estimated alone. If the estimator ever reports texts other than in
-    message order, the markers do not add up and each message is estimated alone.
+    A message's estimate depends on the others only through instruction changes (`InstructionDeltaPart`):
+    every other message is measured by `measure_message_text`, which sums the same texts the estimator reads,
+    and a message holding one is estimated alone. A message measured from plain strings is not remembered:
+    reading their lengths again is as cheap as finding it, and a history never seen pays for no entries.
     """
-    counts: list[int | None] = [_remembered(message) for message in messages]
-    missing = [
-        index
-        for index, count in enumerate(counts)
-        if count is None
-        and not (
-            isinstance(messages[index], ModelRequest)
-            and any(isinstance(part, InstructionDeltaPart) for part in messages[index].parts)
-        )
-    ]
-    if len(missing) >= _BATCH_FROM:
-        batch: list[ModelMessage] = []
-        for index in missing:
-            batch.append(_without_instructions(messages[index]))
-            batch.append(_BATCH_MARKER)
-        lengths: list[int] = [0]
-
-        def record(text: str) -> int:
-            if text is _BATCH_MARK:
-                lengths.append(0)
+    memo = _TOKENS
+    entries = memo.entries
+    out: list[int] = []
+    for message in messages:
+        # The lookup is inlined: a history never seen misses it for every message.
+        tokens = memo.get(message) if id(message) in entries else None
+        if tokens is None:
+            measured = measure_message_text(message)
+            if measured is None:
+                tokens = message_tokens(message)
             else:
-                lengths[-1] += len(text)
-            return 0
-
-        estimate_token_count(batch, record)
-        found = [length // CHARS_PER_TOKEN for length in lengths[:-1]]
-        # The texts came in message order, and the first and last agree with an estimate of their own.
-        if len(lengths) == len(missing) + 1 and all(
-            found[at] == estimate_token_count([_without_instructions(messages[missing[at]])]) for at in (0, -1)
-        ):
-            for index, tokens in zip(missing, found, strict=True):
-                message = messages[index]
+                tokens = measured[0] // CHARS_PER_TOKEN
                 if isinstance(message, ModelResponse):
                     tokens = max(tokens, message.usage.output_tokens)
-                counts[index] = _remember_tokens(message, tokens)
-    return [
-        count if count is not None else message_tokens(message) for count, message in zip(counts, messages, strict=True)
-    ]
+                if measured[1] >= _REMEMBER_CONVERTED:
+                    memo.put(message, tokens)
+        out.append(tokens)
+    return out
 
 
-def _tokens(messages: Sequence[ModelMessage], refs: tuple[PartRef, ...], counts: dict[int, int]) -> int:
-    total = 0
-    for index, parts in refs:
-        if parts is None:
-            total += counts[index]
-            continue
-        message = messages[index]
-        whole = max(estimate_token_count([_without_instructions(message)]), 1)
-        share = estimate_token_count([_without_instructions(fragment(messages, (index, parts)))])
-        total += counts[index] * share // whole
-    return total
+def _share(messages: Sequence[ModelMessage], index: int, parts: list[int], count: int) -> int:
+    """The part of message *index*'s *count* tokens its *parts* hold (a request split between exchanges)."""
+    message = messages[index]
+    whole = max(estimate_token_count([_without_instructions(message)]), 1)
+    share = estimate_token_count([_without_instructions(fragment(messages, (index, tuple(parts))))])
+    return count * share // whole
 
 
 def _without_instructions(message: ModelMessage) -> ModelMessage:
@@ -885,7 +967,7 @@ def _without_instructions(message: ModelMessage) -> ModelMessage:
 
 
 def _protection(
-    kind: ExchangeKind, messages: Sequence[ModelMessage], refs: tuple[PartRef, ...], position: int
+    kind: ExchangeKind, messages: Sequence[ModelMessage], refs: Sequence[PartRef], position: int
 ) -> str | None:
     if kind == 'opening' or position == 0:
         return 'opening'
@@ -896,9 +978,16 @@ def _protection(
         if not isinstance(message, ModelRequest):
             continue  # pins are user content: only requests can hold them
         parts = message.parts if part_indices is None else [message.parts[i] for i in part_indices]
-        if any(isinstance(part, UserPromptPart) and is_pinned(part) for part in parts):
-            return 'pinned'
-        if any(isinstance(part, _BOOKKEEPING) for part in parts):
+        bookkeeping = False
+        for part in parts:
+            if type(part) is ToolReturnPart:
+                continue  # most parts: neither a pin nor bookkeeping
+            if isinstance(part, UserPromptPart):
+                if is_pinned(part):
+                    return 'pinned'
+            elif isinstance(part, _BOOKKEEPING):
+                bookkeeping = True
+        if bookkeeping:
             # A tool reveal, a settings or an instruction change: pydantic-ai reads the run's state back
             # from these parts, so dropping one would, say, make a revealed tool unavailable again.
             return 'state'

@@ -96,6 +96,17 @@ def estimate_token_count(messages: Sequence[ModelMessage], tokenizer: Tokenizer 
         messages: The history.
         tokenizer: Counts a string's tokens; `None` uses ~4 characters per token.
     """
+    if tokenizer is None:
+        # Without an instruction change, each message's text is its own: their lengths add up to the same total
+        # without building a single segment (every compaction estimates the whole history this way).
+        total = 0
+        for message in messages:
+            measured = measure_message_text(message)
+            if measured is None:
+                break
+            total += measured[0]
+        else:
+            return (total + sum(map(len, _instructions(messages)))) // CHARS_PER_TOKEN
     return _count(_all_text(messages), tokenizer)
 
 
@@ -283,6 +294,61 @@ def _message_text(messages: Sequence[ModelMessage]) -> list[list[str]]:
                 segments.extend(_response_part_text(part))
         out.append(segments)
     return out
+
+
+def measure_message_text(message: ModelMessage) -> tuple[int, int] | None:
+    """Characters of the texts *message* is sent with on its own (instructions excluded), and how many of them
+    were produced by converting a value that is not a plain string (structured results, arguments, files).
+
+    The first is the total of the segments `estimate_token_count([message])` reads without instructions,
+    summed without building them: a history never seen is measured at about the cost of reading its parts.
+    The second says what measuring it again would cost, so a caller remembers only what is worth it.
+    `None` for a request holding an instruction change, whose text depends on the messages around it.
+    """
+    # The branches follow `_request_part_text` and `_response_part_text`, in their order.
+    total = converted = 0
+    if isinstance(message, ModelRequest):
+        for part in message.parts:
+            if isinstance(part, ToolReturnPart):
+                content = part.content
+                if type(part) is ToolReturnPart and type(content) is str:
+                    total += len(content)  # a plain string holds no file: its text is itself (`_tool_return_text`)
+                    continue
+                length = len(_tool_return_text(part))
+            elif isinstance(part, UserPromptPart):
+                content = part.content
+                if isinstance(content, str):
+                    total += len(content)
+                    continue
+                length = sum(map(len, _prompt_texts(part)))
+            elif isinstance(part, SystemPromptPart):
+                total += len(part.content)
+                continue
+            elif isinstance(part, InstructionDeltaPart):
+                return None
+            else:
+                length = sum(map(len, _request_part_text(part)))
+            total += length
+            converted += length
+        return total, converted
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            total += len(part.content)
+        elif isinstance(part, ToolCallPart):
+            args = part.args
+            if isinstance(args, str):
+                total += len(part.tool_name) + len(args)
+            else:
+                length = len(str(args))
+                total += len(part.tool_name) + length
+                converted += length
+        elif isinstance(part, ThinkingPart):
+            total += len(part.content or '')
+        else:
+            length = sum(map(len, _response_part_text(part)))
+            total += length
+            converted += length
+    return total, converted
 
 
 def _request_part_text(part: ModelRequestPart) -> list[str]:
