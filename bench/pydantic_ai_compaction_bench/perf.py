@@ -14,7 +14,7 @@ import statistics
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from pydantic_ai.messages import (
@@ -356,10 +356,19 @@ async def _scale_one(history: list[ModelMessage], more: list[list[ModelMessage]]
     async def recall_path(messages: list[ModelMessage]) -> None:
         recall.index('bench', messages)
 
+    hooked = ForgetReasoning[None](policy='drop')
+
+    async def forget_hook(messages: list[ModelMessage]) -> list[ModelMessage]:
+        # What an agent pays: the decision, the runtime's check of the rewritten log and the request's copy.
+        run = replace(ctx, messages=messages)
+        await hooked.before_model_request(run, _request_context(messages))
+        return run.messages
+
     measured = {
         'trigger (measure)': await _steady(measure, history, more),
         'bounded selection (whole hook)': await _steady(select_path, history, more),
         'forget-reasoning (decide)': await _steady(forget_path, history, more),
+        'forget-reasoning (whole hook)': await _steady(forget_hook, history, more),
         'archive (number new results)': await _steady(archive_path, history, more),
         'recall (index new parts)': await _steady(recall_path, history, more),
     }
