@@ -61,6 +61,24 @@ def words(text: str) -> list[str]:
     return list(dict.fromkeys(_WORD.findall(text.lower())))
 
 
+def has_word(tokens: Sequence[str], word: str, whole: bool) -> bool:
+    """Whether *word* is one of *tokens* (*whole*) or starts one of them."""
+    return word in tokens if whole else any(token.startswith(word) for token in tokens)
+
+
+def line_score(text: str, context: str, wanted: Sequence[str], whole: bool) -> int:
+    """A line's score for the query words *wanted*: each word counts once if the line or its call holds it
+    (*context*, `line_context`), once more if the line itself does (as a whole word, or as a prefix).
+
+    Every store that scores in Python scores the same way (the in-memory store, and SQLite: FTS5's `bm25`
+    counts each query word's matches over the whole log to weigh it, tens of milliseconds for a word every
+    line holds in a 10M-token log).
+    """
+    own = words(text)
+    around = own + words(context)
+    return sum(has_word(around, word, whole) + has_word(own, word, whole) for word in wanted)
+
+
 def rank_any_word(per_word: Sequence[Sequence[tuple[int, Hit]]], limit: int) -> list[Hit]:
     """The best *limit* of the union of each query word's newest matches, when no line holds every word.
 
