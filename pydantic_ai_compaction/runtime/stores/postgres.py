@@ -8,6 +8,7 @@ naming the operation and the server (its DSN without the password).
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -56,13 +57,43 @@ CREATE TABLE IF NOT EXISTS pac_indexed_parts (
 CREATE TABLE IF NOT EXISTS pac_log (
     id BIGSERIAL PRIMARY KEY, conversation_id TEXT NOT NULL, text TEXT NOT NULL, context TEXT NOT NULL,
     source TEXT NOT NULL, tool_name TEXT NOT NULL, args TEXT NOT NULL, result_id TEXT NOT NULL,
-    line_no INTEGER NOT NULL, terms TEXT NOT NULL,
-    tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('simple', terms)) STORED
+    line_no INTEGER NOT NULL, owned_terms TSVECTOR NOT NULL
 );
-CREATE INDEX IF NOT EXISTS pac_log_tsv ON pac_log USING GIN (tsv);
-CREATE INDEX IF NOT EXISTS pac_log_conversation ON pac_log (conversation_id);
+CREATE INDEX IF NOT EXISTS pac_log_owned_terms ON pac_log USING GIN (owned_terms);
 CREATE INDEX IF NOT EXISTS pac_log_conversation_newest ON pac_log (conversation_id, id);
+CREATE TABLE IF NOT EXISTS pac_schema (version INTEGER NOT NULL);
 """
+
+SCHEMA_VERSION = 1
+"""`pac_schema.version` of the current tables. 0 (no `pac_schema`): the log's search vector held each line's
+words as they are, so a word every line holds (`log`, from the call `read_log`) had one GIN entry listing
+every line of every conversation; 1: `owned_terms`, each word prefixed with its conversation's token
+(`owner_prefix`), so an entry lists one conversation's lines. An older database is migrated on first use."""
+
+_MIGRATE_TO_1 = """
+ALTER TABLE pac_log ADD COLUMN owned_terms TSVECTOR;
+UPDATE pac_log SET owned_terms = coalesce((
+    SELECT string_agg('''' || left(md5(conversation_id), 16) || '_' || word || ''':' || least(n, 16383), ' ')
+    FROM unnest(string_to_array(terms, ' ')) WITH ORDINALITY AS t(word, n) WHERE word <> ''
+)::tsvector, ''::tsvector);
+ALTER TABLE pac_log ALTER COLUMN owned_terms SET NOT NULL;
+DROP INDEX IF EXISTS pac_log_tsv;
+DROP INDEX IF EXISTS pac_log_conversation;
+ALTER TABLE pac_log DROP COLUMN tsv, DROP COLUMN terms;
+"""
+"""Version 0 to 1, in the schema transaction: the vector rebuilt from the words each line kept (`terms`)."""
+
+_FIRST_WINDOW = 8_192
+"""Log ids (all conversations) a search reads first, newest first; each further window is 4 times larger."""
+
+
+def owner_prefix(conversation_id: str) -> str:
+    """What every word of a conversation's lines starts with in `owned_terms`: 16 hex digits of the key's MD5.
+
+    The same as SQL's `left(md5(conversation_id), 16) || '_'` (the migration computes it there). Not a secret
+    and not a check: every query also compares the key itself, so two keys with one prefix never share lines.
+    """
+    return hashlib.md5(conversation_id.encode(), usedforsecurity=False).hexdigest()[:16] + '_'
 
 
 def redact_dsn(dsn: str) -> str:
@@ -77,19 +108,26 @@ def redact_dsn(dsn: str) -> str:
     return make_conninfo('', **params)
 
 
-def _terms(text: str) -> str:
-    """The search terms of a line: its words, within what a `tsvector` can hold."""
+def _owned_terms(prefix: str, text: str) -> str:
+    """A line's `owned_terms` as `tsvector` input: its words (as every store splits them), each after
+    *prefix*, at its position (as `to_tsvector` numbers words), within what a `tsvector` can hold."""
     kept: list[str] = []
     size = 0
     for word in words(text):
         length = len(word.encode())
         if length > _LONGEST_WORD:
             continue
-        size += length + 12  # the lexeme's entry and position besides its text
+        size += length + len(prefix) + 12  # the lexeme's entry and position besides its text
         if size > _TERMS_BUDGET:
             break
         kept.append(word)
-    return ' '.join(kept)
+    # Words are letters and digits only: nothing to escape inside the quotes.
+    return ' '.join(f"'{prefix}{word}':{min(n, 16_383)}" for n, word in enumerate(kept, start=1))
+
+
+def _query(prefix: str, wanted: Sequence[str], suffix: str) -> str:
+    """`tsquery` input: every word of *wanted* after *prefix* (*suffix* `:*` for prefix matches)."""
+    return ' & '.join(f"'{prefix}{word}'{suffix}" for word in wanted)
 
 
 class PostgresArchiveStore:
@@ -136,7 +174,8 @@ class PostgresArchiveStore:
             kwargs={
                 'autocommit': True,
                 'connect_timeout': max(1, round(self.connect_timeout)),
-                'options': f'-c lock_timeout={self.busy_timeout_ms}',
+                # A search reads its windows in order (an Append under a LIMIT): no parallel plan reorders them.
+                'options': f'-c lock_timeout={self.busy_timeout_ms} -c max_parallel_workers_per_gather=0',
             },
             timeout=self.connect_timeout,
             name='pydantic-ai-compaction',
@@ -158,9 +197,22 @@ class PostgresArchiveStore:
         if self._schema_ready:
             return
         with self._schema_lock, conn.transaction():
-            # Serialize schema creation across workers starting together.
+            # Serialize schema creation and migration across workers starting together.
             conn.execute('SELECT pg_advisory_xact_lock(7415)')
+            if conn.execute("SELECT to_regclass('pac_schema')").fetchone()[0] is not None:
+                row = conn.execute('SELECT max(version) FROM pac_schema').fetchone()
+                if row[0] is not None and int(row[0]) >= SCHEMA_VERSION:
+                    self._schema_ready = True
+                    return
+            old_log = conn.execute(
+                "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('pac_log') AND attname = 'terms' "
+                'AND NOT attisdropped'
+            ).fetchone()
+            if old_log is not None:
+                conn.execute(_MIGRATE_TO_1)
             conn.execute(_SCHEMA)
+            conn.execute('DELETE FROM pac_schema')
+            conn.execute('INSERT INTO pac_schema (version) VALUES (%s)', (SCHEMA_VERSION,))
         self._schema_ready = True
 
     def _run(self, operation: str, work: Callable[[Any], T]) -> T:
@@ -267,6 +319,7 @@ class PostgresArchiveStore:
         with conn.transaction():
             fresh: dict[tuple[str, str], bool] = {}
             rows: list[tuple[Any, ...]] = []
+            prefixes: dict[str, str] = {}
             for line in lines:
                 key = (db_text(line.conversation_id), db_text(line.fingerprint))
                 if key not in fresh:
@@ -278,15 +331,16 @@ class PostgresArchiveStore:
                     fresh[key] = inserted is not None
                 if fresh[key]:
                     text, context = index_text(line.text), line_context(line)
+                    prefix = prefixes.get(key[0]) or prefixes.setdefault(key[0], owner_prefix(key[0]))
                     # The search vector is built from the same words every store matches on, so an email,
                     # a path or a host name splits into words here exactly as in SQLite and in memory.
                     rows.append(
                         (key[0], text, context, line.source, index_text(line.tool_name), index_text(line.args),
-                         index_text(line.result_id), line.line_no, _terms(f'{text} {context}'))
+                         index_text(line.result_id), line.line_no, _owned_terms(prefix, f'{text} {context}'))
                     )  # fmt: skip
             insert = (
                 'INSERT INTO pac_log (conversation_id, text, context, source, tool_name, args, result_id, '
-                'line_no, terms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)'
+                'line_no, owned_terms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector)'
             )
             try:
                 with conn.transaction(), conn.cursor() as cursor:
@@ -314,29 +368,60 @@ class PostgresArchiveStore:
         wanted = [word for word in words(query) if len(word.encode()) <= _LONGEST_WORD]
         if not wanted:
             return []
-        for prefix in ('', ':*'):
-            rows = self._candidates(conversation_id, ' & '.join(f'{word}{prefix}' for word in wanted), limit)
+        key = db_text(conversation_id)
+        prefix = owner_prefix(key)
+        newest = self._run('search', lambda conn: conn.execute('SELECT max(id) FROM pac_log').fetchone()[0])
+        if newest is None:
+            return []
+        for suffix in ('', ':*'):
+            rows = self._candidates(key, _query(prefix, wanted, suffix), int(newest), limit)
             if rows:
                 return [_hit(row) for _, row in rows]
         if len(wanted) == 1:
             return []  # "any word" of one word is "every word": nothing more to find
-        for prefix in ('', ':*'):
-            per_word = [self._candidates(conversation_id, f'{word}{prefix}', SEARCH_CANDIDATES) for word in wanted]
+        for suffix in ('', ':*'):
+            per_word = [
+                self._candidates(key, _query(prefix, [word], suffix), int(newest), SEARCH_CANDIDATES) for word in wanted
+            ]
             if any(per_word):
                 return rank_any_word([[(r, _hit(row)) for r, row in rows] for rows in per_word], limit)
         return []
 
-    def _candidates(self, conversation_id: str, tsquery: str, limit: int) -> list[tuple[int, tuple[Any, ...]]]:
-        """The best *limit* of the newest `SEARCH_CANDIDATES` lines matching *tsquery*, as `(id, row)`."""
+    def _candidates(self, key: str, tsquery: str, newest: int, limit: int) -> list[tuple[int, tuple[Any, ...]]]:
+        """The best *limit* of the newest `SEARCH_CANDIDATES` lines matching *tsquery*, as `(id, row)`.
+
+        The log is read in windows of ids, newest first, each 4 times larger than the one before, joined by
+        `UNION ALL` under the limit: the server stops at the window where the matches are enough, so a word
+        every line holds reads about `SEARCH_CANDIDATES` lines and a rare one its few GIN entries, whichever
+        plan the server picks for each window (one query over the whole log made it pick one plan for both).
+        """
+        bounds: list[int] = []
+        size = _FIRST_WINDOW
+        while newest - size > 0:
+            bounds.append(newest - size)
+            size *= 4
+        windows: list[str] = []
+        upper: int | None = None
+        for lower in [*bounds, None]:
+            where = ['conversation_id = %(key)s', 'owned_terms @@ %(query)s::tsquery']
+            if lower is not None:
+                where.append(f'id > {lower}')
+            if upper is not None:
+                where.append(f'id <= {upper}')
+            windows.append(
+                '(SELECT id, text, source, tool_name, args, result_id, line_no, owned_terms FROM pac_log '
+                f'WHERE {" AND ".join(where)} ORDER BY id DESC)'
+            )
+            upper = lower
         rows: list[tuple[Any, ...]] = self._run(
             'search',
             lambda conn: conn.execute(
                 'SELECT id, text, source, tool_name, args, result_id, line_no, score FROM ('
                 'SELECT id, text, source, tool_name, args, result_id, line_no, '
-                "ts_rank(tsv, to_tsquery('simple', %s)) AS score FROM pac_log "
-                "WHERE conversation_id = %s AND tsv @@ to_tsquery('simple', %s) "
-                "ORDER BY id DESC LIMIT %s) AS newest ORDER BY source <> 'tool', score DESC, id DESC LIMIT %s",
-                (tsquery, db_text(conversation_id), tsquery, SEARCH_CANDIDATES, limit),
+                'ts_rank(owned_terms, %(query)s::tsquery) AS score FROM ('
+                f'{" UNION ALL ".join(windows)} LIMIT {SEARCH_CANDIDATES}) AS newest) AS ranked '
+                "ORDER BY source <> 'tool', score DESC, id DESC LIMIT %(limit)s",
+                {'key': key, 'query': tsquery, 'limit': limit},
             ).fetchall(),
         )
         return [(int(row[0]), tuple(row[1:])) for row in rows]

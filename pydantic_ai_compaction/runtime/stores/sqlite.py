@@ -9,6 +9,7 @@ once the condition clears.
 from __future__ import annotations
 
 import hashlib
+import re
 import sqlite3
 import threading
 from collections.abc import Generator, Sequence
@@ -28,6 +29,7 @@ from pydantic_ai_compaction.runtime.stores._query import (
     line_score,
     py_text,
     rank_any_word,
+    word_pattern,
     words,
 )
 
@@ -334,19 +336,22 @@ class SQLiteArchiveStore:
         # large log and a weaker hit; the prefix query runs only when whole words find nothing.
         for prefix in ('', '*'):
             match = ' AND '.join(f'"{word}"{prefix}' for word in wanted)
-            hits = self._candidates(conversation_id, match, wanted, not prefix)
+            hits = self._candidates(conversation_id, match, [word_pattern(w, not prefix) for w in wanted])
             if hits:
                 hits.sort(key=lambda e: (e[1].source != 'tool', -e[1].score, -e[0]))
                 return [hit for _, hit in hits[:limit]]
         if len(wanted) == 1:
             return []  # "any word" of one word is "every word": nothing more to find
         for prefix in ('', '*'):
-            per_word = [self._candidates(conversation_id, f'"{word}"{prefix}', [word], not prefix) for word in wanted]
+            per_word = [
+                self._candidates(conversation_id, f'"{word}"{prefix}', [word_pattern(word, not prefix)])
+                for word in wanted
+            ]
             if any(per_word):
                 return rank_any_word(per_word, limit)
         return []
 
-    def _candidates(self, conversation_id: str, match: str, wanted: list[str], whole: bool) -> list[tuple[int, Hit]]:
+    def _candidates(self, conversation_id: str, match: str, patterns: list[re.Pattern[str]]) -> list[tuple[int, Hit]]:
         """The newest `SEARCH_CANDIDATES` lines matching *match*, as `(rowid, hit)` scored by `line_score`.
 
         The conversation's token is part of the full-text query (a version 1 file), so FTS5 yields only its
@@ -365,7 +370,7 @@ class SQLiteArchiveStore:
         return [
             (
                 int(row[0]),
-                Hit(row[1], row[3], row[4], row[5], row[6], int(row[7]), line_score(row[1], row[2], wanted, whole)),
+                Hit(row[1], row[3], row[4], row[5], row[6], int(row[7]), line_score(row[1], row[2], patterns)),
             )
             for row in rows
         ]
