@@ -73,7 +73,7 @@ every line of every conversation; 1: `owned_terms`, each word prefixed with its 
 _MIGRATE_TO_1 = """
 ALTER TABLE pac_log ADD COLUMN owned_terms TSVECTOR;
 UPDATE pac_log SET owned_terms = coalesce((
-    SELECT string_agg('''' || left(md5(conversation_id), 16) || '_' || word || ''':' || least(n, 16383), ' ')
+    SELECT string_agg('''' || left(md5(conversation_id), 10) || word || ''':' || least(n, 16383), ' ')
     FROM unnest(string_to_array(terms, ' ')) WITH ORDINALITY AS t(word, n) WHERE word <> ''
 )::tsvector, ''::tsvector);
 ALTER TABLE pac_log ALTER COLUMN owned_terms SET NOT NULL;
@@ -83,17 +83,68 @@ ALTER TABLE pac_log DROP COLUMN tsv, DROP COLUMN terms;
 """
 """Version 0 to 1, in the schema transaction: the vector rebuilt from the words each line kept (`terms`)."""
 
-_FIRST_WINDOW = 8_192
-"""Log ids (all conversations) a search reads first, newest first; each further window is 4 times larger."""
+_PROBE = 600
+"""The conversation's newest lines a search reads first, whatever the words (see `_NEWEST_MATCHES`)."""
+
+_RARE = 30
+"""Fewer matches than this among the `_PROBE` newest lines: the words are rare, the GIN index finds the rest."""
+
+_COLUMNS = 'id, text, source, tool_name, args, result_id, line_no, owned_terms'
+
+_OWN = '(conversation_id, id) > (%(key)s, 0) AND (conversation_id, id) <= (%(key)s, 9223372036854775807)'
+"""`conversation_id = %(key)s` (ids start at 1), said so that the server reads the `(conversation_id, id)` index
+newest first: told the key is one value, it orders by `id` alone and prefers the primary key, whose scan
+reads every conversation's lines (8 for each one kept, with 8 conversations writing)."""
+
+_NEWEST_MATCHES = f"""
+WITH probe AS MATERIALIZED (
+    SELECT {_COLUMNS}, owned_terms @@ %(query)s::tsquery AS hit
+    FROM pac_log WHERE {_OWN} ORDER BY conversation_id DESC, id DESC LIMIT {_PROBE}
+),
+seen AS MATERIALIZED (
+    SELECT count(*) FILTER (WHERE hit) AS hits, count(*) = {_PROBE} AS more, min(id) AS oldest FROM probe
+),
+found AS (
+    SELECT {_COLUMNS} FROM probe WHERE hit
+    UNION ALL
+    (SELECT {_COLUMNS} FROM (
+        SELECT {_COLUMNS} FROM pac_log
+        WHERE {_OWN} AND id < (SELECT oldest FROM seen) ORDER BY conversation_id DESC, id DESC OFFSET 0
+    ) AS older
+    WHERE owned_terms @@ %(query)s::tsquery
+        AND (SELECT more AND hits >= {_RARE} AND hits < {SEARCH_CANDIDATES} FROM seen)
+    LIMIT (SELECT greatest({SEARCH_CANDIDATES} - hits, 0) FROM seen))
+    UNION ALL
+    SELECT {_COLUMNS} FROM (
+        SELECT conversation_id, {_COLUMNS} FROM pac_log WHERE owned_terms @@ %(query)s::tsquery OFFSET 0
+    ) AS every
+    WHERE every.conversation_id = %(key)s AND every.id < (SELECT oldest FROM seen)
+        AND (SELECT more AND hits < {_RARE} FROM seen)
+)
+SELECT id, text, source, tool_name, args, result_id, line_no, ts_rank(owned_terms, %(query)s::tsquery) AS score
+FROM (SELECT * FROM found ORDER BY id DESC LIMIT {SEARCH_CANDIDATES}) AS newest
+ORDER BY source <> 'tool', score DESC, id DESC LIMIT %(limit)s
+"""
+"""The best `%(limit)s` of a conversation's newest `SEARCH_CANDIDATES` lines matching `%(query)s`, in one statement
+whose plan does not depend on the server's guess of how common the words are.
+
+The `_PROBE` newest lines of the conversation are read first (`_OWN`). Enough matches there (a word most
+lines hold, such as the call's `read_log`) end the search; many (`_RARE` or more) continue the same scan
+until there are enough, about `SEARCH_CANDIDATES` times the lines per match; few mean rare words, whose every
+match the GIN index lists (each word carries the conversation's prefix, so the list holds this conversation's
+lines only). The branches not taken never run (their condition is a one-time filter). The server left to
+choose for one query over the whole log read the GIN entry of a word every line holds (tens of thousands of
+lines), or scanned tens of thousands of lines for a rare one."""
 
 
 def owner_prefix(conversation_id: str) -> str:
-    """What every word of a conversation's lines starts with in `owned_terms`: 16 hex digits of the key's MD5.
+    """What every word of a conversation's lines starts with in `owned_terms`: 10 hex digits of the key's MD5.
 
-    The same as SQL's `left(md5(conversation_id), 16) || '_'` (the migration computes it there). Not a secret
-    and not a check: every query also compares the key itself, so two keys with one prefix never share lines.
+    The same as SQL's `left(md5(conversation_id), 10)` (the migration computes it there); short, since every
+    word of every line carries it. Not a secret and not a check: every query also compares the key itself, so
+    two keys with one prefix never share lines (they only share GIN entries).
     """
-    return hashlib.md5(conversation_id.encode(), usedforsecurity=False).hexdigest()[:16] + '_'
+    return hashlib.md5(conversation_id.encode(), usedforsecurity=False).hexdigest()[:10]
 
 
 def redact_dsn(dsn: str) -> str:
@@ -174,8 +225,7 @@ class PostgresArchiveStore:
             kwargs={
                 'autocommit': True,
                 'connect_timeout': max(1, round(self.connect_timeout)),
-                # A search reads its windows in order (an Append under a LIMIT): no parallel plan reorders them.
-                'options': f'-c lock_timeout={self.busy_timeout_ms} -c max_parallel_workers_per_gather=0',
+                'options': f'-c lock_timeout={self.busy_timeout_ms}',
             },
             timeout=self.connect_timeout,
             name='pydantic-ai-compaction',
@@ -370,59 +420,23 @@ class PostgresArchiveStore:
             return []
         key = db_text(conversation_id)
         prefix = owner_prefix(key)
-        newest = self._run('search', lambda conn: conn.execute('SELECT max(id) FROM pac_log').fetchone()[0])
-        if newest is None:
-            return []
         for suffix in ('', ':*'):
-            rows = self._candidates(key, _query(prefix, wanted, suffix), int(newest), limit)
+            rows = self._candidates(key, _query(prefix, wanted, suffix), limit)
             if rows:
                 return [_hit(row) for _, row in rows]
         if len(wanted) == 1:
             return []  # "any word" of one word is "every word": nothing more to find
         for suffix in ('', ':*'):
-            per_word = [
-                self._candidates(key, _query(prefix, [word], suffix), int(newest), SEARCH_CANDIDATES) for word in wanted
-            ]
+            per_word = [self._candidates(key, _query(prefix, [word], suffix), SEARCH_CANDIDATES) for word in wanted]
             if any(per_word):
                 return rank_any_word([[(r, _hit(row)) for r, row in rows] for rows in per_word], limit)
         return []
 
-    def _candidates(self, key: str, tsquery: str, newest: int, limit: int) -> list[tuple[int, tuple[Any, ...]]]:
-        """The best *limit* of the newest `SEARCH_CANDIDATES` lines matching *tsquery*, as `(id, row)`.
-
-        The log is read in windows of ids, newest first, each 4 times larger than the one before, joined by
-        `UNION ALL` under the limit: the server stops at the window where the matches are enough, so a word
-        every line holds reads about `SEARCH_CANDIDATES` lines and a rare one its few GIN entries, whichever
-        plan the server picks for each window (one query over the whole log made it pick one plan for both).
-        """
-        bounds: list[int] = []
-        size = _FIRST_WINDOW
-        while newest - size > 0:
-            bounds.append(newest - size)
-            size *= 4
-        windows: list[str] = []
-        upper: int | None = None
-        for lower in [*bounds, None]:
-            where = ['conversation_id = %(key)s', 'owned_terms @@ %(query)s::tsquery']
-            if lower is not None:
-                where.append(f'id > {lower}')
-            if upper is not None:
-                where.append(f'id <= {upper}')
-            windows.append(
-                '(SELECT id, text, source, tool_name, args, result_id, line_no, owned_terms FROM pac_log '
-                f'WHERE {" AND ".join(where)} ORDER BY id DESC)'
-            )
-            upper = lower
+    def _candidates(self, key: str, tsquery: str, limit: int) -> list[tuple[int, tuple[Any, ...]]]:
+        """The best *limit* of the newest `SEARCH_CANDIDATES` lines matching *tsquery*, as `(id, row)`."""
         rows: list[tuple[Any, ...]] = self._run(
             'search',
-            lambda conn: conn.execute(
-                'SELECT id, text, source, tool_name, args, result_id, line_no, score FROM ('
-                'SELECT id, text, source, tool_name, args, result_id, line_no, '
-                'ts_rank(owned_terms, %(query)s::tsquery) AS score FROM ('
-                f'{" UNION ALL ".join(windows)} LIMIT {SEARCH_CANDIDATES}) AS newest) AS ranked '
-                "ORDER BY source <> 'tool', score DESC, id DESC LIMIT %(limit)s",
-                {'key': key, 'query': tsquery, 'limit': limit},
-            ).fetchall(),
+            lambda conn: conn.execute(_NEWEST_MATCHES, {'key': key, 'query': tsquery, 'limit': limit}).fetchall(),
         )
         return [(int(row[0]), tuple(row[1:])) for row in rows]
 
