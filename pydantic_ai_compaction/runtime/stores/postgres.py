@@ -221,7 +221,6 @@ class PostgresArchiveStore:
             min_size=1,
             max_size=self.max_connections,
             open=False,
-            check=ConnectionPool.check_connection,
             kwargs={
                 'autocommit': True,
                 'connect_timeout': max(1, round(self.connect_timeout)),
@@ -281,6 +280,10 @@ class PostgresArchiveStore:
                         if not conn.broken or lost is not None:
                             raise
                         lost = error
+                if lost is not None:
+                    # The server may have ended the idle ones too (a restart): replace them before the retry.
+                    # Checked here, not on every checkout: that cost each operation one more round trip.
+                    self._pool.check()
             except (psycopg.Error, ValueError, OverflowError) as error:
                 raise self._error(operation, error) from error
         raise self._error(operation, lost or RuntimeError('connection lost'))
@@ -413,32 +416,36 @@ class PostgresArchiveStore:
 
         Tool output first. Lines holding every word: the newest `SEARCH_CANDIDATES` of them ranked by
         `ts_rank`; else each word's newest `SEARCH_CANDIDATES` matches ranked together by `rank_any_word`,
-        as the SQLite store does.
+        as the SQLite store does. Every query of one search runs on one pooled connection.
         """
         wanted = [word for word in words(query) if len(word.encode()) <= _LONGEST_WORD]
         if not wanted:
             return []
         key = db_text(conversation_id)
         prefix = owner_prefix(key)
-        for suffix in ('', ':*'):
-            rows = self._candidates(key, _query(prefix, wanted, suffix), limit)
-            if rows:
-                return [_hit(row) for _, row in rows]
-        if len(wanted) == 1:
-            return []  # "any word" of one word is "every word": nothing more to find
-        for suffix in ('', ':*'):
-            per_word = [self._candidates(key, _query(prefix, [word], suffix), SEARCH_CANDIDATES) for word in wanted]
-            if any(per_word):
-                return rank_any_word([[(r, _hit(row)) for r, row in rows] for rows in per_word], limit)
-        return []
 
-    def _candidates(self, key: str, tsquery: str, limit: int) -> list[tuple[int, tuple[Any, ...]]]:
-        """The best *limit* of the newest `SEARCH_CANDIDATES` lines matching *tsquery*, as `(id, row)`."""
-        rows: list[tuple[Any, ...]] = self._run(
-            'search',
-            lambda conn: conn.execute(_NEWEST_MATCHES, {'key': key, 'query': tsquery, 'limit': limit}).fetchall(),
-        )
-        return [(int(row[0]), tuple(row[1:])) for row in rows]
+        def work(conn: Any) -> list[Hit]:
+            for suffix in ('', ':*'):
+                rows = _candidates(conn, key, _query(prefix, wanted, suffix), limit)
+                if rows:
+                    return [_hit(row) for _, row in rows]
+            if len(wanted) == 1:
+                return []  # "any word" of one word is "every word": nothing more to find
+            for suffix in ('', ':*'):
+                per_word = [
+                    _candidates(conn, key, _query(prefix, [word], suffix), SEARCH_CANDIDATES) for word in wanted
+                ]
+                if any(per_word):
+                    return rank_any_word([[(r, _hit(row)) for r, row in rows] for rows in per_word], limit)
+            return []
+
+        return self._run('search', work)
+
+
+def _candidates(conn: Any, key: str, tsquery: str, limit: int) -> list[tuple[int, tuple[Any, ...]]]:
+    """The best *limit* of the newest `SEARCH_CANDIDATES` lines matching *tsquery*, as `(id, row)`."""
+    rows = conn.execute(_NEWEST_MATCHES, {'key': key, 'query': tsquery, 'limit': limit}).fetchall()
+    return [(int(row[0]), tuple(row[1:])) for row in rows]
 
 
 def _hit(row: tuple[Any, ...]) -> Hit:
