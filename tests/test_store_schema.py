@@ -232,3 +232,48 @@ def test_the_searched_score_equals_the_score_over_the_line_s_words(text: str, co
         own, around = words(text), words(text) + words(context)
         expected = sum(has_word(around, word, whole) + has_word(own, word, whole) for word in wanted)
         assert line_score(text, context, [word_pattern(word, whole) for word in wanted]) == expected
+
+
+def test_postgres_newest_matches_are_exactly_the_newest_whatever_the_branch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe, the continued scan and the GIN branch each give what one plain query gives."""
+    monkeypatch.setattr(postgres_module, 'owner_prefix', lambda _key: 'shared')  # b's lines share a's entries
+    store = postgres_store()
+    a, b = f'a-{uuid.uuid4().hex}', f'b-{uuid.uuid4().hex}'
+    small = f'small-{uuid.uuid4().hex}'
+
+    def line(key: str, n: int) -> LogLine:
+        text = ' '.join(
+            ['common']
+            + (['medium'] if n % 5 == 0 else [])  # 20 %: the scan goes on past the probe
+            + (['rare'] if n % 50 == 7 else [])  # 2 %: the GIN branch
+            + (['recent'] if key == a and n >= 1190 else [])  # only in the probe
+        )
+        return LogLine(key, f'part-{n // 40}', n, text, 'tool', 'read_log')
+
+    try:
+        for start in range(0, 1200, 40):  # the two conversations' lines interleave, as concurrent writers'
+            store.index_lines([line(a, n) for n in range(start, start + 40)])
+            store.index_lines([line(b, n) for n in range(start, start + 40)])
+        store.index_lines([line(small, n) for n in range(60)])  # fewer lines than the probe reads
+        import psycopg
+
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+            for key in (a, small):
+                for word in ('common', 'medium', 'rare', 'recent', 'absent', 'rec', 'comm'):
+                    for suffix in ('', ':*'):
+                        query = postgres_module._query('shared', [word], suffix)  # pyright: ignore[reportPrivateUsage]
+                        (found,) = postgres_module._candidates(conn, key, [query], 500)  # pyright: ignore[reportPrivateUsage]
+                        plain = conn.execute(
+                            'SELECT id FROM pac_log WHERE conversation_id = %s AND owned_terms @@ %s::tsquery '
+                            'ORDER BY id DESC LIMIT 500',
+                            (key, query),
+                        ).fetchall()
+                        assert sorted(i for i, _ in found) == sorted(row[0] for row in plain), (key, word, suffix)
+            # The branches were all taken: a common word fills the 500, a rare one has its 24, the small log its 60.
+            counts = {
+                word: len(postgres_module._candidates(conn, a, [postgres_module._query('shared', [word], '')], 500)[0])  # pyright: ignore[reportPrivateUsage]
+                for word in ('common', 'medium', 'rare', 'recent')
+            }
+            assert counts == {'common': 500, 'medium': 240, 'rare': 24, 'recent': 10}
+    finally:
+        store.close()

@@ -83,11 +83,13 @@ ALTER TABLE pac_log DROP COLUMN tsv, DROP COLUMN terms;
 """
 """Version 0 to 1, in the schema transaction: the vector rebuilt from the words each line kept (`terms`)."""
 
-_PROBE = 600
-"""The conversation's newest lines a search reads first, whatever the words (see `_NEWEST_MATCHES`)."""
+_PROBE = 150
+"""The conversation's newest lines a search reads first, whatever the words (see `_NEWEST_MATCHES`): a sample
+of how common they are, small since a query with no common word pays for it (about 2 µs a line)."""
 
-_RARE = 30
-"""Fewer matches than this among the `_PROBE` newest lines: the words are rare, the GIN index finds the rest."""
+_RARE = 8
+"""Fewer matches than this among the `_PROBE` newest lines (about 5 %): the words are rare, the GIN index finds
+the rest (its entries hold this conversation's lines only); else the scan goes on until there are enough."""
 
 _COLUMNS = 'id, text, source, tool_name, args, result_id, line_no, owned_terms'
 
@@ -97,8 +99,10 @@ newest first: told the key is one value, it orders by `id` alone and prefers the
 reads every conversation's lines (8 for each one kept, with 8 conversations writing)."""
 
 _NEWEST_MATCHES = f"""
+SELECT asked.n, matches.* FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS asked(query, n)
+CROSS JOIN LATERAL (
 WITH probe AS MATERIALIZED (
-    SELECT {_COLUMNS}, owned_terms @@ %(query)s::tsquery AS hit
+    SELECT {_COLUMNS}, owned_terms @@ asked.query AS hit
     FROM pac_log WHERE {_OWN} ORDER BY conversation_id DESC, id DESC LIMIT {_PROBE}
 ),
 seen AS MATERIALIZED (
@@ -111,30 +115,32 @@ found AS (
         SELECT {_COLUMNS} FROM pac_log
         WHERE {_OWN} AND id < (SELECT oldest FROM seen) ORDER BY conversation_id DESC, id DESC OFFSET 0
     ) AS older
-    WHERE owned_terms @@ %(query)s::tsquery
+    WHERE owned_terms @@ asked.query
         AND (SELECT more AND hits >= {_RARE} AND hits < {SEARCH_CANDIDATES} FROM seen)
     LIMIT (SELECT greatest({SEARCH_CANDIDATES} - hits, 0) FROM seen))
     UNION ALL
     SELECT {_COLUMNS} FROM (
-        SELECT conversation_id, {_COLUMNS} FROM pac_log WHERE owned_terms @@ %(query)s::tsquery OFFSET 0
+        SELECT conversation_id, {_COLUMNS} FROM pac_log WHERE owned_terms @@ asked.query OFFSET 0
     ) AS every
     WHERE every.conversation_id = %(key)s AND every.id < (SELECT oldest FROM seen)
         AND (SELECT more AND hits < {_RARE} FROM seen)
 )
-SELECT id, text, source, tool_name, args, result_id, line_no, ts_rank(owned_terms, %(query)s::tsquery) AS score
+SELECT id, text, source, tool_name, args, result_id, line_no, ts_rank(owned_terms, asked.query) AS score
 FROM (SELECT * FROM found ORDER BY id DESC LIMIT {SEARCH_CANDIDATES}) AS newest
 ORDER BY source <> 'tool', score DESC, id DESC LIMIT %(limit)s
+) AS matches
 """
-"""The best `%(limit)s` of a conversation's newest `SEARCH_CANDIDATES` lines matching `%(query)s`, in one statement
-whose plan does not depend on the server's guess of how common the words are.
+"""For each `tsquery` of `%(queries)s` (its position `n`), the best `%(limit)s` of the conversation's newest
+`SEARCH_CANDIDATES` lines matching it: one statement (for all the words of a query, when recall ranks each
+word's matches), whose plan does not depend on the server's guess of how common the words are.
 
-The `_PROBE` newest lines of the conversation are read first (`_OWN`). Enough matches there (a word most
-lines hold, such as the call's `read_log`) end the search; many (`_RARE` or more) continue the same scan
-until there are enough, about `SEARCH_CANDIDATES` times the lines per match; few mean rare words, whose every
-match the GIN index lists (each word carries the conversation's prefix, so the list holds this conversation's
-lines only). The branches not taken never run (their condition is a one-time filter). The server left to
-choose for one query over the whole log read the GIN entry of a word every line holds (tens of thousands of
-lines), or scanned tens of thousands of lines for a rare one."""
+The `_PROBE` newest lines of the conversation are read first (`_OWN`). Many matches there (`_RARE` or more:
+a word many lines hold, such as the call's `read_log`) continue the same scan until there are enough, about
+`SEARCH_CANDIDATES` lines per share of lines matching; few mean rare words, whose every match the GIN index
+lists (each word carries the conversation's prefix, so the list holds this conversation's lines only). The
+branches not taken never run (their condition is a one-time filter). The server left to choose for one query
+over the whole log read the GIN entry of a word every line holds (tens of thousands of lines), or scanned tens
+of thousands of lines for a rare one."""
 
 
 def owner_prefix(conversation_id: str) -> str:
@@ -426,15 +432,15 @@ class PostgresArchiveStore:
 
         def work(conn: Any) -> list[Hit]:
             for suffix in ('', ':*'):
-                rows = _candidates(conn, key, _query(prefix, wanted, suffix), limit)
+                (rows,) = _candidates(conn, key, [_query(prefix, wanted, suffix)], limit)
                 if rows:
                     return [_hit(row) for _, row in rows]
             if len(wanted) == 1:
                 return []  # "any word" of one word is "every word": nothing more to find
             for suffix in ('', ':*'):
-                per_word = [
-                    _candidates(conn, key, _query(prefix, [word], suffix), SEARCH_CANDIDATES) for word in wanted
-                ]
+                per_word = _candidates(
+                    conn, key, [_query(prefix, [word], suffix) for word in wanted], SEARCH_CANDIDATES
+                )
                 if any(per_word):
                     return rank_any_word([[(r, _hit(row)) for r, row in rows] for rows in per_word], limit)
             return []
@@ -442,10 +448,12 @@ class PostgresArchiveStore:
         return self._run('search', work)
 
 
-def _candidates(conn: Any, key: str, tsquery: str, limit: int) -> list[tuple[int, tuple[Any, ...]]]:
-    """The best *limit* of the newest `SEARCH_CANDIDATES` lines matching *tsquery*, as `(id, row)`."""
-    rows = conn.execute(_NEWEST_MATCHES, {'key': key, 'query': tsquery, 'limit': limit}).fetchall()
-    return [(int(row[0]), tuple(row[1:])) for row in rows]
+def _candidates(conn: Any, key: str, tsqueries: Sequence[str], limit: int) -> list[list[tuple[int, tuple[Any, ...]]]]:
+    """For each of *tsqueries*, the best *limit* of the newest `SEARCH_CANDIDATES` lines matching it, as `(id, row)`."""
+    found: list[list[tuple[int, tuple[Any, ...]]]] = [[] for _ in tsqueries]
+    for row in conn.execute(_NEWEST_MATCHES, {'key': key, 'queries': list(tsqueries), 'limit': limit}).fetchall():
+        found[int(row[0]) - 1].append((int(row[1]), tuple(row[2:])))
+    return found
 
 
 def _hit(row: tuple[Any, ...]) -> Hit:

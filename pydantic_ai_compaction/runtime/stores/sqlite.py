@@ -294,6 +294,7 @@ class SQLiteArchiveStore:
         with self._transaction('index_lines') as db:
             added = 0
             fresh: dict[tuple[str, str], bool] = {}
+            owners: dict[str, str] = {}
             for line in lines:
                 key = (db_text(line.conversation_id), db_text(line.fingerprint))
                 if key not in fresh:
@@ -310,7 +311,7 @@ class SQLiteArchiveStore:
                         db.execute(
                             'INSERT INTO log (owner, text, context, conversation_id, source, tool_name, args, '
                             'result_id, line_no) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
-                            (owner_token(key[0]), *values),
+                            (owners.get(key[0]) or owners.setdefault(key[0], owner_token(key[0])), *values),
                         )
                     else:
                         db.execute(
