@@ -337,7 +337,7 @@ class SQLiteArchiveStore:
         # large log and a weaker hit; the prefix query runs only when whole words find nothing.
         for prefix in ('', '*'):
             match = ' AND '.join(f'"{word}"{prefix}' for word in wanted)
-            hits = self._candidates(conversation_id, match, [word_pattern(w, not prefix) for w in wanted])
+            hits = self._candidates(conversation_id, match, [word_pattern(w, not prefix) for w in wanted], limit)
             if hits:
                 hits.sort(key=lambda e: (e[1].source != 'tool', -e[1].score, -e[0]))
                 return [hit for _, hit in hits[:limit]]
@@ -352,26 +352,33 @@ class SQLiteArchiveStore:
                 return rank_any_word(per_word, limit)
         return []
 
-    def _candidates(self, conversation_id: str, match: str, patterns: list[re.Pattern[str]]) -> list[tuple[int, Hit]]:
+    def _candidates(
+        self, conversation_id: str, match: str, patterns: list[re.Pattern[str]], enough: int | None = None
+    ) -> list[tuple[int, Hit]]:
         """The newest `SEARCH_CANDIDATES` lines matching *match*, as `(rowid, hit)` scored by `line_score`.
 
         The conversation's token is part of the full-text query (a version 1 file), so FTS5 yields only its
         lines, newest first, and stops at `SEARCH_CANDIDATES`; testing the key on each row instead (a version 0
-        file) reads 8 rows for each one kept when 8 conversations share the file.
+        file) reads 8 rows for each one kept when 8 conversations share the file. With *enough*, reading stops
+        once that many tool lines have the highest score a line can have: no older line ranks above them.
         """
         key = db_text(conversation_id)
+        best = 2 * len(patterns)
+        found: list[tuple[int, Hit]] = []
+        top = 0
         with self._reading('search') as db:
             if self._version >= 1:
                 match = f'owner : "{owner_token(key)}" AND {{text context}} : ({match})'
-            rows = db.execute(
+            cursor = db.execute(
                 'SELECT rowid, text, context, source, tool_name, args, result_id, line_no FROM log '
                 'WHERE log MATCH ? AND conversation_id = ? ORDER BY rowid DESC LIMIT ?',
                 (match, key, SEARCH_CANDIDATES),
-            ).fetchall()
-        return [
-            (
-                int(row[0]),
-                Hit(row[1], row[3], row[4], row[5], row[6], int(row[7]), line_score(row[1], row[2], patterns)),
             )
-            for row in rows
-        ]
+            for row in cursor:
+                score = line_score(row[1], row[2], patterns)
+                found.append((int(row[0]), Hit(row[1], row[3], row[4], row[5], row[6], int(row[7]), score)))
+                top += score == best and row[3] == 'tool'
+                if enough is not None and top >= enough:
+                    break
+            cursor.close()
+        return found
