@@ -289,10 +289,10 @@ class PostgresArchiveStore:
                         if not conn.broken or lost is not None:
                             raise
                         lost = error
-                if lost is not None:
-                    # The server may have ended the idle ones too (a restart): replace them before the retry.
-                    # Checked here, not on every checkout: that cost each operation one more round trip.
-                    self._pool.check()
+                # Here only when the connection broke. The server may have ended the idle ones too (a restart):
+                # replace them before the retry. Checked here, not on every checkout: that cost each operation
+                # one more round trip.
+                self._pool.check()
             except (psycopg.Error, ValueError, OverflowError) as error:
                 raise self._error(operation, error) from error
         raise self._error(operation, lost or RuntimeError('connection lost'))
