@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -130,6 +130,11 @@ class ScaleResult:
     bytes_per_million: float
     writes_during: int
     """Results the 8 conversations wrote while the queries were timed."""
+    recall_by_query: dict[str, tuple[float, float]] = field(default_factory=dict[str, tuple[float, float]])
+    """Each query's recall p50 and p95 (ms)."""
+    store_read: tuple[float, float] = (0.0, 0.0)
+    """p50 and p95 (ms) of the store's `get_archived` alone, called from the timing loop: `context_recover`
+    less the tool's worker thread and the decoding."""
 
 
 def _percentiles(values: Sequence[float]) -> tuple[float, float]:
@@ -214,6 +219,8 @@ def run_backend(
     rng = random.Random(99)
     recall: list[float] = []
     recover: list[float] = []
+    by_query: dict[str, list[float]] = {}
+    store_read: list[float] = []
 
     async def timed() -> None:
         for index in range(queries):
@@ -221,12 +228,16 @@ def run_backend(
             began = time.perf_counter()
             hits = reader.search('conv-0', query, 8)
             recall.append((time.perf_counter() - began) * 1000)
+            by_query.setdefault(query, []).append(recall[-1])
             if index == 0 and not hits:
                 raise RuntimeError(f'{backend}: recall found nothing for {query!r} in a built log')
             ref = f'a{rng.randrange(1, per_conversation + 1)}'
             began = time.perf_counter()
             content = await archive._recover(ctx, ref)  # pyright: ignore[reportPrivateUsage]
             recover.append((time.perf_counter() - began) * 1000)
+            began = time.perf_counter()
+            reader.get_archived('conv-0', ref)
+            store_read.append((time.perf_counter() - began) * 1000)
             if not isinstance(content, str) or not content.startswith('=== log'):
                 raise RuntimeError(f'{backend}: context_recover({ref!r}) returned {str(content)[:80]!r}')
 
@@ -256,6 +267,8 @@ def run_backend(
         recover_p95,
         size / (tokens / 1_000_000),
         sum(written),
+        {query: _percentiles(times) for query, times in by_query.items()},
+        _percentiles(store_read),
     )
 
 
@@ -333,6 +346,20 @@ def table(results: Sequence[ScaleResult]) -> str:
     return '\n'.join(lines)
 
 
+def detail_table(results: Sequence[ScaleResult]) -> str:
+    """Markdown: each recall query's p50 / p95, and the store's own read beside `context_recover`."""
+    lines = [
+        '| recall query | ' + ' | '.join(f'{r.backend} p50 / p95 ms' for r in results) + ' |',
+        '|---|' + '---|' * len(results),
+    ]
+    for query in results[0].recall_by_query if results else ():
+        cells = [f'{r.recall_by_query[query][0]:.2f} / {r.recall_by_query[query][1]:.2f}' for r in results]
+        lines.append(f'| `{query}` | ' + ' | '.join(cells) + ' |')
+    cells = [f'{r.store_read[0]:.2f} / {r.store_read[1]:.2f}' for r in results]
+    lines.append('| (`get_archived` alone, no worker thread) | ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines)
+
+
 def main(total_tokens: int = TOTAL_TOKENS) -> None:
     """Print the scale table (PostgreSQL skipped, with the reason, when `PAC_POSTGRES_DSN` is unset)."""
     print(
@@ -347,6 +374,8 @@ def main(total_tokens: int = TOTAL_TOKENS) -> None:
     else:
         skipped = 'PostgreSQL: skipped, PAC_POSTGRES_DSN is not set (a server to measure on).'
     print(table(results))
+    print()
+    print(detail_table(results))
     if skipped:
         print(f'\n{skipped}')
     print()

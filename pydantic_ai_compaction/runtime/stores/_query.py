@@ -61,6 +61,35 @@ def words(text: str) -> list[str]:
     return list(dict.fromkeys(_WORD.findall(text.lower())))
 
 
+def has_word(tokens: Sequence[str], word: str, whole: bool) -> bool:
+    """Whether *word* is one of *tokens* (*whole*) or starts one of them."""
+    return word in tokens if whole else any(token.startswith(word) for token in tokens)
+
+
+def word_pattern(word: str, whole: bool) -> re.Pattern[str]:
+    """Finds *word* in lowercased text where `has_word(words(text), word, whole)` holds: at the start of a run
+    of letters and digits, and (*whole*) at its end."""
+    return re.compile(rf'(?<![^\W_]){re.escape(word)}' + (r'(?![^\W_])' if whole else ''))
+
+
+def line_score(text: str, context: str, patterns: Sequence[re.Pattern[str]]) -> int:
+    """A line's score for the query words of *patterns* (`word_pattern`): each word counts once if the line or
+    its call holds it (*context*, `line_context`), once more if the line itself does.
+
+    The in-memory store's score (which splits every line into words), computed by searching for each word
+    instead: SQLite ranks its candidates with it, since FTS5's `bm25` counts each query word's matches over
+    the whole log to weigh it (tens of milliseconds for a word every line holds in a 10M-token log).
+    """
+    own, around = text.lower(), context.lower()
+    score = 0
+    for pattern in patterns:
+        if pattern.search(own):
+            score += 2
+        elif pattern.search(around):
+            score += 1
+    return score
+
+
 def rank_any_word(per_word: Sequence[Sequence[tuple[int, Hit]]], limit: int) -> list[Hit]:
     """The best *limit* of the union of each query word's newest matches, when no line holds every word.
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Hit, LogLine, Note
 from pydantic_ai_compaction.runtime.stores._query import (
     SEARCH_CANDIDATES,
+    has_word,
     index_text,
     line_context,
     rank_any_word,
@@ -111,9 +112,9 @@ class InMemoryArchiveStore:
         tokens = [(words(line.text), words(line.text) + words(line_context(line))) for line in lines]
         for whole in (True, False):
             pool = [
-                (order, _hit(line, sum(_has(context, w, whole) + _has(own, w, whole) for w in wanted)))
+                (order, _hit(line, sum(has_word(context, w, whole) + has_word(own, w, whole) for w in wanted)))
                 for order, (line, (own, context)) in enumerate(zip(lines, tokens, strict=True))
-                if all(_has(context, w, whole) for w in wanted)
+                if all(has_word(context, w, whole) for w in wanted)
             ]
             if pool:
                 pool.sort(key=lambda e: (e[1].source != 'tool', -e[1].score, -e[0]))
@@ -123,20 +124,15 @@ class InMemoryArchiveStore:
         for whole in (True, False):
             per_word = [
                 [
-                    (order, _hit(line, 1 + _has(own, word, whole)))
+                    (order, _hit(line, 1 + has_word(own, word, whole)))
                     for order, (line, (own, context)) in reversed(list(enumerate(zip(lines, tokens, strict=True))))
-                    if _has(context, word, whole)
+                    if has_word(context, word, whole)
                 ][:SEARCH_CANDIDATES]
                 for word in wanted
             ]
             if any(per_word):
                 return rank_any_word(per_word, limit)
         return []
-
-
-def _has(tokens: list[str], word: str, whole: bool) -> bool:
-    """Whether *word* is one of *tokens* (*whole*) or starts one of them."""
-    return word in tokens if whole else any(token.startswith(word) for token in tokens)
 
 
 def _hit(line: LogLine, score: float) -> Hit:

@@ -8,6 +8,7 @@ naming the operation and the server (its DSN without the password).
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -56,13 +57,103 @@ CREATE TABLE IF NOT EXISTS pac_indexed_parts (
 CREATE TABLE IF NOT EXISTS pac_log (
     id BIGSERIAL PRIMARY KEY, conversation_id TEXT NOT NULL, text TEXT NOT NULL, context TEXT NOT NULL,
     source TEXT NOT NULL, tool_name TEXT NOT NULL, args TEXT NOT NULL, result_id TEXT NOT NULL,
-    line_no INTEGER NOT NULL, terms TEXT NOT NULL,
-    tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('simple', terms)) STORED
+    line_no INTEGER NOT NULL, owned_terms TSVECTOR NOT NULL
 );
-CREATE INDEX IF NOT EXISTS pac_log_tsv ON pac_log USING GIN (tsv);
-CREATE INDEX IF NOT EXISTS pac_log_conversation ON pac_log (conversation_id);
+CREATE INDEX IF NOT EXISTS pac_log_owned_terms ON pac_log USING GIN (owned_terms) WITH (fastupdate = off);
 CREATE INDEX IF NOT EXISTS pac_log_conversation_newest ON pac_log (conversation_id, id);
+CREATE TABLE IF NOT EXISTS pac_schema (version INTEGER NOT NULL);
 """
+
+SCHEMA_VERSION = 1
+"""`pac_schema.version` of the current tables. 0 (no `pac_schema`): the log's search vector held each line's
+words as they are, so a word every line holds (`log`, from the call `read_log`) had one GIN entry listing
+every line of every conversation; 1: `owned_terms`, each word prefixed with its conversation's token
+(`owner_prefix`), so an entry lists one conversation's lines; its GIN index without a pending list
+(`fastupdate = off`: with one, every search read the whole list of recent lines, and the writer that flushed
+it stalled the others, which tripled recall p95 with 8 conversations writing). An older database is migrated
+on first use."""
+
+_MIGRATE_TO_1 = """
+ALTER TABLE pac_log ADD COLUMN owned_terms TSVECTOR;
+UPDATE pac_log SET owned_terms = coalesce((
+    SELECT string_agg('''' || left(md5(conversation_id), 10) || word || ''':' || least(n, 16383), ' ')
+    FROM unnest(string_to_array(terms, ' ')) WITH ORDINALITY AS t(word, n) WHERE word <> ''
+)::tsvector, ''::tsvector);
+ALTER TABLE pac_log ALTER COLUMN owned_terms SET NOT NULL;
+DROP INDEX IF EXISTS pac_log_tsv;
+DROP INDEX IF EXISTS pac_log_conversation;
+ALTER TABLE pac_log DROP COLUMN tsv, DROP COLUMN terms;
+"""
+"""Version 0 to 1, in the schema transaction: the vector rebuilt from the words each line kept (`terms`)."""
+
+_PROBE = 150
+"""The conversation's newest lines a search reads first, whatever the words (see `_NEWEST_MATCHES`): a sample
+of how common they are, small since a query with no common word pays for it (about 2 µs a line)."""
+
+_RARE = 8
+"""Fewer matches than this among the `_PROBE` newest lines (about 5 %): the words are rare, the GIN index finds
+the rest (its entries hold this conversation's lines only); else the scan goes on until there are enough."""
+
+_COLUMNS = 'id, text, source, tool_name, args, result_id, line_no, owned_terms'
+
+_OWN = '(conversation_id, id) > (%(key)s, 0) AND (conversation_id, id) <= (%(key)s, 9223372036854775807)'
+"""`conversation_id = %(key)s` (ids start at 1), said so that the server reads the `(conversation_id, id)` index
+newest first: told the key is one value, it orders by `id` alone and prefers the primary key, whose scan
+reads every conversation's lines (8 for each one kept, with 8 conversations writing)."""
+
+_NEWEST_MATCHES = f"""
+SELECT asked.n, matches.* FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS asked(query, n)
+CROSS JOIN LATERAL (
+WITH probe AS MATERIALIZED (
+    SELECT {_COLUMNS}, owned_terms @@ asked.query AS hit
+    FROM pac_log WHERE {_OWN} ORDER BY conversation_id DESC, id DESC LIMIT {_PROBE}
+),
+seen AS MATERIALIZED (
+    SELECT count(*) FILTER (WHERE hit) AS hits, count(*) = {_PROBE} AS more, min(id) AS oldest FROM probe
+),
+found AS (
+    SELECT {_COLUMNS} FROM probe WHERE hit
+    UNION ALL
+    (SELECT {_COLUMNS} FROM (
+        SELECT {_COLUMNS} FROM pac_log
+        WHERE {_OWN} AND id < (SELECT oldest FROM seen) ORDER BY conversation_id DESC, id DESC OFFSET 0
+    ) AS older
+    WHERE owned_terms @@ asked.query
+        AND (SELECT more AND hits >= {_RARE} AND hits < {SEARCH_CANDIDATES} FROM seen)
+    LIMIT (SELECT greatest({SEARCH_CANDIDATES} - hits, 0) FROM seen))
+    UNION ALL
+    SELECT {_COLUMNS} FROM (
+        SELECT conversation_id, {_COLUMNS} FROM pac_log WHERE owned_terms @@ asked.query OFFSET 0
+    ) AS every
+    WHERE every.conversation_id = %(key)s AND every.id < (SELECT oldest FROM seen)
+        AND (SELECT more AND hits < {_RARE} FROM seen)
+)
+SELECT id, text, source, tool_name, args, result_id, line_no, ts_rank(owned_terms, asked.query) AS score
+FROM (SELECT * FROM found ORDER BY id DESC LIMIT {SEARCH_CANDIDATES}) AS newest
+ORDER BY source <> 'tool', score DESC, id DESC LIMIT %(limit)s
+) AS matches
+"""
+"""For each `tsquery` of `%(queries)s` (its position `n`), the best `%(limit)s` of the conversation's newest
+`SEARCH_CANDIDATES` lines matching it: one statement (for all the words of a query, when recall ranks each
+word's matches), whose plan does not depend on the server's guess of how common the words are.
+
+The `_PROBE` newest lines of the conversation are read first (`_OWN`). Many matches there (`_RARE` or more:
+a word many lines hold, such as the call's `read_log`) continue the same scan until there are enough, about
+`SEARCH_CANDIDATES` lines per share of lines matching; few mean rare words, whose every match the GIN index
+lists (each word carries the conversation's prefix, so the list holds this conversation's lines only). The
+branches not taken never run (their condition is a one-time filter). The server left to choose for one query
+over the whole log read the GIN entry of a word every line holds (tens of thousands of lines), or scanned tens
+of thousands of lines for a rare one."""
+
+
+def owner_prefix(conversation_id: str) -> str:
+    """What every word of a conversation's lines starts with in `owned_terms`: 10 hex digits of the key's MD5.
+
+    The same as SQL's `left(md5(conversation_id), 10)` (the migration computes it there); short, since every
+    word of every line carries it. Not a secret and not a check: every query also compares the key itself, so
+    two keys with one prefix never share lines (they only share GIN entries).
+    """
+    return hashlib.md5(conversation_id.encode(), usedforsecurity=False).hexdigest()[:10]
 
 
 def redact_dsn(dsn: str) -> str:
@@ -77,19 +168,26 @@ def redact_dsn(dsn: str) -> str:
     return make_conninfo('', **params)
 
 
-def _terms(text: str) -> str:
-    """The search terms of a line: its words, within what a `tsvector` can hold."""
+def _owned_terms(prefix: str, text: str) -> str:
+    """A line's `owned_terms` as `tsvector` input: its words (as every store splits them), each after
+    *prefix*, at its position (as `to_tsvector` numbers words), within what a `tsvector` can hold."""
     kept: list[str] = []
     size = 0
     for word in words(text):
         length = len(word.encode())
         if length > _LONGEST_WORD:
             continue
-        size += length + 12  # the lexeme's entry and position besides its text
+        size += length + len(prefix) + 12  # the lexeme's entry and position besides its text
         if size > _TERMS_BUDGET:
             break
         kept.append(word)
-    return ' '.join(kept)
+    # Words are letters and digits only: nothing to escape inside the quotes.
+    return ' '.join(f"'{prefix}{word}':{min(n, 16_383)}" for n, word in enumerate(kept, start=1))
+
+
+def _query(prefix: str, wanted: Sequence[str], suffix: str) -> str:
+    """`tsquery` input: every word of *wanted* after *prefix* (*suffix* `:*` for prefix matches)."""
+    return ' & '.join(f"'{prefix}{word}'{suffix}" for word in wanted)
 
 
 class PostgresArchiveStore:
@@ -132,7 +230,6 @@ class PostgresArchiveStore:
             min_size=1,
             max_size=self.max_connections,
             open=False,
-            check=ConnectionPool.check_connection,
             kwargs={
                 'autocommit': True,
                 'connect_timeout': max(1, round(self.connect_timeout)),
@@ -158,9 +255,22 @@ class PostgresArchiveStore:
         if self._schema_ready:
             return
         with self._schema_lock, conn.transaction():
-            # Serialize schema creation across workers starting together.
+            # Serialize schema creation and migration across workers starting together.
             conn.execute('SELECT pg_advisory_xact_lock(7415)')
+            if conn.execute("SELECT to_regclass('pac_schema')").fetchone()[0] is not None:
+                row = conn.execute('SELECT max(version) FROM pac_schema').fetchone()
+                if row[0] is not None and int(row[0]) >= SCHEMA_VERSION:
+                    self._schema_ready = True
+                    return
+            old_log = conn.execute(
+                "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('pac_log') AND attname = 'terms' "
+                'AND NOT attisdropped'
+            ).fetchone()
+            if old_log is not None:
+                conn.execute(_MIGRATE_TO_1)
             conn.execute(_SCHEMA)
+            conn.execute('DELETE FROM pac_schema')
+            conn.execute('INSERT INTO pac_schema (version) VALUES (%s)', (SCHEMA_VERSION,))
         self._schema_ready = True
 
     def _run(self, operation: str, work: Callable[[Any], T]) -> T:
@@ -179,6 +289,10 @@ class PostgresArchiveStore:
                         if not conn.broken or lost is not None:
                             raise
                         lost = error
+                # Here only when the connection broke. The server may have ended the idle ones too (a restart):
+                # replace them before the retry. Checked here, not on every checkout: that cost each operation
+                # one more round trip.
+                self._pool.check()
             except (psycopg.Error, ValueError, OverflowError) as error:
                 raise self._error(operation, error) from error
         raise self._error(operation, lost or RuntimeError('connection lost'))
@@ -267,6 +381,7 @@ class PostgresArchiveStore:
         with conn.transaction():
             fresh: dict[tuple[str, str], bool] = {}
             rows: list[tuple[Any, ...]] = []
+            prefixes: dict[str, str] = {}
             for line in lines:
                 key = (db_text(line.conversation_id), db_text(line.fingerprint))
                 if key not in fresh:
@@ -278,15 +393,16 @@ class PostgresArchiveStore:
                     fresh[key] = inserted is not None
                 if fresh[key]:
                     text, context = index_text(line.text), line_context(line)
+                    prefix = prefixes.get(key[0]) or prefixes.setdefault(key[0], owner_prefix(key[0]))
                     # The search vector is built from the same words every store matches on, so an email,
                     # a path or a host name splits into words here exactly as in SQLite and in memory.
                     rows.append(
                         (key[0], text, context, line.source, index_text(line.tool_name), index_text(line.args),
-                         index_text(line.result_id), line.line_no, _terms(f'{text} {context}'))
+                         index_text(line.result_id), line.line_no, _owned_terms(prefix, f'{text} {context}'))
                     )  # fmt: skip
             insert = (
                 'INSERT INTO pac_log (conversation_id, text, context, source, tool_name, args, result_id, '
-                'line_no, terms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)'
+                'line_no, owned_terms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector)'
             )
             try:
                 with conn.transaction(), conn.cursor() as cursor:
@@ -309,37 +425,38 @@ class PostgresArchiveStore:
 
         Tool output first. Lines holding every word: the newest `SEARCH_CANDIDATES` of them ranked by
         `ts_rank`; else each word's newest `SEARCH_CANDIDATES` matches ranked together by `rank_any_word`,
-        as the SQLite store does.
+        as the SQLite store does. Every query of one search runs on one pooled connection.
         """
         wanted = [word for word in words(query) if len(word.encode()) <= _LONGEST_WORD]
         if not wanted:
             return []
-        for prefix in ('', ':*'):
-            rows = self._candidates(conversation_id, ' & '.join(f'{word}{prefix}' for word in wanted), limit)
-            if rows:
-                return [_hit(row) for _, row in rows]
-        if len(wanted) == 1:
-            return []  # "any word" of one word is "every word": nothing more to find
-        for prefix in ('', ':*'):
-            per_word = [self._candidates(conversation_id, f'{word}{prefix}', SEARCH_CANDIDATES) for word in wanted]
-            if any(per_word):
-                return rank_any_word([[(r, _hit(row)) for r, row in rows] for rows in per_word], limit)
-        return []
+        key = db_text(conversation_id)
+        prefix = owner_prefix(key)
 
-    def _candidates(self, conversation_id: str, tsquery: str, limit: int) -> list[tuple[int, tuple[Any, ...]]]:
-        """The best *limit* of the newest `SEARCH_CANDIDATES` lines matching *tsquery*, as `(id, row)`."""
-        rows: list[tuple[Any, ...]] = self._run(
-            'search',
-            lambda conn: conn.execute(
-                'SELECT id, text, source, tool_name, args, result_id, line_no, score FROM ('
-                'SELECT id, text, source, tool_name, args, result_id, line_no, '
-                "ts_rank(tsv, to_tsquery('simple', %s)) AS score FROM pac_log "
-                "WHERE conversation_id = %s AND tsv @@ to_tsquery('simple', %s) "
-                "ORDER BY id DESC LIMIT %s) AS newest ORDER BY source <> 'tool', score DESC, id DESC LIMIT %s",
-                (tsquery, db_text(conversation_id), tsquery, SEARCH_CANDIDATES, limit),
-            ).fetchall(),
-        )
-        return [(int(row[0]), tuple(row[1:])) for row in rows]
+        def work(conn: Any) -> list[Hit]:
+            for suffix in ('', ':*'):
+                (rows,) = _candidates(conn, key, [_query(prefix, wanted, suffix)], limit)
+                if rows:
+                    return [_hit(row) for _, row in rows]
+            if len(wanted) == 1:
+                return []  # "any word" of one word is "every word": nothing more to find
+            for suffix in ('', ':*'):
+                per_word = _candidates(
+                    conn, key, [_query(prefix, [word], suffix) for word in wanted], SEARCH_CANDIDATES
+                )
+                if any(per_word):
+                    return rank_any_word([[(r, _hit(row)) for r, row in rows] for rows in per_word], limit)
+            return []
+
+        return self._run('search', work)
+
+
+def _candidates(conn: Any, key: str, tsqueries: Sequence[str], limit: int) -> list[list[tuple[int, tuple[Any, ...]]]]:
+    """For each of *tsqueries*, the best *limit* of the newest `SEARCH_CANDIDATES` lines matching it, as `(id, row)`."""
+    found: list[list[tuple[int, tuple[Any, ...]]]] = [[] for _ in tsqueries]
+    for row in conn.execute(_NEWEST_MATCHES, {'key': key, 'queries': list(tsqueries), 'limit': limit}).fetchall():
+        found[int(row[0]) - 1].append((int(row[1]), tuple(row[2:])))
+    return found
 
 
 def _hit(row: tuple[Any, ...]) -> Hit:

@@ -8,12 +8,13 @@ once the condition clears.
 
 from __future__ import annotations
 
+import hashlib
+import re
 import sqlite3
 import threading
 from collections.abc import Generator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Hit, LogLine, Note
 from pydantic_ai_compaction.runtime.checks import check_int
@@ -25,8 +26,10 @@ from pydantic_ai_compaction.runtime.stores._query import (
     db_text,
     index_text,
     line_context,
+    line_score,
     py_text,
     rank_any_word,
+    word_pattern,
     words,
 )
 
@@ -48,10 +51,38 @@ CREATE TABLE IF NOT EXISTS indexed_parts (
     conversation_id TEXT NOT NULL, fingerprint TEXT NOT NULL, PRIMARY KEY (conversation_id, fingerprint)
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS log USING fts5(
-    text, context, conversation_id UNINDEXED, source UNINDEXED, tool_name UNINDEXED, args UNINDEXED,
+    text, context, owner, conversation_id UNINDEXED, source UNINDEXED, tool_name UNINDEXED, args UNINDEXED,
     result_id UNINDEXED, line_no UNINDEXED, tokenize = 'unicode61'
 );
 """
+
+SCHEMA_VERSION = 1
+"""`PRAGMA user_version` of the current schema. 0: the log had no `owner` column (recall read every match's
+row to test its conversation); 1: each line carries its conversation's token (`owner_token`), matched in the
+full-text query itself. An older file is migrated when it is opened, in one transaction."""
+
+_MIGRATE_TO_1 = (
+    """CREATE VIRTUAL TABLE log_v1 USING fts5(
+    text, context, owner, conversation_id UNINDEXED, source UNINDEXED, tool_name UNINDEXED, args UNINDEXED,
+    result_id UNINDEXED, line_no UNINDEXED, tokenize = 'unicode61'
+)""",
+    'INSERT INTO log_v1 (rowid, text, context, owner, conversation_id, source, tool_name, args, result_id, line_no) '
+    'SELECT rowid, text, context, pac_owner(conversation_id), conversation_id, source, tool_name, args, result_id, '
+    'line_no FROM log',
+    'DROP TABLE log',
+    'ALTER TABLE log_v1 RENAME TO log',
+)
+"""Version 0 to 1: the log rebuilt with the `owner` column (FTS5 tables cannot gain a column), rowids kept."""
+
+
+def owner_token(conversation_id: str) -> str:
+    """The one word of the `owner` column: a conversation's key as a full-text token (a hash, never a query word).
+
+    Recall matches it in the same FTS5 query as the words, so only this conversation's lines are read; the
+    key itself is still compared on every hit, so even two keys with the same token never share lines.
+    """
+    digest = hashlib.blake2b(conversation_id.encode('utf-8', 'surrogatepass'), digest_size=10).hexdigest()
+    return f'o{digest}'
 
 
 _TABLES = {'counters', 'archived', 'notes', 'indexed_parts', 'log'}
@@ -81,6 +112,8 @@ class SQLiteArchiveStore:
         """The database file (or URI) errors name."""
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
+        self._version = SCHEMA_VERSION
+        """The open file's schema version: an old file that could not be migrated (read-only) is read as it is."""
         # A database that cannot be opened yet is reported by the operations, as every other error is.
         with suppress(ArchiveError):
             self._connection('open')
@@ -113,24 +146,49 @@ class SQLiteArchiveStore:
                 with suppress(sqlite3.Error):
                     db.execute('PRAGMA journal_mode = WAL')
             db.execute('PRAGMA synchronous = NORMAL')
-            present = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if not _TABLES.issubset(present):
-                db.execute('BEGIN IMMEDIATE')
-                try:
-                    for statement in _SCHEMA.split(';'):
-                        if statement.strip():
-                            db.execute(statement)
-                    db.execute('COMMIT')
-                except BaseException:
-                    with suppress(sqlite3.Error):
-                        db.execute('ROLLBACK')
-                    raise
+            db.create_function('pac_owner', 1, owner_token, deterministic=True)
+            self._version = self._prepare(db)
         except _STORE_ERRORS as error:
             with suppress(sqlite3.Error):
                 db.close()
             raise self._error(operation, error) from error
         self._db = db
         return db
+
+    @staticmethod
+    def _prepare(db: sqlite3.Connection) -> int:
+        """Create the tables of a new file, migrate an old one; the schema version the file has afterwards."""
+        version = int(db.execute('PRAGMA user_version').fetchone()[0])
+        present = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if _TABLES.issubset(present) and version >= SCHEMA_VERSION:
+            return version
+        try:
+            db.execute('BEGIN IMMEDIATE')
+            try:
+                # Again inside the transaction: another process may have created or migrated the file meanwhile.
+                version = int(db.execute('PRAGMA user_version').fetchone()[0])
+                present = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if 'log' not in present:
+                    version = SCHEMA_VERSION  # a new file: created at the current version
+                for statement in _SCHEMA.split(';'):
+                    if statement.strip():
+                        db.execute(statement)
+                if version < 1:
+                    for statement in _MIGRATE_TO_1:
+                        db.execute(statement)
+                db.execute(f'PRAGMA user_version = {SCHEMA_VERSION}')
+                db.execute('COMMIT')
+            except BaseException:
+                with suppress(sqlite3.Error):
+                    db.execute('ROLLBACK')
+                raise
+        except sqlite3.Error as error:
+            if _TABLES.issubset(present) and (getattr(error, 'sqlite_errorname', '') or '').startswith(
+                'SQLITE_READONLY'
+            ):
+                return version  # an old file opened read-only: read as it is
+            raise
+        return SCHEMA_VERSION
 
     def _failed(self, operation: str, error: BaseException) -> ArchiveError:
         """The error to raise; drop a connection the error may have broken (never a private in-memory one)."""
@@ -236,6 +294,7 @@ class SQLiteArchiveStore:
         with self._transaction('index_lines') as db:
             added = 0
             fresh: dict[tuple[str, str], bool] = {}
+            owners: dict[str, str] = {}
             for line in lines:
                 key = (db_text(line.conversation_id), db_text(line.fingerprint))
                 if key not in fresh:
@@ -244,25 +303,32 @@ class SQLiteArchiveStore:
                     )
                     fresh[key] = cursor.rowcount == 1
                 if fresh[key]:
-                    db.execute(
-                        'INSERT INTO log (text, context, conversation_id, source, tool_name, args, result_id, line_no) '
-                        'VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
-                        (
-                            index_text(line.text), line_context(line), key[0], line.source,
-                            index_text(line.tool_name), index_text(line.args), index_text(line.result_id),
-                            line.line_no,
-                        ),
+                    values = (
+                        index_text(line.text), line_context(line), key[0], line.source, index_text(line.tool_name),
+                        index_text(line.args), index_text(line.result_id), line.line_no,
                     )  # fmt: skip
+                    if self._version >= 1:
+                        db.execute(
+                            'INSERT INTO log (owner, text, context, conversation_id, source, tool_name, args, '
+                            'result_id, line_no) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
+                            (owners.get(key[0]) or owners.setdefault(key[0], owner_token(key[0])), *values),
+                        )
+                    else:
+                        db.execute(
+                            'INSERT INTO log (text, context, conversation_id, source, tool_name, args, result_id, '
+                            'line_no) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+                            values,
+                        )
                     added += 1
         return added
 
     def search(self, conversation_id: str, query: str, limit: int = 8) -> list[Hit]:
         """FTS5 over the line and its call; every word, else any word; whole words before prefixes; tool output first.
 
-        Lines holding every word: the newest `SEARCH_CANDIDATES` of them ranked by bm25. Else each word's newest
-        `SEARCH_CANDIDATES` matches, ranked together by `rank_any_word` (so a rare word's line is not lost behind
-        the matches of a common one). Ranking every match of a word that half the log holds took seconds over a
-        10M-token log.
+        Lines holding every word: the newest `SEARCH_CANDIDATES` of them, ranked by `line_score` (as the
+        in-memory store ranks). Else each word's newest `SEARCH_CANDIDATES` matches, ranked together by
+        `rank_any_word` (so a rare word's line is not lost behind the matches of a common one). Ranking every
+        match of a word that half the log holds took seconds over a 10M-token log.
         """
         wanted = words(query)
         if not wanted:
@@ -271,30 +337,48 @@ class SQLiteArchiveStore:
         # large log and a weaker hit; the prefix query runs only when whole words find nothing.
         for prefix in ('', '*'):
             match = ' AND '.join(f'"{word}"{prefix}' for word in wanted)
-            rows = self._candidates(conversation_id, match, limit)
-            if rows:
-                return [_hit(row) for _, row in rows]
+            hits = self._candidates(conversation_id, match, [word_pattern(w, not prefix) for w in wanted], limit)
+            if hits:
+                hits.sort(key=lambda e: (e[1].source != 'tool', -e[1].score, -e[0]))
+                return [hit for _, hit in hits[:limit]]
         if len(wanted) == 1:
             return []  # "any word" of one word is "every word": nothing more to find
         for prefix in ('', '*'):
-            per_word = [self._candidates(conversation_id, f'"{word}"{prefix}', SEARCH_CANDIDATES) for word in wanted]
+            per_word = [
+                self._candidates(conversation_id, f'"{word}"{prefix}', [word_pattern(word, not prefix)])
+                for word in wanted
+            ]
             if any(per_word):
-                return rank_any_word([[(r, _hit(row)) for r, row in rows] for rows in per_word], limit)
+                return rank_any_word(per_word, limit)
         return []
 
-    def _candidates(self, conversation_id: str, match: str, limit: int) -> list[tuple[int, tuple[Any, ...]]]:
-        """The best *limit* of the newest `SEARCH_CANDIDATES` lines matching *match*, as `(rowid, row)`."""
+    def _candidates(
+        self, conversation_id: str, match: str, patterns: list[re.Pattern[str]], enough: int | None = None
+    ) -> list[tuple[int, Hit]]:
+        """The newest `SEARCH_CANDIDATES` lines matching *match*, as `(rowid, hit)` scored by `line_score`.
+
+        The conversation's token is part of the full-text query (a version 1 file), so FTS5 yields only its
+        lines, newest first, and stops at `SEARCH_CANDIDATES`; testing the key on each row instead (a version 0
+        file) reads 8 rows for each one kept when 8 conversations share the file. With *enough*, reading stops
+        once that many tool lines have the highest score a line can have: no older line ranks above them.
+        """
+        key = db_text(conversation_id)
+        best = 2 * len(patterns)
+        found: list[tuple[int, Hit]] = []
+        top = 0
         with self._reading('search') as db:
-            rows = db.execute(
-                'SELECT r, text, source, tool_name, args, result_id, line_no, score FROM ('
-                'SELECT rowid AS r, text, source, tool_name, args, result_id, line_no, bm25(log) AS score '
-                'FROM log WHERE log MATCH ? AND conversation_id = ? ORDER BY rowid DESC LIMIT ?) '
-                "ORDER BY source != 'tool', score, r DESC LIMIT ?",
-                (match, db_text(conversation_id), SEARCH_CANDIDATES, limit),
-            ).fetchall()
-        return [(int(row[0]), tuple(row[1:])) for row in rows]
-
-
-def _hit(row: tuple[Any, ...]) -> Hit:
-    """A hit from a candidate row; bm25 is lower for better matches, a hit's score higher."""
-    return Hit(row[0], row[1], row[2], row[3], row[4], int(row[5]), -float(row[6]))
+            if self._version >= 1:
+                match = f'owner : "{owner_token(key)}" AND {{text context}} : ({match})'
+            cursor = db.execute(
+                'SELECT rowid, text, context, source, tool_name, args, result_id, line_no FROM log '
+                'WHERE log MATCH ? AND conversation_id = ? ORDER BY rowid DESC LIMIT ?',
+                (match, key, SEARCH_CANDIDATES),
+            )
+            for row in cursor:
+                score = line_score(row[1], row[2], patterns)
+                found.append((int(row[0]), Hit(row[1], row[3], row[4], row[5], row[6], int(row[7]), score)))
+                top += score == best and row[3] == 'tool'
+                if enough is not None and top >= enough:
+                    break
+            cursor.close()
+        return found

@@ -1,0 +1,279 @@
+"""Store schema versions: an old database opens, is migrated once, and keeps every line findable.
+
+Also what the version 1 schemas rely on: the conversation's token (SQLite) or prefix (PostgreSQL) only
+narrows a search, the key itself decides whose lines come back; and the score SQLite computes per line is
+the in-memory store's, word for word.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pydantic_ai_compaction.protocols.archive import ArchiveError, LogLine
+from pydantic_ai_compaction.runtime.stores import PostgresArchiveStore, SQLiteArchiveStore
+from pydantic_ai_compaction.runtime.stores import postgres as postgres_module
+from pydantic_ai_compaction.runtime.stores import sqlite as sqlite_module
+from pydantic_ai_compaction.runtime.stores._query import has_word, line_score, word_pattern, words
+
+from .stores import POSTGRES_DSN, make_store, postgres_store
+
+EXAMPLES = int(os.environ.get('PAC_EXAMPLES', '40'))
+
+# The version 0 log tables, as the stores created them before schema versions.
+SQLITE_V0_LOG = """CREATE VIRTUAL TABLE log USING fts5(
+    text, context, conversation_id UNINDEXED, source UNINDEXED, tool_name UNINDEXED, args UNINDEXED,
+    result_id UNINDEXED, line_no UNINDEXED, tokenize = 'unicode61'
+)"""
+SQLITE_V0_OTHERS = (
+    'CREATE TABLE counters (conversation_id TEXT NOT NULL, name TEXT NOT NULL, value INTEGER NOT NULL, '
+    'PRIMARY KEY (conversation_id, name))',
+    'CREATE TABLE archived (conversation_id TEXT NOT NULL, ref TEXT NOT NULL, result_id TEXT NOT NULL, '
+    'tool_name TEXT NOT NULL, tool_call_id TEXT NOT NULL, args_json TEXT NOT NULL, payload BLOB NOT NULL, '
+    'note TEXT NOT NULL, created_at TEXT NOT NULL, PRIMARY KEY (conversation_id, ref))',
+    'CREATE TABLE notes (id INTEGER PRIMARY KEY AUTOINCREMENT, conversation_id TEXT NOT NULL, kind TEXT NOT NULL, '
+    'text TEXT NOT NULL)',
+    'CREATE TABLE indexed_parts (conversation_id TEXT NOT NULL, fingerprint TEXT NOT NULL, '
+    'PRIMARY KEY (conversation_id, fingerprint))',
+)
+POSTGRES_V0 = """
+CREATE TABLE pac_counters (conversation_id TEXT NOT NULL, name TEXT NOT NULL, value BIGINT NOT NULL,
+    PRIMARY KEY (conversation_id, name));
+CREATE TABLE pac_archived (conversation_id TEXT NOT NULL, ref TEXT NOT NULL, result_id TEXT NOT NULL,
+    tool_name TEXT NOT NULL, tool_call_id TEXT NOT NULL, args_json TEXT NOT NULL, payload BYTEA NOT NULL,
+    note TEXT NOT NULL, created_at TEXT NOT NULL, PRIMARY KEY (conversation_id, ref));
+CREATE TABLE pac_notes (id BIGSERIAL PRIMARY KEY, conversation_id TEXT NOT NULL, kind TEXT NOT NULL,
+    text TEXT NOT NULL);
+CREATE TABLE pac_indexed_parts (conversation_id TEXT NOT NULL, fingerprint TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, fingerprint));
+CREATE TABLE pac_log (id BIGSERIAL PRIMARY KEY, conversation_id TEXT NOT NULL, text TEXT NOT NULL,
+    context TEXT NOT NULL, source TEXT NOT NULL, tool_name TEXT NOT NULL, args TEXT NOT NULL,
+    result_id TEXT NOT NULL, line_no INTEGER NOT NULL, terms TEXT NOT NULL,
+    tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('simple', terms)) STORED);
+CREATE INDEX pac_log_tsv ON pac_log USING GIN (tsv);
+CREATE INDEX pac_log_conversation ON pac_log (conversation_id);
+CREATE INDEX pac_log_conversation_newest ON pac_log (conversation_id, id);
+"""
+
+# (conversation, text) of the lines written before the migration; every line's call is `read_log`.
+OLD_LINES = [
+    ('a', 'media timeout_ms = 1050'),
+    ('a', 'region = eu-west-2'),
+    ('b', 'media timeout_ms = 9999'),
+    ('a', 'Écran café naïve'),
+]
+
+
+def new_lines(conversation: str) -> list[LogLine]:
+    return [LogLine(conversation, 'part-new', 0, 'media timeout_ms = 2000 after the upgrade', 'tool', 'read_log')]
+
+
+def assert_migrated_store_works(store: Any) -> None:
+    """Old lines found for their conversation only; new lines indexed next to them; ranking as before."""
+    assert [hit.text for hit in store.search('a', 'timeout')] == ['media timeout_ms = 1050']
+    assert [hit.text for hit in store.search('b', 'timeout')] == ['media timeout_ms = 9999']
+    assert [hit.text for hit in store.search('a', 'log region')] == ['region = eu-west-2']  # the call's word
+    assert [hit.text for hit in store.search('a', 'café')] == ['Écran café naïve']
+    assert store.index_lines(new_lines('a')) == 1
+    assert [hit.text for hit in store.search('a', 'media timeout')] == [
+        'media timeout_ms = 2000 after the upgrade',
+        'media timeout_ms = 1050',
+    ]
+    assert store.search('c', 'media') == []
+
+
+# SQLite -----------------------------------------------------------------------------------------------------
+
+
+def sqlite_v0(path: Path) -> None:
+    db = sqlite3.connect(path, isolation_level=None)
+    for statement in (SQLITE_V0_LOG, *SQLITE_V0_OTHERS):
+        db.execute(statement)
+    for number, (conversation, text) in enumerate(OLD_LINES):
+        db.execute(
+            'INSERT INTO log (text, context, conversation_id, source, tool_name, args, result_id, line_no) '
+            "VALUES (?, 'read_log  r1', ?, 'tool', 'read_log', '', 'r1', ?)",
+            (text, conversation, number),
+        )
+    db.close()
+
+
+def test_an_old_sqlite_file_is_migrated_when_opened_and_keeps_its_lines(tmp_path: Path) -> None:
+    path = tmp_path / 'old.sqlite3'
+    sqlite_v0(path)
+    store = SQLiteArchiveStore(path)
+    try:
+        assert_migrated_store_works(store)
+    finally:
+        store.close()
+    db = sqlite3.connect(path)
+    assert db.execute('PRAGMA user_version').fetchone()[0] == sqlite_module.SCHEMA_VERSION == 1
+    columns = [row[1] for row in db.execute("SELECT * FROM pragma_table_info('log')")]
+    assert columns[:4] == ['text', 'context', 'owner', 'conversation_id']
+    assert db.execute("SELECT count(*) FROM log WHERE owner = 'x'").fetchone()[0] == 0
+    owners = dict(db.execute('SELECT DISTINCT conversation_id, owner FROM log').fetchall())
+    assert owners == {'a': sqlite_module.owner_token('a'), 'b': sqlite_module.owner_token('b')}
+    db.close()
+    reopened = SQLiteArchiveStore(path)  # already at version 1: opened as it is
+    try:
+        assert [hit.text for hit in reopened.search('b', 'media')] == ['media timeout_ms = 9999']
+    finally:
+        reopened.close()
+
+
+def test_an_old_sqlite_file_opened_read_only_is_searched_as_it_is(tmp_path: Path) -> None:
+    path = tmp_path / 'old.sqlite3'
+    sqlite_v0(path)
+    store = SQLiteArchiveStore(f'file:{path}?mode=ro')
+    try:
+        assert [hit.text for hit in store.search('a', 'timeout')] == ['media timeout_ms = 1050']
+        assert [hit.text for hit in store.search('a', 'log region')] == ['region = eu-west-2']
+        assert store.search('c', 'media') == []
+        with pytest.raises(ArchiveError, match='readonly'):
+            store.index_lines(new_lines('a'))
+    finally:
+        store.close()
+    assert sqlite3.connect(path).execute('PRAGMA user_version').fetchone()[0] == 0  # untouched
+
+
+# PostgreSQL -------------------------------------------------------------------------------------------------
+
+
+def test_an_old_postgres_database_is_migrated_on_first_use_and_keeps_its_lines() -> None:
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    postgres_store().close()  # skips (or fails in CI) without a server
+    params = conninfo_to_dict(POSTGRES_DSN)
+    name = f'pac_migration_{uuid.uuid4().hex[:12]}'
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE {name}')
+    target = make_conninfo('', **{**params, 'dbname': name})
+    try:
+        with psycopg.connect(target, autocommit=True) as conn:
+            conn.execute(POSTGRES_V0)
+            for number, (conversation, text) in enumerate(OLD_LINES):
+                conn.execute(
+                    'INSERT INTO pac_log (conversation_id, text, context, source, tool_name, args, result_id, '
+                    "line_no, terms) VALUES (%s, %s, 'read_log  r1', 'tool', 'read_log', '', 'r1', %s, %s)",
+                    (conversation, text, number, ' '.join(words(f'{text} read_log r1'))),
+                )
+        store = PostgresArchiveStore(target)
+        try:
+            assert_migrated_store_works(store)
+        finally:
+            store.close()
+        with psycopg.connect(target, autocommit=True) as conn:
+            assert conn.execute('SELECT version FROM pac_schema').fetchall() == [(1,)]
+            columns = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = 'pac_log'"
+                )
+            }
+            assert 'owned_terms' in columns and not columns & {'terms', 'tsv'}
+            # The migration (in SQL) and the store (in Python) give an old and a new line the same prefix.
+            vectors = [
+                row[0]
+                for row in conn.execute("SELECT owned_terms::text FROM pac_log WHERE conversation_id = 'a' ORDER BY id")
+            ]
+            prefix = postgres_module.owner_prefix('a')
+            positions = {'media': 1, 'timeout': 2, 'ms': 3, '1050': 4, 'read': 5, 'log': 6, 'r1': 7}
+            as_written = postgres_module._owned_terms(prefix, 'media timeout_ms = 1050 read_log  r1')  # pyright: ignore[reportPrivateUsage]
+            assert as_written == ' '.join(f"'{prefix}{word}':{n}" for word, n in positions.items())
+            assert vectors[0] == conn.execute('SELECT %s::tsvector::text', (as_written,)).fetchone()[0]
+            assert vectors[-1].startswith(f"'{prefix}2000':4 '{prefix}after':5")
+    finally:
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS {name} WITH (FORCE)')
+
+
+# Both ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize('kind', ['sqlite', 'postgres'])
+def test_conversations_sharing_a_token_never_see_each_others_lines(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every key gets the same token / prefix: what a hash collision would do. Only the speed may suffer.
+    monkeypatch.setattr(sqlite_module, 'owner_token', lambda _key: 'oshared')
+    monkeypatch.setattr(postgres_module, 'owner_prefix', lambda _key: 'shared')
+    store = make_store(kind, tmp_path)
+    try:
+        a, b = f'a-{uuid.uuid4().hex}', f'b-{uuid.uuid4().hex}'
+        store.index_lines([LogLine(a, 'p1', 0, 'secret alpha of a', 'tool', 'read_log')])
+        store.index_lines([LogLine(b, 'p2', 0, 'secret beta of b', 'tool', 'read_log')])
+        assert [hit.text for hit in store.search(a, 'secret')] == ['secret alpha of a']
+        assert [hit.text for hit in store.search(b, 'secret')] == ['secret beta of b']
+        assert [hit.text for hit in store.search(b, 'alpha beta')] == ['secret beta of b']
+    finally:
+        store.close()
+
+
+TEXT = st.text(st.sampled_from('aAbé_ -1.Ü2x\u0130\u00df'), max_size=12)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    text=TEXT,
+    context=TEXT,
+    query=st.lists(st.text(st.sampled_from('abé1ü2xi\u00df'), min_size=1, max_size=3), max_size=3),
+)
+def test_the_searched_score_equals_the_score_over_the_line_s_words(text: str, context: str, query: list[str]) -> None:
+    wanted = words(' '.join(query))
+    for whole in (True, False):
+        own, around = words(text), words(text) + words(context)
+        expected = sum(has_word(around, word, whole) + has_word(own, word, whole) for word in wanted)
+        assert line_score(text, context, [word_pattern(word, whole) for word in wanted]) == expected
+
+
+def test_postgres_newest_matches_are_exactly_the_newest_whatever_the_branch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe, the continued scan and the GIN branch each give what one plain query gives."""
+    monkeypatch.setattr(postgres_module, 'owner_prefix', lambda _key: 'shared')  # b's lines share a's entries
+    store = postgres_store()
+    a, b = f'a-{uuid.uuid4().hex}', f'b-{uuid.uuid4().hex}'
+    small = f'small-{uuid.uuid4().hex}'
+
+    def line(key: str, n: int) -> LogLine:
+        text = ' '.join(
+            ['common']
+            + (['medium'] if n % 5 == 0 else [])  # 20 %: the scan goes on past the probe
+            + (['rare'] if n % 50 == 7 else [])  # 2 %: the GIN branch
+            + (['recent'] if key == a and n >= 1190 else [])  # only in the probe
+        )
+        return LogLine(key, f'part-{n // 40}', n, text, 'tool', 'read_log')
+
+    try:
+        for start in range(0, 1200, 40):  # the two conversations' lines interleave, as concurrent writers'
+            store.index_lines([line(a, n) for n in range(start, start + 40)])
+            store.index_lines([line(b, n) for n in range(start, start + 40)])
+        store.index_lines([line(small, n) for n in range(60)])  # fewer lines than the probe reads
+        import psycopg
+
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+            for key in (a, small):
+                for word in ('common', 'medium', 'rare', 'recent', 'absent', 'rec', 'comm'):
+                    for suffix in ('', ':*'):
+                        query = postgres_module._query('shared', [word], suffix)  # pyright: ignore[reportPrivateUsage]
+                        (found,) = postgres_module._candidates(conn, key, [query], 500)  # pyright: ignore[reportPrivateUsage]
+                        plain = conn.execute(
+                            'SELECT id FROM pac_log WHERE conversation_id = %s AND owned_terms @@ %s::tsquery '
+                            'ORDER BY id DESC LIMIT 500',
+                            (key, query),
+                        ).fetchall()
+                        assert sorted(i for i, _ in found) == sorted(row[0] for row in plain), (key, word, suffix)
+            # The branches were all taken: a common word fills the 500, a rare one has its 24, the small log its 60.
+            counts = {
+                word: len(postgres_module._candidates(conn, a, [postgres_module._query('shared', [word], '')], 500)[0])  # pyright: ignore[reportPrivateUsage]
+                for word in ('common', 'medium', 'rare', 'recent')
+            }
+            assert counts == {'common': 500, 'medium': 240, 'rare': 24, 'recent': 10}
+    finally:
+        store.close()
