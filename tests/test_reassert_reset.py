@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
+from pydantic_ai.messages import (
+    CompactionPart,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
 from pydantic_ai.tools import RunContext
+from pydantic_ai.usage import RunUsage
 
 from pydantic_ai_compaction import (
     CompactionEvent,
@@ -19,7 +39,10 @@ from pydantic_ai_compaction import (
     ResetToCheckpoint,
     Trigger,
 )
+from pydantic_ai_compaction.processors.strategies.reset import CONTINUED_HEADER
 from pydantic_ai_compaction.runtime import our_record, pairing_problems, segment
+from pydantic_ai_compaction.runtime.context import CompactionContext
+from pydantic_ai_compaction.runtime.engine import Outcome, run_compaction
 from pydantic_ai_compaction.runtime.segment import is_restatement
 
 from .support import ScriptedAgentModel, fork_json, log_text
@@ -99,7 +122,7 @@ def test_user_prompts_after_the_opening_are_restated() -> None:
     assert 'Also skip service payments.' in kept_prompts
 
 
-def test_reset_keeps_opening_checkpoint_and_exchange_in_progress() -> None:
+def test_reset_keeps_opening_checkpoints_and_exchange_in_progress() -> None:
     events: list[CompactionEvent] = []
     script = ScriptedAgentModel(logs=10)
     reset = ResetToCheckpoint(trigger=TRIGGER, sources=InstructionSources(markers=('CHANGE:',)), observer=events.append)
@@ -107,21 +130,75 @@ def test_reset_keeps_opening_checkpoint_and_exchange_in_progress() -> None:
     result = agent.run_sync('Audit logs 0-9.')
     compactions = [e for e in events if e.kind == 'compacted']
     assert len(compactions) >= 3
-    for event in compactions:
+    for number, event in enumerate(compactions, start=1):
         view = segment(list(event.history))
-        assert [e.kind for e in view.exchanges] == ['opening', 'boundary', 'tools']
+        # One checkpoint per reset so far, appended in order; nothing else survives but the exchange in progress.
+        assert [e.kind for e in view.exchanges] == ['opening', *['boundary'] * number, 'tools']
         assert view.exchanges[-1].unfinished
-    last = compactions[-1].record
-    assert last is not None
-    entries = last.extra['checkpoint']['read']
-    # Every completed call so far, carried over from earlier checkpoints, in order, once each.
+    records = [r for m in result.all_messages() for p in m.parts if (r := our_record(p))]
+    entries = [entry for record in records for entry in record['extra']['checkpoint']['read']]
+    # Every completed call so far, each in the checkpoint of the reset that dropped it, in order, once each.
     completed = [int(e.split('"index":')[1].split('}')[0]) for e in entries]
     assert completed == sorted(completed) == list(range(len(completed)))
     assert len(completed) >= 6
-    boundary = next(p for m in result.all_messages() for p in m.parts if our_record(p))
-    instructions_section = (boundary.content or '').split('Read (tool calls completed)')[0]
+    checkpoints = '\n'.join(p.content or '' for m in result.all_messages() for p in m.parts if our_record(p))
+    instructions_section = checkpoints.split('Instruction changes (verbatim, latest last):')[1].split('\n- read')[0]
     assert MARKED in instructions_section and FAKE not in instructions_section
-    assert 'read_log({"index":0}) → success' in (boundary.content or '')
+    assert checkpoints.count(MARKED) == 1  # listed once, not again among the facts of the log that carried it
+    assert 'read_log({"index":0}) → success' in checkpoints
+
+
+def _checkpoint_texts(history: Sequence[ModelMessage]) -> list[str]:
+    return [p.content or '' for m in history for p in m.parts if isinstance(p, CompactionPart)]
+
+
+def test_earlier_checkpoints_stay_byte_identical_across_resets() -> None:
+    events: list[CompactionEvent] = []
+    script = ScriptedAgentModel(logs=12)
+    reset = ResetToCheckpoint(trigger=TRIGGER, sources=InstructionSources(markers=('CHANGE:',)), observer=events.append)
+    change_agent(script, reset).run_sync('Audit logs 0-11.')
+    compactions = [e for e in events if e.kind == 'compacted' and e.record is not None]
+    assert len(compactions) >= 4
+    texts = [_checkpoint_texts(e.history) for e in compactions]
+    for earlier, later in itertools.pairwise(texts):
+        # A reset writes one new checkpoint after the earlier ones, which stay exactly as they were sent
+        # (so a provider's prompt cache still holds them), and writes nothing it already wrote.
+        assert later[: len(earlier)] == earlier and len(later) == len(earlier) + 1
+        assert later[-1].startswith(CONTINUED_HEADER)
+        assert not set(later[-1].splitlines()[1:]) & {
+            line for text in earlier for line in text.splitlines() if line.startswith('- read_log')
+        }
+    for event in compactions:
+        assert event.record is not None and event.record.variant == 'default'
+        assert 'rewrote' not in event.record.extra  # far below max_chars: never rewritten
+
+
+def test_a_checkpoint_does_not_restate_the_agents_own_notes() -> None:
+    state = {'step': 0}
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        step = state['step']
+        state['step'] += 1
+        note = [TextPart(f'Notes on log {step - 1}:\nINCIDENT inc-{step - 1} owner=person{step - 1}')] if step else []
+        if step >= 6:
+            return ModelResponse(parts=[*note, TextPart('report')])
+        return ModelResponse(parts=[*note, ToolCallPart('read_log', {'index': step}, tool_call_id=f'c{step}')])
+
+    events: list[CompactionEvent] = []
+    agent = Agent(FunctionModel(respond), capabilities=[ResetToCheckpoint(trigger=TRIGGER, observer=events.append)])
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return log_text(index) + f'\nINCIDENT inc-{index} owner=person{index}'
+
+    result = agent.run_sync('Audit logs 0-5.')
+    assert len([e for e in events if e.kind == 'compacted']) >= 2
+    checkpoints = '\n'.join(_checkpoint_texts(result.all_messages()))
+    for index in range(4):
+        # The agent's note states the incident once; the facts found in the log do not state it again.
+        assert checkpoints.count(f'INCIDENT inc-{index} owner=person{index}') == 1
+        assert f'you: Notes on log {index}:' in checkpoints
+        assert f'read_log({{"index":{index}}}) → success' in checkpoints
 
 
 @dataclass
@@ -149,3 +226,61 @@ def test_reset_renders_a_custom_checkpoint_from_deps() -> None:
     assert our_record(boundary)['variant'] == 'custom'  # pyright: ignore[reportOptionalSubscript]
     requests = [m for m in result.all_messages() if isinstance(m, ModelRequest)]
     assert isinstance(requests[0].parts[-1], UserPromptPart) and requests[0].parts[-1].content == 'Audit.'
+
+
+def _call(step: int, lines: int) -> list[ModelMessage]:
+    name = 'write_file' if step % 4 == 0 else 'read_log'
+    result = '\n'.join([f'=== log {step} ===', *(f'GET /item/{n} status=200 took={n % 7}ms' for n in range(lines))])
+    return [
+        ModelResponse(parts=[ToolCallPart(name, {'index': step}, tool_call_id=f'c{step}')]),
+        ModelRequest(
+            parts=[ToolReturnPart(name, f'{result}\nINCIDENT inc-{step} owner=o{step}', tool_call_id=f'c{step}')]
+        ),
+    ]
+
+
+@settings(max_examples=int(os.environ.get('PAC_EXAMPLES', '12')), deadline=None)
+@given(
+    rounds=st.lists(st.tuples(st.integers(3, 40), st.integers(20, 60)), min_size=2, max_size=6),
+    max_chars=st.sampled_from([4_000, 8_000, 16_000]),
+)
+def test_checkpoints_stay_bounded_append_only_and_account_for_every_call(
+    rounds: list[tuple[int, int]], max_chars: int
+) -> None:
+    ctx = RunContext[None](deps=None, model=TestModel(), usage=RunUsage())
+    cctx = CompactionContext(run=ctx, model=TestModel(), model_settings=None, parameters=ModelRequestParameters())
+    reset = ResetToCheckpoint[None](trigger=Trigger(tokens=1), max_chars=max_chars)
+    history: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart('sys'), UserPromptPart('go')])]
+    steps = 0
+    for count, lines in rounds:
+        for _ in range(count):
+            history.extend(_call(steps, lines))
+            steps += 1
+        view = segment(history)
+        dropped = sum(e.tokens for e in view.exchanges if not e.forced)
+        earlier = sum(e.tokens for e in view.exchanges if e.kind == 'boundary')
+        before = _checkpoint_texts(history)
+        outcome = asyncio.run(run_compaction(reset, history, cctx, min_saving=0.0))
+        assert isinstance(outcome, Outcome) and outcome.record.fallback_reason is None
+        texts = _checkpoint_texts(outcome.messages)
+        assert sum(map(len, texts)) <= max_chars  # the checkpoints together stay within max_chars
+        extra = outcome.record.extra
+        if 'appended' in extra:
+            # Appended: the earlier checkpoints are byte-identical, and the new one is never larger than
+            # (three quarters of) the exchanges it replaces.
+            assert texts[:-1] == before and extra['appended'] == len(before)
+            assert len(texts[-1]) <= dropped * 3
+        else:
+            # A rewrite (the only way a checkpoint changes) replaces every earlier one, with room to spare.
+            assert len(texts) == 1 and extra.get('rewrote', 0) == len(before)
+            assert len(texts[0]) <= min(max_chars // 2, (dropped + earlier) * 3) or not before
+            assert len(texts[0]) <= max_chars
+        records = [r for m in outcome.messages for p in m.parts if (r := our_record(p))]
+        # Nothing vanishes: every completed call (all but the one in progress) is listed or counted, once.
+        listed = sum(
+            len(r['extra']['checkpoint'][name]) + r['extra']['omitted'][name]
+            for r in records
+            for name in ('read', 'changed')
+        )
+        assert listed == steps - 1
+        history = outcome.messages

@@ -147,6 +147,10 @@ class _Carried:
         self.sections['read'].extend(_strings(extra.get('checkpoint_entries')))
 
 
+def _text(proposal: Proposal) -> str:
+    return proposal.summary.text if isinstance(proposal.summary, Summary) else ''
+
+
 def _count(value: object) -> bool:
     """Whether a value read back from a record is a positive count."""
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
@@ -190,7 +194,9 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     """Characters of each user request or assistant answer carried verbatim (longer ones are clipped, marked)."""
 
     max_chars: int = 16_000
-    """Upper bound on the checkpoint's length; it is also kept to about three quarters of what it replaces."""
+    """Upper bound on the checkpoints' length together; each is also kept to about three quarters of what it
+    replaces (a rewrite folds them to half of it). The bound cannot go under the fixed lines (header, fold
+    lines, progress: 500 to 2,000 characters)."""
 
     write_tools: str = WRITE_TOOLS
     """Regular expression over tool names whose calls changed something (listed under "Changed")."""
@@ -238,11 +244,12 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         dropped = self._dropped_tokens(view)
         room = self.max_chars - carried.chars
         if dropped and room > 0:
-            if dropped * 3 <= room:
-                return self._checkpoint(view, added, carried, budget=dropped * 3, appended=True)
-            # Bound by the room `max_chars` leaves rather than by what it replaces: append only if nothing folds.
-            appended = self._checkpoint(view, added, carried, budget=room, appended=True)
-            if not any(appended.extra['omitted'].values()):
+            limit = min(dropped * 3, room)
+            appended = self._checkpoint(view, added, carried, budget=limit, appended=True)
+            # Bound by what it replaces, a checkpoint folds its own oldest entries; bound by the room `max_chars`
+            # leaves, it is appended only if nothing folds (folding there would lose entries a rewrite keeps).
+            folded = any(appended.extra['omitted'].values())
+            if len(_text(appended)) <= limit and (dropped * 3 <= room or not folded):
                 return appended
         # The checkpoints would pass `max_chars` together: one checkpoint of everything, folded with room to spare.
         sections = {name: [*carried.sections[name], *added[name]] for name in SECTIONS}
