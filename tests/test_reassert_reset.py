@@ -39,11 +39,12 @@ from pydantic_ai_compaction import (
     ResetToCheckpoint,
     Trigger,
 )
-from pydantic_ai_compaction.processors.strategies.reset import CONTINUED_HEADER
+from pydantic_ai_compaction.processors.strategies.reset import CONTINUED_HEADER, SECTIONS, _top, fold_with_digests
 from pydantic_ai_compaction.runtime import our_record, pairing_problems, segment
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.engine import Outcome, run_compaction
 from pydantic_ai_compaction.runtime.segment import is_restatement
+from pydantic_ai_compaction.runtime.transcript import clip
 
 from .support import ScriptedAgentModel, fork_json, log_text
 
@@ -284,3 +285,51 @@ def test_checkpoints_stay_bounded_append_only_and_account_for_every_call(
         )
         assert listed == steps - 1
         history = outcome.messages
+
+
+def _greedy_fold(
+    sections: dict[str, list[str]], omitted: dict[str, int], budget: int
+) -> tuple[dict[str, list[str]], dict[str, int], dict[str, dict[str, int]]]:
+    """The fold rule step by step, as it reads: the largest section gives its oldest entry until all fit."""
+    sections = {name: list(lines) for name, lines in sections.items()}
+    omitted = dict(omitted)
+    digests: dict[str, dict[str, int]] = {name: {} for name in sections}
+    room = max(budget - 900, 0)
+    while sum(len(line) + 3 for lines in sections.values() for line in lines) > room:
+        candidates = [name for name in ('found', 'read', 'conversation', 'changed') if sections[name]]
+        if candidates:
+            name = max(candidates, key=lambda n: sum(len(line) + 3 for line in sections[n]))
+        elif sections['instructions']:
+            name = 'instructions'
+        else:
+            break
+        entry = sections[name].pop(0)
+        omitted[name] += 1
+        head = entry.split('(')[0].split(':')[0].strip()
+        label = clip(head, 40) if head else 'other'
+        digests[name][label] = digests[name].get(label, 0) + 1
+    return sections, omitted, {name: _top(counts) for name, counts in digests.items()}
+
+
+_ENTRY = st.one_of(
+    st.builds(
+        lambda tool, i, size: f'{tool}({{"i":{i}}}) → success, {size:,} chars',
+        st.sampled_from(['read_log', 'ls', 'grep']),
+        st.integers(0, 99),
+        st.integers(0, 10**6),
+    ),
+    st.builds(lambda who, text: f'{who}: {text}', st.sampled_from(['you', 'user']), st.text('ab (:', max_size=30)),
+    st.text('xy :(', max_size=12),
+)
+
+
+@settings(max_examples=int(os.environ.get('PAC_EXAMPLES', '60')), deadline=None)
+@given(
+    sections=st.fixed_dictionaries({name: st.lists(_ENTRY, max_size=40) for name in SECTIONS}),
+    budget=st.integers(0, 4_000),
+)
+def test_folding_by_counting_gives_what_folding_one_entry_at_a_time_gives(
+    sections: dict[str, list[str]], budget: int
+) -> None:
+    omitted = dict.fromkeys(SECTIONS, 2)
+    assert fold_with_digests(sections, omitted, budget) == _greedy_fold(sections, omitted, budget)

@@ -13,9 +13,11 @@ into counts, deterministically, the largest section first and the instruction ch
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate, chain
 from typing import Any
 
 from pydantic_ai.messages import (
@@ -73,6 +75,9 @@ _TITLES = {
     'found': 'Found (facts in those results)',
     'changed': 'Changed (calls that wrote)',
 }
+
+_ENTRY_KINDS = frozenset({'tools', 'turn', 'response'})
+"""Exchange kinds a checkpoint has entries for (the others are kept verbatim or are ours)."""
 
 _FOLD_ORDER = ('found', 'read', 'conversation', 'changed')
 """Sections folded first when the checkpoint is over its budget; instruction changes go last."""
@@ -203,10 +208,10 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
 
     _writes: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
-    _entries: IdentityMemo[tuple[tuple[str, str, str], ...]] = field(
-        init=False, repr=False, compare=False, default_factory=IdentityMemo[tuple[tuple[str, str, str], ...]]
+    _entries: IdentityMemo[tuple[tuple[str, str, int], ...]] = field(
+        init=False, repr=False, compare=False, default_factory=IdentityMemo[tuple[tuple[str, str, int], ...]]
     )
-    """Each exchange's `(section, line, fact)` entries by the identity of its parts (weak): an exchange a reset
+    """Each exchange's `(section, line, at)` entries by the identity of its parts (weak): an exchange a reset
     already read (a retried or repeated compaction of the same history) is not read again."""
 
     def __post_init__(self) -> None:
@@ -243,7 +248,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         added = self._additions(view, carried)
         dropped = self._dropped_tokens(view)
         room = self.max_chars - carried.chars
-        if dropped and room > 0:
+        if dropped and room > 0 and (dropped * 3 <= room or _entries_size(added) <= room):
             limit = min(dropped * 3, room)
             appended = self._checkpoint(view, added, carried, budget=limit, appended=True)
             # Bound by what it replaces, a checkpoint folds its own oldest entries; bound by the room `max_chars`
@@ -339,16 +344,18 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         """
         held = {name: set(lines) for name, lines in carried.sections.items()}
         added: dict[str, list[str]] = {name: [] for name in SECTIONS}
-        found: list[tuple[str, str]] = []
+        found: list[tuple[str, int]] = []
+        entries_of = self._exchange_entries
         for exchange in view.exchanges:
-            if exchange.forced or exchange.kind not in ('tools', 'turn', 'response'):
+            if exchange.protected is not None or exchange.unfinished or exchange.kind not in _ENTRY_KINDS:
                 continue  # kept verbatim by the runtime (the opening, the turn in progress, pins), or no entries
-            for name, line, fact in self._exchange_entries(view, exchange):
-                if line in held[name]:
+            for name, line, at in entries_of(view, exchange):
+                seen = held[name]
+                if line in seen:
                     continue
-                held[name].add(line)
+                seen.add(line)
                 if name == 'found':
-                    found.append((line, fact))
+                    found.append((line, at))
                 else:
                     added[name].append(line)
         said = held['conversation']
@@ -357,8 +364,9 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             for text in gather_instructions(view, self.sources)
             if text not in held['instructions'] and f'user: {text}' not in said
         ]
-        stated = self._stated(view, carried, added) if any(fact for _, fact in found) else set[str]()
-        added['found'] = [line for line, fact in found if not fact or fact not in stated]
+        stated = self._stated(view, carried, added) if any(at for _, at in found) else set[str]()
+        # Keys only when there is something to compare them with: a fact may be a whole long result line.
+        added['found'] = [line for line, at in found if not (stated and at and _fact_key(line[at:]) in stated)]
         return added
 
     def _stated(self, view: ConversationView, carried: _Carried, added: dict[str, list[str]]) -> set[str]:
@@ -379,28 +387,36 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                             stated.update(_said_lines(self._clip(part.content)))
         return stated
 
-    def _exchange_entries(self, view: ConversationView, exchange: Exchange) -> tuple[tuple[str, str, str], ...]:
-        """The `(section, line, fact)` entries one exchange adds, read once per exchange (memoized by its parts).
+    def _exchange_entries(self, view: ConversationView, exchange: Exchange) -> tuple[tuple[str, str, int], ...]:
+        """The `(section, line, at)` entries one exchange adds, read once per exchange (memoized by its parts).
 
-        `fact` is the normalized text a "Found" entry states (empty for other sections), to tell whether the
-        agent's own words already state it.
+        `at` is where the fact a "Found" entry states starts in its line (0 for other entries), to tell whether
+        the agent's own words already state it.
         """
-        messages = view.messages_of(exchange)
-        parts = tuple(part for message in messages for part in message.parts)
+        # The parts are read through the refs, without building the exchange's message fragments: most
+        # exchanges were read by an earlier reset, and only a new one needs its messages.
+        history = view.messages
+        parts = tuple(
+            chain.from_iterable(
+                history[index].parts if chosen is None else [history[index].parts[p] for p in chosen]
+                for index, chosen in exchange.refs
+            )
+        )
         cached = self._entries.get(parts)
         if cached is not None:
             return cached
-        sections: dict[str, list[tuple[str, str]]] = {name: [] for name in SECTIONS}
+        messages = view.messages_of(exchange)
+        sections: dict[str, list[tuple[str, int]]] = {name: [] for name in SECTIONS}
         if exchange.kind == 'tools':
             self._tool_entries(messages, sections, self.extract or self._default_extract)
         else:
-            sections['conversation'].extend((line, '') for line in self._conversation(messages))
+            sections['conversation'].extend((line, 0) for line in self._conversation(messages))
         # In the order the section lines were produced (each section keeps its own order).
         entries = tuple((name, line, fact) for name in SECTIONS for line, fact in sections[name])
         return self._entries.put(parts, entries) if parts else entries
 
     def _tool_entries(
-        self, messages: list[ModelMessage], sections: dict[str, list[tuple[str, str]]], extract: FactExtractor
+        self, messages: list[ModelMessage], sections: dict[str, list[tuple[str, int]]], extract: FactExtractor
     ) -> None:
         returns = {
             part.tool_call_id: part
@@ -414,22 +430,22 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 continue
             for part in message.parts:
                 if isinstance(part, TextPart) and part.content.strip():
-                    sections['conversation'].append(('you: ' + self._clip(part.content), ''))
+                    sections['conversation'].append(('you: ' + self._clip(part.content), 0))
                 if not isinstance(part, ToolCallPart) or part.tool_call_id not in returns:
                     continue
                 result = returns[part.tool_call_id]
                 call = f'{part.tool_name}({clean_text(args_text(part.args))})'
                 content = clean_text(return_text(result))
                 entry = f'{call} → {result.outcome}, {len(content):,} chars'
-                sections['changed' if self._writes.search(part.tool_name) else 'read'].append((entry, ''))
+                sections['changed' if self._writes.search(part.tool_name) else 'read'].append((entry, 0))
                 if result.outcome != 'success':
-                    sections['found'].append((f'{call}: {clip(content, self.excerpt_chars or 200)}', ''))
+                    sections['found'].append((f'{call}: {clip(content, self.excerpt_chars or 200)}', 0))
                     continue
                 if len(content) <= self.excerpt_chars:
                     facts = [' '.join(content.split())] if content.strip() else []
                 else:
                     facts = [clean_text(str(line)) for line in extract(part, content)]
-                sections['found'].extend((f'{call}: {fact}', _fact_key(fact)) for fact in facts if fact.strip())
+                sections['found'].extend((f'{call}: {fact}', len(call) + 2) for fact in facts if fact.strip())
 
     def _default_extract(self, call: ToolCallPart, text: str) -> list[str]:
         return rare_lines(call, text, limit=self.facts_per_result)
@@ -554,40 +570,89 @@ def fold_with_digests(
     The newest entries stay verbatim; the older ones become counts in *digests*, added to those earlier
     checkpoints carried. Deterministic, like `fold`.
     """
-    sections = {name: list(lines) for name, lines in sections.items()}
     omitted = dict(omitted)
     digests = {name: dict((digests or {}).get(name) or {}) for name in sections}
-    sizes = {name: sum(len(line) + 3 for line in lines) for name, lines in sections.items()}
+    sizes = {name: sum(map(len, lines)) + 3 * len(lines) for name, lines in sections.items()}
     # Titles, omission notes, digests, header and the progress lines take about 900 characters at most.
     room = max(budget - 900, 0) if room is None else max(budget - room, 0)
+    cuts = _fold_cuts(sections, sizes, room)
+    for name, cut in cuts.items():
+        if not cut:
+            continue
+        omitted[name] = omitted.get(name, 0) + cut
+        counts = digests[name]
+        for head, count in Counter(map(_head, sections[name][:cut])).items():
+            label = _label_of(head)
+            counts[label] = counts.get(label, 0) + count
+    folded = {name: lines[cuts[name] :] if cuts[name] else list(lines) for name, lines in sections.items()}
+    return folded, omitted, {name: _top(counts) for name, counts in digests.items()}
+
+
+def _fold_cuts(sections: dict[str, list[str]], sizes: dict[str, int], room: int) -> dict[str, int]:
+    """How many of each section's oldest entries to fold so the entries fit *room*, counted, not simulated.
+
+    The rule is a greedy one entry at a time: the largest section (ties: the first in `_FOLD_ORDER`) gives its
+    oldest entry, until the entries fit; instruction changes go only when nothing else is left. The sizes a
+    section has before each of its folds decrease, so the greedy folds, in decreasing order of those sizes, a
+    prefix of all of them: every fold at a size above some level *v*, then those at exactly *v* in section
+    order. *v* is found by bisection on the sections' prefix sums, so the cost is a few bisections per section
+    rather than a step per folded entry.
+    """
     cuts = dict.fromkeys(sections, 0)
     total = sum(sizes.values())
-    while total > room:
-        candidates = [name for name in _FOLD_ORDER if len(sections[name]) > cuts[name]]
-        if candidates:
-            name = max(candidates, key=lambda n: sizes[n])
-        elif len(sections.get('instructions') or ()) > cuts.get('instructions', 0):
-            name = 'instructions'
-        else:
+    if total <= room:
+        return cuts
+    order = [name for name in _FOLD_ORDER if name in sections]
+    # costs[name][k]: what folding the k oldest entries saves; the section's size before its k-th fold is
+    # sizes[name] - costs[name][k].
+    costs = {name: [0, *accumulate(len(line) + 3 for line in sections[name])] for name in order}
+
+    def folds_at_least(level: int) -> dict[str, int]:
+        """Per section, how many of its folds happen at a size of at least *level*."""
+        return {name: min(bisect_right(costs[name], sizes[name] - level), len(sections[name])) for name in order}
+
+    def fits(level: int) -> bool:
+        return total - sum(costs[name][count] for name, count in folds_at_least(level).items()) <= room
+
+    if not fits(0):
+        # Everything else folded still does not fit: instruction changes go too, oldest first.
+        cuts.update({name: len(sections[name]) for name in order})
+        left = total - sum(costs[name][-1] for name in order)
+        instructions = sections.get('instructions') or []
+        while left > room and cuts.get('instructions', 0) < len(instructions):
+            left -= len(instructions[cuts['instructions']]) + 3
+            cuts['instructions'] += 1
+        return cuts
+    low, high = 0, max(sizes[name] for name in order)  # fits(low) holds; find the largest level that fits
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    counts = folds_at_least(low + 1)  # every fold above the level; then those at the level, in section order
+    left = total - sum(costs[name][count] for name, count in counts.items())
+    for name in order:
+        count = counts[name]
+        if left <= room:
             break
-        dropped = sections[name][cuts[name]]
-        cuts[name] += 1
-        sizes[name] -= len(dropped) + 3
-        total -= len(dropped) + 3
-        omitted[name] = omitted.get(name, 0) + 1
-        label = _label(dropped)
-        digests[name][label] = digests[name].get(label, 0) + 1
-    sections = {name: lines[cuts[name] :] for name, lines in sections.items()}
-    return sections, omitted, {name: _top(counts) for name, counts in digests.items()}
+        if count < len(sections[name]) and sizes[name] - costs[name][count] == low:
+            left -= costs[name][count + 1] - costs[name][count]
+            counts[name] = count + 1
+    cuts.update(counts)
+    return cuts
 
 
-_LABEL = re.compile(r'[^(:]*')
+def _head(entry: str) -> str:
+    """An entry's text before its first `(` or `:` (the tool it called, or who spoke)."""
+    end = len(entry)
+    for mark in '(:':
+        at = entry.find(mark, 0, end)
+        if at >= 0:
+            end = at
+    return entry[:end]
 
 
-def _label(entry: str) -> str:
-    """What a folded entry is counted under: the tool it called, or who spoke."""
-    match = _LABEL.match(entry)
-    head = match.group().strip() if match else ''
+def _label_of(head: str) -> str:
+    """What a folded entry is counted under, from its `_head`."""
+    head = head.strip()
     return clip(head, 40) if head else 'other'
 
 
