@@ -333,3 +333,16 @@ def test_folding_by_counting_gives_what_folding_one_entry_at_a_time_gives(
 ) -> None:
     omitted = dict.fromkeys(SECTIONS, 2)
     assert fold_with_digests(sections, omitted, budget) == _greedy_fold(sections, omitted, budget)
+
+
+def test_a_wrapped_reset_appends_to_its_own_checkpoints() -> None:
+    events: list[CompactionEvent] = []
+    sources = InstructionSources(markers=('CHANGE:',))
+    reset = Reassert(ResetToCheckpoint(trigger=TRIGGER, observer=events.append), sources=sources)
+    result = change_agent(ScriptedAgentModel(logs=12), reset).run_sync('Audit logs 0-11.')
+    records = [r for m in result.all_messages() for p in m.parts if (r := our_record(p))]
+    # Written as `reassert+reset`, the earlier checkpoints are still the reset's own: appended to, never lost.
+    assert len(records) >= 4 and {r['strategy'] for r in records} == {'reassert+reset'}
+    assert all(r['extra']['appended'] == number for number, r in enumerate(records[1:], start=1))
+    entries = [entry for record in records for entry in record['extra']['checkpoint']['read']]
+    assert [int(e.split('"index":')[1].split('}')[0]) for e in entries] == list(range(len(entries)))

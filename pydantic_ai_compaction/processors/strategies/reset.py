@@ -1,4 +1,4 @@
-"""`ResetToCheckpoint`: no model call; the history becomes g0, a checkpoint and the exchange in progress.
+"""`ResetToCheckpoint`: no model call; the history becomes g0, the checkpoints and the exchange in progress.
 
 The default checkpoint is built by code, the way seed 004 describes its runtime checkpoint: what was
 read, what was found in it, what was changed, the conversation so far (the user's requests and the
@@ -6,8 +6,11 @@ assistant's own answers), progress and the next step. "What was found" comes fro
 extractor; the default keeps the lines of each result whose shape is rare in it (an incident among
 request logs, an error among passing tests), which is where a task's facts usually are.
 
-A checkpoint is never larger than what it replaces: when it would be, its oldest entries are folded
-into counts, deterministically, the largest section first and the instruction changes last.
+Each reset appends a checkpoint of what the earlier ones do not hold and leaves them byte-identical, so
+under a provider's prompt cache a reset writes only what is new. A checkpoint is never larger than what
+it replaces: when it would be, its oldest entries are folded into counts, deterministically, the largest
+section first and the instruction changes last. When the checkpoints together would pass `max_chars`,
+they are rewritten into one (rarely: it is folded to half of `max_chars`, leaving room to append).
 """
 
 from __future__ import annotations
@@ -167,9 +170,10 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
 
     The default checkpoint carries what was read, what was found in it (through `extract`), what was
     changed, the user's requests and the assistant's own answers, every instruction change, progress and
-    the next step. Earlier checkpoints' entries are carried over, so nothing recorded is forgotten at the
-    next reset, and the checkpoint never grows beyond what it replaces. Pass `checkpoint=` to render your
-    own typed state instead.
+    the next step. Earlier checkpoints stay as they were and the next one holds only what they do not, so
+    nothing recorded is forgotten and nothing is written twice; a fact the agent's own notes already state
+    is not restated. Each checkpoint stays within what it replaces, and all of them within `max_chars`.
+    Pass `checkpoint=` to render your own typed state instead (it replaces the earlier one at each reset).
 
     Example:
         ```python
@@ -310,7 +314,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 continue
             parts = [part for message in view.messages_of(exchange) for part in message.parts]
             records = [(part, record) for part in parts if (record := our_record(part)) is not None]
-            mine = [(part, record) for part, record in records if record.get('strategy') == self.strategy_name]
+            mine = [(part, record) for part, record in records if self._wrote(record)]
             for _, record in mine:
                 carried.add(record_extra(record))
             # Only a boundary made of nothing but our records is replaced by a rewrite (the validator's rule):
@@ -320,6 +324,11 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 carried.tokens += exchange.tokens
                 carried.chars += sum(len(getattr(part, 'content', None) or '') for part, _ in mine)
         return carried
+
+    def _wrote(self, record: dict[str, Any]) -> bool:
+        """Whether this strategy wrote *record*, alone or wrapped (`reassert+reset`), as the validator reads it."""
+        name = record.get('strategy')
+        return isinstance(name, str) and (name == self.strategy_name or name.endswith(f'+{self.strategy_name}'))
 
     def _dropped_tokens(self, view: ConversationView) -> int:
         """Estimated tokens of the exchanges a reset drops (everything the runtime does not keep)."""
