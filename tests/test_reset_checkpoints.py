@@ -173,14 +173,17 @@ def _greedy_fold(
     return sections, omitted, {name: _top(counts) for name, counts in digests.items()}
 
 
+def _read_entry(tool: str, i: int, size: int) -> str:
+    return f'{tool}({{"i":{i}}}) → success, {size:,} chars'
+
+
+def _said_entry(who: str, text: str) -> str:
+    return f'{who}: {text}'
+
+
 _ENTRY = st.one_of(
-    st.builds(
-        lambda tool, i, size: f'{tool}({{"i":{i}}}) → success, {size:,} chars',
-        st.sampled_from(['read_log', 'ls', 'grep']),
-        st.integers(0, 99),
-        st.integers(0, 10**6),
-    ),
-    st.builds(lambda who, text: f'{who}: {text}', st.sampled_from(['you', 'user']), st.text('ab (:', max_size=30)),
+    st.builds(_read_entry, st.sampled_from(['read_log', 'ls', 'grep']), st.integers(0, 99), st.integers(0, 10**6)),
+    st.builds(_said_entry, st.sampled_from(['you', 'user']), st.text('ab (:', max_size=30)),
     st.text('xy :(', max_size=12),
 )
 
@@ -193,7 +196,7 @@ _ENTRY = st.one_of(
 def test_folding_by_counting_gives_what_folding_one_entry_at_a_time_gives(
     sections: dict[str, list[str]], budget: int
 ) -> None:
-    omitted = dict.fromkeys(SECTIONS, 2)
+    omitted: dict[str, int] = dict.fromkeys(SECTIONS, 2)
     assert fold_with_digests(sections, omitted, budget) == _greedy_fold(sections, omitted, budget)
 
 
