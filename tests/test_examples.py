@@ -51,9 +51,11 @@ def test_registering_strategies_in_an_agent(capsys: pytest.CaptureFixture[str]) 
     for line in lines:
         compactions = int(line.split(': ')[1].split(' ')[0])
         assert compactions >= 3 and line.endswith('answer: INC-7 (owner ayse)')
-    # The reset keeps the opening request, a checkpoint and the exchange in progress: the shortest history.
+    # The reset keeps the opening request, one checkpoint per reset (appended, the earlier ones unchanged), the
+    # exchange in progress and the answer: nothing else of the history.
     kept = {line.split(':')[0]: int(line.split(', ')[1].split(' ')[0]) for line in lines}
-    assert kept['reset'] < kept['fork'] and kept['reset'] < kept['summary']
+    resets = int(lines[2].split(': ')[1].split(' ')[0])
+    assert kept['reset'] == 1 + resets + 3 and lines[2].split(', ')[2] == f'{resets} summary part(s)'
 
 
 def test_a_hybrid_switches_then_a_pipeline_spares_its_second_step(capsys: pytest.CaptureFixture[str]) -> None:

@@ -233,11 +233,19 @@ async def test_a_reset_checkpoint_never_outgrows_what_it_replaces_and_counts_wha
     assert kept['read'][-1].startswith('read_log({"i":2998})')  # the newest entries stay verbatim
     assert f'read_log ×{digests["read"]["read_log"]:,}' in text
 
-    # The next reset carries the digests forward and adds to them, still within the bound.
+    # A first checkpoint that must fold is folded to half of max_chars, leaving room for the resets after it.
+    assert len(text) <= reset.max_chars // 2
+
+    # The next reset appends a checkpoint of the 100 new calls, folded within what they replace; the first stays.
     later = [*outcome.messages, *many_tiny_calls(3_100)[6_001:]]
     again = await run_compaction(reset, later, cctx, min_saving=0.0)
     assert isinstance(again, Outcome) and again.record.fallback_reason is None
-    assert again.record.extra['digests']['read']['read_log'] > digests['read']['read_log']
+    texts = [p.content or '' for m in again.messages for p in m.parts if isinstance(p, CompactionPart)]
+    assert texts[0] == text and len(texts) == 2
+    assert again.record.extra['appended'] == 1
+    added, folded = again.record.extra['checkpoint'], again.record.extra['omitted']
+    assert folded['read'] + len(added['read']) + folded['changed'] + len(added['changed']) == 100
+    assert sum(again.record.extra['digests']['read'].values()) == folded['read'] > 0
     assert again.record.tokens_after < again.record.tokens_before
 
 

@@ -102,7 +102,7 @@ def test_user_prompts_after_the_opening_are_restated() -> None:
     assert 'Also skip service payments.' in kept_prompts
 
 
-def test_reset_keeps_opening_checkpoint_and_exchange_in_progress() -> None:
+def test_reset_keeps_opening_checkpoints_and_exchange_in_progress() -> None:
     events: list[CompactionEvent] = []
     script = ScriptedAgentModel(logs=10)
     reset = ResetToCheckpoint(trigger=TRIGGER, sources=InstructionSources(markers=('CHANGE:',)), observer=events.append)
@@ -110,21 +110,22 @@ def test_reset_keeps_opening_checkpoint_and_exchange_in_progress() -> None:
     result = agent.run_sync('Audit logs 0-9.')
     compactions = [e for e in events if e.kind == 'compacted']
     assert len(compactions) >= 3
-    for event in compactions:
+    for number, event in enumerate(compactions, start=1):
         view = segment(list(event.history))
-        assert [e.kind for e in view.exchanges] == ['opening', 'boundary', 'tools']
+        # One checkpoint per reset so far, appended in order; nothing else survives but the exchange in progress.
+        assert [e.kind for e in view.exchanges] == ['opening', *['boundary'] * number, 'tools']
         assert view.exchanges[-1].unfinished
-    last = compactions[-1].record
-    assert last is not None
-    entries = last.extra['checkpoint']['read']
-    # Every completed call so far, carried over from earlier checkpoints, in order, once each.
+    records = [r for m in result.all_messages() for p in m.parts if (r := our_record(p))]
+    entries = [entry for record in records for entry in record['extra']['checkpoint']['read']]
+    # Every completed call so far, each in the checkpoint of the reset that dropped it, in order, once each.
     completed = [int(e.split('"index":')[1].split('}')[0]) for e in entries]
     assert completed == sorted(completed) == list(range(len(completed)))
     assert len(completed) >= 6
-    boundary = next(p for m in result.all_messages() for p in m.parts if our_record(p))
-    instructions_section = (boundary.content or '').split('Read (tool calls completed)')[0]
+    checkpoints = '\n'.join(p.content or '' for m in result.all_messages() for p in m.parts if our_record(p))
+    instructions_section = checkpoints.split('Instruction changes (verbatim, latest last):')[1].split('\n- read')[0]
     assert MARKED in instructions_section and FAKE not in instructions_section
-    assert 'read_log({"index":0}) → success' in (boundary.content or '')
+    assert checkpoints.count(MARKED) == 1  # listed once, not again among the facts of the log that carried it
+    assert 'read_log({"index":0}) → success' in checkpoints
 
 
 @dataclass

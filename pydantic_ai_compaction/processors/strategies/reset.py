@@ -1,4 +1,4 @@
-"""`ResetToCheckpoint`: no model call; the history becomes g0, a checkpoint and the exchange in progress.
+"""`ResetToCheckpoint`: no model call; the history becomes g0, the checkpoints and the exchange in progress.
 
 The default checkpoint is built by code, the way seed 004 describes its runtime checkpoint: what was
 read, what was found in it, what was changed, the conversation so far (the user's requests and the
@@ -6,16 +6,21 @@ assistant's own answers), progress and the next step. "What was found" comes fro
 extractor; the default keeps the lines of each result whose shape is rare in it (an incident among
 request logs, an error among passing tests), which is where a task's facts usually are.
 
-A checkpoint is never larger than what it replaces: when it would be, its oldest entries are folded
-into counts, deterministically, the largest section first and the instruction changes last.
+Each reset appends a checkpoint of what the earlier ones do not hold and leaves them byte-identical, so
+under a provider's prompt cache a reset writes only what is new. A checkpoint is never larger than what
+it replaces: when it would be, its oldest entries are folded into counts, deterministically, the largest
+section first and the instruction changes last. When the checkpoints together would pass `max_chars`,
+they are rewritten into one (rarely: it is folded to half of `max_chars`, leaving room to append).
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate, chain
 from typing import Any
 
 from pydantic_ai.messages import (
@@ -43,7 +48,7 @@ from pydantic_ai_compaction.runtime.instructions import (
     tool_provided,
 )
 from pydantic_ai_compaction.runtime.memo import IdentityMemo
-from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement
+from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, our_record
 from pydantic_ai_compaction.runtime.transcript import clip, return_text, user_text
 
 CheckpointFn = Callable[[RunContext[Any], ConversationView], str]
@@ -53,6 +58,15 @@ FactExtractor = Callable[[ToolCallPart, str], Sequence[str]]
 """Task-specific facts from one tool result: receives the call and the result's text, returns lines to carry."""
 
 CHECKPOINT_HEADER = 'Checkpoint: the conversation so far was reset to this record, written by the runtime.'
+
+CONTINUED_HEADER = 'Checkpoint, continued: what happened since the checkpoint above, written by the runtime.'
+"""First line of a checkpoint appended after earlier ones (which stay as they were)."""
+
+REWRITE_SHARE = 2
+"""A rewrite of every checkpoint into one folds it to `max_chars // REWRITE_SHARE`, leaving room to append."""
+
+SAID_MIN_CHARS = 16
+"""A fact shorter than this is kept even when the agent's words state it: cheap, and too generic to match."""
 
 SECTIONS = ('instructions', 'conversation', 'read', 'found', 'changed')
 """The checkpoint's sections, in the order they are rendered."""
@@ -64,6 +78,9 @@ _TITLES = {
     'found': 'Found (facts in those results)',
     'changed': 'Changed (calls that wrote)',
 }
+
+_ENTRY_KINDS = frozenset({'tools', 'turn', 'response'})
+"""Exchange kinds a checkpoint has entries for (the others are kept verbatim or are ours)."""
 
 _FOLD_ORDER = ('found', 'read', 'conversation', 'changed')
 """Sections folded first when the checkpoint is over its budget; instruction changes go last."""
@@ -101,14 +118,62 @@ def _shape(line: str) -> tuple[str, ...]:
 
 
 @dataclass
+class _Carried:
+    """What the reset's earlier checkpoints in the history hold."""
+
+    sections: dict[str, list[str]] = field(default_factory=lambda: {name: [] for name in SECTIONS})
+    """Their entries, per section, oldest first."""
+
+    omitted: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SECTIONS, 0))
+    """Entries they folded into counts, per section."""
+
+    digests: dict[str, dict[str, int]] = field(default_factory=lambda: {name: {} for name in SECTIONS})
+    """Their folded entries counted per label, per section."""
+
+    pieces: int = 0
+    """Checkpoints a rewrite would replace (boundaries holding nothing but the reset's records)."""
+
+    chars: int = 0
+    """Their text's length."""
+
+    tokens: int = 0
+    """Their estimated tokens."""
+
+    def add(self, extra: dict[str, Any]) -> None:
+        """Count one checkpoint record's entries, folded counts and digests."""
+        carried = str_dict(extra.get('checkpoint'))
+        omitted = str_dict(extra.get('omitted'))
+        digests = str_dict(extra.get('digests'))
+        for name in SECTIONS:
+            self.sections[name].extend(_strings(carried.get(name)))
+            if _count(omitted.get(name)):
+                self.omitted[name] += omitted[name]
+            for label, count in str_dict(digests.get(name)).items():
+                if _count(count):
+                    self.digests[name][label] = self.digests[name].get(label, 0) + count
+        # Checkpoints written before sections existed: one line per completed call.
+        self.sections['read'].extend(_strings(extra.get('checkpoint_entries')))
+
+
+def _text(proposal: Proposal) -> str:
+    return proposal.summary.text if isinstance(proposal.summary, Summary) else ''
+
+
+def _count(value: object) -> bool:
+    """Whether a value read back from a record is a positive count."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+@dataclass
 class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     """Reset the history to the opening request plus a deterministic checkpoint.
 
     The default checkpoint carries what was read, what was found in it (through `extract`), what was
     changed, the user's requests and the assistant's own answers, every instruction change, progress and
-    the next step. Earlier checkpoints' entries are carried over, so nothing recorded is forgotten at the
-    next reset, and the checkpoint never grows beyond what it replaces. Pass `checkpoint=` to render your
-    own typed state instead.
+    the next step. Earlier checkpoints stay as they were and the next one holds only what they do not, so
+    nothing recorded is forgotten and nothing is written twice; a fact the agent's own notes already state
+    is not restated. Each checkpoint stays within what it replaces, and all of them within `max_chars`.
+    Pass `checkpoint=` to render your own typed state instead (it replaces the earlier one at each reset).
 
     Example:
         ```python
@@ -138,17 +203,19 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     """Characters of each user request or assistant answer carried verbatim (longer ones are clipped, marked)."""
 
     max_chars: int = 16_000
-    """Upper bound on the checkpoint's length; it is also kept to about three quarters of what it replaces."""
+    """Upper bound on the checkpoints' length together; each is also kept to about three quarters of what it
+    replaces (a rewrite folds them to half of it). The bound cannot go under the fixed lines (header, fold
+    lines, progress: 500 to 2,000 characters)."""
 
     write_tools: str = WRITE_TOOLS
     """Regular expression over tool names whose calls changed something (listed under "Changed")."""
 
     _writes: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
-    _entries: IdentityMemo[tuple[tuple[str, str], ...]] = field(
-        init=False, repr=False, compare=False, default_factory=IdentityMemo[tuple[tuple[str, str], ...]]
+    _entries: IdentityMemo[tuple[tuple[str, str, int], ...]] = field(
+        init=False, repr=False, compare=False, default_factory=IdentityMemo[tuple[tuple[str, str, int], ...]]
     )
-    """Each exchange's `(section, line)` entries by the identity of its parts (weak): an exchange a reset
+    """Each exchange's `(section, line, at)` entries by the identity of its parts (weak): an exchange a reset
     already read (a retried or repeated compaction of the same history) is not read again."""
 
     def __post_init__(self) -> None:
@@ -169,17 +236,53 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         return 'reset'
 
     async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
-        """Keep nothing but what the runtime forces; the checkpoint replaces the rest (earlier checkpoints included)."""
+        """Append a checkpoint of what is new after the earlier ones; rewrite them into one only past `max_chars`.
+
+        Earlier checkpoints stay byte-identical, so a provider's prompt cache still holds them and a reset
+        writes only the entries no earlier checkpoint holds. Each checkpoint is kept to about three quarters
+        of the exchanges it replaces (an estimated token is about four characters), folding its own oldest
+        entries if it must. When the checkpoints together would pass `max_chars` (or nothing but them is left
+        to drop) they are rewritten into one, folded to half of `max_chars`, so the resets after a rewrite
+        append again for a while: rewrites are rare, and the record says when one happened (`rewrote`).
+        """
         if self.checkpoint is not None:
             text = self.checkpoint(ctx.run, view)
             return Proposal(summary=Summary(text), supersedes=self.strategy_name, variant='custom')
-        sections, omitted = self.sections(view)
-        digests = self._carried_digests(view)
-        # About three quarters of what it replaces (an estimated token is about four characters): a checkpoint
-        # is never larger than what it replaces, however many entries the history holds.
-        budget = min(self.max_chars, self.replaced_tokens(view) * 3)
+        carried = self._carried(view)
+        added = self._additions(view, carried)
+        dropped = self._dropped_tokens(view)
+        room = self.max_chars - carried.chars
+        if dropped and room > 0 and (dropped * 3 <= room or _entries_size(added) <= room):
+            limit = min(dropped * 3, room)
+            appended = self._checkpoint(view, added, carried, budget=limit, appended=True)
+            # Bound by what it replaces, a checkpoint folds its own oldest entries; bound by the room `max_chars`
+            # leaves, it is appended only if nothing folds (folding there would lose entries a rewrite keeps).
+            folded = any(appended.extra['omitted'].values())
+            if len(_text(appended)) <= limit and (dropped * 3 <= room or not folded):
+                return appended
+        # The checkpoints would pass `max_chars` together: one checkpoint of everything, folded with room to spare.
+        sections = {name: [*carried.sections[name], *added[name]] for name in SECTIONS}
+        budget = min(self.max_chars // REWRITE_SHARE, (dropped + carried.tokens) * 3)
+        return self._checkpoint(view, sections, carried, budget=budget, appended=False)
+
+    def _checkpoint(
+        self,
+        view: ConversationView,
+        sections: dict[str, list[str]],
+        carried: _Carried,
+        *,
+        budget: int,
+        appended: bool,
+    ) -> Proposal:
+        """A checkpoint of *sections* within *budget* characters (appended after *carried*, or replacing it)."""
+        omitted: dict[str, int] = dict.fromkeys(SECTIONS, 0) if appended else dict(carried.omitted)
+        digests: dict[str, dict[str, int]] = {name: {} for name in SECTIONS} if appended else carried.digests
+        before = carried if appended and carried.pieces else None
+        header = CONTINUED_HEADER if before is not None else CHECKPOINT_HEADER
         sections, omitted, digests = fold_with_digests(sections, omitted, budget, digests)
-        text = render_checkpoint(sections, omitted, progress=self._progress(view, sections, omitted), digests=digests)
+        text = render_checkpoint(
+            sections, omitted, progress=self._progress(view, sections, omitted, before), digests=digests, header=header
+        )
         while len(text) > budget and any(sections[name] for name in SECTIONS):
             # Titles, notes and digests took more than estimated (long labels, a long latest call): fold the excess.
             excess = len(text) - budget
@@ -187,79 +290,142 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 sections, omitted, _entries_size(sections) - excess, digests, room=0
             )
             text = render_checkpoint(
-                sections, omitted, progress=self._progress(view, sections, omitted), digests=digests
+                sections,
+                omitted,
+                progress=self._progress(view, sections, omitted, before),
+                digests=digests,
+                header=header,
             )
         extra: dict[str, Any] = {'checkpoint': sections, 'omitted': omitted, 'instructions': sections['instructions']}
         if any(digests.values()):
             extra['digests'] = digests
+        if before is not None:
+            extra['appended'] = before.pieces
+            return Proposal(summary=Summary(text), variant='default', extra=extra)
+        if carried.pieces:
+            extra['rewrote'] = carried.pieces
         return Proposal(summary=Summary(text), supersedes=self.strategy_name, variant='default', extra=extra)
 
-    def _carried_digests(self, view: ConversationView) -> dict[str, dict[str, int]]:
-        """Digest counts earlier checkpoints carried, summed per section and label."""
-        digests: dict[str, dict[str, int]] = {name: {} for name in SECTIONS}
-        for record in view.records():
-            if record.get('strategy') != self.strategy_name:
+    def _carried(self, view: ConversationView) -> _Carried:
+        """What the earlier checkpoints hold: their entries, folded counts and digests, and their size."""
+        carried = _Carried()
+        for exchange in view.exchanges:
+            if exchange.kind != 'boundary':
                 continue
-            carried = str_dict(str_dict(record.get('extra')).get('digests'))
-            for name in SECTIONS:
-                for label, count in str_dict(carried.get(name)).items():
-                    if isinstance(count, int) and not isinstance(count, bool) and count > 0:
-                        digests[name][label] = digests[name].get(label, 0) + count
-        return digests
+            parts = [part for message in view.messages_of(exchange) for part in message.parts]
+            records = [(part, record) for part in parts if (record := our_record(part)) is not None]
+            mine = [(part, record) for part, record in records if self._wrote(record)]
+            for _, record in mine:
+                carried.add(record_extra(record))
+            # Only a boundary made of nothing but our records is replaced by a rewrite (the validator's rule):
+            # anything else stays, so it does not count against the room the checkpoints take.
+            if mine and len(mine) == len(parts) and not exchange.unfinished:
+                carried.pieces += 1
+                carried.tokens += exchange.tokens
+                carried.chars += sum(len(getattr(part, 'content', None) or '') for part, _ in mine)
+        return carried
+
+    def _wrote(self, record: dict[str, Any]) -> bool:
+        """Whether this strategy wrote *record*, alone or wrapped (`reassert+reset`), as the validator reads it."""
+        name = record.get('strategy')
+        return isinstance(name, str) and (name == self.strategy_name or name.endswith(f'+{self.strategy_name}'))
+
+    def _dropped_tokens(self, view: ConversationView) -> int:
+        """Estimated tokens of the exchanges a reset drops (everything the runtime does not keep)."""
+        return sum(exchange.tokens for exchange in view.exchanges if not exchange.forced)
 
     def replaced_tokens(self, view: ConversationView) -> int:
-        """Estimated tokens the checkpoint stands in for: everything not forced, and our earlier checkpoints."""
-        total = 0
-        for exchange in view.exchanges:
-            if not exchange.forced or (exchange.kind == 'boundary' and self._is_ours(view, exchange)):
-                total += exchange.tokens
-        return total
+        """Estimated tokens a rewrite stands in for: everything not forced, and our earlier checkpoints."""
+        return self._dropped_tokens(view) + self._carried(view).tokens
 
     def sections(self, view: ConversationView) -> tuple[dict[str, list[str]], dict[str, int]]:
-        """The checkpoint's entries: those earlier checkpoints carried, then what the history adds."""
-        sections: dict[str, list[str]] = {name: [] for name in SECTIONS}
-        omitted: dict[str, int] = dict.fromkeys(SECTIONS, 0)
-        for record in view.records():
-            if record.get('strategy') != self.strategy_name:
-                continue
-            extra = record_extra(record)
-            carried = str_dict(extra.get('checkpoint'))
-            for name in SECTIONS:
-                sections[name].extend(_strings(carried.get(name)))
-                count = str_dict(extra.get('omitted')).get(name)
-                if isinstance(count, int) and not isinstance(count, bool) and count > 0:
-                    omitted[name] += count
-            # Checkpoints written before sections existed: one line per completed call.
-            sections['read'].extend(_strings(extra.get('checkpoint_entries')))
-        for exchange in view.exchanges:
-            if exchange.forced or exchange.kind not in ('tools', 'turn', 'response'):
-                continue  # kept verbatim by the runtime (the opening, the turn in progress, pins), or no entries
-            for name, line in self._exchange_entries(view, exchange):
-                sections[name].append(line)
-        said = set(sections['conversation'])
-        sections['instructions'] = [
-            text for text in gather_instructions(view, self.sources) if f'user: {text}' not in said
-        ]
-        return {name: list(dict.fromkeys(lines)) for name, lines in sections.items()}, omitted
+        """Every entry the checkpoints hold after this reset: those earlier checkpoints carried, then the new ones."""
+        carried = self._carried(view)
+        added = self._additions(view, carried)
+        return {name: [*carried.sections[name], *added[name]] for name in SECTIONS}, dict(carried.omitted)
 
-    def _exchange_entries(self, view: ConversationView, exchange: Exchange) -> tuple[tuple[str, str], ...]:
-        """The `(section, line)` entries one exchange adds, read once per exchange (memoized by its parts)."""
-        messages = view.messages_of(exchange)
-        parts = tuple(part for message in messages for part in message.parts)
+    def _additions(self, view: ConversationView, carried: _Carried) -> dict[str, list[str]]:
+        """The entries the dropped exchanges add that no earlier checkpoint holds.
+
+        A fact found in a result is left out when the agent's own words already state it (a note it wrote,
+        in an earlier checkpoint, in this one or in the exchanges kept verbatim) or an instruction change
+        does: the checkpoint does not restate the agent's notes.
+        """
+        held = {name: set(lines) for name, lines in carried.sections.items()}
+        added: dict[str, list[str]] = {name: [] for name in SECTIONS}
+        found: list[tuple[str, int]] = []
+        entries_of = self._exchange_entries
+        for exchange in view.exchanges:
+            if exchange.protected is not None or exchange.unfinished or exchange.kind not in _ENTRY_KINDS:
+                continue  # kept verbatim by the runtime (the opening, the turn in progress, pins), or no entries
+            for name, line, at in entries_of(view, exchange):
+                seen = held[name]
+                if line in seen:
+                    continue
+                seen.add(line)
+                if name == 'found':
+                    found.append((line, at))
+                else:
+                    added[name].append(line)
+        said = held['conversation']
+        added['instructions'] = [
+            text
+            for text in gather_instructions(view, self.sources)
+            if text not in held['instructions'] and f'user: {text}' not in said
+        ]
+        stated = self._stated(view, carried, added) if any(at for _, at in found) else set[str]()
+        # Keys only when there is something to compare them with: a fact may be a whole long result line.
+        added['found'] = [line for line, at in found if not (stated and at and _fact_key(line[at:]) in stated)]
+        return added
+
+    def _stated(self, view: ConversationView, carried: _Carried, added: dict[str, list[str]]) -> set[str]:
+        """Lines the agent's own words and the instruction changes already state, normalized."""
+        stated: set[str] = set()
+        for line in (*carried.sections['conversation'], *added['conversation']):
+            if line.startswith('you: '):
+                stated.update(_said_lines(line[5:]))
+        for text in (*carried.sections['instructions'], *added['instructions']):
+            stated.update(_said_lines(text))
+        for exchange in view.exchanges:
+            if not exchange.forced or exchange.kind in ('opening', 'boundary', 'restatement'):
+                continue
+            for message in view.messages_of(exchange):
+                if isinstance(message, ModelResponse):
+                    for part in message.parts:
+                        if isinstance(part, TextPart) and part.content.strip():
+                            stated.update(_said_lines(self._clip(part.content)))
+        return stated
+
+    def _exchange_entries(self, view: ConversationView, exchange: Exchange) -> tuple[tuple[str, str, int], ...]:
+        """The `(section, line, at)` entries one exchange adds, read once per exchange (memoized by its parts).
+
+        `at` is where the fact a "Found" entry states starts in its line (0 for other entries), to tell whether
+        the agent's own words already state it.
+        """
+        # The parts are read through the refs, without building the exchange's message fragments: most
+        # exchanges were read by an earlier reset, and only a new one needs its messages.
+        history = view.messages
+        parts = tuple(
+            chain.from_iterable(
+                history[index].parts if chosen is None else [history[index].parts[p] for p in chosen]
+                for index, chosen in exchange.refs
+            )
+        )
         cached = self._entries.get(parts)
         if cached is not None:
             return cached
-        sections: dict[str, list[str]] = {name: [] for name in SECTIONS}
+        messages = view.messages_of(exchange)
+        sections: dict[str, list[tuple[str, int]]] = {name: [] for name in SECTIONS}
         if exchange.kind == 'tools':
             self._tool_entries(messages, sections, self.extract or self._default_extract)
         else:
-            sections['conversation'].extend(self._conversation(messages))
+            sections['conversation'].extend((line, 0) for line in self._conversation(messages))
         # In the order the section lines were produced (each section keeps its own order).
-        entries = tuple((name, line) for name in SECTIONS for line in sections[name])
+        entries = tuple((name, line, fact) for name in SECTIONS for line, fact in sections[name])
         return self._entries.put(parts, entries) if parts else entries
 
     def _tool_entries(
-        self, messages: list[ModelMessage], sections: dict[str, list[str]], extract: FactExtractor
+        self, messages: list[ModelMessage], sections: dict[str, list[tuple[str, int]]], extract: FactExtractor
     ) -> None:
         returns = {
             part.tool_call_id: part
@@ -273,22 +439,22 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 continue
             for part in message.parts:
                 if isinstance(part, TextPart) and part.content.strip():
-                    sections['conversation'].append('you: ' + self._clip(part.content))
+                    sections['conversation'].append(('you: ' + self._clip(part.content), 0))
                 if not isinstance(part, ToolCallPart) or part.tool_call_id not in returns:
                     continue
                 result = returns[part.tool_call_id]
                 call = f'{part.tool_name}({clean_text(args_text(part.args))})'
                 content = clean_text(return_text(result))
                 entry = f'{call} → {result.outcome}, {len(content):,} chars'
-                sections['changed' if self._writes.search(part.tool_name) else 'read'].append(entry)
+                sections['changed' if self._writes.search(part.tool_name) else 'read'].append((entry, 0))
                 if result.outcome != 'success':
-                    sections['found'].append(f'{call}: {clip(content, self.excerpt_chars or 200)}')
+                    sections['found'].append((f'{call}: {clip(content, self.excerpt_chars or 200)}', 0))
                     continue
                 if len(content) <= self.excerpt_chars:
                     facts = [' '.join(content.split())] if content.strip() else []
                 else:
-                    facts = [str(line) for line in extract(part, content)]
-                sections['found'].extend(f'{call}: {clean_text(fact)}' for fact in facts if fact.strip())
+                    facts = [clean_text(str(line)) for line in extract(part, content)]
+                sections['found'].extend((f'{call}: {fact}', len(call) + 2) for fact in facts if fact.strip())
 
     def _default_extract(self, call: ToolCallPart, text: str) -> list[str]:
         return rare_lines(call, text, limit=self.facts_per_result)
@@ -310,22 +476,38 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             return text
         return text[: self.answer_chars] + f'… [{len(text) - self.answer_chars:,} more chars]'
 
-    def _progress(self, view: ConversationView, sections: dict[str, list[str]], omitted: dict[str, int]) -> str:
-        calls = len(sections['read']) + len(sections['changed']) + omitted['read'] + omitted['changed']
+    def _progress(
+        self,
+        view: ConversationView,
+        sections: dict[str, list[str]],
+        omitted: dict[str, int],
+        before: _Carried | None = None,
+    ) -> str:
+        """Progress and the next step, counting what the earlier checkpoints (*before*) hold too."""
+        held = before.sections if before is not None else dict[str, list[str]]()
+        calls = sum(len(sections[n]) + len(held.get(n, ())) + omitted[n] for n in ('read', 'changed'))
+        if before is not None:
+            calls += before.omitted['read'] + before.omitted['changed']
+        conversation = (*held.get('conversation', ()), *sections['conversation'])
         newest = _newest_call(view)
-        answers = sum(1 for line in sections['conversation'] if line.startswith('you: '))
+        answers = sum(1 for line in conversation if line.startswith('you: '))
         lines = [
             f'Progress: {calls:,} tool call{"s" if calls != 1 else ""} completed'
             + (f' (the latest: {newest})' if newest else '')
-            + (f'; {answers:,} of your earlier messages are listed above.' if answers else '.'),
+            + (f'; {answers:,} of your earlier messages are listed above.' if answers else '.')
+        ]
+        if before is not None and calls and any(before.sections[n] or before.omitted[n] for n in ('read', 'changed')):
+            # An earlier checkpoint, still in the history as it was, already gave this next step.
+            return lines[0]
+        lines.append(
             (
                 'Next step: continue the request in progress from where the latest call left it; the calls under '
                 'Read are done and their facts are under Found, so do not repeat them unless you need their exact '
                 'output.'
             )
             if calls
-            else 'Next step: answer the request in progress; the conversation above is what came before it.',
-        ]
+            else 'Next step: answer the request in progress; the conversation above is what came before it.'
+        )
         return '\n'.join(lines)
 
     def _is_ours(self, view: ConversationView, exchange: Exchange) -> bool:
@@ -342,6 +524,19 @@ def _strings(value: object) -> list[str]:
     if not isinstance(value, list | tuple):
         return []
     return [item for item in value if isinstance(item, str)]  # pyright: ignore[reportUnknownVariableType]
+
+
+def _said_lines(text: str) -> list[str]:
+    """The lines of *text*, normalized as `_fact_key` normalizes a fact."""
+    return [key for line in text.splitlines() if (key := _fact_key(line))]
+
+
+def _fact_key(text: str) -> str:
+    """*text* with its whitespace collapsed and a leading list bullet removed ('' when too short to match)."""
+    key = ' '.join(text.split())
+    if key.startswith(('- ', '* ')):
+        key = key[2:]
+    return key if len(key) >= SAID_MIN_CHARS else ''
 
 
 def _newest_call(view: ConversationView) -> str | None:
@@ -384,40 +579,89 @@ def fold_with_digests(
     The newest entries stay verbatim; the older ones become counts in *digests*, added to those earlier
     checkpoints carried. Deterministic, like `fold`.
     """
-    sections = {name: list(lines) for name, lines in sections.items()}
     omitted = dict(omitted)
     digests = {name: dict((digests or {}).get(name) or {}) for name in sections}
-    sizes = {name: sum(len(line) + 3 for line in lines) for name, lines in sections.items()}
+    sizes = {name: sum(map(len, lines)) + 3 * len(lines) for name, lines in sections.items()}
     # Titles, omission notes, digests, header and the progress lines take about 900 characters at most.
     room = max(budget - 900, 0) if room is None else max(budget - room, 0)
+    cuts = _fold_cuts(sections, sizes, room)
+    for name, cut in cuts.items():
+        if not cut:
+            continue
+        omitted[name] = omitted.get(name, 0) + cut
+        counts = digests[name]
+        for head, count in Counter(map(_head, sections[name][:cut])).items():
+            label = _label_of(head)
+            counts[label] = counts.get(label, 0) + count
+    folded = {name: lines[cuts[name] :] if cuts[name] else list(lines) for name, lines in sections.items()}
+    return folded, omitted, {name: _top(counts) for name, counts in digests.items()}
+
+
+def _fold_cuts(sections: dict[str, list[str]], sizes: dict[str, int], room: int) -> dict[str, int]:
+    """How many of each section's oldest entries to fold so the entries fit *room*, counted, not simulated.
+
+    The rule is a greedy one entry at a time: the largest section (ties: the first in `_FOLD_ORDER`) gives its
+    oldest entry, until the entries fit; instruction changes go only when nothing else is left. The sizes a
+    section has before each of its folds decrease, so the greedy folds, in decreasing order of those sizes, a
+    prefix of all of them: every fold at a size above some level *v*, then those at exactly *v* in section
+    order. *v* is found by bisection on the sections' prefix sums, so the cost is a few bisections per section
+    rather than a step per folded entry.
+    """
     cuts = dict.fromkeys(sections, 0)
     total = sum(sizes.values())
-    while total > room:
-        candidates = [name for name in _FOLD_ORDER if len(sections[name]) > cuts[name]]
-        if candidates:
-            name = max(candidates, key=lambda n: sizes[n])
-        elif len(sections.get('instructions') or ()) > cuts.get('instructions', 0):
-            name = 'instructions'
-        else:
+    if total <= room:
+        return cuts
+    order = [name for name in _FOLD_ORDER if name in sections]
+    # costs[name][k]: what folding the k oldest entries saves; the section's size before its k-th fold is
+    # sizes[name] - costs[name][k].
+    costs = {name: [0, *accumulate(len(line) + 3 for line in sections[name])] for name in order}
+
+    def folds_at_least(level: int) -> dict[str, int]:
+        """Per section, how many of its folds happen at a size of at least *level*."""
+        return {name: min(bisect_right(costs[name], sizes[name] - level), len(sections[name])) for name in order}
+
+    def fits(level: int) -> bool:
+        return total - sum(costs[name][count] for name, count in folds_at_least(level).items()) <= room
+
+    if not fits(0):
+        # Everything else folded still does not fit: instruction changes go too, oldest first.
+        cuts.update({name: len(sections[name]) for name in order})
+        left = total - sum(costs[name][-1] for name in order)
+        instructions = sections.get('instructions') or []
+        while left > room and cuts.get('instructions', 0) < len(instructions):
+            left -= len(instructions[cuts['instructions']]) + 3
+            cuts['instructions'] += 1
+        return cuts
+    low, high = 0, max(sizes[name] for name in order)  # fits(low) holds; find the largest level that fits
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    counts = folds_at_least(low + 1)  # every fold above the level; then those at the level, in section order
+    left = total - sum(costs[name][count] for name, count in counts.items())
+    for name in order:
+        count = counts[name]
+        if left <= room:
             break
-        dropped = sections[name][cuts[name]]
-        cuts[name] += 1
-        sizes[name] -= len(dropped) + 3
-        total -= len(dropped) + 3
-        omitted[name] = omitted.get(name, 0) + 1
-        label = _label(dropped)
-        digests[name][label] = digests[name].get(label, 0) + 1
-    sections = {name: lines[cuts[name] :] for name, lines in sections.items()}
-    return sections, omitted, {name: _top(counts) for name, counts in digests.items()}
+        if count < len(sections[name]) and sizes[name] - costs[name][count] == low:
+            left -= costs[name][count + 1] - costs[name][count]
+            counts[name] = count + 1
+    cuts.update(counts)
+    return cuts
 
 
-_LABEL = re.compile(r'[^(:]*')
+def _head(entry: str) -> str:
+    """An entry's text before its first `(` or `:` (the tool it called, or who spoke)."""
+    end = len(entry)
+    for mark in '(:':
+        at = entry.find(mark, 0, end)
+        if at >= 0:
+            end = at
+    return entry[:end]
 
 
-def _label(entry: str) -> str:
-    """What a folded entry is counted under: the tool it called, or who spoke."""
-    match = _LABEL.match(entry)
-    head = match.group().strip() if match else ''
+def _label_of(head: str) -> str:
+    """What a folded entry is counted under, from its `_head`."""
+    head = head.strip()
     return clip(head, 40) if head else 'other'
 
 
@@ -441,9 +685,10 @@ def render_checkpoint(
     *,
     progress: str = '',
     digests: dict[str, dict[str, int]] | None = None,
+    header: str = CHECKPOINT_HEADER,
 ) -> str:
-    """The default checkpoint text."""
-    lines = [CHECKPOINT_HEADER]
+    """The default checkpoint text (*header* first: `CONTINUED_HEADER` for one appended after earlier ones)."""
+    lines = [header]
     for name in SECTIONS:
         entries = sections.get(name) or []
         folded = omitted.get(name, 0)
