@@ -113,7 +113,8 @@ def test_the_shape_check_sees_parts_reassigned_on_a_message_it_checked() -> None
 @pytest.mark.xfail(
     strict=True,
     reason='token measuring converts structured values with str(), which raises ValueError on an int over 4300 '
-    'digits that pydantic-ai itself serializes: every view and compaction then skips every request',
+    'digits that pydantic-ai itself serializes: every view and compaction then skips every request (this predates '
+    'the incremental paths)',
 )
 async def test_a_tool_result_with_a_huge_integer_leaves_the_selection_working() -> None:
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
