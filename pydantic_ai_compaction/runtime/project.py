@@ -39,6 +39,20 @@ from pydantic_ai_compaction.runtime.tokens import estimate_token_count
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
 
+_REWRITE_NUMBERS = count(1)
+_rewrite_generation = 0
+
+
+def rewrites_accepted() -> int:
+    """A number that changes whenever `rewrite_log` accepts a rewrite, in any run of this process.
+
+    A memo that remembers a history's messages by position and looks only at its ends to tell an extension
+    from a replaced history cannot see a rewrite that swapped one message for one in the middle (`Archive`'s
+    stub for an older result): when this number changed since it last looked, it compares every message.
+    """
+    return _rewrite_generation
+
+
 PROJECTION_BOUNDARY = ''
 """`CompactionRecord.boundary_id` of a projection: it writes no boundary into the persisted log."""
 
@@ -91,7 +105,8 @@ def rewrite_log(
 
     A rewrite keeps every message, in order and of the same role, and every part of it with its kind and
     tool call id: only contents and metadata change, and only parts of a type in *may_drop* (the
-    capability's contract, e.g. `ThinkingPart` for `ForgetReasoning`) may go.
+    capability's contract, e.g. `ThinkingPart` for `ForgetReasoning`) may go. It may add no shape problem;
+    one the log already had (a dangling call) is not held against it.
 
     Args:
         original: The persisted log.
@@ -104,13 +119,19 @@ def rewrite_log(
     """
     problems = log_problems(original, rewritten, may_drop)
     if problems or not _keeps_structure(may_drop):
-        problems = [*shape.shape_problems(rewritten, before=original), *problems]
+        # Only what the rewrite adds: a log that already broke a rule (a call left dangling by an interrupted
+        # step) may still be rewritten, as on the path below, where its shape is the persisted log's.
+        existing = set(shape.shape_problems(original, before=original))
+        problems = [*(p for p in shape.shape_problems(rewritten, before=original) if p not in existing), *problems]
     # Otherwise every message keeps its role and every call, return, retry and compaction item stays where it
     # was: the rewrite has the persisted log's shape, so it can add no shape problem and is not walked again
     # (an O(history) walk on every request the owner rewrites).
     if problems:
         _refuse(owner, 'left the history as it was', problems, original, tracer, observer)
         return None
+    global _rewrite_generation
+    # `next` hands out each number once even across threads, so a reader never sees an old value come back.
+    _rewrite_generation = next(_REWRITE_NUMBERS)
     if _observed(tracer, observer):
         _report(owner, reason, original, rewritten, tracer, observer)
     return list(rewritten)

@@ -74,7 +74,10 @@ class ShapeCheck:
     plus the new messages. The problems of a list depend only on what its messages hold, in order, so
     when the list starts with the list checked last (compared in one C-level pass: equal messages, the
     same objects in practice), the scan goes on from where it stopped instead of starting over. Any
-    other list is scanned from the start. The answer is always the one `shape_problems` gives.
+    other list is scanned from the start. The answer is the one `shape_problems` gives as long as no
+    message it checked has its `parts` reassigned or edited in place (the rule every part of the library
+    and pydantic-ai's own history keep; a user processor that breaks it is not seen here, as it is not by
+    the segmentation memo either: `tests/test_review_incremental.py` shows it).
 
     Holds the list it checked last: keep one per run (a view's per-run state).
     """

@@ -57,6 +57,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
     is_multi_modal_content,
 )
+from pydantic_core import to_json
 
 from pydantic_ai_compaction.runtime.memo import IdentityMemo
 
@@ -339,7 +340,7 @@ def measure_message_text(message: ModelMessage) -> tuple[int, int] | None:
             if isinstance(args, str):
                 total += len(part.tool_name) + len(args)
             else:
-                length = len(str(args))
+                length = len(_str(args))
                 total += len(part.tool_name) + length
                 converted += length
         elif isinstance(part, ThinkingPart):
@@ -349,6 +350,18 @@ def measure_message_text(message: ModelMessage) -> tuple[int, int] | None:
             total += length
             converted += length
     return total, converted
+
+
+def _str(value: object) -> str:
+    """`str(value)`, the text harness's estimator measures, or the value's JSON when `str` refuses it.
+
+    An integer past Python's digit limit (`sys.get_int_max_str_digits`, 4,300 by default) has no `str`, but
+    pydantic-ai sends it (as JSON): measured by its JSON, such a result does not turn every view off.
+    """
+    try:
+        return str(value)
+    except ValueError:
+        return to_json(value, fallback=repr).decode(errors='replace')
 
 
 def _request_part_text(part: ModelRequestPart) -> list[str]:
@@ -366,7 +379,7 @@ def _request_part_text(part: ModelRequestPart) -> list[str]:
         return [part.model_response()]
     if isinstance(part, RetryPromptPart):  # pyright: ignore[reportDeprecated]
         # A hand-built history can still hold the deprecated part; it is sent as its content.
-        return [str(part.content)]
+        return [_str(part.content)]
     if isinstance(part, CompactionPart):
         return [part.content or '']
     if isinstance(part, SpeechPart):
@@ -380,7 +393,7 @@ def _response_part_text(part: ModelResponsePart) -> list[str]:
     if isinstance(part, TextPart):
         return [part.content]
     if isinstance(part, ToolCallPart | NativeToolCallPart):
-        return [part.tool_name, str(part.args)]
+        return [part.tool_name, _str(part.args)]
     if isinstance(part, ThinkingPart | CompactionPart):
         # A redacted thinking block carries a signature and no text.
         return [part.content or '']
@@ -403,9 +416,9 @@ def _prompt_texts(part: UserPromptPart) -> list[str]:
 def _tool_return_text(part: ToolReturnPart) -> str:
     # A file in a tool result is sent as a reference by identifier, not spelled out.
     if not part.files:
-        return str(part.content)
+        return _str(part.content)
     return ' '.join(
-        f'See file {item.identifier}.' if is_multi_modal_content(item) else str(item) for item in part.content_items()
+        f'See file {item.identifier}.' if is_multi_modal_content(item) else _str(item) for item in part.content_items()
     )
 
 

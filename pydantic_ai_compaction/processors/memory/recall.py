@@ -12,10 +12,12 @@ Put `Recall` before compaction strategies in `capabilities=[...]`: the first cap
 from __future__ import annotations
 
 import hashlib
+import operator
 import warnings
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from itertools import compress, count
 from typing import TYPE_CHECKING, cast
 
 from pydantic_ai.capabilities import AbstractCapability
@@ -36,6 +38,7 @@ from pydantic_ai_compaction.processors.memory.results import args_json, original
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore, Hit, LineSource, LogLine
 from pydantic_ai_compaction.runtime.checks import check_instance, check_int
 from pydantic_ai_compaction.runtime.encoding import strip_nul, to_bytes, to_json
+from pydantic_ai_compaction.runtime.project import rewrites_accepted
 from pydantic_ai_compaction.runtime.stores.access import (
     ConversationKey,
     call_store,
@@ -90,6 +93,9 @@ class Recall(AbstractCapability[AgentDepsT]):
     """Per run: the last indexed history's messages, in order (weak). Every part of those still at their
     index is in `_indexed` (or has no text), so a request reads only what follows them."""
 
+    _rewrites: tuple[int, int] = field(init=False, repr=False, compare=False)
+    """Per run: `rewrites_accepted()` when `_seen` was last advanced, and when the pending parts were read."""
+
     def __post_init__(self) -> None:
         check_instance('Recall', 'store', self.store, ArchiveStore, 'an ArchiveStore')
         check_conversation('Recall', self.conversation)
@@ -98,6 +104,7 @@ class Recall(AbstractCapability[AgentDepsT]):
         self._fingerprints = {}
         self._indexed = set()
         self._seen = []
+        self._rewrites = (-1, -1)
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """A copy with its own memo of parts already fingerprinted."""
@@ -151,7 +158,9 @@ class Recall(AbstractCapability[AgentDepsT]):
         asks only about that step's parts, and reads only the messages after those of the last indexed
         history still at their index.
         """
-        start = self._unchanged(messages)
+        generation = rewrites_accepted()
+        start = self._unchanged(messages, every=generation != self._rewrites[0])
+        self._rewrites = (self._rewrites[0], generation)
         pending: list[tuple[str, object, ModelMessage]] = []
         for index in range(start, len(messages)):
             message = messages[index]
@@ -161,18 +170,24 @@ class Recall(AbstractCapability[AgentDepsT]):
                     pending.append((fingerprint, part, message))
         return pending, start
 
-    def _unchanged(self, messages: Sequence[ModelMessage]) -> int:
+    def _unchanged(self, messages: Sequence[ModelMessage], *, every: bool) -> int:
         """How many leading messages are the last indexed history's, at their index (0 when it was replaced).
 
         Read from the end: pydantic-ai appends to the history, and a rewrite either replaces messages at its
         end (a numbered result) or moves what follows it (a summary in place of older messages), which shows
-        at the end as well. The first message is checked too, so a history that starts anew is read whole. A
-        rewrite that leaves every later message at its index (one message swapped for one further back) is not
-        seen: checking every message by identity would cost more than the rest of a request.
+        at the end as well. The first message is checked too, so a history that starts anew is read whole.
+        A rewrite that swaps one message for one further back leaves every later message at its index: when
+        the runtime accepted a log rewrite since the last look (*every*), every message is compared (in C),
+        so `Archive`'s stub for an older result is indexed. An edit made outside the runtime that swaps one
+        message for one in the middle is not seen: comparing every message on every request would cost more
+        than the rest of it.
         """
         seen = self._seen
         if not seen or not messages or seen[0]() is not messages[0]:
             return 0
+        if every:
+            same = map(operator.is_, map(operator.call, seen), messages)
+            return next(compress(count(), map(operator.not_, same)), min(len(seen), len(messages)))
         for index in range(min(len(seen), len(messages)) - 1, -1, -1):
             if seen[index]() is messages[index]:
                 return index + 1
@@ -182,6 +197,7 @@ class Recall(AbstractCapability[AgentDepsT]):
         """Remember *messages* as indexed: the first *start* are the ones already remembered."""
         del self._seen[start:]
         self._seen.extend(weakref.ref(messages[index]) for index in range(start, len(messages)))
+        self._rewrites = (self._rewrites[1], self._rewrites[1])
 
     def _index_pending(
         self, conversation_id: str, messages: Sequence[ModelMessage], pending: list[tuple[str, object, ModelMessage]]
