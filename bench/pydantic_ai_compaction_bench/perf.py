@@ -9,6 +9,7 @@ machines even though the milliseconds do not.
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 import statistics
 import time
@@ -470,7 +471,7 @@ def instant_reply(messages: list[ModelMessage], info: Any) -> ModelResponse:
     )
 
 
-async def model_calling(repeat: int = 3) -> list[tuple[str, float, float]]:
+async def model_calling(repeat: int = 5) -> list[tuple[str, float, float]]:
     """Hook time of each model-calling compaction inside a real `agent.run` (instant model) on the 1M history.
 
     The capability's `before_model_request` is timed where the agent calls it (the compactor's model call,
@@ -497,14 +498,20 @@ async def model_calling(repeat: int = 3) -> list[tuple[str, float, float]]:
             StatelessSummary[None](trigger=low), sources=InstructionSources(markers=('CHANGE:',))
         ),
     }
-    hooks: dict[str, float] = {}
-    for name, make in candidates.items():
-        times: list[float] = []
-        for _ in range(repeat):
+    times: dict[str, list[float]] = {name: [] for name in candidates}
+    # Round robin, the collector paused: the anchor and every path see the same machine load, whatever it does
+    # during the run (a path timed in a quiet minute and the anchor in a busy one would say nothing).
+    for _ in range(repeat):
+        for name, make in candidates.items():
             capability = make()
-            spent = await _hook_time(capability, Agent(model, capabilities=[capability]), fresh_copy(history))
-            times.append(spent)
-        hooks[name] = statistics.median(times)
+            copy = fresh_copy(history)
+            gc.collect()
+            gc.disable()
+            try:
+                times[name].append(await _hook_time(capability, Agent(model, capabilities=[capability]), copy))
+            finally:
+                gc.enable()
+    hooks = {name: statistics.median(spent) for name, spent in times.items()}
     anchor = hooks.pop('harness SummarizingCompaction')
     return [('harness SummarizingCompaction', anchor, anchor), *((name, ms, anchor) for name, ms in hooks.items())]
 
