@@ -9,7 +9,6 @@ once the condition clears.
 from __future__ import annotations
 
 import hashlib
-import re
 import sqlite3
 import threading
 from collections.abc import Generator, Sequence
@@ -21,6 +20,7 @@ from pydantic_ai_compaction.runtime.checks import check_int
 from pydantic_ai_compaction.runtime.stores._query import (
     ARCHIVED_COLUMNS,
     SEARCH_CANDIDATES,
+    WordPattern,
     archived_from_row,
     archived_row,
     db_text,
@@ -353,7 +353,7 @@ class SQLiteArchiveStore:
         return []
 
     def _candidates(
-        self, conversation_id: str, match: str, patterns: list[re.Pattern[str]], enough: int | None = None
+        self, conversation_id: str, match: str, patterns: list[WordPattern], enough: int | None = None
     ) -> list[tuple[int, Hit]]:
         """The newest `SEARCH_CANDIDATES` lines matching *match*, as `(rowid, hit)` scored by `line_score`.
 
