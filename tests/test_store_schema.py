@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pydantic_ai_compaction.protocols.archive import ArchiveError, LogLine
 from pydantic_ai_compaction.runtime.stores import PostgresArchiveStore, SQLiteArchiveStore
 from pydantic_ai_compaction.runtime.stores import postgres as postgres_module
 from pydantic_ai_compaction.runtime.stores import sqlite as sqlite_module
-from pydantic_ai_compaction.runtime.stores._query import has_word, line_score, word_pattern, words
+from pydantic_ai_compaction.runtime.stores._query import has_word, line_score, rank_any_word, word_pattern, words
 
 from .stores import POSTGRES_DSN, make_store, postgres_store
 
@@ -276,4 +276,71 @@ def test_postgres_newest_matches_are_exactly_the_newest_whatever_the_branch(monk
             }
             assert counts == {'common': 500, 'medium': 240, 'rare': 24, 'recent': 10}
     finally:
+        store.close()
+
+
+LINE_WORDS = ('log', 'Log', 'LOG', 'logs', '37', 'x37', 'café', 'CAFE', '\u212aey', 'key', '\ue000log', 'İx', 'ß')
+"""Words whose case or letters Python and SQLite fold differently, or that FTS5 tokenizes unlike `words`."""
+
+
+def _score_every_candidate(store: SQLiteArchiveStore, key: str, query: str, limit: int) -> list[Any]:
+    """What SQLite recall gave before it bounded reading: every candidate read and scored."""
+    wanted = words(query)
+    if not wanted:
+        return []
+    for prefix in ('', '*'):
+        match = ' AND '.join(f'"{word}"{prefix}' for word in wanted)
+        found = store._candidates(key, match, [word_pattern(word, not prefix) for word in wanted])  # pyright: ignore[reportPrivateUsage]
+        if found:
+            found.sort(key=lambda e: (e[1].source != 'tool', -e[1].score, -e[0]))
+            return [hit for _, hit in found[:limit]]
+    if len(wanted) == 1:
+        return []
+    for prefix in ('', '*'):
+        per_word = [
+            store._candidates(key, f'"{word}"{prefix}', [word_pattern(word, not prefix)])  # pyright: ignore[reportPrivateUsage]
+            for word in wanted
+        ]
+        if any(per_word):
+            return rank_any_word(per_word, limit)
+    return []
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    lines=st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(LINE_WORDS), max_size=4),
+            st.sampled_from(['read_log', 'read', 'Log_37', 'key_tool']),
+            st.sampled_from(['tool', 'tool', 'user']),
+        ),
+        max_size=40,
+    ),
+    query=st.lists(st.sampled_from(['log', '37', 'key', 'caf', 'cafe', 'café', 'lo', 'ix', 'zebra']), max_size=3),
+    limit=st.integers(1, 5),
+)
+# The oldest line holds `key` only as Python lowercases it (a Kelvin sign), past the newest window.
+@example(
+    lines=[(['x'], 'read', 'tool'), (['\u212aey'], 'key_tool', 'tool')]
+    + [(['x'], 'key_tool', 'tool')] * 2
+    + [(['x'], 'read', 'tool'), (['x'], 'key_tool', 'tool')],
+    query=['key'],
+    limit=1,
+)
+def test_sqlite_recall_gives_what_scoring_every_candidate_gives(
+    lines: list[tuple[list[str], str, str]], query: list[str], limit: int
+) -> None:
+    """The newest window, the bound-ordered rest and the skipped words change what is read, never the hits."""
+    store = SQLiteArchiveStore(':memory:')
+    saved = sqlite_module.SEARCH_CANDIDATES, sqlite_module._WINDOW  # pyright: ignore[reportPrivateUsage]
+    # Few candidates and a small window: the cut at the newest candidates and the bounded read both happen.
+    sqlite_module.SEARCH_CANDIDATES, sqlite_module._WINDOW = 24, 2  # pyright: ignore[reportPrivateUsage]
+    try:
+        for number, (text, tool, source) in enumerate(lines):
+            key = 'a' if number % 4 else 'b'
+            store.index_lines([LogLine(key, f'p{number}', 0, ' '.join(text), source, tool, '', f'r{number}')])
+        text = ' '.join(query)
+        assert store.search('a', text, limit) == _score_every_candidate(store, 'a', text, limit)
+    finally:
+        sqlite_module.SEARCH_CANDIDATES, sqlite_module._WINDOW = saved  # pyright: ignore[reportPrivateUsage]
         store.close()
