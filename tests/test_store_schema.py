@@ -344,3 +344,67 @@ def test_sqlite_recall_gives_what_scoring_every_candidate_gives(
     finally:
         sqlite_module.SEARCH_CANDIDATES, sqlite_module._WINDOW = saved  # pyright: ignore[reportPrivateUsage]
         store.close()
+
+
+def _postgres_every_form(store: PostgresArchiveStore, key: str, query: str, limit: int) -> list[Any]:
+    """What PostgreSQL recall gave before it skipped the words no line holds: every form of every word asked."""
+    wanted = words(query)
+    prefix = postgres_module.owner_prefix(key)
+
+    def work(conn: Any) -> list[Any]:
+        for suffix in ('', ':*'):
+            (rows,) = postgres_module._candidates(conn, key, [postgres_module._query(prefix, wanted, suffix)], limit)  # pyright: ignore[reportPrivateUsage]
+            if rows:
+                return [postgres_module._hit(row) for _, row in rows]  # pyright: ignore[reportPrivateUsage]
+        if len(wanted) == 1:
+            return []
+        for suffix in ('', ':*'):
+            queries = [postgres_module._query(prefix, [word], suffix) for word in wanted]  # pyright: ignore[reportPrivateUsage]
+            per_word = postgres_module._candidates(conn, key, queries, sqlite_module.SEARCH_CANDIDATES)  # pyright: ignore[reportPrivateUsage]
+            if any(per_word):
+                hits = [[(r, postgres_module._hit(row)) for r, row in rows] for rows in per_word]  # pyright: ignore[reportPrivateUsage]
+                return rank_any_word(hits, limit)
+        return []
+
+    return [] if not wanted else store._run('search', work)  # pyright: ignore[reportPrivateUsage]
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    lines=st.lists(
+        st.tuples(st.lists(st.sampled_from(LINE_WORDS), max_size=4), st.sampled_from(['read_log', 'key_tool'])),
+        max_size=12,
+    ),
+    query=st.lists(st.sampled_from(['log', '37', 'key', 'caf', 'cafe', 'lo', 'zebra', 'nothing']), max_size=3),
+)
+def test_postgres_recall_gives_what_asking_every_form_of_every_word_gives(
+    lines: list[tuple[list[str], str]], query: list[str]
+) -> None:
+    store = postgres_store()
+    key = f'c-{uuid.uuid4().hex}'
+    try:
+        store.index_lines(
+            [
+                LogLine(key, f'p{n}', 0, ' '.join(text), 'tool', tool, '', f'r{n}')
+                for n, (text, tool) in enumerate(lines)
+            ]
+        )
+        text = ' '.join(query)
+        assert store.search(key, text, 3) == _postgres_every_form(store, key, text, 3)
+    finally:
+        store.close()
+
+
+def test_postgres_recall_finds_a_word_only_lines_older_than_the_probe_hold() -> None:
+    """Which words some line holds is asked of the GIN index when the newest lines do not hold them."""
+    store = postgres_store()
+    key = f'c-{uuid.uuid4().hex}'
+    try:
+        store.index_lines([LogLine(key, 'p0', 0, 'ancient value', 'tool', 'read')])
+        newer = postgres_module._PROBE + 10  # pyright: ignore[reportPrivateUsage]
+        store.index_lines([LogLine(key, 'p1', n, f'filler {n}', 'tool', 'read') for n in range(1, newer)])
+        assert [hit.text for hit in store.search(key, 'ancient zebra')] == ['ancient value']
+        assert [hit.text for hit in store.search(key, 'anc zebra')] == ['ancient value']
+        assert store.search(key, 'zebra nothing') == []
+    finally:
+        store.close()
