@@ -317,7 +317,7 @@ def _score_every_candidate(store: SQLiteArchiveStore, key: str, query: str, limi
         max_size=40,
     ),
     query=st.lists(st.sampled_from(['log', '37', 'key', 'caf', 'cafe', 'café', 'lo', 'ix', 'zebra']), max_size=3),
-    limit=st.integers(1, 5),
+    limit=st.integers(-1, 5),
 )
 # The oldest line holds `key` only as Python lowercases it (a Kelvin sign), past the newest window.
 @example(

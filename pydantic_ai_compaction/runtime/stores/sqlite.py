@@ -338,7 +338,7 @@ class SQLiteArchiveStore:
         # A whole-word match first: a prefix query expands to every word it starts, which is slow on a
         # large log and a weaker hit; the prefix query runs only when whole words find nothing.
         hits = self._best(conversation_id, wanted, True, limit)
-        if hits:
+        if hits is not None:
             return hits
         # A word no line of the conversation starts matches nothing, whole or as a prefix: one statement
         # says which words some line holds, so a query of words nothing holds costs two statements, not ten
@@ -346,7 +346,7 @@ class SQLiteArchiveStore:
         present = self._present(conversation_id, wanted) if len(wanted) > 1 else [True]
         if all(present):
             hits = self._best(conversation_id, wanted, False, limit)
-            if hits:
+            if hits is not None:
                 return hits
         if len(wanted) == 1 or not any(present):
             return []  # "any word" of one word is "every word": nothing more to find
@@ -376,8 +376,9 @@ class SQLiteArchiveStore:
             ).fetchone()
         return [bool(value) for value in row]
 
-    def _best(self, conversation_id: str, wanted: Sequence[str], whole: bool, limit: int) -> list[Hit]:
-        """The best *limit* of the newest `SEARCH_CANDIDATES` lines holding every word, ranked by `line_score`.
+    def _best(self, conversation_id: str, wanted: Sequence[str], whole: bool, limit: int) -> list[Hit] | None:
+        """The best *limit* of the newest `SEARCH_CANDIDATES` lines holding every word, ranked by `line_score`;
+        `None` when no line holds them all.
 
         Exactly what scoring every candidate gives, reading few of them. The newest `limit + _WINDOW` are read
         first, newest first: when `limit` tool lines among them have the highest score a line can have, no
@@ -387,7 +388,12 @@ class SQLiteArchiveStore:
         query whose words every line's call holds (`log` of `read_log`) read and scored all 500 otherwise.
         """
         patterns = [word_pattern(word, whole) for word in wanted]
-        match = self._owned(conversation_id, ' AND '.join(f'"{word}"{"" if whole else "*"}' for word in wanted))
+        match = ' AND '.join(f'"{word}"{"" if whole else "*"}' for word in wanted)
+        if limit < 1:  # a slice of the ranked candidates, as the other stores give (`[:0]`, `[:-1]`)
+            found = self._candidates(conversation_id, match, patterns)
+            found.sort(key=lambda e: (e[1].source != 'tool', -e[1].score, -e[0]))
+            return [hit for _, hit in found[:limit]] if found else None
+        match = self._owned(conversation_id, match)
         key = db_text(conversation_id)
         top = (False, -2 * len(patterns))
         best: list[tuple[tuple[bool, int, int], Hit]] = []
@@ -410,7 +416,7 @@ class SQLiteArchiveStore:
                 if len(best) >= limit and best[limit - 1][0][:2] <= top:
                     return [hit for _, hit in best]  # every older line ranks below these
             if len(rows) < window:
-                return [hit for _, hit in best]  # every candidate is read
+                return [hit for _, hit in best] if rows else None  # every candidate is read
             bound, words_in = _score_bound(wanted)
             order = db.execute(
                 'SELECT id, other, bound FROM ('
