@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pydantic_ai_compaction.protocols.archive import ArchiveError, LogLine
 from pydantic_ai_compaction.runtime.stores import PostgresArchiveStore, SQLiteArchiveStore
 from pydantic_ai_compaction.runtime.stores import postgres as postgres_module
 from pydantic_ai_compaction.runtime.stores import sqlite as sqlite_module
-from pydantic_ai_compaction.runtime.stores._query import has_word, line_score, word_pattern, words
+from pydantic_ai_compaction.runtime.stores._query import has_word, line_score, rank_any_word, word_pattern, words
 
 from .stores import POSTGRES_DSN, make_store, postgres_store
 
@@ -275,5 +275,136 @@ def test_postgres_newest_matches_are_exactly_the_newest_whatever_the_branch(monk
                 for word in ('common', 'medium', 'rare', 'recent')
             }
             assert counts == {'common': 500, 'medium': 240, 'rare': 24, 'recent': 10}
+    finally:
+        store.close()
+
+
+LINE_WORDS = ('log', 'Log', 'LOG', 'logs', '37', 'x37', 'café', 'CAFE', '\u212aey', 'key', '\ue000log', 'İx', 'ß')
+"""Words whose case or letters Python and SQLite fold differently, or that FTS5 tokenizes unlike `words`."""
+
+
+def _score_every_candidate(store: SQLiteArchiveStore, key: str, query: str, limit: int) -> list[Any]:
+    """What SQLite recall gave before it bounded reading: every candidate read and scored."""
+    wanted = words(query)
+    if not wanted:
+        return []
+    for prefix in ('', '*'):
+        match = ' AND '.join(f'"{word}"{prefix}' for word in wanted)
+        found = store._candidates(key, match, [word_pattern(word, not prefix) for word in wanted])  # pyright: ignore[reportPrivateUsage]
+        if found:
+            found.sort(key=lambda e: (e[1].source != 'tool', -e[1].score, -e[0]))
+            return [hit for _, hit in found[:limit]]
+    if len(wanted) == 1:
+        return []
+    for prefix in ('', '*'):
+        per_word = [
+            store._candidates(key, f'"{word}"{prefix}', [word_pattern(word, not prefix)])  # pyright: ignore[reportPrivateUsage]
+            for word in wanted
+        ]
+        if any(per_word):
+            return rank_any_word(per_word, limit)
+    return []
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    lines=st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(LINE_WORDS), max_size=4),
+            st.sampled_from(['read_log', 'read', 'Log_37', 'key_tool']),
+            st.sampled_from(['tool', 'tool', 'user']),
+        ),
+        max_size=40,
+    ),
+    query=st.lists(st.sampled_from(['log', '37', 'key', 'caf', 'cafe', 'café', 'lo', 'ix', 'zebra']), max_size=3),
+    limit=st.integers(-1, 5),
+)
+# The oldest line holds `key` only as Python lowercases it (a Kelvin sign), past the newest window.
+@example(
+    lines=[(['x'], 'read', 'tool'), (['\u212aey'], 'key_tool', 'tool')]
+    + [(['x'], 'key_tool', 'tool')] * 2
+    + [(['x'], 'read', 'tool'), (['x'], 'key_tool', 'tool')],
+    query=['key'],
+    limit=1,
+)
+def test_sqlite_recall_gives_what_scoring_every_candidate_gives(
+    lines: list[tuple[list[str], str, str]], query: list[str], limit: int
+) -> None:
+    """The newest window, the bound-ordered rest and the skipped words change what is read, never the hits."""
+    store = SQLiteArchiveStore(':memory:')
+    saved = sqlite_module.SEARCH_CANDIDATES, sqlite_module._WINDOW  # pyright: ignore[reportPrivateUsage]
+    # Few candidates and a small window: the cut at the newest candidates and the bounded read both happen.
+    sqlite_module.SEARCH_CANDIDATES, sqlite_module._WINDOW = 24, 2  # pyright: ignore[reportPrivateUsage]
+    try:
+        for number, (text, tool, source) in enumerate(lines):
+            key = 'a' if number % 4 else 'b'
+            store.index_lines([LogLine(key, f'p{number}', 0, ' '.join(text), source, tool, '', f'r{number}')])
+        text = ' '.join(query)
+        assert store.search('a', text, limit) == _score_every_candidate(store, 'a', text, limit)
+    finally:
+        sqlite_module.SEARCH_CANDIDATES, sqlite_module._WINDOW = saved  # pyright: ignore[reportPrivateUsage]
+        store.close()
+
+
+def _postgres_every_form(store: PostgresArchiveStore, key: str, query: str, limit: int) -> list[Any]:
+    """What PostgreSQL recall gave before it skipped the words no line holds: every form of every word asked."""
+    wanted = words(query)
+    prefix = postgres_module.owner_prefix(key)
+
+    def work(conn: Any) -> list[Any]:
+        for suffix in ('', ':*'):
+            (rows,) = postgres_module._candidates(conn, key, [postgres_module._query(prefix, wanted, suffix)], limit)  # pyright: ignore[reportPrivateUsage]
+            if rows:
+                return [postgres_module._hit(row) for _, row in rows]  # pyright: ignore[reportPrivateUsage]
+        if len(wanted) == 1:
+            return []
+        for suffix in ('', ':*'):
+            queries = [postgres_module._query(prefix, [word], suffix) for word in wanted]  # pyright: ignore[reportPrivateUsage]
+            per_word = postgres_module._candidates(conn, key, queries, sqlite_module.SEARCH_CANDIDATES)  # pyright: ignore[reportPrivateUsage]
+            if any(per_word):
+                hits = [[(r, postgres_module._hit(row)) for r, row in rows] for rows in per_word]  # pyright: ignore[reportPrivateUsage]
+                return rank_any_word(hits, limit)
+        return []
+
+    return [] if not wanted else store._run('search', work)  # pyright: ignore[reportPrivateUsage]
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    lines=st.lists(
+        st.tuples(st.lists(st.sampled_from(LINE_WORDS), max_size=4), st.sampled_from(['read_log', 'key_tool'])),
+        max_size=12,
+    ),
+    query=st.lists(st.sampled_from(['log', '37', 'key', 'caf', 'cafe', 'lo', 'zebra', 'nothing']), max_size=3),
+)
+def test_postgres_recall_gives_what_asking_every_form_of_every_word_gives(
+    lines: list[tuple[list[str], str]], query: list[str]
+) -> None:
+    store = postgres_store()
+    key = f'c-{uuid.uuid4().hex}'
+    try:
+        store.index_lines(
+            [
+                LogLine(key, f'p{n}', 0, ' '.join(text), 'tool', tool, '', f'r{n}')
+                for n, (text, tool) in enumerate(lines)
+            ]
+        )
+        text = ' '.join(query)
+        assert store.search(key, text, 3) == _postgres_every_form(store, key, text, 3)
+    finally:
+        store.close()
+
+
+def test_postgres_recall_finds_a_word_only_lines_older_than_the_probe_hold() -> None:
+    """Which words some line holds is asked of the GIN index when the newest lines do not hold them."""
+    store = postgres_store()
+    key = f'c-{uuid.uuid4().hex}'
+    try:
+        store.index_lines([LogLine(key, 'p0', 0, 'ancient value', 'tool', 'read')])
+        newer = postgres_module._PROBE + 10  # pyright: ignore[reportPrivateUsage]
+        store.index_lines([LogLine(key, 'p1', n, f'filler {n}', 'tool', 'read') for n in range(1, newer)])
+        assert [hit.text for hit in store.search(key, 'ancient zebra')] == ['ancient value']
+        assert [hit.text for hit in store.search(key, 'anc zebra')] == ['ancient value']
+        assert store.search(key, 'zebra nothing') == []
     finally:
         store.close()

@@ -146,6 +146,26 @@ over the whole log read the GIN entry of a word every line holds (tens of thousa
 of thousands of lines for a rare one."""
 
 
+_PRESENT = f"""
+SELECT asked.n, (
+    EXISTS (
+        SELECT 1 FROM (
+            SELECT owned_terms FROM pac_log WHERE {_OWN} ORDER BY conversation_id DESC, id DESC LIMIT {_PROBE}
+        ) AS probe
+        WHERE probe.owned_terms @@ asked.query
+    )
+    OR EXISTS (
+        SELECT 1 FROM (SELECT conversation_id FROM pac_log WHERE owned_terms @@ asked.query OFFSET 0) AS every
+        WHERE every.conversation_id = %(key)s
+    )
+) FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS asked(query, n) ORDER BY asked.n
+"""
+"""For each `tsquery` of `%(queries)s`, whether a line of the conversation matches it: a common word is found
+among the `_PROBE` newest lines, else the GIN index lists every match (none, for a word no line holds; the
+second test runs only when the first fails). Told to find one row with the conversation's key, the server
+scanned the whole log for a word no line holds, expecting a match among the first lines."""
+
+
 def owner_prefix(conversation_id: str) -> str:
     """What every word of a conversation's lines starts with in `owned_terms`: 10 hex digits of the key's MD5.
 
@@ -434,16 +454,31 @@ class PostgresArchiveStore:
         prefix = owner_prefix(key)
 
         def work(conn: Any) -> list[Hit]:
-            for suffix in ('', ':*'):
-                (rows,) = _candidates(conn, key, [_query(prefix, wanted, suffix)], limit)
+            (rows,) = _candidates(conn, key, [_query(prefix, wanted, '')], limit)
+            if rows:
+                return [_hit(row) for _, row in rows]
+            # A word no line of the conversation starts matches nothing, whole or as a prefix: one statement
+            # says which words some line holds (`_PRESENT`), so a query of words nothing holds does not read
+            # the newest lines once per word and form (ten times for four words).
+            present = (
+                [bool(row[1]) for row in conn.execute(
+                    _PRESENT, {'key': key, 'queries': [_query(prefix, [word], ':*') for word in wanted]}
+                ).fetchall()]
+                if len(wanted) > 1
+                else [True]
+            )  # fmt: skip
+            if all(present):
+                (rows,) = _candidates(conn, key, [_query(prefix, wanted, ':*')], limit)
                 if rows:
                     return [_hit(row) for _, row in rows]
-            if len(wanted) == 1:
+            if len(wanted) == 1 or not any(present):
                 return []  # "any word" of one word is "every word": nothing more to find
+            held = [word for word, found in zip(wanted, present, strict=True) if found]
             for suffix in ('', ':*'):
-                per_word = _candidates(
-                    conn, key, [_query(prefix, [word], suffix) for word in wanted], SEARCH_CANDIDATES
+                matches = iter(
+                    _candidates(conn, key, [_query(prefix, [word], suffix) for word in held], SEARCH_CANDIDATES)
                 )
+                per_word = [next(matches) if found else [] for found in present]
                 if any(per_word):
                     return rank_any_word([[(r, _hit(row)) for r, row in rows] for rows in per_word], limit)
             return []

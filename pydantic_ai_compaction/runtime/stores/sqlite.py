@@ -8,12 +8,14 @@ once the condition clears.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import sqlite3
 import threading
 from collections.abc import Generator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Hit, LogLine, Note
 from pydantic_ai_compaction.runtime.checks import check_int
@@ -335,50 +337,145 @@ class SQLiteArchiveStore:
             return []
         # A whole-word match first: a prefix query expands to every word it starts, which is slow on a
         # large log and a weaker hit; the prefix query runs only when whole words find nothing.
-        for prefix in ('', '*'):
-            match = ' AND '.join(f'"{word}"{prefix}' for word in wanted)
-            hits = self._candidates(conversation_id, match, [word_pattern(w, not prefix) for w in wanted], limit)
-            if hits:
-                hits.sort(key=lambda e: (e[1].source != 'tool', -e[1].score, -e[0]))
-                return [hit for _, hit in hits[:limit]]
-        if len(wanted) == 1:
+        hits = self._best(conversation_id, wanted, True, limit)
+        if hits is not None:
+            return hits
+        # A word no line of the conversation starts matches nothing, whole or as a prefix: one statement
+        # says which words some line holds, so a query of words nothing holds costs two statements, not ten
+        # (one word: its prefix query is that statement).
+        present = self._present(conversation_id, wanted) if len(wanted) > 1 else [True]
+        if all(present):
+            hits = self._best(conversation_id, wanted, False, limit)
+            if hits is not None:
+                return hits
+        if len(wanted) == 1 or not any(present):
             return []  # "any word" of one word is "every word": nothing more to find
         for prefix in ('', '*'):
             per_word = [
-                self._candidates(conversation_id, f'"{word}"{prefix}', [word_pattern(word, not prefix)])
-                for word in wanted
+                self._candidates(conversation_id, f'"{word}"{prefix}', [word_pattern(word, not prefix)]) if held else []
+                for word, held in zip(wanted, present, strict=True)
             ]
             if any(per_word):
                 return rank_any_word(per_word, limit)
         return []
 
-    def _candidates(
-        self, conversation_id: str, match: str, patterns: list[WordPattern], enough: int | None = None
-    ) -> list[tuple[int, Hit]]:
+    def _owned(self, conversation_id: str, match: str) -> str:
+        """*match* narrowed to the conversation's lines by its token (a version 1 file)."""
+        if self._version >= 1:
+            return f'owner : "{owner_token(db_text(conversation_id))}" AND {{text context}} : ({match})'
+        return match
+
+    def _present(self, conversation_id: str, wanted: Sequence[str]) -> list[bool]:
+        """For each word, whether a line of the conversation (or its call) holds a word it starts."""
+        key = db_text(conversation_id)
+        exists = 'EXISTS (SELECT 1 FROM log WHERE log MATCH ? AND conversation_id = ?)'
+        with self._reading('search') as db:
+            row = db.execute(
+                'SELECT ' + ', '.join([exists] * len(wanted)),
+                [value for word in wanted for value in (self._owned(conversation_id, f'"{word}"*'), key)],
+            ).fetchone()
+        return [bool(value) for value in row]
+
+    def _best(self, conversation_id: str, wanted: Sequence[str], whole: bool, limit: int) -> list[Hit] | None:
+        """The best *limit* of the newest `SEARCH_CANDIDATES` lines holding every word, ranked by `line_score`;
+        `None` when no line holds them all.
+
+        Exactly what scoring every candidate gives, reading few of them. The newest `limit + _WINDOW` are read
+        first, newest first: when `limit` tool lines among them have the highest score a line can have, no
+        older line ranks above them (most queries, whose matches hold their words in the line itself, stop
+        there). The rest are read in the order of an upper bound of their score (`_score_bound`), computed
+        by SQLite in the statement, until `limit` lines rank above the best any unread line can reach: a
+        query whose words every line's call holds (`log` of `read_log`) read and scored all 500 otherwise.
+        """
+        patterns = [word_pattern(word, whole) for word in wanted]
+        match = ' AND '.join(f'"{word}"{"" if whole else "*"}' for word in wanted)
+        if limit < 1:  # a slice of the ranked candidates, as the other stores give (`[:0]`, `[:-1]`)
+            found = self._candidates(conversation_id, match, patterns)
+            found.sort(key=lambda e: (e[1].source != 'tool', -e[1].score, -e[0]))
+            return [hit for _, hit in found[:limit]] if found else None
+        match = self._owned(conversation_id, match)
+        key = db_text(conversation_id)
+        top = (False, -2 * len(patterns))
+        best: list[tuple[tuple[bool, int, int], Hit]] = []
+
+        def keep(row: Sequence[Any]) -> None:
+            score = line_score(row[1], row[2], patterns)
+            hit = Hit(row[1], row[3], row[4], row[5], row[6], int(row[7]), score)
+            bisect.insort(best, ((row[3] != 'tool', -score, -int(row[0])), hit), key=lambda entry: entry[0])
+            del best[limit:]
+
+        with self._reading('search') as db:
+            window = min(limit + _WINDOW, SEARCH_CANDIDATES)
+            rows = db.execute(
+                'SELECT rowid, text, context, source, tool_name, args, result_id, line_no FROM log '
+                'WHERE log MATCH ? AND conversation_id = ? ORDER BY rowid DESC LIMIT ?',
+                (match, key, window),
+            ).fetchall()
+            for row in rows:
+                keep(row)
+                if len(best) >= limit and best[limit - 1][0][:2] <= top:
+                    return [hit for _, hit in best]  # every older line ranks below these
+            if len(rows) < window:
+                return [hit for _, hit in best] if rows else None  # every candidate is read
+            bound, words_in = _score_bound(wanted)
+            order = db.execute(
+                'SELECT id, other, bound FROM ('
+                f"SELECT rowid AS id, source != 'tool' AS other, {bound} AS bound "
+                'FROM log WHERE log MATCH ? AND conversation_id = ? AND rowid < ? ORDER BY rowid DESC LIMIT ?'
+                ') ORDER BY other, bound DESC, id DESC',
+                (*words_in, match, key, rows[-1][0], SEARCH_CANDIDATES - window),
+            ).fetchall()
+            # Only the columns the order needs are sorted; the rows are read a batch of `limit` at a time.
+            for start in range(0, len(order), limit):
+                first = order[start]
+                if len(best) >= limit and best[limit - 1][0] < (bool(first[1]), -first[2], -first[0]):
+                    break  # no line from here on can rank above the `limit` best so far
+                ids = [entry[0] for entry in order[start : start + limit]]
+                for row in db.execute(
+                    'SELECT rowid, text, context, source, tool_name, args, result_id, line_no FROM log '
+                    f'WHERE rowid IN ({",".join("?" * len(ids))})',
+                    ids,
+                ):
+                    keep(row)
+        return [hit for _, hit in best]
+
+    def _candidates(self, conversation_id: str, match: str, patterns: list[WordPattern]) -> list[tuple[int, Hit]]:
         """The newest `SEARCH_CANDIDATES` lines matching *match*, as `(rowid, hit)` scored by `line_score`.
 
         The conversation's token is part of the full-text query (a version 1 file), so FTS5 yields only its
         lines, newest first, and stops at `SEARCH_CANDIDATES`; testing the key on each row instead (a version 0
-        file) reads 8 rows for each one kept when 8 conversations share the file. With *enough*, reading stops
-        once that many tool lines have the highest score a line can have: no older line ranks above them.
+        file) reads 8 rows for each one kept when 8 conversations share the file.
         """
-        key = db_text(conversation_id)
-        best = 2 * len(patterns)
         found: list[tuple[int, Hit]] = []
-        top = 0
         with self._reading('search') as db:
-            if self._version >= 1:
-                match = f'owner : "{owner_token(key)}" AND {{text context}} : ({match})'
             cursor = db.execute(
                 'SELECT rowid, text, context, source, tool_name, args, result_id, line_no FROM log '
                 'WHERE log MATCH ? AND conversation_id = ? ORDER BY rowid DESC LIMIT ?',
-                (match, key, SEARCH_CANDIDATES),
+                (self._owned(conversation_id, match), db_text(conversation_id), SEARCH_CANDIDATES),
             )
             for row in cursor:
                 score = line_score(row[1], row[2], patterns)
                 found.append((int(row[0]), Hit(row[1], row[3], row[4], row[5], row[6], int(row[7]), score)))
-                top += score == best and row[3] == 'tool'
-                if enough is not None and top >= enough:
-                    break
             cursor.close()
         return found
+
+
+_WINDOW = 16
+"""Candidates read newest first beyond a search's limit before the rest are read in the order of their score's
+upper bound: enough for a query whose newest matches mostly hold every word in the line itself."""
+
+
+def _score_bound(wanted: Sequence[str]) -> tuple[str, list[str]]:
+    """An SQL expression no smaller than any line's `line_score` for *wanted*, whole words or prefixes, and its
+    parameters.
+
+    A word counts 2 when the line's text may hold it, else 1 (its call may). "May hold" is `LIKE '%word%'` (a
+    substring, ASCII letters in any case), which `line_score`'s match implies only where `LIKE` folds case as
+    Python's `lower` does: for text of printable ASCII and an ASCII word (a query word has no `%` or `_`).
+    Any other text or word counts 2.
+    """
+    ascii_words = [word for word in wanted if word.isascii()]
+    tests = ' + '.join(['(text LIKE ?)'] * len(ascii_words)) or '0'
+    most = 2 * len(wanted)
+    least = len(wanted) + len(wanted) - len(ascii_words)
+    return f"CASE WHEN text GLOB '*[^ -~]*' THEN {most} ELSE {least} + {tests} END", [f'%{w}%' for w in ascii_words]
