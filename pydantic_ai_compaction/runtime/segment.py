@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import chain
-from typing import Any
+from typing import Any, cast
 
 from pydantic_ai.messages import (
     CompactionPart,
@@ -59,7 +59,12 @@ from pydantic_ai_compaction.protocols.types import Exchange, ExchangeKind, PartR
 from pydantic_ai_compaction.runtime.memo import IdentityMemo
 from pydantic_ai_compaction.runtime.pairing import answers_call as _answers_call
 from pydantic_ai_compaction.runtime.pins import is_pinned
-from pydantic_ai_compaction.runtime.tokens import CHARS_PER_TOKEN, estimate_token_count, measure_message_text
+from pydantic_ai_compaction.runtime.tokens import (
+    CHARS_PER_TOKEN,
+    estimate_token_count,
+    latest_instructions,
+    measure_message_text,
+)
 
 ProtectPredicate = Callable[[Exchange, list[ModelMessage]], bool]
 """User hook: return `True` to protect an exchange (it receives the exchange and its messages)."""
@@ -161,6 +166,19 @@ class ConversationView:
 
     by_id: dict[str, Exchange] = field(default_factory=dict[str, Exchange], compare=False)
     """Exchanges keyed by id."""
+
+    text_chars: int | None = field(default=None, compare=False)
+    """Characters of every text the messages are sent with, instructions excluded (what `estimate_token_count`
+    sums before adding the latest instructions), carried from the last segmentation so a compaction's estimate
+    of the whole history costs only the new messages; `None` when unknown or when a message holds an
+    instruction change (its text depends on the messages around it: estimate the history instead)."""
+
+    @property
+    def estimated_tokens(self) -> int:
+        """`estimate_token_count(self.messages)`, from `text_chars` when known (always the same number)."""
+        if self.text_chars is None:
+            return estimate_token_count(self.messages)
+        return (self.text_chars + sum(map(len, latest_instructions(self.messages)))) // CHARS_PER_TOKEN
 
     def __post_init__(self) -> None:
         if len(self.by_id) != len(self.exchanges):  # segmentation passes it built
@@ -308,6 +326,10 @@ class _State:
     counter: int
     """The id counter after the last of them."""
 
+    chars: int | None
+    """Characters of the messages before the cut, as `estimate_token_count` measures them without instructions
+    (`None`: one holds an instruction change, whose text depends on the messages around it)."""
+
     top_number: int
     """The highest exchange number among them."""
 
@@ -390,6 +412,8 @@ class _Raw:
     state: _State | None
     tail_start: int
     """Index in `exchanges` of the first exchange segmented in this call."""
+    chars: int | None
+    """Characters of the whole history without instructions (`ConversationView.text_chars`)."""
 
 
 def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _State | None) -> _Raw:
@@ -409,7 +433,7 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         next_number = assigned_from = tail_highest
         offset = 0
         prior = {}
-    token_counts = messages_tokens(history[start:])
+    token_counts, sizes = _measure(history[start:])
 
     exchanges: list[Exchange] = []
     used: set[str] = set()
@@ -514,6 +538,7 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
                 ]
             ),
             counter=counters[frozen_count - 1],
+            chars=_add_sizes(state.chars if state is not None else 0, sizes[: cut - start]),
             top_number=max([state.top_number if state is not None else 0, *numbers[:frozen_count]]),
             last_turn=frozen_turn,
             response=before[0] is not None,
@@ -527,7 +552,15 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         last_turn=last_turn,
         state=new_state,
         tail_start=offset,
+        chars=_add_sizes(state.chars if state is not None else 0, sizes),
     )
+
+
+def _add_sizes(total: int | None, sizes: Sequence[int | None]) -> int | None:
+    """*total* plus *sizes*, or `None` when any of them is."""
+    if total is None or None in sizes:
+        return None
+    return total + sum(cast('Sequence[int]', sizes))
 
 
 def _exchange(
@@ -571,7 +604,9 @@ def _finish(history: tuple[ModelMessage, ...], raw: _Raw, protect: ProtectPredic
     if protect is not None:
         exchanges = _apply_predicate(history, exchanges, protect)
         by_id = {exchange.id: exchange for exchange in exchanges}
-    return ConversationView(messages=history, exchanges=tuple(exchanges), next_id=raw.highest + 1, by_id=by_id)
+    return ConversationView(
+        messages=history, exchanges=tuple(exchanges), next_id=raw.highest + 1, by_id=by_id, text_chars=raw.chars
+    )
 
 
 TOOL_CONTENT_WINDOW = timedelta(seconds=2)
@@ -873,10 +908,18 @@ class _TokenMemo:
     """
 
     def __init__(self) -> None:
-        self.entries: dict[int, tuple[weakref.ref[ModelMessage], tuple[object, ...], int]] = {}
-        """By the message's `id()`: a weak reference to it, its parts and its estimate."""
+        self.entries: dict[int, tuple[weakref.ref[ModelMessage], tuple[object, ...], int, int | None]] = {}
+        """By the message's `id()`: a weak reference to it, its parts, its estimate and its characters
+        (`measure_message_text`'s first figure; `None` for a message holding an instruction change)."""
 
     def get(self, message: ModelMessage) -> int | None:
+        entry = self.entry(message)
+        return None if entry is None else entry[2]
+
+    def entry(
+        self, message: ModelMessage
+    ) -> tuple[weakref.ref[ModelMessage], tuple[object, ...], int, int | None] | None:
+        """The entry of *message*, while it holds the same part objects."""
         entry = self.entries.get(id(message))
         if entry is None or entry[0]() is not message:
             return None
@@ -884,9 +927,9 @@ class _TokenMemo:
         held = entry[1]
         if len(held) != len(parts) or not all(map(operator.is_, held, parts)):
             return None
-        return entry[2]
+        return entry
 
-    def put(self, message: ModelMessage, tokens: int) -> int:
+    def put(self, message: ModelMessage, tokens: int, chars: int | None) -> int:
         key = id(message)
         entries = self.entries
 
@@ -895,7 +938,7 @@ class _TokenMemo:
             if entry is not None and entry[0] is ref:
                 del entries[key]
 
-        entries[key] = (weakref.ref(message, forget), tuple(message.parts), tokens)
+        entries[key] = (weakref.ref(message, forget), tuple(message.parts), tokens, chars)
         return tokens
 
     def __len__(self) -> int:
@@ -911,10 +954,14 @@ def message_tokens(message: ModelMessage) -> int:
     cached = _TOKENS.get(message)
     if cached is not None:
         return cached
-    tokens = estimate_token_count([_without_instructions(message)])
+    measured = measure_message_text(message)
+    if measured is None:
+        tokens = estimate_token_count([_without_instructions(message)])
+    else:
+        tokens = measured[0] // CHARS_PER_TOKEN  # the same texts the estimate reads (`measure_message_text`)
     if isinstance(message, ModelResponse):
         tokens = max(tokens, message.usage.output_tokens)
-    return _TOKENS.put(message, tokens)
+    return _TOKENS.put(message, tokens, None if measured is None else measured[0])
 
 
 _REMEMBER_CONVERTED = 256
@@ -930,24 +977,35 @@ def messages_tokens(messages: Sequence[ModelMessage]) -> list[int]:
     and a message holding one is estimated alone. A message measured from plain strings is not remembered:
     reading their lengths again is as cheap as finding it, and a history never seen pays for no entries.
     """
+    return _measure(messages)[0]
+
+
+def _measure(messages: Sequence[ModelMessage]) -> tuple[list[int], list[int | None]]:
+    """`messages_tokens`, and each message's characters (`None` for one holding an instruction change)."""
     memo = _TOKENS
     entries = memo.entries
     out: list[int] = []
+    sizes: list[int | None] = []
     for message in messages:
         # The lookup is inlined: a history never seen misses it for every message.
-        tokens = memo.get(message) if id(message) in entries else None
-        if tokens is None:
+        entry = memo.entry(message) if id(message) in entries else None
+        if entry is None:
             measured = measure_message_text(message)
             if measured is None:
                 tokens = message_tokens(message)
+                chars = None
             else:
-                tokens = measured[0] // CHARS_PER_TOKEN
+                chars = measured[0]
+                tokens = chars // CHARS_PER_TOKEN
                 if isinstance(message, ModelResponse):
                     tokens = max(tokens, message.usage.output_tokens)
                 if measured[1] >= _REMEMBER_CONVERTED:
-                    memo.put(message, tokens)
+                    memo.put(message, tokens, chars)
+        else:
+            tokens, chars = entry[2], entry[3]
         out.append(tokens)
-    return out
+        sizes.append(chars)
+    return out, sizes
 
 
 def _share(messages: Sequence[ModelMessage], index: int, parts: list[int], count: int) -> int:
