@@ -226,6 +226,38 @@ class ConversationView:
         return found
 
 
+def settled_prefix(exchanges: Sequence[Exchange]) -> int:
+    """How many leading *exchanges* the next segmentation of a longer history reuses as the same objects.
+
+    Segmentation's own cut: everything before the last exchange, moved back past those sharing its first message.
+    A result carried forward from these exchanges (checked by identity with `same_prefix`) is then reused.
+    """
+    if not exchanges:
+        return 0
+    settled = len(exchanges) - 1
+    cut = exchanges[settled].refs[0][0]
+    while settled > 0 and exchanges[settled - 1].refs[-1][0] >= cut:
+        settled -= 1
+        cut = exchanges[settled].refs[0][0]
+    return settled
+
+
+def same_prefix(before: Sequence[Exchange], exchanges: Sequence[Exchange], ignored: Callable[[Exchange], bool]) -> bool:
+    """Whether *exchanges* start with *before*: the same objects, except where both are *ignored*.
+
+    An exchange object is only ever reused by a segmentation of the same messages (same objects holding the same
+    parts), so what was read from it still holds. One that a computation skips (*ignored*) may be a new object
+    (the current turn is marked on a copy) without changing what it gives.
+    """
+    count = len(before)
+    if len(exchanges) < count:
+        return False
+    head = exchanges[:count]
+    if all(map(operator.is_, before, head)):
+        return True
+    return all(old is new or (ignored(old) and ignored(new)) for old, new in zip(before, head, strict=True))
+
+
 def fragment(messages: Sequence[ModelMessage], ref: PartRef) -> ModelMessage:
     """The message a ref points at, narrowed to its parts when the ref names some."""
     from dataclasses import replace
