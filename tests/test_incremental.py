@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -26,6 +27,8 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from pydantic_ai_compaction import InstructionSources
+from pydantic_ai_compaction.runtime.instructions import gather_instructions
 from pydantic_ai_compaction.runtime.segment import (
     ConversationView,
     message_tokens,
@@ -453,3 +456,25 @@ def test_a_compaction_records_the_figures_a_full_reading_of_both_histories_gives
     assert record.tokens_before == estimate_token_count(history, len) // CHARS_PER_TOKEN
     assert record.tokens_after == estimate_token_count(outcome.messages, len) // CHARS_PER_TOKEN
     assert record.sequence == compactions_so_far(history) + 1
+
+
+@EXAMPLES
+@given(histories(), histories(), st.integers(0, 30), st.sampled_from([('a',), ('e', 'o'), (re.compile(r'\w'),)]))
+def test_instructions_gathered_incrementally_equal_a_fresh_gathering(
+    history: list[ModelMessage], other: list[ModelMessage], keep: int, markers: tuple[Any, ...]
+) -> None:
+    sources = InstructionSources(markers=markers)
+
+    def check(messages: list[ModelMessage]) -> None:
+        fresh = InstructionSources(markers=markers)  # remembers nothing yet
+        assert gather_instructions(segment(messages), sources) == gather_instructions(segment_fresh(messages), fresh)
+
+    for end in range(1, len(history) + 1):
+        check(history[:end])
+    replaced = [*history[: max(min(keep, len(history) - 1), 1)], *other[1:]]
+    for end in range(1, len(replaced) + 1):
+        check(replaced[:end])
+    edited = list(history)
+    edited[len(history) // 2] = _edited(history[len(history) // 2])
+    check(edited)
+    check(history)
