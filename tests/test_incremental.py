@@ -50,6 +50,7 @@ def same(view: ConversationView, fresh: ConversationView) -> None:
     assert view.by_id == fresh.by_id
     # The characters carried from the last segmentation give the estimate of the whole history, exactly.
     assert view.text_chars == fresh.text_chars
+    assert view.instructions == fresh.instructions
     assert view.estimated_tokens == estimate_token_count(view.messages)
 
 

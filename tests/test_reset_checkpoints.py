@@ -29,7 +29,13 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.usage import RunUsage
 
 from pydantic_ai_compaction import CompactionEvent, InstructionSources, Reassert, ResetToCheckpoint, Trigger
-from pydantic_ai_compaction.processors.strategies.reset import CONTINUED_HEADER, SECTIONS, _top, fold_with_digests
+from pydantic_ai_compaction.processors.strategies.reset import (
+    CONTINUED_HEADER,
+    SECTIONS,
+    _head,
+    _top,
+    fold_with_digests,
+)
 from pydantic_ai_compaction.runtime import our_record, segment
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.engine import Outcome, run_compaction
@@ -253,3 +259,10 @@ def test_entries_carried_forward_equal_a_reading_from_scratch(
         compacted = [*outcome.messages, *other[1:]]
         for end in range(len(outcome.messages), len(compacted) + 1):
             _same_reading(reset, compacted[:end], cctx)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet='ab (:)\n\u00e9', max_size=12))
+def test_a_folded_entry_is_counted_under_its_text_before_the_first_parenthesis_or_colon(entry: str) -> None:
+    ends = [at for at in (entry.find('('), entry.find(':')) if at >= 0]
+    assert _head(entry) == entry[: min(ends, default=len(entry))]

@@ -62,7 +62,6 @@ from pydantic_ai_compaction.runtime.pins import is_pinned
 from pydantic_ai_compaction.runtime.tokens import (
     CHARS_PER_TOKEN,
     estimate_token_count,
-    latest_instructions,
     measure_message_text,
 )
 
@@ -173,12 +172,16 @@ class ConversationView:
     of the whole history costs only the new messages; `None` when unknown or when a message holds an
     instruction change (its text depends on the messages around it: estimate the history instead)."""
 
+    instructions: str | None = field(default=None, compare=False)
+    """The instructions the next request is sent with (the newest non-empty set a request holds), carried like
+    `text_chars` and read only where that is known."""
+
     @property
     def estimated_tokens(self) -> int:
         """`estimate_token_count(self.messages)`, from `text_chars` when known (always the same number)."""
         if self.text_chars is None:
             return estimate_token_count(self.messages)
-        return (self.text_chars + sum(map(len, latest_instructions(self.messages)))) // CHARS_PER_TOKEN
+        return (self.text_chars + len(self.instructions or '')) // CHARS_PER_TOKEN
 
     def __post_init__(self) -> None:
         if len(self.by_id) != len(self.exchanges):  # segmentation passes it built
@@ -362,6 +365,9 @@ class _State:
     """Characters of the messages before the cut, as `estimate_token_count` measures them without instructions
     (`None`: one holds an instruction change, whose text depends on the messages around it)."""
 
+    instructions: str | None
+    """The newest non-empty instructions a request before the cut holds (`None`: none does)."""
+
     top_number: int
     """The highest exchange number among them."""
 
@@ -446,6 +452,8 @@ class _Raw:
     """Index in `exchanges` of the first exchange segmented in this call."""
     chars: int | None
     """Characters of the whole history without instructions (`ConversationView.text_chars`)."""
+    instructions: str | None
+    """The newest non-empty instructions in the history (`ConversationView.instructions`)."""
 
 
 def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _State | None) -> _Raw:
@@ -571,6 +579,7 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
             ),
             counter=counters[frozen_count - 1],
             chars=_add_sizes(state.chars if state is not None else 0, sizes[: cut - start]),
+            instructions=_newest_instructions(history, start, cut, state.instructions if state is not None else None),
             top_number=max([state.top_number if state is not None else 0, *numbers[:frozen_count]]),
             last_turn=frozen_turn,
             response=before[0] is not None,
@@ -585,7 +594,19 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         state=new_state,
         tail_start=offset,
         chars=_add_sizes(state.chars if state is not None else 0, sizes),
+        instructions=_newest_instructions(
+            history, start, len(history), state.instructions if state is not None else None
+        ),
     )
+
+
+def _newest_instructions(history: tuple[ModelMessage, ...], start: int, end: int, before: str | None) -> str | None:
+    """The newest non-empty instructions of the requests in `history[start:end]`, else *before* (those earlier)."""
+    for index in range(end - 1, start - 1, -1):
+        message = history[index]
+        if isinstance(message, ModelRequest) and message.instructions:
+            return message.instructions
+    return before
 
 
 def _add_sizes(total: int | None, sizes: Sequence[int | None]) -> int | None:
@@ -637,7 +658,12 @@ def _finish(history: tuple[ModelMessage, ...], raw: _Raw, protect: ProtectPredic
         exchanges = _apply_predicate(history, exchanges, protect)
         by_id = {exchange.id: exchange for exchange in exchanges}
     return ConversationView(
-        messages=history, exchanges=tuple(exchanges), next_id=raw.highest + 1, by_id=by_id, text_chars=raw.chars
+        messages=history,
+        exchanges=tuple(exchanges),
+        next_id=raw.highest + 1,
+        by_id=by_id,
+        text_chars=raw.chars,
+        instructions=raw.instructions,
     )
 
 

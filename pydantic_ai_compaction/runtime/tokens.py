@@ -216,11 +216,6 @@ def _latest_anchor(messages: Sequence[ModelMessage]) -> int | None:
     return None
 
 
-def latest_instructions(messages: Sequence[ModelMessage]) -> list[str]:
-    """The instructions the next request is sent with (the newest non-empty set), as the estimate counts them."""
-    return _instructions(messages)
-
-
 def _instructions(messages: Sequence[ModelMessage]) -> list[str]:
     """The instructions the next request is sent with: the newest non-empty set, counted once.
 

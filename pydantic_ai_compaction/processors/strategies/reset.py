@@ -719,12 +719,13 @@ def _fold_cuts(sections: dict[str, list[str]], sizes: dict[str, int], room: int)
 
 def _head(entry: str) -> str:
     """An entry's text before its first `(` or `:` (the tool it called, or who spoke)."""
-    end = len(entry)
-    for mark in '(:':
-        at = entry.find(mark, 0, end)
-        if at >= 0:
-            end = at
-    return entry[:end]
+    match = _HEAD.match(entry)
+    assert match is not None  # the pattern matches any text, if only its empty start
+    return match.group()
+
+
+_HEAD = re.compile(r'[^(:]*')
+"""What `_head` keeps: one scan in C per folded entry (a rewrite at 50k messages folds tens of thousands)."""
 
 
 def _label_of(head: str) -> str:
