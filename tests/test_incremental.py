@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -11,7 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import (
+    AgentInstructionSource,
     CompactionPart,
+    InstructionDeltaPart,
+    InstructionId,
     ModelMessage,
     ModelRequest,
     ModelResponse,
@@ -23,6 +27,8 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from pydantic_ai_compaction import InstructionSources
+from pydantic_ai_compaction.runtime.instructions import gather_instructions
 from pydantic_ai_compaction.runtime.segment import (
     ConversationView,
     message_tokens,
@@ -30,6 +36,7 @@ from pydantic_ai_compaction.runtime.segment import (
     segment,
     segment_fresh,
 )
+from pydantic_ai_compaction.runtime.tokens import estimate_token_count
 
 from .reliability import histories
 
@@ -41,6 +48,10 @@ EXAMPLES = settings(max_examples=25, deadline=None, suppress_health_check=[Healt
 def same(view: ConversationView, fresh: ConversationView) -> None:
     assert view == fresh  # messages, exchanges (ids, kinds, refs, tokens, protection, in progress) and next_id
     assert view.by_id == fresh.by_id
+    # The characters carried from the last segmentation give the estimate of the whole history, exactly.
+    assert view.text_chars == fresh.text_chars
+    assert view.instructions == fresh.instructions
+    assert view.estimated_tokens == estimate_token_count(view.messages)
 
 
 def grown(history: list[ModelMessage], protect: Any = None, prompt: object = None) -> None:
@@ -73,6 +84,35 @@ def test_a_replaced_history_is_never_answered_from_the_old_one(
         edited[middle] = _edited(history[middle])
         same(segment(edited), segment_fresh(edited))
     same(segment(history), segment_fresh(history))
+
+
+@EXAMPLES
+@given(histories(), st.data())
+def test_the_carried_estimate_equals_the_whole_history_s_with_instructions_and_their_changes(
+    history: list[ModelMessage], data: st.DataObject
+) -> None:
+    # Instructions set, changed and cleared on requests, and instruction changes (whose text depends on the
+    # messages around them) in the middle: the carried characters give up on those and the estimate reads it all.
+    requests = [index for index, message in enumerate(history) if isinstance(message, ModelRequest)]
+    edits = data.draw(st.lists(st.tuples(st.sampled_from(requests), st.integers(0, 2)), max_size=4))
+    edited = list(history)
+    for index, kind in edits:
+        request = edited[index]
+        assert isinstance(request, ModelRequest)
+        if kind == 0:
+            edited[index] = replace(request, instructions=f'Audit step {index}.' * (index % 3 + 1))
+        elif kind == 1:
+            edited[index] = replace(request, instructions=None)
+        else:
+            delta = InstructionDeltaPart(id=InstructionId(AgentInstructionSource(), name='clock'), content=f'{index}')
+            edited[index] = replace(request, parts=[*request.parts, delta])
+    grown(history)
+    grown(edited)
+    view = segment(edited)
+    assert view.estimated_tokens == estimate_token_count(edited)
+    assert (view.text_chars is None) == any(
+        isinstance(part, InstructionDeltaPart) for message in edited for part in message.parts
+    )
 
 
 def _edited(message: ModelMessage) -> ModelMessage:
@@ -417,3 +457,25 @@ def test_a_compaction_records_the_figures_a_full_reading_of_both_histories_gives
     assert record.tokens_before == estimate_token_count(history, len) // CHARS_PER_TOKEN
     assert record.tokens_after == estimate_token_count(outcome.messages, len) // CHARS_PER_TOKEN
     assert record.sequence == compactions_so_far(history) + 1
+
+
+@EXAMPLES
+@given(histories(), histories(), st.integers(0, 30), st.sampled_from([('a',), ('e', 'o'), (re.compile(r'\w'),)]))
+def test_instructions_gathered_incrementally_equal_a_fresh_gathering(
+    history: list[ModelMessage], other: list[ModelMessage], keep: int, markers: tuple[Any, ...]
+) -> None:
+    sources = InstructionSources(markers=markers)
+
+    def check(messages: list[ModelMessage]) -> None:
+        fresh = InstructionSources(markers=markers)  # remembers nothing yet
+        assert gather_instructions(segment(messages), sources) == gather_instructions(segment_fresh(messages), fresh)
+
+    for end in range(1, len(history) + 1):
+        check(history[:end])
+    replaced = [*history[: max(min(keep, len(history) - 1), 1)], *other[1:]]
+    for end in range(1, len(replaced) + 1):
+        check(replaced[:end])
+    edited = list(history)
+    edited[len(history) // 2] = _edited(history[len(history) // 2])
+    check(edited)
+    check(history)

@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -28,12 +29,20 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.usage import RunUsage
 
 from pydantic_ai_compaction import CompactionEvent, InstructionSources, Reassert, ResetToCheckpoint, Trigger
-from pydantic_ai_compaction.processors.strategies.reset import CONTINUED_HEADER, SECTIONS, _top, fold_with_digests
+from pydantic_ai_compaction.processors.strategies.reset import (
+    CONTINUED_HEADER,
+    SECTIONS,
+    _head,
+    _top,
+    fold_with_digests,
+)
 from pydantic_ai_compaction.runtime import our_record, segment
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.engine import Outcome, run_compaction
+from pydantic_ai_compaction.runtime.segment import segment_fresh
 from pydantic_ai_compaction.runtime.transcript import clip
 
+from .reliability import histories
 from .support import ScriptedAgentModel, log_text
 from .test_reassert_reset import TRIGGER, change_agent
 
@@ -211,3 +220,49 @@ def test_a_wrapped_reset_appends_to_its_own_checkpoints() -> None:
     assert all(r['extra']['appended'] == number for number, r in enumerate(records[1:], start=1))
     entries = [entry for record in records for entry in record['extra']['checkpoint']['read']]
     assert [int(e.split('"index":')[1].split('}')[0]) for e in entries] == list(range(len(entries)))
+
+
+def _same_reading(reset: ResetToCheckpoint[None], history: list[ModelMessage], cctx: CompactionContext) -> None:
+    """The reset carried forward reads *history* as a reset that never saw anything reads it from scratch."""
+    fresh = ResetToCheckpoint[None](trigger=Trigger(tokens=1), sources=reset.sources)
+    view, fresh_view = segment(history), segment_fresh(history)
+    assert reset.sections(view) == fresh.sections(fresh_view)
+    carried = asyncio.run(reset.propose(view, cctx))
+    assert carried == asyncio.run(fresh.propose(fresh_view, cctx))
+
+
+@settings(max_examples=int(os.environ.get('PAC_EXAMPLES', '10')), deadline=None)
+@given(histories(), histories(), st.integers(0, 30))
+def test_entries_carried_forward_equal_a_reading_from_scratch(
+    history: list[ModelMessage], other: list[ModelMessage], keep: int
+) -> None:
+    ctx = RunContext[None](deps=None, model=TestModel(), usage=RunUsage())
+    cctx = CompactionContext(run=ctx, model=TestModel(), model_settings=None, parameters=ModelRequestParameters())
+    reset = ResetToCheckpoint[None](trigger=Trigger(tokens=1), sources=InstructionSources(markers=('INCIDENT',)))
+    for end in range(1, len(history) + 1):  # grown message by message
+        _same_reading(reset, history[:end], cctx)
+    # Replaced after a shared start, and a message in the middle swapped for one with other content.
+    replaced = [*history[: max(min(keep, len(history) - 1), 1)], *other[1:]]
+    _same_reading(reset, replaced, cctx)
+    middle = len(history) // 2
+    message = history[middle]
+    edited = list(history)
+    edited[middle] = (
+        replace(message, parts=[*message.parts, UserPromptPart('INCIDENT moved')])
+        if isinstance(message, ModelRequest)
+        else replace(message, parts=[*message.parts, TextPart('an edit')])
+    )
+    _same_reading(reset, edited, cctx)
+    # After a compaction: the earlier checkpoint's entries are carried, and the history grows again.
+    outcome = asyncio.run(run_compaction(reset, history, cctx, min_saving=0.0))
+    if isinstance(outcome, Outcome):
+        compacted = [*outcome.messages, *other[1:]]
+        for end in range(len(outcome.messages), len(compacted) + 1):
+            _same_reading(reset, compacted[:end], cctx)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet='ab (:)\n\u00e9', max_size=12))
+def test_a_folded_entry_is_counted_under_its_text_before_the_first_parenthesis_or_colon(entry: str) -> None:
+    ends = [at for at in (entry.find('('), entry.find(':')) if at >= 0]
+    assert _head(entry) == entry[: min(ends, default=len(entry))]

@@ -139,7 +139,7 @@ def _build(
         next_id=view.next_id + 1,
         # The boundary records were read once already: counting from them reads no other message.
         sequence=compactions_recorded(records) + 1,
-        tokens_before=estimate_token_count(view.messages),
+        tokens_before=view.estimated_tokens,
         tokens_after=0,
         trigger_tokens=ctx.trigger_tokens,
         kept=layout.keep,

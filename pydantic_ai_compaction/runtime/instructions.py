@@ -16,10 +16,17 @@ from typing import cast
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
 
 from pydantic_ai_compaction.protocols.metadata import record_extra, record_strings
+from pydantic_ai_compaction.protocols.types import Exchange
 from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_instance
 from pydantic_ai_compaction.runtime.memo import IdentityMemo
 from pydantic_ai_compaction.runtime.pins import is_pinned
-from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, tool_content_parts
+from pydantic_ai_compaction.runtime.segment import (
+    ConversationView,
+    is_restatement,
+    same_prefix,
+    settled_prefix,
+    tool_content_parts,
+)
 from pydantic_ai_compaction.runtime.transcript import return_text, user_text
 
 _TIMESTAMP = re.compile(
@@ -66,6 +73,10 @@ class InstructionSources:
     _marks: IdentityMemo[tuple[str, ...]] = field(init=False, repr=False, compare=False)
     """Marked lines per part (weak), so a part is split into lines once, not at every compaction."""
 
+    _gathered: list[tuple[tuple[Exchange, ...], tuple[str, ...]]] = field(init=False, repr=False, compare=False)
+    """The lines `gather_instructions` found in the settled exchanges of the last few histories it read (newest
+    first): a longer history starting with the same exchanges is read only after them."""
+
     def __post_init__(self) -> None:
         markers: object = self.markers
         if isinstance(markers, str | bytes | bytearray) or not isinstance(markers, Iterable):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -102,6 +113,7 @@ class InstructionSources:
         shared = len(strings) == len(items) and len(leads) == 1
         object.__setattr__(self, '_lead', leads.pop() if shared else None)
         object.__setattr__(self, '_marks', IdentityMemo[tuple[str, ...]]())
+        object.__setattr__(self, '_gathered', [])
 
     def marked_lines(self, part: object, text_of: Callable[[], str]) -> tuple[str, ...]:
         """The marked lines of *part*'s text (`text_of()`), stripped; memoized by the part's identity."""
@@ -203,12 +215,47 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
     for record in view.records():
         found.extend(record_strings(record, 'restated'))
         found.extend(record_strings(record_extra(record), 'instructions'))
-    owner: dict[int, ModelMessage] | None = None  # built on the first user part: tool loops rarely need it
+    exchanges = view.exchanges
+    start = 0
+    lines: list[str] = []
+    for before, gathered in sources._gathered:  # pyright: ignore[reportPrivateUsage]
+        if same_prefix(before, exchanges, _no_lines):
+            start, lines = len(before), list(gathered)
+            break
+    owner: list[dict[int, ModelMessage]] = []  # built on the first user part: tool loops rarely need it
+    settled = settled_prefix(exchanges)
+    if settled > start:
+        _gather(view, sources, exchanges[start:settled], lines, owner)
+        kept = sources._gathered  # pyright: ignore[reportPrivateUsage]
+        kept[:] = [(exchanges[:settled], tuple(lines)), *kept][:_GATHERED_KEPT]
+        start = settled
+    _gather(view, sources, exchanges[start:], lines, owner)
+    found.extend(lines)
+    return tuple(dict.fromkeys(found))
+
+
+_GATHERED_KEPT = 4
+"""Histories whose gathered lines an `InstructionSources` keeps (conversations sharing it each keep theirs)."""
+
+
+def _no_lines(exchange: Exchange) -> bool:
+    """Whether `gather_instructions` reads nothing from *exchange* (kept verbatim, or restated already)."""
+    kind = exchange.kind
+    return kind == 'opening' or kind == 'boundary' or kind == 'restatement'
+
+
+def _gather(
+    view: ConversationView,
+    sources: InstructionSources,
+    exchanges: Sequence[Exchange],
+    found: list[str],
+    owner_map: list[dict[int, ModelMessage]],
+) -> None:
+    """Append the instruction lines of *exchanges* to *found* (*owner_map*: the part owners, once built)."""
     messages = view.messages
     lines_in = sources.lines_in
-    for exchange in view.exchanges:
-        kind = exchange.kind
-        if kind == 'opening' or kind == 'boundary' or kind == 'restatement':
+    for exchange in exchanges:
+        if _no_lines(exchange):
             continue
         for index, chosen in exchange.refs:
             message = messages[index]
@@ -231,21 +278,22 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
                     continue
                 # The turn in progress is kept verbatim anyway: restating it would only repeat it.
                 in_progress = exchange.unfinished or exchange.protected == 'current_turn'
-                if owner is None:
-                    owner = {
-                        id(item): request
-                        for request in view.messages
-                        if isinstance(request, ModelRequest)
-                        for item in request.parts
-                    }
-                if tool_provided(owner.get(id(part), _fragment(message, chosen)), part):
+                if not owner_map:
+                    owner_map.append(
+                        {
+                            id(item): request
+                            for request in view.messages
+                            if isinstance(request, ModelRequest)
+                            for item in request.parts
+                        }
+                    )
+                if tool_provided(owner_map[0].get(id(part), _fragment(message, chosen)), part):
                     # Tool output in a user-role part: read like any tool output, never as the user's words.
                     found.extend(sources.marked_lines(part, lambda part=part: user_text(part)))
                 elif sources.user_prompts and not in_progress and not is_pinned(part):
                     text = user_text(part).strip()
                     if text:
                         found.append(text)
-    return tuple(dict.fromkeys(found))
 
 
 def _fragment(message: ModelRequest, chosen: tuple[int, ...] | None) -> ModelRequest:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import chain
-from typing import Any
+from typing import Any, cast
 
 from pydantic_ai.messages import (
     CompactionPart,
@@ -59,7 +59,11 @@ from pydantic_ai_compaction.protocols.types import Exchange, ExchangeKind, PartR
 from pydantic_ai_compaction.runtime.memo import IdentityMemo
 from pydantic_ai_compaction.runtime.pairing import answers_call as _answers_call
 from pydantic_ai_compaction.runtime.pins import is_pinned
-from pydantic_ai_compaction.runtime.tokens import CHARS_PER_TOKEN, estimate_token_count, measure_message_text
+from pydantic_ai_compaction.runtime.tokens import (
+    CHARS_PER_TOKEN,
+    estimate_token_count,
+    measure_message_text,
+)
 
 ProtectPredicate = Callable[[Exchange, list[ModelMessage]], bool]
 """User hook: return `True` to protect an exchange (it receives the exchange and its messages)."""
@@ -162,6 +166,23 @@ class ConversationView:
     by_id: dict[str, Exchange] = field(default_factory=dict[str, Exchange], compare=False)
     """Exchanges keyed by id."""
 
+    text_chars: int | None = field(default=None, compare=False)
+    """Characters of every text the messages are sent with, instructions excluded (what `estimate_token_count`
+    sums before adding the latest instructions), carried from the last segmentation so a compaction's estimate
+    of the whole history costs only the new messages; `None` when unknown or when a message holds an
+    instruction change (its text depends on the messages around it: estimate the history instead)."""
+
+    instructions: str | None = field(default=None, compare=False)
+    """The instructions the next request is sent with (the newest non-empty set a request holds), carried like
+    `text_chars` and read only where that is known."""
+
+    @property
+    def estimated_tokens(self) -> int:
+        """`estimate_token_count(self.messages)`, from `text_chars` when known (always the same number)."""
+        if self.text_chars is None:
+            return estimate_token_count(self.messages)
+        return (self.text_chars + len(self.instructions or '')) // CHARS_PER_TOKEN
+
     def __post_init__(self) -> None:
         if len(self.by_id) != len(self.exchanges):  # segmentation passes it built
             self.by_id.update({exchange.id: exchange for exchange in self.exchanges})
@@ -206,6 +227,38 @@ class ConversationView:
                     if record is not None:
                         found.append(record)
         return found
+
+
+def settled_prefix(exchanges: Sequence[Exchange]) -> int:
+    """How many leading *exchanges* the next segmentation of a longer history reuses as the same objects.
+
+    Segmentation's own cut: everything before the last exchange, moved back past those sharing its first message.
+    A result carried forward from these exchanges (checked by identity with `same_prefix`) is then reused.
+    """
+    if not exchanges:
+        return 0
+    settled = len(exchanges) - 1
+    cut = exchanges[settled].refs[0][0]
+    while settled > 0 and exchanges[settled - 1].refs[-1][0] >= cut:
+        settled -= 1
+        cut = exchanges[settled].refs[0][0]
+    return settled
+
+
+def same_prefix(before: Sequence[Exchange], exchanges: Sequence[Exchange], ignored: Callable[[Exchange], bool]) -> bool:
+    """Whether *exchanges* start with *before*: the same objects, except where both are *ignored*.
+
+    An exchange object is only ever reused by a segmentation of the same messages (same objects holding the same
+    parts), so what was read from it still holds. One that a computation skips (*ignored*) may be a new object
+    (the current turn is marked on a copy) without changing what it gives.
+    """
+    count = len(before)
+    if len(exchanges) < count:
+        return False
+    head = exchanges[:count]
+    if all(map(operator.is_, before, head)):
+        return True
+    return all(old is new or (ignored(old) and ignored(new)) for old, new in zip(before, head, strict=True))
 
 
 def fragment(messages: Sequence[ModelMessage], ref: PartRef) -> ModelMessage:
@@ -308,6 +361,13 @@ class _State:
     counter: int
     """The id counter after the last of them."""
 
+    chars: int | None
+    """Characters of the messages before the cut, as `estimate_token_count` measures them without instructions
+    (`None`: one holds an instruction change, whose text depends on the messages around it)."""
+
+    instructions: str | None
+    """The newest non-empty instructions a request before the cut holds (`None`: none does)."""
+
     top_number: int
     """The highest exchange number among them."""
 
@@ -390,6 +450,10 @@ class _Raw:
     state: _State | None
     tail_start: int
     """Index in `exchanges` of the first exchange segmented in this call."""
+    chars: int | None
+    """Characters of the whole history without instructions (`ConversationView.text_chars`)."""
+    instructions: str | None
+    """The newest non-empty instructions in the history (`ConversationView.instructions`)."""
 
 
 def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _State | None) -> _Raw:
@@ -409,7 +473,7 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         next_number = assigned_from = tail_highest
         offset = 0
         prior = {}
-    token_counts = messages_tokens(history[start:])
+    token_counts, sizes = _measure(history[start:])
 
     exchanges: list[Exchange] = []
     used: set[str] = set()
@@ -514,6 +578,8 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
                 ]
             ),
             counter=counters[frozen_count - 1],
+            chars=_add_sizes(state.chars if state is not None else 0, sizes[: cut - start]),
+            instructions=_newest_instructions(history, start, cut, state.instructions if state is not None else None),
             top_number=max([state.top_number if state is not None else 0, *numbers[:frozen_count]]),
             last_turn=frozen_turn,
             response=before[0] is not None,
@@ -527,7 +593,27 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         last_turn=last_turn,
         state=new_state,
         tail_start=offset,
+        chars=_add_sizes(state.chars if state is not None else 0, sizes),
+        instructions=_newest_instructions(
+            history, start, len(history), state.instructions if state is not None else None
+        ),
     )
+
+
+def _newest_instructions(history: tuple[ModelMessage, ...], start: int, end: int, before: str | None) -> str | None:
+    """The newest non-empty instructions of the requests in `history[start:end]`, else *before* (those earlier)."""
+    for index in range(end - 1, start - 1, -1):
+        message = history[index]
+        if isinstance(message, ModelRequest) and message.instructions:
+            return message.instructions
+    return before
+
+
+def _add_sizes(total: int | None, sizes: Sequence[int | None]) -> int | None:
+    """*total* plus *sizes*, or `None` when any of them is."""
+    if total is None or None in sizes:
+        return None
+    return total + sum(cast('Sequence[int]', sizes))
 
 
 def _exchange(
@@ -571,7 +657,14 @@ def _finish(history: tuple[ModelMessage, ...], raw: _Raw, protect: ProtectPredic
     if protect is not None:
         exchanges = _apply_predicate(history, exchanges, protect)
         by_id = {exchange.id: exchange for exchange in exchanges}
-    return ConversationView(messages=history, exchanges=tuple(exchanges), next_id=raw.highest + 1, by_id=by_id)
+    return ConversationView(
+        messages=history,
+        exchanges=tuple(exchanges),
+        next_id=raw.highest + 1,
+        by_id=by_id,
+        text_chars=raw.chars,
+        instructions=raw.instructions,
+    )
 
 
 TOOL_CONTENT_WINDOW = timedelta(seconds=2)
@@ -873,10 +966,18 @@ class _TokenMemo:
     """
 
     def __init__(self) -> None:
-        self.entries: dict[int, tuple[weakref.ref[ModelMessage], tuple[object, ...], int]] = {}
-        """By the message's `id()`: a weak reference to it, its parts and its estimate."""
+        self.entries: dict[int, tuple[weakref.ref[ModelMessage], tuple[object, ...], int, int | None]] = {}
+        """By the message's `id()`: a weak reference to it, its parts, its estimate and its characters
+        (`measure_message_text`'s first figure; `None` for a message holding an instruction change)."""
 
     def get(self, message: ModelMessage) -> int | None:
+        entry = self.entry(message)
+        return None if entry is None else entry[2]
+
+    def entry(
+        self, message: ModelMessage
+    ) -> tuple[weakref.ref[ModelMessage], tuple[object, ...], int, int | None] | None:
+        """The entry of *message*, while it holds the same part objects."""
         entry = self.entries.get(id(message))
         if entry is None or entry[0]() is not message:
             return None
@@ -884,9 +985,9 @@ class _TokenMemo:
         held = entry[1]
         if len(held) != len(parts) or not all(map(operator.is_, held, parts)):
             return None
-        return entry[2]
+        return entry
 
-    def put(self, message: ModelMessage, tokens: int) -> int:
+    def put(self, message: ModelMessage, tokens: int, chars: int | None) -> int:
         key = id(message)
         entries = self.entries
 
@@ -895,7 +996,7 @@ class _TokenMemo:
             if entry is not None and entry[0] is ref:
                 del entries[key]
 
-        entries[key] = (weakref.ref(message, forget), tuple(message.parts), tokens)
+        entries[key] = (weakref.ref(message, forget), tuple(message.parts), tokens, chars)
         return tokens
 
     def __len__(self) -> int:
@@ -911,10 +1012,14 @@ def message_tokens(message: ModelMessage) -> int:
     cached = _TOKENS.get(message)
     if cached is not None:
         return cached
-    tokens = estimate_token_count([_without_instructions(message)])
+    measured = measure_message_text(message)
+    if measured is None:
+        tokens = estimate_token_count([_without_instructions(message)])
+    else:
+        tokens = measured[0] // CHARS_PER_TOKEN  # the same texts the estimate reads (`measure_message_text`)
     if isinstance(message, ModelResponse):
         tokens = max(tokens, message.usage.output_tokens)
-    return _TOKENS.put(message, tokens)
+    return _TOKENS.put(message, tokens, None if measured is None else measured[0])
 
 
 _REMEMBER_CONVERTED = 256
@@ -930,24 +1035,35 @@ def messages_tokens(messages: Sequence[ModelMessage]) -> list[int]:
     and a message holding one is estimated alone. A message measured from plain strings is not remembered:
     reading their lengths again is as cheap as finding it, and a history never seen pays for no entries.
     """
+    return _measure(messages)[0]
+
+
+def _measure(messages: Sequence[ModelMessage]) -> tuple[list[int], list[int | None]]:
+    """`messages_tokens`, and each message's characters (`None` for one holding an instruction change)."""
     memo = _TOKENS
     entries = memo.entries
     out: list[int] = []
+    sizes: list[int | None] = []
     for message in messages:
         # The lookup is inlined: a history never seen misses it for every message.
-        tokens = memo.get(message) if id(message) in entries else None
-        if tokens is None:
+        entry = memo.entry(message) if id(message) in entries else None
+        if entry is None:
             measured = measure_message_text(message)
             if measured is None:
                 tokens = message_tokens(message)
+                chars = None
             else:
-                tokens = measured[0] // CHARS_PER_TOKEN
+                chars = measured[0]
+                tokens = chars // CHARS_PER_TOKEN
                 if isinstance(message, ModelResponse):
                     tokens = max(tokens, message.usage.output_tokens)
                 if measured[1] >= _REMEMBER_CONVERTED:
-                    memo.put(message, tokens)
+                    memo.put(message, tokens, chars)
+        else:
+            tokens, chars = entry[2], entry[3]
         out.append(tokens)
-    return out
+        sizes.append(chars)
+    return out, sizes
 
 
 def _share(messages: Sequence[ModelMessage], index: int, parts: list[int], count: int) -> int:
