@@ -71,31 +71,10 @@ def _resets(max_chars: int, *, logs: int = 10, trigger: int = 3_000, note: str |
     return [event for event in events if event.record is not None and event.kind == 'compacted']
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        'StatelessSummary.model_settings is not checked in __post_init__ (Fork.model_settings is): '
-        'model_settings=5 is accepted, then every compaction fails as compactor_error'
-    ),
-)
 @pytest.mark.parametrize('request_kind', ['sent', 'transcript'])
 def test_summary_model_settings_bad_value_names_field(request_kind: Any) -> None:
     with pytest.raises(ConfigurationError, match=r'StatelessSummary\.model_settings.*5'):
         StatelessSummary(trigger=Trigger(tokens=3_000), request=request_kind, model_settings=5)  # pyright: ignore[reportArgumentType]
-
-
-def test_summary_model_settings_bad_value_falls_back_at_every_compaction() -> None:
-    """What the missing check costs today: the run goes on, no compaction ever applies (guards the xfail above)."""
-    events: list[CompactionEvent] = []
-    summary = StatelessSummary(
-        trigger=Trigger(tokens=3_000),
-        request='sent',
-        model_settings=5,  # pyright: ignore[reportArgumentType]
-        observer=events.append,
-    )
-    _log_agent(summary, 4, None).run_sync('Audit logs 0-3.')
-    reasons = {event.record.fallback_reason for event in events if event.record is not None}
-    assert reasons == {'compactor_error'}
 
 
 @pytest.mark.xfail(
@@ -113,14 +92,6 @@ def test_reset_max_chars_bounds_checkpoints_for_every_accepted_value() -> None:
     assert all(sum(map(len, _checkpoints(event))) <= max_chars for event in events)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        'with max_chars=1200 every reset after the first rewrites (record rewrote=1 each time): the rewrite is '
-        'not folded to half of max_chars (about 730 chars > 600), so no checkpoint is ever appended and earlier '
-        'ones are never kept byte-identical'
-    ),
-)
 def test_reset_after_a_rewrite_appends_again() -> None:
     events = _resets(1_200, logs=6)
     rewrites = [index for index, event in enumerate(events) if event.record and event.record.extra.get('rewrote')]
@@ -176,14 +147,6 @@ def test_reset_modest_max_chars_keeps_the_newest_fact() -> None:
     assert any(_incident(index) in text for index in range(6)), text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        'the appended checkpoint is folded against an estimate of its fixed lines (~900 chars) instead of its '
-        'real size, and a folded append turns into a rewrite: with max_chars=3000 the checkpoints are rewritten '
-        '(folding facts into counts) when appending would have made them about 2,700 chars together'
-    ),
-)
 def test_reset_rewrites_only_when_appending_would_pass_max_chars() -> None:
     # The model answers the same at every step, so both runs see the same histories up to the first rewrite.
     bounded = _resets(3_000, logs=10)

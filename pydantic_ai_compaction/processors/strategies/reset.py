@@ -203,8 +203,9 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     The default checkpoint carries what was read, what was found in it (through `extract`), what was
     changed, the user's requests and the assistant's own answers, every instruction change, progress and
     the next step. Earlier checkpoints stay as they were and the next one holds only what they do not, so
-    nothing recorded is forgotten and nothing is written twice; a fact the agent's own notes already state
-    is not restated. Each checkpoint stays within what it replaces, and all of them within `max_chars`.
+    nothing recorded is forgotten and nothing is written twice; a fact that a line of the agent's own words
+    states exactly is not restated. Each checkpoint stays within what it replaces, and all of them within
+    `max_chars` (above the floor of its fixed lines, about 750 characters).
     Pass `checkpoint=` to render your own typed state instead (it replaces the earlier one at each reset).
 
     Example:
@@ -315,10 +316,20 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         digests: dict[str, dict[str, int]] = {name: {} for name in SECTIONS} if appended else carried.digests
         before = carried if appended and carried.pieces else None
         header = CONTINUED_HEADER if before is not None else CHECKPOINT_HEADER
-        sections, omitted, digests = fold_with_digests(sections, omitted, budget, digests)
         text = render_checkpoint(
             sections, omitted, progress=self._progress(view, sections, omitted, before), digests=digests, header=header
         )
+        if len(text) > budget:
+            # Folding estimates the fixed lines (header, titles, progress); fold only a checkpoint that does not fit
+            # as it is, so an appended one is not folded, or turned into a rewrite, against a guess.
+            sections, omitted, digests = fold_with_digests(sections, omitted, budget, digests)
+            text = render_checkpoint(
+                sections,
+                omitted,
+                progress=self._progress(view, sections, omitted, before),
+                digests=digests,
+                header=header,
+            )
         while len(text) > budget and any(sections[name] for name in SECTIONS):
             # Titles, notes and digests took more than estimated (long labels, a long latest call): fold the excess.
             excess = len(text) - budget

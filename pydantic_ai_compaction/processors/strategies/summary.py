@@ -111,6 +111,13 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
             'StatelessSummary', 'model', self.model, (Model, str, type(None)), 'a Model, a model name or None'
         )
         check_instance('StatelessSummary', 'instructions', self.instructions, str, 'a string')
+        check_instance(
+            'StatelessSummary',
+            'model_settings',
+            self.model_settings,
+            (dict, type(None)),
+            'a ModelSettings dict or None',
+        )
         check_choice('StatelessSummary', 'request', self.request, ('transcript', 'sent'))
         if self.request == 'sent':
             # Each of these would be silently ignored by a request that is the conversation itself.
