@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic_ai.messages import CompactionPart, ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.messages import CompactionPart, ModelMessage, ModelResponse
 
-from pydantic_ai_compaction.runtime.pairing import answers_call, pairing_problems
+from pydantic_ai_compaction.runtime.pairing import pair_message, pairing_problems, unanswered
 
 
 def shape_problems(messages: Sequence[ModelMessage], *, before: Sequence[ModelMessage] | None = None) -> list[str]:
@@ -98,15 +98,7 @@ class ShapeCheck:
             seen = 0
         self._scan(current, seen)
         self._checked = current
-        last = len(current) - 1
-        problems = [
-            *self._pairing,
-            *(
-                f'tool call {call_id!r} has no return (message {index})'
-                for call_id, index in self._open.items()
-                if index != last
-            ),
-        ]
+        problems = [*self._pairing, *unanswered(self._open, len(current) - 1)]
         if not current:
             return [*problems, 'the history is empty']
         if isinstance(current[0], ModelResponse) and not (before and isinstance(before[0], ModelResponse)):
@@ -125,22 +117,7 @@ class ShapeCheck:
             message = messages[index]
             if index and _turn(messages[index - 1]) and _turn(message):
                 self._adjacent.append(index - 1)
-            if isinstance(message, ModelResponse):
-                for part in message.parts:
-                    if isinstance(part, ToolCallPart):
-                        open_calls[part.tool_call_id] = index
-                continue
-            for part in message.parts:
-                call_id = answers_call(part)
-                if call_id is None:
-                    continue
-                if call_id in open_calls:
-                    del open_calls[call_id]
-                    answered.add(call_id)
-                elif call_id in answered:
-                    problems.append(f'tool call {call_id!r} answered twice (message {index})')
-                else:
-                    problems.append(f'tool return {call_id!r} has no call before it (message {index})')
+            pair_message(index, message, open_calls, answered, problems)
 
 
 def _turn(message: ModelMessage) -> bool:
