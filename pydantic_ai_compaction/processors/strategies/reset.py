@@ -316,33 +316,29 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         digests: dict[str, dict[str, int]] = {name: {} for name in SECTIONS} if appended else carried.digests
         before = carried if appended and carried.pieces else None
         header = CONTINUED_HEADER if before is not None else CHECKPOINT_HEADER
-        text = render_checkpoint(
-            sections, omitted, progress=self._progress(view, sections, omitted, before), digests=digests, header=header
-        )
-        if len(text) > budget:
-            # Folding estimates the fixed lines (header, titles, progress); fold only a checkpoint that does not fit
-            # as it is, so an appended one is not folded, or turned into a rewrite, against a guess.
-            sections, omitted, digests = fold_with_digests(sections, omitted, budget, digests)
-            text = render_checkpoint(
+
+        def render() -> str:
+            return render_checkpoint(
                 sections,
                 omitted,
                 progress=self._progress(view, sections, omitted, before),
                 digests=digests,
                 header=header,
             )
+
+        text = render()
+        if len(text) > budget:
+            # Folding estimates the fixed lines (header, titles, progress); fold only a checkpoint that does not fit
+            # as it is, so an appended one is not folded, or turned into a rewrite, against a guess.
+            sections, omitted, digests = fold_with_digests(sections, omitted, budget, digests)
+            text = render()
         while len(text) > budget and any(sections[name] for name in SECTIONS):
             # Titles, notes and digests took more than estimated (long labels, a long latest call): fold the excess.
             excess = len(text) - budget
             sections, omitted, digests = fold_with_digests(
                 sections, omitted, _entries_size(sections) - excess, digests, room=0
             )
-            text = render_checkpoint(
-                sections,
-                omitted,
-                progress=self._progress(view, sections, omitted, before),
-                digests=digests,
-                header=header,
-            )
+            text = render()
         extra: dict[str, Any] = {'checkpoint': sections, 'omitted': omitted, 'instructions': sections['instructions']}
         if any(digests.values()):
             extra['digests'] = digests
