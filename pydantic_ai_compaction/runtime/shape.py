@@ -25,14 +25,20 @@ def shape_problems(messages: Sequence[ModelMessage], *, before: Sequence[ModelMe
         before: The history it was made from. Rules *before* already broke are not held against
             *messages* (a history that arrived ending on a response is not ours to fix), except pairing.
     """
-    problems = pairing_problems(messages)
+    return _with_turn_rules(pairing_problems(messages), messages, adjacent_responses(messages), before)
+
+
+def _with_turn_rules(
+    problems: list[str], messages: Sequence[ModelMessage], adjacent: list[int], before: Sequence[ModelMessage] | None
+) -> list[str]:
+    """*problems* (pairing) and those of the turn rules: not empty, first and last a request, no two responses in a
+    row (*adjacent*, from `adjacent_responses`), each held against *messages* only if *before* kept it."""
     if not messages:
         return [*problems, 'the history is empty']
     if isinstance(messages[0], ModelResponse) and not (before and isinstance(before[0], ModelResponse)):
         problems.append('the first message is a response, not a request')
     if isinstance(messages[-1], ModelResponse) and not (before and isinstance(before[-1], ModelResponse)):
         problems.append('the last message is a response, not a request')
-    adjacent = adjacent_responses(messages)
     if adjacent and (before is None or len(adjacent) > len(adjacent_responses(before))):
         problems.extend(f'two responses in a row (messages {index} and {index + 1})' for index in adjacent)
     return problems
@@ -99,16 +105,7 @@ class ShapeCheck:
         self._scan(current, seen)
         self._checked = current
         problems = [*self._pairing, *unanswered(self._open, len(current) - 1)]
-        if not current:
-            return [*problems, 'the history is empty']
-        if isinstance(current[0], ModelResponse) and not (before and isinstance(before[0], ModelResponse)):
-            problems.append('the first message is a response, not a request')
-        if isinstance(current[-1], ModelResponse) and not (before and isinstance(before[-1], ModelResponse)):
-            problems.append('the last message is a response, not a request')
-        adjacent = self._adjacent
-        if adjacent and (before is None or len(adjacent) > len(adjacent_responses(before))):
-            problems.extend(f'two responses in a row (messages {index} and {index + 1})' for index in adjacent)
-        return problems
+        return _with_turn_rules(problems, current, list(self._adjacent), before)
 
     def _scan(self, messages: list[ModelMessage], start: int) -> None:
         """`pairing_problems`' and `adjacent_responses`' loops over `messages[start:]`, carrying their state."""
