@@ -3,6 +3,7 @@ exactly what a selection computed from scratch sends."""
 
 from __future__ import annotations
 
+import copy
 import importlib
 import warnings
 from collections.abc import Sequence
@@ -98,6 +99,27 @@ def test_a_replaced_or_edited_history_selects_as_if_fresh(
         assert selection.selection(edited, prompt=prompt) == fresh(edited, selection, prompt)
         assert selection.selection(history[:middle], prompt=prompt) == fresh(history[:middle], selection, prompt)
     assert selection.selection(history, prompt=prompt) == fresh(history, selection, prompt)
+
+
+@EXAMPLES
+@given(histories(), st.data(), SETTINGS)
+def test_messages_copied_or_swapped_select_as_if_fresh(
+    history: list[ModelMessage], data: st.DataObject, setting: tuple[int, int, float, str | None]
+) -> None:
+    budget, retrieve, share, prompt = setting
+    selection = capability(budget, retrieve, share)
+    grown(selection, history, prompt)
+    # The same opening object with every later message an equal copy (a history loaded again): the same messages.
+    copied = [history[0], *copy.deepcopy(history[1:])]
+    assert selection.selection(copied, prompt=prompt) == fresh(copied, selection, prompt)
+    if len(history) > 1:
+        # One message swapped for a copy with other parts (`dataclasses.replace`), then the history grown on.
+        position = data.draw(st.integers(1, len(history) - 1))
+        swapped = list(copied)
+        swapped[position] = _edited(copied[position])
+        assert selection.selection(swapped, prompt=prompt) == fresh(swapped, selection, prompt)
+        longer = [*swapped, *copy.deepcopy(history[1:])]
+        grown(selection, longer, prompt)
 
 
 def _edited(message: ModelMessage) -> ModelMessage:

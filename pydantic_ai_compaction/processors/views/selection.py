@@ -339,10 +339,53 @@ def _after_system_prompt(messages: list[ModelMessage], orientation: str) -> list
     return [ModelRequest(parts=[UserPromptPart(orientation)]), *out]
 
 
-def _reused(previous: tuple[Exchange, ...], exchanges: tuple[Exchange, ...]) -> int:
-    """How many leading exchanges are the same as before: the same objects (compared in one C-level pass), or
-    equal ones segmentation re-made from the same exchange (the current turn it marks again on every request),
-    which share its `refs` tuple and so its messages."""
+def _reused(
+    previous: tuple[Exchange, ...],
+    messages: tuple[ModelMessage, ...],
+    exchanges: tuple[Exchange, ...],
+    now: tuple[ModelMessage, ...],
+) -> int:
+    """How many leading exchanges are the same as before, over the same messages.
+
+    Compared by tuple equality in C (a pointer test for the same object, `==` for another), with the messages
+    those exchanges cover (*messages* before, *now*): equal exchanges over equal messages give the same
+    bundles, fragments and prompts. The longest equal prefix is found from the end, where a history that
+    only grew differs (the exchange in progress), so an unchanged prefix costs no Python step per exchange.
+    """
+    try:
+        count = _equal_prefix(previous, exchanges)
+        end = exchanges[count - 1].refs[-1][0] + 1 if count else 0
+        if messages[:end] != now[:end]:
+            return _reused_by_identity(previous, exchanges)
+    except Exception:  # a content whose `==` refuses (an array): compare by identity
+        return _reused_by_identity(previous, exchanges)
+    return count
+
+
+def _equal_prefix(before: tuple[Exchange, ...], after: tuple[Exchange, ...]) -> int:
+    """The length of the longest common prefix of *before* and *after* (tuple comparisons, in C)."""
+    known, unequal = 0, min(len(before), len(after)) + 1
+    step = 1
+    while known < unequal - 1:  # gallop back from the end, then bisect
+        length = max(known + 1, unequal - step)
+        if before[:length] == after[:length]:
+            known = length
+            break
+        unequal = length
+        step *= 2
+    while unequal - known > 1:
+        middle = (known + unequal) // 2
+        if before[:middle] == after[:middle]:
+            known = middle
+        else:
+            unequal = middle
+    return known
+
+
+def _reused_by_identity(previous: tuple[Exchange, ...], exchanges: tuple[Exchange, ...]) -> int:
+    """`_reused` where `==` cannot be trusted: the same objects, or equal ones segmentation re-made from the same
+    exchange (the current turn it marks again on every request), which share its `refs` tuple and so its
+    messages."""
     same = list(map(operator.is_, previous, exchanges))
     position = 0
     while True:
@@ -360,10 +403,8 @@ class _Selecting:
     """What a run's last selection computed, extended for the next request instead of recomputed.
 
     Everything is kept per exchange of the last view, and an exchange of the next view that is the same
-    object as the one at its position before (or an equal copy sharing its `refs`, see `_reused`) is
-    taken as it was: segmentation hands out the same exchange only for the same message objects holding
-    the same parts (it reuses the exchanges before its cut only when they match by identity), so the
-    bundles, fragments, prompts and projected messages derived from it are still those. Only the
+    equal to the one at its position before, over equal messages (see `_reused`), is taken as it was:
+    the bundles, fragments, prompts and projected messages derived from it are still those. Only the
     exchanges from the first one that differs, and the messages they cover, are read again. Bundle
     choices are reused while the candidates and the request stay the same (a tool loop); a new user
     turn ranks the candidates again. The result is always the one `bundles`, `current_request_text`,
@@ -373,6 +414,8 @@ class _Selecting:
     def __init__(self) -> None:
         self.exchanges: tuple[Exchange, ...] = ()
         """The last view's exchanges; empty until a selection completed (then nothing is reused)."""
+        self.messages: tuple[ModelMessage, ...] = ()
+        """The last view's messages."""
         self.user: list[bool] = []
         """Per exchange: whether it is a user request (`is_user_request`)."""
         self.fragments: list[list[ModelMessage]] = []
@@ -414,13 +457,13 @@ class _Selecting:
         """The projection and the request text, for a view `segment` made."""
         previous, self.exchanges = self.exchanges, ()  # until this completes: a failure leaves nothing to reuse
         exchanges = view.exchanges
-        reused = _reused(previous, exchanges)
+        reused = _reused(previous, self.messages, exchanges, view.messages)
         self._prompts(view, reused)
         rebuilt = self._bundles(view, reused)
         request = self.prompts[-1][1] if self.prompts else ''
         first = self._choose(view, request, rebuilt, (request, budget, retrieve, share), budget, retrieve, share)
         self._project(view, min(reused, self.starts[first] if first < len(self.starts) else len(exchanges)))
-        self.exchanges = exchanges
+        self.exchanges, self.messages = exchanges, view.messages
         return list(self.out), request
 
     def _prompts(self, view: ConversationView, reused: int) -> None:
