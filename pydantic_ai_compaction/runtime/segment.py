@@ -178,6 +178,13 @@ class ConversationView:
     """The instructions the next request is sent with (the newest non-empty set a request holds), carried like
     `text_chars` and read only where that is known."""
 
+    copies: tuple[tuple[Exchange, ...], tuple[int, ...]] | None = field(default=None, compare=False, repr=False)
+    """Segmentation's note for what is computed from views: its `exchanges` tuple and the positions in it of the
+    exchanges it marked on copies (the current turn, those in progress). Every other exchange is the object
+    segmentation remembers for the messages it covers, placed only after the same objects: two such views
+    holding the same object at a position hold the same objects (or these copies) before it. `None`, or a
+    tuple that is not `exchanges` (a view copied with other exchanges), when unknown."""
+
     @property
     def estimated_tokens(self) -> int:
         """`estimate_token_count(self.messages)`, from `text_chars` when known (always the same number)."""
@@ -643,6 +650,7 @@ def _finish(history: tuple[ModelMessage, ...], raw: _Raw, protect: ProtectPredic
 
     exchanges = raw.exchanges  # this call's own list and dict: updated in place
     by_id = raw.by_id
+    copies: list[int] = []
     if history:
         # The exchanges in progress: every one that owns part of the last message (only exchanges segmented in
         # this call can). That is the response whose returns the current request carries together with that
@@ -654,20 +662,24 @@ def _finish(history: tuple[ModelMessage, ...], raw: _Raw, protect: ProtectPredic
             if exchange.refs[-1][0] != last:
                 break
             exchanges[position] = by_id[exchange.id] = replace(exchange, unfinished=True)
+            copies.append(position)
     if raw.last_turn is not None and exchanges[raw.last_turn].protected is None:
         # The latest user turn is what the agent is working on: dropping it would lose the question itself.
         exchange = replace(exchanges[raw.last_turn], protected='current_turn')
         exchanges[raw.last_turn] = by_id[exchange.id] = exchange
+        copies.append(raw.last_turn)
     if protect is not None:
         exchanges = _apply_predicate(history, exchanges, protect)
         by_id = {exchange.id: exchange for exchange in exchanges}
+    final = tuple(exchanges)
     return ConversationView(
         messages=history,
-        exchanges=tuple(exchanges),
+        exchanges=final,
         next_id=raw.highest + 1,
         by_id=by_id,
         text_chars=raw.chars,
         instructions=raw.instructions,
+        copies=(final, tuple(copies)) if protect is None else None,
     )
 
 

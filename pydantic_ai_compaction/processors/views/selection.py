@@ -339,53 +339,52 @@ def _after_system_prompt(messages: list[ModelMessage], orientation: str) -> list
     return [ModelRequest(parts=[UserPromptPart(orientation)]), *out]
 
 
-def _reused(
-    previous: tuple[Exchange, ...],
-    messages: tuple[ModelMessage, ...],
-    exchanges: tuple[Exchange, ...],
-    now: tuple[ModelMessage, ...],
-) -> int:
-    """How many leading exchanges are the same as before, over the same messages.
+def _reused(previous: ConversationView | None, view: ConversationView) -> int:
+    """How many leading exchanges of *view* are those of the *previous* one: the same objects, or equal copies
+    segmentation marked on the same exchange (the current turn, marked again on every request), which share its
+    `refs` tuple and so its messages.
 
-    Compared by tuple equality in C (a pointer test for the same object, `==` for another), with the messages
-    those exchanges cover (*messages* before, *now*): equal exchanges over equal messages give the same
-    bundles, fragments and prompts. The longest equal prefix is found from the end, where a history that
-    only grew differs (the exchange in progress), so an unchanged prefix costs no Python step per exchange.
+    Segmentation places an exchange it remembers only after the same objects (`ConversationView.copies`), so the
+    last shared object is looked for from the end, where a history that only grew differs, and before it only
+    the marked copies are compared: an unchanged prefix costs no step per exchange.
     """
-    try:
-        count = _equal_prefix(previous, exchanges)
-        end = exchanges[count - 1].refs[-1][0] + 1 if count else 0
-        if messages[:end] != now[:end]:
-            return _reused_by_identity(previous, exchanges)
-    except Exception:  # a content whose `==` refuses (an array): compare by identity
-        return _reused_by_identity(previous, exchanges)
-    return count
-
-
-def _equal_prefix(before: tuple[Exchange, ...], after: tuple[Exchange, ...]) -> int:
-    """The length of the longest common prefix of *before* and *after* (tuple comparisons, in C)."""
-    known, unequal = 0, min(len(before), len(after)) + 1
-    step = 1
-    while known < unequal - 1:  # gallop back from the end, then bisect
-        length = max(known + 1, unequal - step)
-        if before[:length] == after[:length]:
-            known = length
+    if previous is None:
+        return 0
+    before, after = previous.exchanges, view.exchanges
+    old, new = _copies(previous), _copies(view)
+    if old is None or new is None:
+        return _reused_by_identity(before, after)
+    count = min(len(before), len(after))
+    shared = 0
+    position, step = count - 1, 1
+    while position >= 0:
+        if before[position] is after[position]:
+            shared = position + 1
             break
-        unequal = length
+        position = min(position - 1, count - 1 - step)
         step *= 2
-    while unequal - known > 1:
-        middle = (known + unequal) // 2
-        if before[:middle] == after[:middle]:
-            known = middle
-        else:
-            unequal = middle
-    return known
+    for position in sorted({*old, *new}):
+        if position < shared and not _same_exchange(before[position], after[position]):
+            return position
+    position = shared
+    while position < count and _same_exchange(before[position], after[position]):
+        position += 1
+    return position
+
+
+def _copies(view: ConversationView) -> tuple[int, ...] | None:
+    """The positions of *view*'s marked copies, when segmentation's note applies to its exchanges."""
+    note = view.copies
+    return note[1] if note is not None and note[0] is view.exchanges else None
+
+
+def _same_exchange(before: Exchange, now: Exchange) -> bool:
+    return before is now or (before.refs is now.refs and before == now)
 
 
 def _reused_by_identity(previous: tuple[Exchange, ...], exchanges: tuple[Exchange, ...]) -> int:
-    """`_reused` where `==` cannot be trusted: the same objects, or equal ones segmentation re-made from the same
-    exchange (the current turn it marks again on every request), which share its `refs` tuple and so its
-    messages."""
+    """`_reused` for views without segmentation's note: compared position by position (in C, then each
+    position that differs)."""
     same = list(map(operator.is_, previous, exchanges))
     position = 0
     while True:
@@ -393,8 +392,7 @@ def _reused_by_identity(previous: tuple[Exchange, ...], exchanges: tuple[Exchang
             position = same.index(False, position)
         except ValueError:
             return len(same)
-        before, now = previous[position], exchanges[position]
-        if before.refs is not now.refs or before != now:
+        if not _same_exchange(previous[position], exchanges[position]):
             return position
         position += 1
 
@@ -403,8 +401,10 @@ class _Selecting:
     """What a run's last selection computed, extended for the next request instead of recomputed.
 
     Everything is kept per exchange of the last view, and an exchange of the next view that is the same
-    equal to the one at its position before, over equal messages (see `_reused`), is taken as it was:
-    the bundles, fragments, prompts and projected messages derived from it are still those. Only the
+    the same object as the one at its position before (or an equal copy sharing its `refs`, see `_reused`) is
+    taken as it was: segmentation hands out the same exchange only for the same messages (it reuses the
+    exchanges before its cut only when the history starts with the messages it segmented), so the bundles,
+    fragments, prompts and projected messages derived from it are still those. Only the
     exchanges from the first one that differs, and the messages they cover, are read again. Bundle
     choices are reused while the candidates and the request stay the same (a tool loop); a new user
     turn ranks the candidates again. The result is always the one `bundles`, `current_request_text`,
@@ -412,10 +412,8 @@ class _Selecting:
     """
 
     def __init__(self) -> None:
-        self.exchanges: tuple[Exchange, ...] = ()
-        """The last view's exchanges; empty until a selection completed (then nothing is reused)."""
-        self.messages: tuple[ModelMessage, ...] = ()
-        """The last view's messages."""
+        self.view: ConversationView | None = None
+        """The last view; `None` until a selection completed (then nothing is reused)."""
         self.user: list[bool] = []
         """Per exchange: whether it is a user request (`is_user_request`)."""
         self.fragments: list[list[ModelMessage]] = []
@@ -455,15 +453,15 @@ class _Selecting:
         self, view: ConversationView, budget: int, *, retrieve: int, share: float
     ) -> tuple[list[ModelMessage], str]:
         """The projection and the request text, for a view `segment` made."""
-        previous, self.exchanges = self.exchanges, ()  # until this completes: a failure leaves nothing to reuse
+        previous, self.view = self.view, None  # until this completes: a failure leaves nothing to reuse
         exchanges = view.exchanges
-        reused = _reused(previous, self.messages, exchanges, view.messages)
+        reused = _reused(previous, view)
         self._prompts(view, reused)
         rebuilt = self._bundles(view, reused)
         request = self.prompts[-1][1] if self.prompts else ''
         first = self._choose(view, request, rebuilt, (request, budget, retrieve, share), budget, retrieve, share)
         self._project(view, min(reused, self.starts[first] if first < len(self.starts) else len(exchanges)))
-        self.exchanges, self.messages = exchanges, view.messages
+        self.view = view
         return list(self.out), request
 
     def _prompts(self, view: ConversationView, reused: int) -> None:
