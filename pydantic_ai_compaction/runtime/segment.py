@@ -552,6 +552,9 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         by_id = {}
     by_id.update({exchange.id: exchange for exchange in exchanges})
 
+    # The newest request with instructions, read once from the end for the view and for the state below.
+    earlier = state.instructions if state is not None else None
+    newest = _newest_request_with_instructions(history, start, len(history))
     new_state = state
     # The cut: where the last exchange starts, moved back past any exchange that shares its first message
     # (a request can hold the returns of one exchange and the next user turn), so the messages before the
@@ -590,7 +593,11 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
             ),
             counter=counters[frozen_count - 1],
             chars=_add_sizes(state.chars if state is not None else 0, sizes[: cut - start]),
-            instructions=_newest_instructions(history, start, cut, state.instructions if state is not None else None),
+            instructions=(
+                newest[1]
+                if newest is not None and newest[0] < cut
+                else _newest_instructions(history, start, cut if newest is not None else start, earlier)
+            ),
             top_number=max([state.top_number if state is not None else 0, *numbers[:frozen_count]]),
             last_turn=frozen_turn,
             response=before[0] is not None,
@@ -605,10 +612,19 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         state=new_state,
         tail_start=offset,
         chars=_add_sizes(state.chars if state is not None else 0, sizes),
-        instructions=_newest_instructions(
-            history, start, len(history), state.instructions if state is not None else None
-        ),
+        instructions=newest[1] if newest is not None else earlier,
     )
+
+
+def _newest_request_with_instructions(
+    history: tuple[ModelMessage, ...], start: int, end: int
+) -> tuple[int, str] | None:
+    """The index and instructions of the newest request in `history[start:end]` with non-empty ones, or `None`."""
+    for index in range(end - 1, start - 1, -1):
+        message = history[index]
+        if isinstance(message, ModelRequest) and message.instructions:
+            return index, message.instructions
+    return None
 
 
 def _newest_instructions(history: tuple[ModelMessage, ...], start: int, end: int, before: str | None) -> str | None:
