@@ -289,8 +289,9 @@ def sqlite_result(total_tokens: int = TOTAL_TOKENS) -> ScaleResult:
         return run_backend('SQLite', lambda: SQLiteArchiveStore(path), size, total_tokens=total_tokens)
 
 
-SCALE_DATABASE = 'pac_bench_scale'
-"""The database the PostgreSQL figures are measured in (created, then dropped)."""
+SCALE_DATABASE = os.environ.get('PAC_SCALE_DATABASE', 'pac_bench_scale')
+"""The database the PostgreSQL figures are measured in (created, then dropped): `PAC_SCALE_DATABASE` names
+another, so two runs on one server do not drop each other's."""
 
 
 def postgres_result(dsn: str, total_tokens: int = TOTAL_TOKENS) -> ScaleResult:
@@ -360,16 +361,18 @@ def detail_table(results: Sequence[ScaleResult]) -> str:
     return '\n'.join(lines)
 
 
-def main(total_tokens: int = TOTAL_TOKENS) -> None:
-    """Print the scale table (PostgreSQL skipped, with the reason, when `PAC_POSTGRES_DSN` is unset)."""
+def main(total_tokens: int = TOTAL_TOKENS, backends: Sequence[str] = ('sqlite', 'postgres')) -> None:
+    """Print the scale table of *backends* (PostgreSQL skipped, with the reason, when `PAC_POSTGRES_DSN` is unset)."""
     print(
         f'## Scale of memory: a {total_tokens / 1e6:g}M-token log, {CONVERSATIONS} conversations writing '
         f'(one {RESULT_CHARS // 1000} KB result every {WRITE_EVERY * 1000:.0f} ms each) while queries are timed\n'
     )
-    results = [sqlite_result(total_tokens)]
+    results = [sqlite_result(total_tokens)] if 'sqlite' in backends else []
     dsn = os.environ.get('PAC_POSTGRES_DSN')
     skipped = None
-    if dsn:
+    if 'postgres' not in backends:
+        pass
+    elif dsn:
         results.append(postgres_result(dsn, total_tokens))
     else:
         skipped = 'PostgreSQL: skipped, PAC_POSTGRES_DSN is not set (a server to measure on).'
@@ -384,4 +387,6 @@ def main(total_tokens: int = TOTAL_TOKENS) -> None:
 if __name__ == '__main__':
     import sys
 
-    main(int(float(sys.argv[1]) * 1_000_000) if len(sys.argv) > 1 else TOTAL_TOKENS)
+    # `python -m pydantic_ai_compaction_bench.scale [millions of tokens] [sqlite|postgres ...]`
+    tokens = int(float(sys.argv[1]) * 1_000_000) if len(sys.argv) > 1 else TOTAL_TOKENS
+    main(tokens, sys.argv[2:] or ('sqlite', 'postgres'))
