@@ -297,14 +297,16 @@ another, so two runs on one server do not drop each other's."""
 def postgres_result(dsn: str, total_tokens: int = TOTAL_TOKENS) -> ScaleResult:
     """The PostgreSQL figures, in a database of their own on *dsn*'s server."""
     import psycopg
+    from psycopg import sql
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+    database = sql.Identifier(SCALE_DATABASE)
     params = conninfo_to_dict(dsn)
     admin = make_conninfo('', **{**params, 'dbname': params.get('dbname') or 'postgres'})
     target = make_conninfo('', **{**params, 'dbname': SCALE_DATABASE})
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS {SCALE_DATABASE}')
-        conn.execute(f'CREATE DATABASE {SCALE_DATABASE}')
+        conn.execute(sql.SQL('DROP DATABASE IF EXISTS {}').format(database))
+        conn.execute(sql.SQL('CREATE DATABASE {}').format(database))
     try:
 
         def size() -> int:
@@ -322,7 +324,7 @@ def postgres_result(dsn: str, total_tokens: int = TOTAL_TOKENS) -> ScaleResult:
         )
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS {SCALE_DATABASE} WITH (FORCE)')
+            conn.execute(sql.SQL('DROP DATABASE IF EXISTS {} WITH (FORCE)').format(database))
 
 
 def verdict(p95: float) -> str:

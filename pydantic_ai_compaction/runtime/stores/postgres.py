@@ -199,6 +199,7 @@ def _owned_terms(prefix: str, text: str) -> str:
     found = words(text)
     lead = f"'{prefix}"
     overhead = len(prefix) + 12  # the lexeme's entry and position besides its text
+    kept: list[str]
     if text.isascii() and len(text) <= _LONGEST_WORD and len(text) + overhead * len(found) <= _TERMS_BUDGET:
         kept = found  # ASCII words are as long in bytes as in characters, and no longer than the text
     else:
