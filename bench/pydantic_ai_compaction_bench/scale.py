@@ -135,6 +135,15 @@ class ScaleResult:
     store_read: tuple[float, float] = (0.0, 0.0)
     """p50 and p95 (ms) of the store's `get_archived` alone, called from the timing loop: `context_recover`
     less the tool's worker thread and the decoding."""
+    anchor: tuple[float, float] = (0.0, 0.0)
+    """p50 and p95 (ms) of a fixed piece of Python work (`_anchor_work`) timed in the same loop: how much the
+    machine's load and the writer threads stretch anything the reader does, store or not."""
+
+
+def _anchor_work() -> int:
+    """A fixed piece of pure Python work (under a millisecond on an idle core): its p95 against its p50 in the timed
+    loop shows what the load of the machine and of the writer threads adds to any of the reader's steps."""
+    return sum(i * i for i in range(10_000))
 
 
 def _percentiles(values: Sequence[float]) -> tuple[float, float]:
@@ -221,6 +230,7 @@ def run_backend(
     recover: list[float] = []
     by_query: dict[str, list[float]] = {}
     store_read: list[float] = []
+    anchor: list[float] = []
 
     async def timed() -> None:
         for index in range(queries):
@@ -238,6 +248,9 @@ def run_backend(
             began = time.perf_counter()
             reader.get_archived('conv-0', ref)
             store_read.append((time.perf_counter() - began) * 1000)
+            began = time.perf_counter()
+            _anchor_work()
+            anchor.append((time.perf_counter() - began) * 1000)
             if not isinstance(content, str) or not content.startswith('=== log'):
                 raise RuntimeError(f'{backend}: context_recover({ref!r}) returned {str(content)[:80]!r}')
 
@@ -269,6 +282,7 @@ def run_backend(
         sum(written),
         {query: _percentiles(times) for query, times in by_query.items()},
         _percentiles(store_read),
+        _percentiles(anchor),
     )
 
 
@@ -360,6 +374,8 @@ def detail_table(results: Sequence[ScaleResult]) -> str:
         lines.append(f'| `{query}` | ' + ' | '.join(cells) + ' |')
     cells = [f'{r.store_read[0]:.2f} / {r.store_read[1]:.2f}' for r in results]
     lines.append('| (`get_archived` alone, no worker thread) | ' + ' | '.join(cells) + ' |')
+    cells = [f'{r.anchor[0]:.2f} / {r.anchor[1]:.2f}' for r in results]
+    lines.append('| (anchor: fixed Python work, no store) | ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
 
