@@ -30,9 +30,11 @@ def test_scale_builds_the_log_concurrently_and_times_both_queries(tmp_path: Path
     line = scale.table([result]).splitlines()[-1]
     assert line.startswith('| SQLite | 96,000 |') and line.count('met') == 2
     detail = scale.detail_table([result]).splitlines()
-    # One row per query (each timed twice in 16 rounds of 8 queries), then the store's own read.
-    assert [row.split(' | ')[0] for row in detail[2:-1]] == [f'| `{q.format(c=0)}`' for q in scale.QUERIES]
+    # One row per query (each timed twice in 16 rounds of 8 queries), then the store's own read, then the anchor.
+    assert [row.split(' | ')[0] for row in detail[2:-2]] == [f'| `{q.format(c=0)}`' for q in scale.QUERIES]
     assert result.recall_by_query['request_id'][0] > 0 and 0 < result.store_read[0] <= result.store_read[1]
+    assert detail[-1].startswith('| (anchor: fixed Python work, no store) | ')
+    assert 0 < result.anchor[0] <= result.anchor[1]
 
 
 def test_import_rows_are_judged_against_the_ten_percent_bound() -> None:

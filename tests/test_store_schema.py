@@ -408,3 +408,80 @@ def test_postgres_recall_finds_a_word_only_lines_older_than_the_probe_hold() -> 
         assert store.search(key, 'zebra nothing') == []
     finally:
         store.close()
+
+
+BOUND_TEXT = st.text(st.sampled_from('aAkK1 _-\t\n\x7f\u212a\u0130\u00e9\ue000\u00df\U0001f600'), max_size=16)
+"""ASCII letters, digits, separators and control characters, and the characters Python and SQLite fold or split
+unlike each other (Kelvin sign, dotted capital I, private use, a letter outside the Basic Multilingual Plane)."""
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    text=BOUND_TEXT,
+    query=st.lists(st.text(st.sampled_from('ak1\u00e9i\u00df'), min_size=1, max_size=3), min_size=1, max_size=3),
+    whole=st.booleans(),
+)
+# Python lowercases the Kelvin sign to `k` and the dotted capital I to `i` and a dot; SQLite's `LIKE` folds neither.
+@example(text='\u212a', query=['k'], whole=True)
+@example(text='x \u0130', query=['i'], whole=True)
+def test_the_sqlite_score_bound_is_never_below_a_candidate_s_score(text: str, query: list[str], whole: bool) -> None:
+    """The bound SQLite orders unread candidates by, evaluated by SQLite itself, against `line_score`.
+
+    The call is made to hold every word (a candidate holds each in its line or its call), so only what the
+    bound says of the line's own text decides.
+    """
+    wanted = words(' '.join(query))
+    bound, parameters = sqlite_module._score_bound(wanted)  # pyright: ignore[reportPrivateUsage]
+    db = sqlite3.connect(':memory:')
+    try:
+        (value,) = db.execute(f'SELECT {bound} FROM (SELECT ? AS text)', (*parameters, text)).fetchone()
+    finally:
+        db.close()
+    score = line_score(text, ' '.join(wanted), [word_pattern(word, whole) for word in wanted])
+    assert len(wanted) <= score <= value <= 2 * len(wanted)
+    if text.isascii():  # exact for ASCII: the line's text holds the word, or no substring of it is the word
+        assert value == len(wanted) + sum(word in text.lower() for word in wanted if word.isascii()) + sum(
+            not word.isascii() for word in wanted
+        )
+
+
+def _owned_terms_word_by_word(prefix: str, text: str) -> str:
+    """`_owned_terms` as it was written first: every word's size counted."""
+    kept: list[str] = []
+    size = 0
+    for word in words(text):
+        length = len(word.encode())
+        if length > postgres_module._LONGEST_WORD:  # pyright: ignore[reportPrivateUsage]
+            continue
+        size += length + len(prefix) + 12
+        if size > postgres_module._TERMS_BUDGET:  # pyright: ignore[reportPrivateUsage]
+            break
+        kept.append(word)
+    return ' '.join(f"'{prefix}{word}':{min(n, 16_383)}" for n, word in enumerate(kept, start=1))
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    text=st.lists(st.sampled_from(['a', 'bb', 'é', 'x' * 9, 'ß' * 5, '\u212a', ' ', '_', '-', 'İ']), max_size=40).map(
+        ''.join
+    ),
+    longest=st.integers(1, 12),
+    budget=st.integers(0, 200),
+)
+def test_postgres_owned_terms_are_the_words_counted_one_by_one(text: str, longest: int, budget: int) -> None:
+    """The shortcut for short ASCII lines gives the terms counting every word's size gives (small limits here)."""
+    saved = postgres_module._LONGEST_WORD, postgres_module._TERMS_BUDGET  # pyright: ignore[reportPrivateUsage]
+    postgres_module._LONGEST_WORD, postgres_module._TERMS_BUDGET = longest, budget  # pyright: ignore[reportPrivateUsage]
+    try:
+        for prefix in ('', 'p0'):
+            expected = _owned_terms_word_by_word(prefix, text)
+            assert postgres_module._owned_terms(prefix, text) == expected  # pyright: ignore[reportPrivateUsage]
+    finally:
+        postgres_module._LONGEST_WORD, postgres_module._TERMS_BUDGET = saved  # pyright: ignore[reportPrivateUsage]
+
+
+def test_postgres_owned_terms_keep_the_last_position_for_words_past_it() -> None:
+    text = ' '.join(f'w{n}' for n in range(16_390))
+    terms = postgres_module._owned_terms('p', text).split(' ')  # pyright: ignore[reportPrivateUsage]
+    assert terms[0] == "'pw0':1" and terms[16_382] == "'pw16382':16383" and terms[-1] == "'pw16389':16383"
+    assert len(terms) == 16_390

@@ -135,6 +135,15 @@ class ScaleResult:
     store_read: tuple[float, float] = (0.0, 0.0)
     """p50 and p95 (ms) of the store's `get_archived` alone, called from the timing loop: `context_recover`
     less the tool's worker thread and the decoding."""
+    anchor: tuple[float, float] = (0.0, 0.0)
+    """p50 and p95 (ms) of a fixed piece of Python work (`_anchor_work`) timed in the same loop: how much the
+    machine's load and the writer threads stretch anything the reader does, store or not."""
+
+
+def _anchor_work() -> int:
+    """A fixed piece of pure Python work (under a millisecond on an idle core): its p95 against its p50 in the timed
+    loop shows what the load of the machine and of the writer threads adds to any of the reader's steps."""
+    return sum(i * i for i in range(10_000))
 
 
 def _percentiles(values: Sequence[float]) -> tuple[float, float]:
@@ -221,6 +230,7 @@ def run_backend(
     recover: list[float] = []
     by_query: dict[str, list[float]] = {}
     store_read: list[float] = []
+    anchor: list[float] = []
 
     async def timed() -> None:
         for index in range(queries):
@@ -238,6 +248,9 @@ def run_backend(
             began = time.perf_counter()
             reader.get_archived('conv-0', ref)
             store_read.append((time.perf_counter() - began) * 1000)
+            began = time.perf_counter()
+            _anchor_work()
+            anchor.append((time.perf_counter() - began) * 1000)
             if not isinstance(content, str) or not content.startswith('=== log'):
                 raise RuntimeError(f'{backend}: context_recover({ref!r}) returned {str(content)[:80]!r}')
 
@@ -269,6 +282,7 @@ def run_backend(
         sum(written),
         {query: _percentiles(times) for query, times in by_query.items()},
         _percentiles(store_read),
+        _percentiles(anchor),
     )
 
 
@@ -289,21 +303,24 @@ def sqlite_result(total_tokens: int = TOTAL_TOKENS) -> ScaleResult:
         return run_backend('SQLite', lambda: SQLiteArchiveStore(path), size, total_tokens=total_tokens)
 
 
-SCALE_DATABASE = 'pac_bench_scale'
-"""The database the PostgreSQL figures are measured in (created, then dropped)."""
+SCALE_DATABASE = os.environ.get('PAC_SCALE_DATABASE', 'pac_bench_scale')
+"""The database the PostgreSQL figures are measured in (created, then dropped): `PAC_SCALE_DATABASE` names
+another, so two runs on one server do not drop each other's."""
 
 
 def postgres_result(dsn: str, total_tokens: int = TOTAL_TOKENS) -> ScaleResult:
     """The PostgreSQL figures, in a database of their own on *dsn*'s server."""
     import psycopg
+    from psycopg import sql
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+    database = sql.Identifier(SCALE_DATABASE)
     params = conninfo_to_dict(dsn)
     admin = make_conninfo('', **{**params, 'dbname': params.get('dbname') or 'postgres'})
     target = make_conninfo('', **{**params, 'dbname': SCALE_DATABASE})
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS {SCALE_DATABASE}')
-        conn.execute(f'CREATE DATABASE {SCALE_DATABASE}')
+        conn.execute(sql.SQL('DROP DATABASE IF EXISTS {}').format(database))
+        conn.execute(sql.SQL('CREATE DATABASE {}').format(database))
     try:
 
         def size() -> int:
@@ -321,7 +338,7 @@ def postgres_result(dsn: str, total_tokens: int = TOTAL_TOKENS) -> ScaleResult:
         )
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS {SCALE_DATABASE} WITH (FORCE)')
+            conn.execute(sql.SQL('DROP DATABASE IF EXISTS {} WITH (FORCE)').format(database))
 
 
 def verdict(p95: float) -> str:
@@ -357,19 +374,23 @@ def detail_table(results: Sequence[ScaleResult]) -> str:
         lines.append(f'| `{query}` | ' + ' | '.join(cells) + ' |')
     cells = [f'{r.store_read[0]:.2f} / {r.store_read[1]:.2f}' for r in results]
     lines.append('| (`get_archived` alone, no worker thread) | ' + ' | '.join(cells) + ' |')
+    cells = [f'{r.anchor[0]:.2f} / {r.anchor[1]:.2f}' for r in results]
+    lines.append('| (anchor: fixed Python work, no store) | ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
 
-def main(total_tokens: int = TOTAL_TOKENS) -> None:
-    """Print the scale table (PostgreSQL skipped, with the reason, when `PAC_POSTGRES_DSN` is unset)."""
+def main(total_tokens: int = TOTAL_TOKENS, backends: Sequence[str] = ('sqlite', 'postgres')) -> None:
+    """Print the scale table of *backends* (PostgreSQL skipped, with the reason, when `PAC_POSTGRES_DSN` is unset)."""
     print(
         f'## Scale of memory: a {total_tokens / 1e6:g}M-token log, {CONVERSATIONS} conversations writing '
         f'(one {RESULT_CHARS // 1000} KB result every {WRITE_EVERY * 1000:.0f} ms each) while queries are timed\n'
     )
-    results = [sqlite_result(total_tokens)]
+    results = [sqlite_result(total_tokens)] if 'sqlite' in backends else []
     dsn = os.environ.get('PAC_POSTGRES_DSN')
     skipped = None
-    if dsn:
+    if 'postgres' not in backends:
+        pass
+    elif dsn:
         results.append(postgres_result(dsn, total_tokens))
     else:
         skipped = 'PostgreSQL: skipped, PAC_POSTGRES_DSN is not set (a server to measure on).'
@@ -384,4 +405,6 @@ def main(total_tokens: int = TOTAL_TOKENS) -> None:
 if __name__ == '__main__':
     import sys
 
-    main(int(float(sys.argv[1]) * 1_000_000) if len(sys.argv) > 1 else TOTAL_TOKENS)
+    # `python -m pydantic_ai_compaction_bench.scale [millions of tokens] [sqlite|postgres ...]`
+    tokens = int(float(sys.argv[1]) * 1_000_000) if len(sys.argv) > 1 else TOTAL_TOKENS
+    main(tokens, sys.argv[2:] or ('sqlite', 'postgres'))

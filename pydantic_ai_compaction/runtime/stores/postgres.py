@@ -190,19 +190,37 @@ def redact_dsn(dsn: str) -> str:
 
 def _owned_terms(prefix: str, text: str) -> str:
     """A line's `owned_terms` as `tsvector` input: its words (as every store splits them), each after
-    *prefix*, at its position (as `to_tsvector` numbers words), within what a `tsvector` can hold."""
-    kept: list[str] = []
-    size = 0
-    for word in words(text):
-        length = len(word.encode())
-        if length > _LONGEST_WORD:
-            continue
-        size += length + len(prefix) + 12  # the lexeme's entry and position besides its text
-        if size > _TERMS_BUDGET:
-            break
-        kept.append(word)
+    *prefix*, at its position (as `to_tsvector` numbers words), within what a `tsvector` can hold.
+
+    Every writer builds this for each line it indexes, under the interpreter lock that a search in another
+    thread of the process waits for: ASCII text short enough that no word can be too long nor the terms over
+    budget (every line of a log) skips the per-word size count.
+    """
+    found = words(text)
+    lead = f"'{prefix}"
+    overhead = len(prefix) + 12  # the lexeme's entry and position besides its text
+    kept: list[str]
+    if text.isascii() and len(text) <= _LONGEST_WORD and len(text) + overhead * len(found) <= _TERMS_BUDGET:
+        kept = found  # ASCII words are as long in bytes as in characters, and no longer than the text
+    else:
+        kept = []
+        size = 0
+        for word in found:
+            length = len(word.encode())
+            if length > _LONGEST_WORD:
+                continue
+            size += length + overhead
+            if size > _TERMS_BUDGET:
+                break
+            kept.append(word)
     # Words are letters and digits only: nothing to escape inside the quotes.
-    return ' '.join(f"'{prefix}{word}':{min(n, 16_383)}" for n, word in enumerate(kept, start=1))
+    if len(kept) <= _LAST_POSITION:
+        return ' '.join([f"{lead}{word}':{n}" for n, word in enumerate(kept, start=1)])
+    return ' '.join([f"{lead}{word}':{min(n, _LAST_POSITION)}" for n, word in enumerate(kept, start=1)])
+
+
+_LAST_POSITION = 16_383
+"""The largest position a `tsvector` holds; later words share it."""
 
 
 def _query(prefix: str, wanted: Sequence[str], suffix: str) -> str:

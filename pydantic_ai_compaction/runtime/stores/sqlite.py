@@ -471,11 +471,16 @@ def _score_bound(wanted: Sequence[str]) -> tuple[str, list[str]]:
 
     A word counts 2 when the line's text may hold it, else 1 (its call may). "May hold" is `LIKE '%word%'` (a
     substring, ASCII letters in any case), which `line_score`'s match implies only where `LIKE` folds case as
-    Python's `lower` does: for text of printable ASCII and an ASCII word (a query word has no `%` or `_`).
-    Any other text or word counts 2.
+    Python's `lower` does: for ASCII text and an ASCII word (a query word has no `%` or `_`). Any other text
+    or word counts 2.
+
+    Text is ASCII when its length in characters is its length in UTF-8 bytes (two counting loops in C; text
+    in a UTF-16 file never is, which only costs reading). `GLOB '*[^ -~]*'` said the same of printable ASCII
+    at about 40 ns a character: 20 ms for 60 lines of 8 KB, most of a search over the 1M-token log.
     """
     ascii_words = [word for word in wanted if word.isascii()]
     tests = ' + '.join(['(text LIKE ?)'] * len(ascii_words)) or '0'
     most = 2 * len(wanted)
     least = len(wanted) + len(wanted) - len(ascii_words)
-    return f"CASE WHEN text GLOB '*[^ -~]*' THEN {most} ELSE {least} + {tests} END", [f'%{w}%' for w in ascii_words]
+    wide = 'length(CAST(text AS BLOB)) <> length(text)'
+    return f'CASE WHEN {wide} THEN {most} ELSE {least} + {tests} END', [f'%{w}%' for w in ascii_words]
