@@ -88,3 +88,16 @@ def test_to_json_of_a_value_nested_past_either_encoder() -> None:
         deep = [deep]
     assert to_json(deep) == '"<a value nested too deeply to encode>"'
     assert to_json([[[]]] * 3) == '[[[]],[[]],[[]]]'
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.lists(st.one_of(text, st.characters(min_codepoint=0xD700, max_codepoint=0xE000)), max_size=6).map(''.join))
+@example('a' * 1000 + '–' + '\udfff')
+@example('\ud83d\ude00')
+@example('–' * 10)
+def test_has_surrogates_is_the_pattern_scan(value: str) -> None:
+    from pydantic_ai_compaction.runtime.encoding import clean_text, has_surrogates
+
+    scanned = encoding._SURROGATE.search(value) is not None  # pyright: ignore[reportPrivateUsage]
+    assert has_surrogates(value) is scanned
+    assert clean_text(value) == encoding._SURROGATE.sub('\ufffd', value)  # pyright: ignore[reportPrivateUsage]
