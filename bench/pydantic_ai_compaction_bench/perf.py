@@ -455,12 +455,15 @@ async def compaction_paths(repeat: int = 5) -> list[tuple[str, float, float]]:
     return rows
 
 
-def instant_reply(messages: list[ModelMessage], info: Any) -> ModelResponse:
+async def instant_reply(messages: list[ModelMessage], info: Any) -> ModelResponse:
     """An instant model: a short summary for a compactor call, `done` for the agent.
 
     The reply reports its usage, as a provider's does. Without it, `FunctionModel` estimates the usage
     itself by splitting every text of the request into words, client-side work no provider model does,
     which on a 1M-token request costs more than the whole compaction and would be charged to the hook.
+    It is a coroutine, as a provider client's request is: `FunctionModel` runs a plain function in a worker
+    thread, and the two thread switches per call (a few milliseconds each on a loaded machine, paid once by
+    the anchor and once by every path) would be timed as hook time.
     """
     from pydantic_ai.messages import TextPart
 
@@ -471,12 +474,13 @@ def instant_reply(messages: list[ModelMessage], info: Any) -> ModelResponse:
     )
 
 
-async def model_calling(repeat: int = 5) -> list[tuple[str, float, float]]:
+async def model_calling(repeat: int = 9) -> list[tuple[str, float, float]]:
     """Hook time of each model-calling compaction inside a real `agent.run` (instant model) on the 1M history.
 
     The capability's `before_model_request` is timed where the agent calls it (the compactor's model call,
     its transcript and the request preparation included); the anchor is harness `SummarizingCompaction`
-    timed the same way in the same process.
+    timed the same way in the same process. Medians of *repeat* rounds: on a shared machine one hook's time
+    varies by more than the gaps between paths, and nine rounds cost a few seconds.
     """
     from pydantic_ai import Agent
     from pydantic_ai.models.function import FunctionModel

@@ -29,8 +29,19 @@ from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatem
 
 def clip(text: str, limit: int) -> str:
     """*text* on one line, cut to *limit* characters with an ellipsis."""
+    if limit > 0 and len(text) > _CLIP_READ * limit:
+        # A long text (a file a tool call writes, a pasted log) is cut from its start alone: the one-line
+        # form of a start is the start of the one-line form, so once it is longer than *limit* the rest
+        # cannot change the clipped line.
+        start = ' '.join(text[: _CLIP_READ * limit].split())
+        if len(start) > limit:
+            return start[: limit - 1] + '…'
     flat = ' '.join(text.split())
     return flat if len(flat) <= limit else flat[: max(limit - 1, 0)] + '…'
+
+
+_CLIP_READ = 4
+"""`clip` first reads this many times its limit (whitespace runs may shrink it), only then the whole text."""
 
 
 def user_text(part: UserPromptPart) -> str:
@@ -58,34 +69,37 @@ def return_text(part: ToolReturnPart) -> str:
 
 def describe(view: ConversationView, exchange: Exchange, *, limit: int = 100) -> str:
     """One line saying what an exchange holds, for the fork's exchange list."""
-    if exchange.kind == 'restatement':
+    kind = exchange.kind
+    if kind == 'restatement':
         return 'restated instructions'
     # The exchange's parts read in place (no fragment messages built), in one pass: the fork lists every
     # exchange of the history.
-    parts_of: list[tuple[bool, Sequence[ModelRequestPart | ModelResponsePart]]] = []
-    for index, selected in exchange.refs:
-        message = view.messages[index]
-        parts = message.parts if selected is None else [message.parts[p] for p in selected]
-        parts_of.append((isinstance(message, ModelRequest), parts))
-    if exchange.kind == 'boundary':
-        summaries = [
-            part.content or '(opaque provider compaction)'
-            for _, parts in parts_of
-            for part in parts
-            if isinstance(part, CompactionPart)
-        ]
+    messages = view.messages
+    if kind == 'boundary':
+        summaries: list[str] = []
+        for index, selected in exchange.refs:
+            parts = messages[index].parts
+            for part in parts if selected is None else [parts[p] for p in selected]:
+                if isinstance(part, CompactionPart):
+                    summaries.append(part.content or '(opaque provider compaction)')
         return 'earlier compaction: ' + clip(' '.join(summaries), limit)
     calls: list[ToolCallPart] = []
     sizes: dict[str, int] = {}
     prompts: list[str] = []
     texts: list[str] = []
-    for request, parts in parts_of:
-        if request:
+    pinned = False
+    for index, selected in exchange.refs:
+        message = messages[index]
+        parts: Sequence[ModelRequestPart | ModelResponsePart] = (
+            message.parts if selected is None else [message.parts[p] for p in selected]
+        )
+        if isinstance(message, ModelRequest):
             for part in parts:
                 if isinstance(part, ToolReturnPart):
                     sizes[part.tool_call_id] = len(return_text(part))
                 elif isinstance(part, UserPromptPart):
                     prompts.append(user_text(part))
+                    pinned = pinned or is_pinned(part)
         else:
             for part in parts:
                 if isinstance(part, ToolCallPart):
@@ -98,8 +112,7 @@ def describe(view: ConversationView, exchange: Exchange, *, limit: int = 100) ->
             for call in calls
         )
         return clip(rendered, limit)
-    if exchange.kind in ('opening', 'turn') and prompts:
-        pinned = any(is_pinned(part) for _, parts in parts_of for part in parts)
+    if kind in ('opening', 'turn') and prompts:
         return ('pinned: ' if pinned else 'user: ') + clip(' '.join(prompts), limit)
     return 'assistant: ' + clip(' '.join(texts), limit)
 
@@ -108,12 +121,12 @@ def listing(view: ConversationView, exchanges: Iterable[Exchange] | None = None)
     """Every exchange id with its kind, size, flags and a one-line description."""
     lines: list[str] = []
     for exchange in exchanges if exchanges is not None else view.exchanges:
-        flags = [exchange.kind, f'~{exchange.tokens:,} tokens']
+        flags = f'{exchange.kind}, ~{exchange.tokens:,} tokens'
         if exchange.protected:
-            flags.append(f'protected: {exchange.protected}')
+            flags += f', protected: {exchange.protected}'
         if exchange.unfinished:
-            flags.append('in progress')
-        lines.append(f'{exchange.id} [{", ".join(flags)}] {describe(view, exchange)}')
+            flags += ', in progress'
+        lines.append(f'{exchange.id} [{flags}] {describe(view, exchange)}')
     return '\n'.join(lines)
 
 

@@ -1,0 +1,103 @@
+"""`to_json` writes the standard library's text whichever path encodes a value."""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+from datetime import datetime
+from typing import Any
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from pydantic_ai_compaction.runtime import encoding
+from pydantic_ai_compaction.runtime.encoding import to_json
+
+EXAMPLES = int(os.environ.get('PAC_EXAMPLES', '60'))
+
+
+def standard_library_json(value: Any) -> str:
+    """The fresh computation: `to_json` as the standard library alone writes it."""
+    try:
+        text = json.dumps(
+            encoding._plain(value),  # pyright: ignore[reportPrivateUsage]
+            sort_keys=True,
+            separators=(',', ':'),
+            ensure_ascii=False,
+            allow_nan=False,
+            default=encoding._other,  # pyright: ignore[reportPrivateUsage]
+        )
+    except RecursionError:
+        text = '"<a value nested too deeply to encode>"'
+    return encoding._SURROGATE.sub(lambda match: f'\\u{ord(match.group()):04x}', text)  # pyright: ignore[reportPrivateUsage]
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+
+
+class Name(str):
+    pass
+
+
+text = st.one_of(
+    st.text(),
+    st.text(st.characters(min_codepoint=0, max_codepoint=0x7F)),
+    st.sampled_from(['\ud800', 'a\udfffb', '\x00\x1f\x7f"\\/', '\u2028\u2029', 'é€𝄞']),
+)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(),
+    text,
+    st.builds(datetime.fromtimestamp, st.integers(min_value=0, max_value=2**31)),
+    st.binary(max_size=8),
+)
+values = st.recursive(
+    scalars,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.lists(children, max_size=4).map(tuple),
+        st.dictionaries(text, children, max_size=4),
+        st.dictionaries(st.one_of(text, st.integers(), st.booleans(), st.none()), children, max_size=3),
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(values)
+@example({'index': 3})
+@example({'b': [1, True, None, 2**64 - 1, -(2**63)], 'a': {'é': 'x', 'z': '', 'A': 'y'}})
+@example({'big': 2**64, 'small': -(2**63) - 1})
+@example({'path': 'a\udc80b'})
+@example({'f': 1e-05, 'g': [0.1, 1e16]})
+@example({'level': Level.LOW, Name('k'): Name('v')})
+@example({1: 'one', 'x': (1, 2)})
+@example([[[[[]]]]])
+def test_to_json_is_the_standard_library_text(value: Any) -> None:
+    assert to_json(value) == standard_library_json(value)
+
+
+def test_to_json_of_a_value_nested_past_either_encoder() -> None:
+    deep: Any = []
+    for _ in range(100_000):
+        deep = [deep]
+    assert to_json(deep) == '"<a value nested too deeply to encode>"'
+    assert to_json([[[]]] * 3) == '[[[]],[[]],[[]]]'
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.lists(st.one_of(text, st.characters(min_codepoint=0xD700, max_codepoint=0xE000)), max_size=6).map(''.join))
+@example('a' * 1000 + '–' + '\udfff')
+@example('\ud83d\ude00')
+@example('–' * 10)
+def test_has_surrogates_is_the_pattern_scan(value: str) -> None:
+    from pydantic_ai_compaction.runtime.encoding import clean_text, has_surrogates
+
+    scanned = encoding._SURROGATE.search(value) is not None  # pyright: ignore[reportPrivateUsage]
+    assert has_surrogates(value) is scanned
+    assert clean_text(value) == encoding._SURROGATE.sub('\ufffd', value)  # pyright: ignore[reportPrivateUsage]
