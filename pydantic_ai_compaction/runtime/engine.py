@@ -25,6 +25,8 @@ from pydantic_ai_compaction.runtime.validate import (
     decide,
     droppable_tokens,
     forced_exchanges,
+    view_records,
+    view_tokens,
 )
 
 DEFAULT_MIN_SAVING = 0.10
@@ -63,23 +65,23 @@ async def run_compaction(
             boundaries); `None` carries none.
     """
     view = segment(messages, protect, prompt=ctx.run.prompt)
-    forced = forced_exchanges(view.exchanges)
+    forced = forced_exchanges(view)
     if len(forced) == len(view.exchanges):
         return Skipped('nothing to drop')
     # When protected content alone (a long opening prompt, pins, the exchange in progress) is over the
     # trigger, every step would otherwise call the compactor to free a sliver. What the last compaction
     # kept by falling back (not by anyone's choice) will be kept again by the next fallback, so only what
     # arrived since counts then; what a valid proposal kept may well go next time, so it counts.
-    records = view.records()
+    records = view_records(view)
     last = records[-1] if records else None
     weighed = set(last.get('kept') or ()) if last is not None and last.get('fallback_reason') else set[str]()
     forced_ids = {exchange.id for exchange in forced}
     kept_before = sum(view.by_id[i].tokens for i in weighed if i in view.by_id and i not in forced_ids)
-    new_tokens = droppable_tokens(view.exchanges) - kept_before
-    if new_tokens < min_saving * view.tokens:
+    new_tokens = droppable_tokens(view) - kept_before
+    if new_tokens < min_saving * view_tokens(view):
         return Skipped(
             'below minimum saving',
-            f'only {new_tokens:,} of {view.tokens:,} estimated tokens are new and can be dropped '
+            f'only {new_tokens:,} of {view_tokens(view):,} estimated tokens are new and can be dropped '
             f'(minimum {min_saving:.0%})',
         )
     proposal, left_out, error = await _propose(strategy, view, ctx, protect)

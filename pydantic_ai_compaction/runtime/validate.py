@@ -7,10 +7,12 @@ history to send or why the history stays as it is. `validate` and `fallback_layo
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+import weakref
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from itertools import compress, count, repeat
+from itertools import compress, count
+from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelResponse
 
@@ -46,7 +48,7 @@ def validate(
             accepted.add(exchange_id)
 
     superseded = _superseded(view, proposal.supersedes)
-    keep = accepted | {e.id for e in forced_exchanges(view.exchanges) if e.id not in superseded}
+    keep = accepted | {e.id for e in forced_exchanges(view) if e.id not in superseded}
     if (
         proposal.summary is None
         and not proposal.restate
@@ -71,36 +73,99 @@ def validate(
 
 def keep_forced(view: ConversationView) -> set[str]:
     """Ids the validator keeps whatever a proposal says."""
-    return {exchange.id for exchange in forced_exchanges(view.exchanges)}
+    return {exchange.id for exchange in forced_exchanges(view)}
 
 
-_ID = operator.attrgetter('id')
-_PROTECTED = operator.attrgetter('protected')
-_UNFINISHED = operator.attrgetter('unfinished')
-_KIND = operator.attrgetter('kind')
+class _Facts:
+    """What the validator and the strategies read from every exchange of one view, read once per view.
 
-
-def forced_exchanges(exchanges: Sequence[Exchange]) -> list[Exchange]:
-    """The exchanges whose `forced` holds, in order.
-
-    Read in C over the whole history (a compaction of 50k messages reads 25k exchanges, of which a handful are
-    forced): `Exchange.forced` is `protected is not None or unfinished`.
+    A compaction of 50k messages has 25k exchanges, read by the engine, the validator and the strategy; each
+    reading is a pass in Python (a comprehension: faster than `attrgetter` maps on these objects), so each is
+    made once and shared.
     """
-    flags = map(operator.or_, map(operator.is_not, map(_PROTECTED, exchanges), repeat(None)), map(_UNFINISHED, exchanges))
-    return list(compress(exchanges, flags))
+
+    __slots__ = ('_boundaries', '_forced', '_ids', '_records', '_tokens', 'view')
+
+    def __init__(self, view: ConversationView) -> None:
+        self.view = weakref.ref(view)
+        self._forced: tuple[Exchange, ...] | None = None
+        self._ids: tuple[str, ...] | None = None
+        self._boundaries: tuple[Exchange, ...] | None = None
+        self._tokens: int | None = None
+        self._records: tuple[dict[str, Any], ...] | None = None
+
+    def tokens(self, exchanges: tuple[Exchange, ...]) -> int:
+        if self._tokens is None:
+            self._tokens = sum([e.tokens for e in exchanges])
+        return self._tokens
+
+    def records(self, view: ConversationView) -> tuple[dict[str, Any], ...]:
+        if self._records is None:
+            self._records = tuple(view.records())
+        return self._records
+
+    def forced(self, exchanges: tuple[Exchange, ...]) -> tuple[Exchange, ...]:
+        if self._forced is None:
+            self._forced = tuple([e for e in exchanges if e.protected is not None or e.unfinished])
+        return self._forced
+
+    def ids(self, exchanges: tuple[Exchange, ...]) -> tuple[str, ...]:
+        if self._ids is None:
+            self._ids = tuple([e.id for e in exchanges])
+        return self._ids
+
+    def boundaries(self, exchanges: tuple[Exchange, ...]) -> tuple[Exchange, ...]:
+        if self._boundaries is None:
+            self._boundaries = tuple([e for e in exchanges if e.kind == 'boundary'])
+        return self._boundaries
 
 
-def droppable_tokens(exchanges: Sequence[Exchange]) -> int:
+_LAST: list[_Facts] = []
+"""The facts of the view read last (one compaction reads one view many times; a weak reference to it)."""
+
+
+def _facts(view: ConversationView) -> _Facts:
+    last = _LAST[0] if _LAST else None
+    if last is not None and last.view() is view:
+        return last
+    facts = _Facts(view)
+    _LAST[:] = [facts]
+    return facts
+
+
+def forced_exchanges(view: ConversationView) -> tuple[Exchange, ...]:
+    """The exchanges of *view* whose `forced` holds, in order (read once per view)."""
+    return _facts(view).forced(view.exchanges)
+
+
+def exchange_ids(view: ConversationView) -> tuple[str, ...]:
+    """`view.ids`, read once per view."""
+    return _facts(view).ids(view.exchanges)
+
+
+def boundary_exchanges(view: ConversationView) -> tuple[Exchange, ...]:
+    """The exchanges of *view* of kind `boundary`, in order (read once per view)."""
+    return _facts(view).boundaries(view.exchanges)
+
+
+def view_tokens(view: ConversationView) -> int:
+    """`view.tokens`, read once per view."""
+    return _facts(view).tokens(view.exchanges)
+
+
+def view_records(view: ConversationView) -> list[dict[str, Any]]:
+    """`view.records()`, read once per view (a new list of the same dicts: read them, do not change them)."""
+    return list(_facts(view).records(view))
+
+
+def droppable_tokens(view: ConversationView) -> int:
     """Estimated tokens of the exchanges that are not forced (`sum(e.tokens for e in exchanges if not e.forced)`)."""
-    return sum(map(_TOKENS, exchanges)) - sum(map(_TOKENS, forced_exchanges(exchanges)))
-
-
-_TOKENS = operator.attrgetter('tokens')
+    return view_tokens(view) - sum([exchange.tokens for exchange in forced_exchanges(view)])
 
 
 def _split(view: ConversationView, keep: set[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The ids in *keep* and those not in it, each in the history's order."""
-    ids = tuple(map(_ID, view.exchanges))
+    ids = exchange_ids(view)
     kept = list(map(keep.__contains__, ids))
     return tuple(compress(ids, kept)), tuple(compress(ids, map(operator.not_, kept)))
 
@@ -153,7 +218,7 @@ def _superseded(view: ConversationView, strategy: str | None) -> set[str]:
     if strategy is None:
         return set()
     out: set[str] = set()
-    for exchange in compress(view.exchanges, map(operator.eq, map(_KIND, view.exchanges), repeat('boundary'))):
+    for exchange in boundary_exchanges(view):
         if exchange.unfinished:
             continue
         parts = [part for message in view.messages_of(exchange) for part in message.parts]
@@ -181,10 +246,13 @@ def settle(view: ConversationView, keep: set[str], *, restate: bool = False) -> 
     """
     keep = set(keep)
     exchanges = view.exchanges
-    positions = dict(zip(map(_ID, exchanges), count()))
+    ids = exchange_ids(view)
+    # Unfinished exchanges are forced: the first one is found among the few of those.
+    first = next((exchange for exchange in forced_exchanges(view) if exchange.unfinished), None)
+    unfinished = ids.index(first.id) if first is not None else len(exchanges)
     for _ in range(2 * len(exchanges) + 1):
-        kept = sorted(positions[exchange_id] for exchange_id in keep if exchange_id in positions)
-        position = _response_after_response(view, kept, restate)
+        kept = list(compress(count(), map(keep.__contains__, ids)))
+        position = _response_after_response(view, kept, unfinished, restate)
         if position is None:
             return keep
         at = bisect_left(kept, position)
@@ -208,15 +276,15 @@ def _roles(view: ConversationView, exchange: Exchange) -> tuple[bool, bool]:
     return isinstance(first, ModelResponse), isinstance(last, ModelResponse) and not is_compaction_response(last)
 
 
-def _response_after_response(view: ConversationView, kept: list[int], restate: bool) -> int | None:
+def _response_after_response(view: ConversationView, kept: list[int], unfinished: int, restate: bool) -> int | None:
     """Position of the first kept exchange that would follow a response directly, as `apply_layout` lays it out.
 
     *kept* are the kept exchanges' positions, ascending: only they are read (a compaction of 25k exchanges that
-    keeps a few reads a few), with the boundary's place found from the last dropped position.
+    keeps a few reads a few), with the boundary's place found from the last dropped position. *unfinished* is the
+    first unfinished exchange's position (the number of exchanges when there is none).
     """
     exchanges = view.exchanges
     total = len(exchanges)
-    unfinished = next(compress(count(), map(_UNFINISHED, exchanges)), total)
     last_dropped = total - 1
     for position in reversed(kept):  # the kept positions at the very end are skipped to the last dropped one
         if position != last_dropped:

@@ -57,7 +57,7 @@ from pydantic_ai_compaction.runtime.segment import (
     settled_prefix,
 )
 from pydantic_ai_compaction.runtime.transcript import clip, return_text, user_text
-from pydantic_ai_compaction.runtime.validate import droppable_tokens, forced_exchanges
+from pydantic_ai_compaction.runtime.validate import boundary_exchanges, droppable_tokens, forced_exchanges
 
 CheckpointFn = Callable[[RunContext[Any], ConversationView], str]
 """Renders the checkpoint from the run (typed state in `ctx.deps`) and the history."""
@@ -150,8 +150,10 @@ class _Read:
     """Every entry seen by then, per section."""
     added: dict[str, tuple[str, ...]]
     """The new entries, per section (facts in `found`)."""
-    found: tuple[tuple[str, int], ...]
-    """The new facts and where each one's fact starts."""
+    found: tuple[str, ...]
+    """The new facts."""
+    found_at: tuple[int, ...]
+    """Where each one's fact starts in it."""
     labels: dict[str, dict[str, int]]
     """The new entries (facts before they are compared with the agent's words) counted per label, per section."""
 
@@ -367,9 +369,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     def _carried(self, view: ConversationView) -> _Carried:
         """What the earlier checkpoints hold: their entries, folded counts and digests, and their size."""
         carried = _Carried()
-        for exchange in view.exchanges:
-            if exchange.kind != 'boundary':
-                continue
+        for exchange in boundary_exchanges(view):
             parts = [part for message in view.messages_of(exchange) for part in message.parts]
             records = [(part, record) for part in parts if (record := our_record(part)) is not None]
             mine = [(part, record) for part, record in records if self._wrote(record)]
@@ -390,7 +390,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
 
     def _dropped_tokens(self, view: ConversationView) -> int:
         """Estimated tokens of the exchanges a reset drops (everything the runtime does not keep)."""
-        return droppable_tokens(view.exchanges)
+        return droppable_tokens(view)
 
     def replaced_tokens(self, view: ConversationView) -> int:
         """Estimated tokens a rewrite stands in for: everything not forced, and our earlier checkpoints."""
@@ -419,19 +419,20 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 held = {name: set(lines) for name, lines in read.held.items()}
                 added = {name: list(lines) for name, lines in read.added.items()}
                 labels = {name: Counter(counts) for name, counts in read.labels.items()}
-                found = list(read.found)
+                found, found_at = list(read.found), list(read.found_at)
                 start = len(read.exchanges)
                 break
         else:
             held = {name: set(lines) for name, lines in carried.sections.items()}
             added = {name: list[str]() for name in SECTIONS}
             labels = {name: Counter[str]() for name in SECTIONS}
-            found: list[tuple[str, int]] = []
+            found: list[str] = []
+            found_at: list[int] = []
         entries_of = self._exchange_entries
         settled = settled_prefix(exchanges)
         for position in range(start, len(exchanges)):
             if position == settled and settled > start:
-                self._remember(carried, exchanges[:settled], held, added, found, labels)
+                self._remember(carried, exchanges[:settled], held, added, (found, found_at), labels)
             exchange = exchanges[position]
             if _no_entries(exchange):
                 continue
@@ -442,7 +443,8 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 seen.add(line)
                 labels[name][label] += 1
                 if name == 'found':
-                    found.append((line, at))
+                    found.append(line)
+                    found_at.append(at)
                 else:
                     added[name].append(line)
         said = held['conversation']
@@ -452,9 +454,13 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             if text not in held['instructions'] and f'user: {text}' not in said
         ]
         labels['instructions'] = label_counts(added['instructions'])
-        stated = self._stated(view, carried, added) if any(at for _, at in found) else set[str]()
+        stated = self._stated(view, carried, added) if any(found_at) else set[str]()
         # Keys only when there is something to compare them with: a fact may be a whole long result line.
-        added['found'] = [line for line, at in found if not (stated and at and _fact_key(line[at:]) in stated)]
+        added['found'] = (
+            [line for line, at in zip(found, found_at, strict=True) if not (at and _fact_key(line[at:]) in stated)]
+            if stated
+            else found
+        )
         if len(added['found']) != len(found):
             labels['found'] = label_counts(added['found'])
         return added, labels
@@ -465,7 +471,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         exchanges: Sequence[Exchange],
         held: dict[str, set[str]],
         added: dict[str, list[str]],
-        found: list[tuple[str, int]],
+        found: tuple[list[str], list[int]],
         labels: dict[str, Counter[str]],
     ) -> None:
         """Keep what reading *exchanges* after *carried* gave, for a longer history starting with them."""
@@ -474,7 +480,8 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             exchanges=tuple(exchanges),
             held={name: frozenset(lines) for name, lines in held.items()},
             added={name: tuple(lines) for name, lines in added.items()},
-            found=tuple(found),
+            found=tuple(found[0]),
+            found_at=tuple(found[1]),
             labels={name: dict(counts) for name, counts in labels.items()},
         )
         self._read[:] = [read, *self._read][:_READ_KEPT]
@@ -487,7 +494,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 stated.update(_said_lines(line[5:]))
         for text in (*carried.sections['instructions'], *added['instructions']):
             stated.update(_said_lines(text))
-        for exchange in forced_exchanges(view.exchanges):
+        for exchange in forced_exchanges(view):
             if exchange.kind in ('opening', 'boundary', 'restatement'):
                 continue
             for message in view.messages_of(exchange):
