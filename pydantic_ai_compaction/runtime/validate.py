@@ -182,12 +182,17 @@ def fallback_layout(
     # Seed 004: the last four exchanges, besides everything protected and the exchange in progress,
     # which "stays regardless" and so does not count among the four.
     forced = keep_forced(view)
+    droppable = len(view.exchanges) - len(forced)
+    # Counted as the slice `droppable[len(droppable) - fallback_keep_last:]` always counted them: with fewer
+    # droppable exchanges than `fallback_keep_last` (but more than half as many) its negative start keeps only
+    # the last `fallback_keep_last - droppable`. Kept as it was: changing it changes which fallbacks drop anything.
+    count = fallback_keep_last if fallback_keep_last <= droppable else min(droppable, fallback_keep_last - droppable)
     tail: set[str] = set()
-    for exchange in reversed(view.exchanges) if fallback_keep_last > 0 else ():
-        if len(tail) == fallback_keep_last:
-            break
+    for exchange in reversed(view.exchanges) if fallback_keep_last > 0 and count > 0 else ():
         if exchange.id not in forced:
             tail.add(exchange.id)
+            if len(tail) == count:
+                break
     keep = settle(view, tail | forced, restate=bool(restate))
     ordered, dropped = _split(view, keep)
     dropped_exchanges = [view.by_id[exchange_id] for exchange_id in dropped]
