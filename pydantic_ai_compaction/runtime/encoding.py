@@ -95,9 +95,7 @@ def to_json(value: Any) -> str:
     can walk becomes a fixed JSON string saying so (lossy, never an error).
     """
     try:
-        text = json.dumps(
-            _plain(value), sort_keys=True, separators=(',', ':'), ensure_ascii=False, allow_nan=False, default=_other
-        )
+        text = _ENCODER.encode(_plain(value))
     except RecursionError:
         text = '"<a value nested too deeply to encode>"'
     return _SURROGATE.sub(lambda match: f'\\u{ord(match.group()):04x}', text)
@@ -137,6 +135,11 @@ def _other(value: Any) -> Any:
     if isinstance(value, bytes | bytearray):
         return base64.b64encode(bytes(value)).decode()
     return str(value)
+
+
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(',', ':'), ensure_ascii=False, allow_nan=False, default=_other)
+"""What `json.dumps` builds from these arguments at each call (a compaction of 50k messages writes 25k calls'
+arguments): made once. Encoding keeps no state between calls."""
 
 
 def _plain(value: Any) -> Any:

@@ -51,6 +51,7 @@ from pydantic_ai_compaction.runtime.instructions import (
 from pydantic_ai_compaction.runtime.memo import IdentityMemo
 from pydantic_ai_compaction.runtime.segment import (
     ConversationView,
+    fragment,
     is_restatement,
     our_record,
     same_prefix,
@@ -522,7 +523,10 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         cached = self._entries.get(parts)
         if cached is not None:
             return cached
-        messages = view.messages_of(exchange)
+        # `view.messages_of`, without a call per whole message (most refs are whole messages).
+        messages = [
+            history[index] if chosen is None else fragment(history, (index, chosen)) for index, chosen in exchange.refs
+        ]
         sections: dict[str, list[tuple[str, int]]] = {name: [] for name in SECTIONS}
         if exchange.kind == 'tools':
             self._tool_entries(messages, sections, self.extract or self._default_extract)
