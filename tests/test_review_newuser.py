@@ -93,7 +93,7 @@ def test_reset_max_chars_bounds_checkpoints_for_every_accepted_value() -> None:
 
 
 def test_reset_after_a_rewrite_appends_again() -> None:
-    events = _resets(1_200, logs=6)
+    events = _resets(1_200, logs=8)
     rewrites = [index for index, event in enumerate(events) if event.record and event.record.extra.get('rewrote')]
     assert rewrites, 'expected at least one rewrite at this max_chars'
     first = rewrites[0]
@@ -103,13 +103,20 @@ def test_reset_after_a_rewrite_appends_again() -> None:
     assert _checkpoints(after)[: len(_checkpoints(events[first]))] == _checkpoints(events[first])
 
 
+def _facts(checkpoint: str) -> str:
+    """The checkpoint from its tool calls on: the facts found in results, under their calls or under "Found"."""
+    starts = [at for title in ('\nRead', '\nFound', '\nChanged') if (at := checkpoint.find(title)) != -1]
+    return checkpoint[min(starts) :] if starts else ''
+
+
 def test_reset_notes_equal_to_the_fact_are_not_restated() -> None:
     """The case that works: a note that is exactly the fact line is not restated under "Found"."""
     events = _resets(16_000, logs=12, trigger=7_000, note='')
     latest = _checkpoints(events[-1])[-1]
     noted = [index for index in range(12) if f'you: {_incident(index)}' in latest]
     assert noted
-    found = latest.split('Found (facts in those results):')[-1] if 'Found (' in latest else ''
+    found = _facts(latest)
+    assert 'Read' in found  # the facts of the dropped calls are there to compare with
     assert not [index for index in noted if _incident(index) in found]
 
 
@@ -125,8 +132,8 @@ def test_reset_labelled_notes_are_not_restated() -> None:
     latest = _checkpoints(events[-1])[-1]
     noted = [index for index in range(12) if f'you: Noted: {_incident(index)}' in latest]
     assert noted
-    assert 'Found (' in latest
-    found = latest.split('Found (facts in those results):')[-1]
+    found = _facts(latest)
+    assert found
     assert [index for index in noted if _incident(index) in found] == []
 
 
@@ -149,9 +156,9 @@ def test_reset_modest_max_chars_keeps_the_newest_fact() -> None:
 
 def test_reset_rewrites_only_when_appending_would_pass_max_chars() -> None:
     # The model answers the same at every step, so both runs see the same histories up to the first rewrite.
-    bounded = _resets(3_000, logs=10)
+    bounded = _resets(2_000, logs=10)
     unbounded = _resets(16_000, logs=10)
     first = next(index for index, event in enumerate(bounded) if event.record and event.record.extra.get('rewrote'))
     assert _checkpoints(bounded[first - 1]) == _checkpoints(unbounded[first - 1])
     appended_total = sum(map(len, _checkpoints(unbounded[first])))
-    assert appended_total > 3_000, f'rewrote at reset {first + 1} where appending gives {appended_total} chars'
+    assert appended_total > 2_000, f'rewrote at reset {first + 1} where appending gives {appended_total} chars'

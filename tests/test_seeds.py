@@ -697,7 +697,8 @@ def test_reset_takes_a_task_specific_extractor() -> None:
 
     agent.run_sync('Audit.')
     checkpoint = '\n'.join(p.content or '' for m in seen[-1] for p in m.parts if isinstance(p, CompactionPart))
-    assert 'read_log({"index":1}): owner of log 1: person1' in checkpoint
+    # Listed under the call it was found in.
+    assert re.search(r'- read_log\(\{"index":1\}\) → success, [\d,]+ chars\n  - owner of log 1: person1\n', checkpoint)
     assert 'INCIDENT inc-1' not in checkpoint  # only what the extractor returned
 
 

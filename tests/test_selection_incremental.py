@@ -3,10 +3,12 @@ exactly what a selection computed from scratch sends."""
 
 from __future__ import annotations
 
+import copy
 import importlib
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -33,7 +35,7 @@ from pydantic_ai.usage import RunUsage
 from pydantic_ai_compaction import BoundedSelection
 from pydantic_ai_compaction.processors.views.selection import current_request_text, project, select
 from pydantic_ai_compaction.runtime.project import project_request
-from pydantic_ai_compaction.runtime.segment import segment_fresh
+from pydantic_ai_compaction.runtime.segment import segment, segment_fresh
 from pydantic_ai_compaction.runtime.shape import ShapeCheck, shape_problems
 
 from .reliability import histories
@@ -98,6 +100,46 @@ def test_a_replaced_or_edited_history_selects_as_if_fresh(
         assert selection.selection(edited, prompt=prompt) == fresh(edited, selection, prompt)
         assert selection.selection(history[:middle], prompt=prompt) == fresh(history[:middle], selection, prompt)
     assert selection.selection(history, prompt=prompt) == fresh(history, selection, prompt)
+
+
+@EXAMPLES
+@given(histories(), st.data(), SETTINGS)
+def test_messages_copied_or_swapped_select_as_if_fresh(
+    history: list[ModelMessage], data: st.DataObject, setting: tuple[int, int, float, str | None]
+) -> None:
+    budget, retrieve, share, prompt = setting
+    selection = capability(budget, retrieve, share)
+    grown(selection, history, prompt)
+    # The same opening object with every later message an equal copy (a history loaded again): the same messages.
+    copied = [history[0], *copy.deepcopy(history[1:])]
+    assert selection.selection(copied, prompt=prompt) == fresh(copied, selection, prompt)
+    if len(history) > 1:
+        # One message swapped for a copy with other parts (`dataclasses.replace`), then the history grown on.
+        position = data.draw(st.integers(1, len(history) - 1))
+        swapped = list(copied)
+        swapped[position] = _edited(copied[position])
+        assert selection.selection(swapped, prompt=prompt) == fresh(swapped, selection, prompt)
+        longer = [*swapped, *copy.deepcopy(history[1:])]
+        grown(selection, longer, prompt)
+
+
+@EXAMPLES
+@given(histories(), histories(), st.integers(0, 30), st.sampled_from([None, 'continue']))
+def test_the_reused_prefix_found_from_the_end_is_the_one_compared_position_by_position(
+    history: list[ModelMessage], other: list[ModelMessage], keep: int, prompt: str | None
+) -> None:
+    reused = selection_module._reused  # pyright: ignore[reportPrivateUsage]
+    by_identity = selection_module._reused_by_identity  # pyright: ignore[reportPrivateUsage]
+    keep = min(keep, len(history) - 1)
+    replaced = [*history[: max(keep, 1)], *other[1:]]
+    views = [segment(history[:end], prompt=prompt) for end in range(1, len(history) + 1)]
+    views += [segment(replaced, prompt=prompt), segment(history, prompt=prompt)]
+    for before, after in pairwise(views):
+        assert reused(before, after) == by_identity(before.exchanges, after.exchanges)
+    # A view copied with other exchanges carries a note that no longer applies: compared position by position.
+    last = views[-1]
+    narrowed = replace(last, exchanges=tuple(replace(e, tokens=e.tokens + 1) for e in last.exchanges))
+    assert reused(last, narrowed) == 0
 
 
 def _edited(message: ModelMessage) -> ModelMessage:
@@ -242,7 +284,7 @@ async def test_each_run_gets_its_own_memory() -> None:
     assert first is not second and first == selection
     history = tool_loop(12)
     first.selection(history)
-    assert first._run.exchanges and not second._run.exchanges  # pyright: ignore[reportPrivateUsage]
+    assert first._run.view is not None and second._run.view is None  # pyright: ignore[reportPrivateUsage]
 
 
 def test_a_new_request_with_the_same_candidates_is_chosen_for_again() -> None:
@@ -294,4 +336,4 @@ async def test_a_curated_selection_run_has_its_own_fallback_memory() -> None:
     assert isinstance(run, CuratedSelection)
     assert run.fallback is not curated.fallback and run.fallback == curated.fallback
     run.fallback.selection(tool_loop(5))
-    assert run.fallback._run.exchanges and not curated.fallback._run.exchanges  # pyright: ignore[reportPrivateUsage]
+    assert run.fallback._run.view is not None and curated.fallback._run.view is None  # pyright: ignore[reportPrivateUsage]

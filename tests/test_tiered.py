@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -96,6 +97,44 @@ def test_the_projection_is_reused_between_compactions() -> None:
 def test_clearing_only_in_batches_that_save_enough() -> None:
     seen, _, _ = run(Tiered(context_window=WINDOW, summarize_at=1.0, clear_min_saving=0.9), steps=10)
     assert all(cleared_count(request) == 0 for request in seen)
+
+
+def rewritten_results(seen: list[list[ModelMessage]]) -> list[int]:
+    """Per request: tool results sent again verbatim after the first part that differs from the previous request.
+
+    A provider's prompt cache holds a request's longest prefix shared with an earlier one; everything after the
+    first changed part is written to the cache again, so a result counted here is paid for again in full.
+    """
+    counts: list[int] = []
+    for earlier, later in itertools.pairwise(seen):
+        before = [(type(p).__name__, str(getattr(p, 'content', p))) for m in earlier for p in m.parts]
+        after = [(type(p).__name__, str(getattr(p, 'content', p))) for m in later for p in m.parts]
+        first = next((i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a != b), len(before))
+        counts.append(
+            sum(1 for kind, text in after[first:] if kind == 'ToolReturnPart' and (kind, text) in before[first:])
+        )
+    return counts
+
+
+def test_clearing_does_not_rewrite_kept_results_at_every_request() -> None:
+    # Three logs of about 2,000 tokens are over the 5,000-token clearing threshold by themselves.
+    seen, _, _ = run(Tiered(context_window=WINDOW, summarize=False, clear_min_saving=0.05), steps=14, lines=160)
+    assert cleared_count(seen[-1]) >= 10
+    # Only the log of the request in progress stays verbatim, and no clearing sends a kept log again.
+    assert next(p for p in seen[-1][-1].parts if isinstance(p, ToolReturnPart)).content == log_text(13, 160)
+    assert sum(rewritten_results(seen)) == 0
+    # Keeping the three newest whatever their size clears again at every request, sending two logs again each time.
+    kept, _, _ = run(
+        Tiered(context_window=WINDOW, summarize=False, clear_min_saving=0.05, fit_kept_results=False),
+        steps=14,
+        lines=160,
+    )
+    assert rewritten_results(kept)[-8:] == [2] * 8
+
+
+def test_fit_kept_results_must_be_a_bool() -> None:
+    with pytest.raises(ValueError, match=r'ClearThenSummarize\.fit_kept_results must be True or False'):
+        Tiered(fit_kept_results=1)  # pyright: ignore[reportArgumentType]
 
 
 def test_summarizing_writes_then_updates_the_handoff_note() -> None:

@@ -229,3 +229,10 @@ async def main(progress: bool = False) -> list[dict[str, Any]]:
         print()
         every.extend(records)
     return every
+
+
+if __name__ == '__main__':
+    # The savings and cost section of `make bench` alone: `python -m pydantic_ai_compaction_bench.savings`.
+    import asyncio
+
+    asyncio.run(main())

@@ -201,6 +201,7 @@ def opencode(
         summarize_to=min(0.01, clear_at / 2),
         clear_min_saving=min(minimum / window, 1.0),
         keep_results=keep_results,
+        fit_kept_results=False,  # the published rule keeps them, whatever their size
     )
     return [
         KeepWithin(summary, recent_tokens=check_int('opencode', 'preserve_recent_tokens', recent, minimum=0)),
@@ -370,5 +371,6 @@ def claude_code(
         summarize_to=min(0.01, clear_at / 2),
         clear_min_saving=0.01,
         keep_results=keep_tool_uses,
+        fit_kept_results=False,  # the published rule keeps them, whatever their size
     )
     return [summary, clearing]

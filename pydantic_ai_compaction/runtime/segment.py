@@ -12,13 +12,15 @@ user prompt for the next.
 
 Segmentations are remembered by object identity, so each request costs about the new messages, and so
 are the token estimates of messages whose text must be converted to be measured (a message of plain
-strings is measured again: reading its lengths costs less than remembering them). A message is
-recognised by the message object and the part objects it holds, in order (a reassigned `parts` list
-or a part replaced in it is seen). What a part holds is not read
-again, so messages and parts must not be mutated in place once sent (`part.content = ...`):
-replace them (`dataclasses.replace`), as pydantic-ai asks of history processors. A part mutated in
-place keeps its old token estimate, and the exchanges before it their old ids and kinds, until the
-message or the part object is replaced.
+strings is measured again: reading its lengths costs less than remembering them). A history is
+recognised by its message objects, in order: a message swapped for another object (`dataclasses.replace`
+with new parts, say) is seen, and the history is segmented again from the start. What a message holds is
+not read again up to where the last exchange starts (the history's tail from there is always read again,
+which is where pydantic-ai adds parts to the current step's request), so sent messages and parts must not
+be changed in place (`message.parts = ...`, `message.parts[0] = ...`, `part.content = ...`): replace them
+(`dataclasses.replace`), as pydantic-ai asks of history processors. A message changed in place keeps its
+old exchanges and estimate until the message object is replaced. Token estimates are remembered per
+message object and its part objects, so a part replaced in a message is measured again.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from itertools import chain
+from itertools import repeat
 from typing import Any, cast
 
 from pydantic_ai.messages import (
@@ -175,6 +177,13 @@ class ConversationView:
     instructions: str | None = field(default=None, compare=False)
     """The instructions the next request is sent with (the newest non-empty set a request holds), carried like
     `text_chars` and read only where that is known."""
+
+    copies: tuple[tuple[Exchange, ...], tuple[int, ...]] | None = field(default=None, compare=False, repr=False)
+    """Segmentation's note for what is computed from views: its `exchanges` tuple and the positions in it of the
+    exchanges it marked on copies (the current turn, those in progress). Every other exchange is the object
+    segmentation remembers for the messages it covers, placed only after the same objects: two such views
+    holding the same object at a position hold the same objects (or these copies) before it. `None`, or a
+    tuple that is not `exchanges` (a view copied with other exchanges), when unknown."""
 
     @property
     def estimated_tokens(self) -> int:
@@ -327,21 +336,21 @@ _FROZEN = -1
 class _State:
     """A segmentation's reusable part: every exchange before the start of its last one (the cut).
 
-    Holds weak references to the messages before the cut, so it never keeps a history alive.
+    Kept in `_STATES` under a weak reference to the history's first message, and holds the other messages
+    before the cut strongly: comparing them with the next history is then one C-level identity pass (a weak
+    reference would cost a call per message, which made this check the largest cost of a request on a long
+    history). A remembered history lives at most as long as its first message, and only until newer
+    segmentations push it out (`_STATES_KEPT`); a history holding its first message again later is not kept.
     """
 
     cut: int
     """Messages before this index are reused."""
 
-    refs: tuple[weakref.ref[ModelMessage], ...]
-    """The messages before the cut, by identity."""
+    first: weakref.ref[ModelMessage]
+    """The history's first message (its key in `_STATES`, so never held strongly)."""
 
-    part_refs: tuple[weakref.ref[object], ...]
-    """Their parts, in order, by identity (weak: a part replaced in place or a reassigned `parts` list shows as a
-    dead or different reference, never as an `id()` reused by a new object)."""
-
-    part_counts: tuple[int, ...]
-    """How many parts each one had."""
+    messages: tuple[ModelMessage, ...]
+    """The messages after the first one and before the cut, by identity (held)."""
 
     prompt: object
     """The prompt the segmentation was made with (it decides which user parts are tool output)."""
@@ -384,23 +393,23 @@ class _State:
     """Whether the opening exchange lies before the cut."""
 
     def matches(self, history: tuple[ModelMessage, ...], prompt: object) -> bool:
-        """Whether *history* starts with the same messages (same objects holding the same parts) and prompt.
+        """Whether *history* starts with the same messages and was segmented with the same prompt.
 
-        One identity check per message and per part before the cut, all in C: what a part holds is not read
-        (parts are never mutated in place, see the module docstring).
+        One tuple comparison in C: a message that is the same object costs a pointer test, and one that is
+        not is compared field by field (`==`), so a message swapped for an equal copy is read as the same
+        message (its exchanges and estimates are the same) and any other swap is seen. What a message or a
+        part holds is not read: sent messages and parts are never changed in place (see the module
+        docstring); the messages from the cut on, where pydantic-ai adds parts to the request of the current
+        step, are always read again.
         """
-        if len(history) <= self.cut or not _same_prompt(self.prompt, prompt):
+        cut = self.cut
+        if len(history) <= cut or not _same_prompt(self.prompt, prompt) or self.first() is not history[0]:
             return False
-        head = history[: self.cut]
-        if not all(map(operator.is_, map(operator.call, self.refs), head)):
+        try:
+            return self.messages == history[1:cut]
+        except Exception:  # a content whose `==` refuses (an array): never reuse on a doubt
             return False
-        parts = list(map(_PARTS, head))
-        return tuple(map(len, parts)) == self.part_counts and all(
-            map(operator.is_, map(operator.call, self.part_refs), chain.from_iterable(parts))
-        )
 
-
-_PARTS = operator.attrgetter('parts')
 
 _STATES: IdentityMemo[list[_State]] = IdentityMemo()
 """Reusable segmentations by the identity of their history's first message (weak: dropped with it)."""
@@ -434,7 +443,11 @@ def _remember(history: tuple[ModelMessage, ...], state: _State) -> None:
         states = _STATES.put((history[0],), [])
     states[:] = [
         state,
-        *(kept for kept in states if kept.cut != state.cut or not all(map(operator.is_, kept.refs, state.refs))),
+        *(
+            kept
+            for kept in states
+            if kept.cut != state.cut or not all(map(operator.is_, kept.messages, state.messages))
+        ),
     ][:_STATES_KEPT]
 
 
@@ -539,6 +552,9 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         by_id = {}
     by_id.update({exchange.id: exchange for exchange in exchanges})
 
+    # The newest request with instructions, read once from the end for the view and for the state below.
+    earlier = state.instructions if state is not None else None
+    newest = _newest_request_with_instructions(history, start, len(history))
     new_state = state
     # The cut: where the last exchange starts, moved back past any exchange that shares its first message
     # (a request can hold the returns of one exchange and the next user turn), so the messages before the
@@ -548,11 +564,11 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
     while frozen_count > 0 and exchanges[frozen_count - 1].refs[-1][0] >= cut:
         frozen_count -= 1
         cut = starts[frozen_count]
-    if frozen_count > 0 and cut > start:
+    added = history[max(start, 1) : cut]
+    # A history holding its first message again would keep itself alive through its own memo entry.
+    if frozen_count > 0 and cut > start and not any(map(operator.is_, added, repeat(history[0]))):
         frozen = exchanges[:frozen_count]
         before = snapshots[cut - start]
-        new_refs = tuple(map(weakref.ref, history[start:cut]))
-        new_parts = list(map(_PARTS, history[start:cut]))
         frozen_by_id = dict(prior)
         frozen_by_id.update({exchange.id: exchange for exchange in frozen})
         frozen_turn = state.last_turn if state is not None else None
@@ -562,10 +578,8 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
                 break
         new_state = _State(
             cut=cut,
-            refs=(state.refs if state is not None else ()) + new_refs,
-            part_refs=(state.part_refs if state is not None else ())
-            + tuple(map(weakref.ref, chain.from_iterable(new_parts))),
-            part_counts=(state.part_counts if state is not None else ()) + tuple(map(len, new_parts)),
+            first=state.first if state is not None else weakref.ref(history[0]),
+            messages=(state.messages if state is not None else ()) + added,
             prompt=prompt,
             exchanges=(state.exchanges if state is not None else ()) + tuple(frozen),
             by_id=frozen_by_id,
@@ -579,7 +593,11 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
             ),
             counter=counters[frozen_count - 1],
             chars=_add_sizes(state.chars if state is not None else 0, sizes[: cut - start]),
-            instructions=_newest_instructions(history, start, cut, state.instructions if state is not None else None),
+            instructions=(
+                newest[1]
+                if newest is not None and newest[0] < cut
+                else _newest_instructions(history, start, cut if newest is not None else start, earlier)
+            ),
             top_number=max([state.top_number if state is not None else 0, *numbers[:frozen_count]]),
             last_turn=frozen_turn,
             response=before[0] is not None,
@@ -594,10 +612,19 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         state=new_state,
         tail_start=offset,
         chars=_add_sizes(state.chars if state is not None else 0, sizes),
-        instructions=_newest_instructions(
-            history, start, len(history), state.instructions if state is not None else None
-        ),
+        instructions=newest[1] if newest is not None else earlier,
     )
+
+
+def _newest_request_with_instructions(
+    history: tuple[ModelMessage, ...], start: int, end: int
+) -> tuple[int, str] | None:
+    """The index and instructions of the newest request in `history[start:end]` with non-empty ones, or `None`."""
+    for index in range(end - 1, start - 1, -1):
+        message = history[index]
+        if isinstance(message, ModelRequest) and message.instructions:
+            return index, message.instructions
+    return None
 
 
 def _newest_instructions(history: tuple[ModelMessage, ...], start: int, end: int, before: str | None) -> str | None:
@@ -639,6 +666,7 @@ def _finish(history: tuple[ModelMessage, ...], raw: _Raw, protect: ProtectPredic
 
     exchanges = raw.exchanges  # this call's own list and dict: updated in place
     by_id = raw.by_id
+    copies: list[int] = []
     if history:
         # The exchanges in progress: every one that owns part of the last message (only exchanges segmented in
         # this call can). That is the response whose returns the current request carries together with that
@@ -650,20 +678,24 @@ def _finish(history: tuple[ModelMessage, ...], raw: _Raw, protect: ProtectPredic
             if exchange.refs[-1][0] != last:
                 break
             exchanges[position] = by_id[exchange.id] = replace(exchange, unfinished=True)
+            copies.append(position)
     if raw.last_turn is not None and exchanges[raw.last_turn].protected is None:
         # The latest user turn is what the agent is working on: dropping it would lose the question itself.
         exchange = replace(exchanges[raw.last_turn], protected='current_turn')
         exchanges[raw.last_turn] = by_id[exchange.id] = exchange
+        copies.append(raw.last_turn)
     if protect is not None:
         exchanges = _apply_predicate(history, exchanges, protect)
         by_id = {exchange.id: exchange for exchange in exchanges}
+    final = tuple(exchanges)
     return ConversationView(
         messages=history,
-        exchanges=tuple(exchanges),
+        exchanges=final,
         next_id=raw.highest + 1,
         by_id=by_id,
         text_chars=raw.chars,
         instructions=raw.instructions,
+        copies=(final, tuple(copies)) if protect is None else None,
     )
 
 

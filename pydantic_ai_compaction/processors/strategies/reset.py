@@ -68,7 +68,7 @@ FactExtractor = Callable[[ToolCallPart, str], Sequence[str]]
 
 CHECKPOINT_HEADER = 'Checkpoint: the conversation so far was reset to this record, written by the runtime.'
 
-CONTINUED_HEADER = 'Checkpoint, continued: what happened since the checkpoint above, written by the runtime.'
+CONTINUED_HEADER = 'Checkpoint, continued (what happened since the one above, written by the runtime):'
 """First line of a checkpoint appended after earlier ones (which stay as they were)."""
 
 REWRITE_SHARE = 2
@@ -83,10 +83,19 @@ SECTIONS = ('instructions', 'conversation', 'read', 'found', 'changed')
 _TITLES = {
     'instructions': 'Instruction changes (verbatim, latest last)',
     'conversation': 'Conversation so far (the user and your answers, oldest first)',
-    'read': 'Read (tool calls completed)',
-    'found': 'Found (facts in those results)',
-    'changed': 'Changed (calls that wrote)',
+    'read': 'Read (tool calls completed, each with the facts found in its result)',
+    'found': 'Found (facts in results of calls listed earlier)',
+    'changed': 'Changed (calls that wrote, each with the facts found in its result)',
 }
+
+_CONTINUED_TITLES = {
+    'instructions': 'Instruction changes',
+    'conversation': 'Conversation',
+    'read': 'Read',
+    'found': 'Found',
+    'changed': 'Changed',
+}
+"""A continued checkpoint's titles: the first checkpoint, above it, says what each section holds."""
 
 _Entry = tuple[str, str, int, str]
 """An exchange's checkpoint entry: `(section, line, at, label)` (see `ResetToCheckpoint._exchange_entries`)."""
@@ -342,9 +351,12 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 header=header,
             )
 
-        # Each entry is rendered as a line of its own (`- entry` and a line break): entries longer than the budget
-        # together cannot fit, and rendering tens of thousands of them only to measure that is skipped.
-        text = render() if _entries_size(sections) <= budget else ''
+        # A lower bound of the rendered length: every entry but a fact is a line `- entry` of its own, and every fact
+        # a line of at least three characters (under its call, or under Found). Past the budget, rendering tens of
+        # thousands of entries only to measure that they do not fit is skipped.
+        facts = sections['found']
+        least = _entries_size({name: lines for name, lines in sections.items() if name != 'found'}) + 3 * len(facts)
+        text = render() if least <= budget else ''
         if not text or len(text) > budget:
             # Folding estimates the fixed lines (header, titles, progress); fold only a checkpoint that does not fit
             # as it is, so an appended one is not folded, or turned into a rewrite, against a guess.
@@ -604,6 +616,8 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             calls += before.omitted['read'] + before.omitted['changed']
         conversation = (*held.get('conversation', ()), *sections['conversation'])
         newest = _newest_call(view)
+        if newest and not sections['changed'] and sections['read'] and _call_of(sections['read'][-1]) == newest:
+            newest = None  # it is the last call listed just above
         answers = sum(1 for line in conversation if line.startswith('you: '))
         lines = [
             f'Progress: {calls:,} tool call{"s" if calls != 1 else ""} completed'
@@ -615,8 +629,8 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             return lines[0]
         lines.append(
             (
-                'Next step: continue the request in progress from where the latest call left it; the calls under '
-                'Read are done and their facts are under Found, so do not repeat them unless you need their exact '
+                'Next step: continue the request in progress from where the latest call left it; the calls listed '
+                'are done and their facts are listed with them, so do not repeat them unless you need their exact '
                 'output.'
             )
             if calls
@@ -846,14 +860,21 @@ def render_checkpoint(
     digests: dict[str, dict[str, int]] | None = None,
     header: str = CHECKPOINT_HEADER,
 ) -> str:
-    """The default checkpoint text (*header* first: `CONTINUED_HEADER` for one appended after earlier ones)."""
+    """The default checkpoint text (*header* first: `CONTINUED_HEADER` for one appended after earlier ones).
+
+    A fact found in a call's result is listed under that call when the call is listed too (the call is not
+    repeated on every fact); the others stay under Found with their call. A continued checkpoint uses short
+    titles: the first one says what each section holds.
+    """
+    titles = _CONTINUED_TITLES if header == CONTINUED_HEADER else _TITLES
+    grouped, loose = _group_facts(sections)
     lines = [header]
     for name in SECTIONS:
-        entries = sections.get(name) or []
+        entries = loose if name == 'found' else sections.get(name) or []
         folded = omitted.get(name, 0)
         if not entries and not folded:
             continue
-        lines.append(f'{_TITLES[name]}:')
+        lines.append(f'{titles[name]}:')
         digest = (digests or {}).get(name) or {}
         if folded and digest:
             counted = ', '.join(f'{label} ×{count:,}' for label, count in digest.items())
@@ -862,7 +883,32 @@ def render_checkpoint(
             )
         elif folded:
             lines.append(f'- ({folded:,} earlier entries folded to fit; recall or re-read for their details)')
-        lines.extend(f'- {entry}' for entry in entries)
+        for entry in entries:
+            lines.append(f'- {entry}')
+            if name != 'found' and (facts := grouped.pop(_call_of(entry), None)):
+                lines.extend(f'  - {fact}' for fact in facts)
     if progress:
         lines.append(progress)
     return '\n'.join(lines)
+
+
+def _call_of(entry: str) -> str:
+    """The call a Read or Changed entry (`call → outcome, N chars`) names."""
+    return entry.rpartition(' → ')[0]
+
+
+def _group_facts(sections: dict[str, list[str]]) -> tuple[dict[str, list[str]], list[str]]:
+    """The Found entries by the listed call they come from (`call: fact`), and those of calls not listed."""
+    calls = {_call_of(entry) for name in ('read', 'changed') for entry in sections.get(name) or ()}
+    grouped: dict[str, list[str]] = {}
+    loose: list[str] = []
+    for entry in sections.get('found') or ():
+        at = entry.find('): ')
+        # Arguments may hold '): ' themselves: the call is the shortest prefix that is a listed call.
+        while at != -1 and entry[: at + 1] not in calls:
+            at = entry.find('): ', at + 1)
+        if at == -1:
+            loose.append(entry)
+        else:
+            grouped.setdefault(entry[: at + 1], []).append(entry[at + 3 :])
+    return grouped, loose

@@ -339,10 +339,52 @@ def _after_system_prompt(messages: list[ModelMessage], orientation: str) -> list
     return [ModelRequest(parts=[UserPromptPart(orientation)]), *out]
 
 
-def _reused(previous: tuple[Exchange, ...], exchanges: tuple[Exchange, ...]) -> int:
-    """How many leading exchanges are the same as before: the same objects (compared in one C-level pass), or
-    equal ones segmentation re-made from the same exchange (the current turn it marks again on every request),
-    which share its `refs` tuple and so its messages."""
+def _reused(previous: ConversationView | None, view: ConversationView) -> int:
+    """How many leading exchanges of *view* are those of the *previous* one: the same objects, or equal copies
+    segmentation marked on the same exchange (the current turn, marked again on every request), which share its
+    `refs` tuple and so its messages.
+
+    Segmentation places an exchange it remembers only after the same objects (`ConversationView.copies`), so the
+    last shared object is looked for from the end, where a history that only grew differs, and before it only
+    the marked copies are compared: an unchanged prefix costs no step per exchange.
+    """
+    if previous is None:
+        return 0
+    before, after = previous.exchanges, view.exchanges
+    old, new = _copies(previous), _copies(view)
+    if old is None or new is None:
+        return _reused_by_identity(before, after)
+    count = min(len(before), len(after))
+    shared = 0
+    position, step = count - 1, 1
+    while position >= 0:
+        if before[position] is after[position]:
+            shared = position + 1
+            break
+        position = min(position - 1, count - 1 - step)
+        step *= 2
+    for position in sorted({*old, *new}):
+        if position < shared and not _same_exchange(before[position], after[position]):
+            return position
+    position = shared
+    while position < count and _same_exchange(before[position], after[position]):
+        position += 1
+    return position
+
+
+def _copies(view: ConversationView) -> tuple[int, ...] | None:
+    """The positions of *view*'s marked copies, when segmentation's note applies to its exchanges."""
+    note = view.copies
+    return note[1] if note is not None and note[0] is view.exchanges else None
+
+
+def _same_exchange(before: Exchange, now: Exchange) -> bool:
+    return before is now or (before.refs is now.refs and before == now)
+
+
+def _reused_by_identity(previous: tuple[Exchange, ...], exchanges: tuple[Exchange, ...]) -> int:
+    """`_reused` for views without segmentation's note: compared position by position (in C, then each
+    position that differs)."""
     same = list(map(operator.is_, previous, exchanges))
     position = 0
     while True:
@@ -350,8 +392,7 @@ def _reused(previous: tuple[Exchange, ...], exchanges: tuple[Exchange, ...]) -> 
             position = same.index(False, position)
         except ValueError:
             return len(same)
-        before, now = previous[position], exchanges[position]
-        if before.refs is not now.refs or before != now:
+        if not _same_exchange(previous[position], exchanges[position]):
             return position
         position += 1
 
@@ -360,10 +401,10 @@ class _Selecting:
     """What a run's last selection computed, extended for the next request instead of recomputed.
 
     Everything is kept per exchange of the last view, and an exchange of the next view that is the same
-    object as the one at its position before (or an equal copy sharing its `refs`, see `_reused`) is
-    taken as it was: segmentation hands out the same exchange only for the same message objects holding
-    the same parts (it reuses the exchanges before its cut only when they match by identity), so the
-    bundles, fragments, prompts and projected messages derived from it are still those. Only the
+    the same object as the one at its position before (or an equal copy sharing its `refs`, see `_reused`) is
+    taken as it was: segmentation hands out the same exchange only for the same messages (it reuses the
+    exchanges before its cut only when the history starts with the messages it segmented), so the bundles,
+    fragments, prompts and projected messages derived from it are still those. Only the
     exchanges from the first one that differs, and the messages they cover, are read again. Bundle
     choices are reused while the candidates and the request stay the same (a tool loop); a new user
     turn ranks the candidates again. The result is always the one `bundles`, `current_request_text`,
@@ -371,8 +412,8 @@ class _Selecting:
     """
 
     def __init__(self) -> None:
-        self.exchanges: tuple[Exchange, ...] = ()
-        """The last view's exchanges; empty until a selection completed (then nothing is reused)."""
+        self.view: ConversationView | None = None
+        """The last view; `None` until a selection completed (then nothing is reused)."""
         self.user: list[bool] = []
         """Per exchange: whether it is a user request (`is_user_request`)."""
         self.fragments: list[list[ModelMessage]] = []
@@ -412,15 +453,15 @@ class _Selecting:
         self, view: ConversationView, budget: int, *, retrieve: int, share: float
     ) -> tuple[list[ModelMessage], str]:
         """The projection and the request text, for a view `segment` made."""
-        previous, self.exchanges = self.exchanges, ()  # until this completes: a failure leaves nothing to reuse
+        previous, self.view = self.view, None  # until this completes: a failure leaves nothing to reuse
         exchanges = view.exchanges
-        reused = _reused(previous, exchanges)
+        reused = _reused(previous, view)
         self._prompts(view, reused)
         rebuilt = self._bundles(view, reused)
         request = self.prompts[-1][1] if self.prompts else ''
         first = self._choose(view, request, rebuilt, (request, budget, retrieve, share), budget, retrieve, share)
         self._project(view, min(reused, self.starts[first] if first < len(self.starts) else len(exchanges)))
-        self.exchanges = exchanges
+        self.view = view
         return list(self.out), request
 
     def _prompts(self, view: ConversationView, reused: int) -> None:

@@ -134,7 +134,13 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
 
     keep_results: int = 3
     """Newest tool results that clearing leaves verbatim. It counts tool results, not exchanges (one step
-    that calls three tools brings three), which is why it is not called `keep_last`."""
+    that calls three tools brings three), which is why it is not called `keep_last`. See `fit_kept_results`."""
+
+    fit_kept_results: bool = True
+    """When the request is still at or over `clear_at` with the `keep_results` newest results verbatim, keep
+    only the results of the request in progress (`True`). With `False` they are all kept anyway, and clearing
+    then runs again at every request: each run changes the request before the kept results, so the provider
+    writes them to its cache again every time (the presets that reproduce a published policy keep it)."""
 
     summarize: bool = True
     """`False` keeps only the clearing tier (the seed study's "clearing alone" setup)."""
@@ -202,6 +208,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             )
         check_int(owner, 'keep_results', self.keep_results, minimum=0)
         check_instance(owner, 'summarize', self.summarize, bool, 'True or False')
+        check_instance(owner, 'fit_kept_results', self.fit_kept_results, bool, 'True or False')
         check_int(owner, 'summarize_max_tokens', self.summarize_max_tokens, minimum=1)
         check_instance(owner, 'model', self.model, (Model, str, type(None)), 'a Model, a model name or None')
         check_instance(owner, 'model_settings', self.model_settings, (dict, type(None)), 'a ModelSettings dict or None')
@@ -262,7 +269,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             self._projection = replace(self._projection, covers=len(persisted), messages=view, covered=tuple(persisted))
         elif tokens >= self.clear_at * window:
             # In a worker thread: clearing archives the outputs it clears, and a store call may block.
-            cleared = await anyio.to_thread.run_sync(self._clear, view, window, ctx)
+            cleared = await anyio.to_thread.run_sync(self._clear, view, window, ctx, tokens)
             if cleared is not None:
                 view = cleared
                 self._projection = replace(
@@ -270,7 +277,11 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
                 )
         return view
 
-    def _clear(self, view: list[ModelMessage], window: int, ctx: RunContext[AgentDepsT]) -> list[ModelMessage] | None:
+    def _clear(
+        self, view: list[ModelMessage], window: int, ctx: RunContext[AgentDepsT], tokens: int | None = None
+    ) -> list[ModelMessage] | None:
+        """*view* with older tool results cleared (*tokens*: its estimate, measured when not given), or `None`."""
+        tokens = estimate_token_count(view) if tokens is None else tokens
         calls = {p.tool_call_id: p for m in view for p in m.parts if isinstance(p, ToolCallPart)}
         results = [
             (index, part_index)
@@ -282,11 +293,15 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         # The newest results and those of the request in progress stay verbatim.
         last = len(view) - 1
         older = [(i, p) for i, p in results[: max(len(results) - self.keep_results, 0)] if i != last]
+        if self.fit_kept_results and tokens - _saving(view, older) >= self.clear_at * window:
+            # The newest results alone hold the request over the threshold: clearing would run again at the next
+            # request and, since everything after the first changed part is written to the provider's cache
+            # again, rewrite those same results every time. Only the request in progress's results stay.
+            older = [(i, p) for i, p in results if i != last]
         if not older:
             return None
         out = list(view)
-        # Each stub is about 200 characters; what clearing saves is the rest.
-        saved = sum(max(len(_part_at(view, i, p).model_response_str()) - 200, 0) for i, p in older) // 4
+        saved = _saving(view, older)
         if saved < self.clear_min_saving * window:
             return None  # not worth breaking the cached prefix for
         refs = self._archive(ctx, [_part_at(view, i, p) for i, p in older], calls)
@@ -400,6 +415,11 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             parts=[CompactionPart(content=body, metadata={METADATA_KEY: record.to_metadata()})]
         )
         return out
+
+
+def _saving(view: Sequence[ModelMessage], results: Sequence[tuple[int, int]]) -> int:
+    """Estimated tokens clearing *results* saves: each stub is about 200 characters, the rest goes."""
+    return sum(max(len(_part_at(view, i, p).model_response_str()) - 200, 0) for i, p in results) // 4
 
 
 def _part_at(view: Sequence[ModelMessage], index: int, part_index: int) -> ToolReturnPart:
