@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import ModelMessage
@@ -18,7 +18,16 @@ from pydantic_ai_compaction.runtime.notes import gather_notes, with_notes
 from pydantic_ai_compaction.runtime.retry import is_context_overflow
 from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, compactions_recorded, segment
 from pydantic_ai_compaction.runtime.tokens import estimate_token_count
-from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP_LAST, Outcome, Skipped, decide
+from pydantic_ai_compaction.runtime.validate import (
+    DEFAULT_FALLBACK_KEEP_LAST,
+    Outcome,
+    Skipped,
+    decide,
+    droppable_tokens,
+    forced_exchanges,
+    view_records,
+    view_tokens,
+)
 
 DEFAULT_MIN_SAVING = 0.10
 """Share of the history's estimated tokens that must be droppable before a compactor is called."""
@@ -56,21 +65,23 @@ async def run_compaction(
             boundaries); `None` carries none.
     """
     view = segment(messages, protect, prompt=ctx.run.prompt)
-    droppable = [exchange for exchange in view.exchanges if not exchange.forced]
-    if not droppable:
+    forced = forced_exchanges(view)
+    if len(forced) == len(view.exchanges):
         return Skipped('nothing to drop')
     # When protected content alone (a long opening prompt, pins, the exchange in progress) is over the
     # trigger, every step would otherwise call the compactor to free a sliver. What the last compaction
     # kept by falling back (not by anyone's choice) will be kept again by the next fallback, so only what
     # arrived since counts then; what a valid proposal kept may well go next time, so it counts.
-    records = view.records()
+    records = view_records(view)
     last = records[-1] if records else None
     weighed = set(last.get('kept') or ()) if last is not None and last.get('fallback_reason') else set[str]()
-    new_tokens = sum(exchange.tokens for exchange in droppable if exchange.id not in weighed)
-    if new_tokens < min_saving * view.tokens:
+    forced_ids = {exchange.id for exchange in forced}
+    kept_before = sum(view.by_id[i].tokens for i in weighed if i in view.by_id and i not in forced_ids)
+    new_tokens = droppable_tokens(view) - kept_before
+    if new_tokens < min_saving * view_tokens(view):
         return Skipped(
             'below minimum saving',
-            f'only {new_tokens:,} of {view.tokens:,} estimated tokens are new and can be dropped '
+            f'only {new_tokens:,} of {view_tokens(view):,} estimated tokens are new and can be dropped '
             f'(minimum {min_saving:.0%})',
         )
     proposal, left_out, error = await _propose(strategy, view, ctx, protect)
@@ -167,8 +178,22 @@ def _build(
     metadata: dict[str, Any] = {}
     messages = apply_layout(view, layout, metadata, note=note)
     record = replace(record, tokens_after=estimate_token_count(messages))
-    metadata.update(clean_value(record.to_metadata()))
+    metadata.update(_clean_record(record.to_metadata()))
     return Outcome(messages=messages, record=record)
+
+
+_ID_LISTS = frozenset({'kept', 'dropped'})
+"""Record fields listing exchange ids: a compaction of 50k messages lists 25k, which need no cleaning when ASCII."""
+
+
+def _clean_record(metadata: dict[str, Any]) -> dict[str, Any]:
+    """`clean_value(metadata)`, with an ASCII list of exchange ids checked in C instead of item by item."""
+    return {
+        key: value
+        if key in _ID_LISTS and isinstance(value, list) and all(map(str.isascii, cast('list[str]', value)))
+        else clean_value(value)
+        for key, value in metadata.items()
+    }
 
 
 def _warn_if_misconfigured(error: BaseException, strategy: Strategy) -> None:

@@ -6,8 +6,13 @@ history to send or why the history stays as it is. `validate` and `fallback_layo
 
 from __future__ import annotations
 
+import operator
+import weakref
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from itertools import compress, count
+from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelResponse
 
@@ -43,7 +48,7 @@ def validate(
             accepted.add(exchange_id)
 
     superseded = _superseded(view, proposal.supersedes)
-    keep = accepted | {e.id for e in view.exchanges if e.forced and e.id not in superseded}
+    keep = accepted | {e.id for e in forced_exchanges(view) if e.id not in superseded}
     if (
         proposal.summary is None
         and not proposal.restate
@@ -54,8 +59,7 @@ def validate(
         return fallback_layout(view, 'empty', fallback_keep_last=fallback_keep_last, rejected=tuple(rejected))
 
     keep = settle(view, keep, restate=bool(proposal.restate))
-    ordered = tuple(e.id for e in view.exchanges if e.id in keep)
-    dropped = tuple(e.id for e in view.exchanges if e.id not in keep)
+    ordered, dropped = _split(view, keep)
     return Layout(
         keep=ordered,
         dropped=dropped,
@@ -69,7 +73,101 @@ def validate(
 
 def keep_forced(view: ConversationView) -> set[str]:
     """Ids the validator keeps whatever a proposal says."""
-    return {exchange.id for exchange in view.exchanges if exchange.forced}
+    return {exchange.id for exchange in forced_exchanges(view)}
+
+
+class _Facts:
+    """What the validator and the strategies read from every exchange of one view, read once per view.
+
+    A compaction of 50k messages has 25k exchanges, read by the engine, the validator and the strategy; each
+    reading is a pass in Python (a comprehension: faster than `attrgetter` maps on these objects), so each is
+    made once and shared.
+    """
+
+    __slots__ = ('_boundaries', '_forced', '_ids', '_records', '_tokens', 'view')
+
+    def __init__(self, view: ConversationView) -> None:
+        self.view = weakref.ref(view)
+        self._forced: tuple[Exchange, ...] | None = None
+        self._ids: tuple[str, ...] | None = None
+        self._boundaries: tuple[Exchange, ...] | None = None
+        self._tokens: int | None = None
+        self._records: tuple[dict[str, Any], ...] | None = None
+
+    def tokens(self, exchanges: tuple[Exchange, ...]) -> int:
+        if self._tokens is None:
+            self._tokens = sum([e.tokens for e in exchanges])
+        return self._tokens
+
+    def records(self, view: ConversationView) -> tuple[dict[str, Any], ...]:
+        if self._records is None:
+            self._records = tuple(view.records())
+        return self._records
+
+    def forced(self, exchanges: tuple[Exchange, ...]) -> tuple[Exchange, ...]:
+        if self._forced is None:
+            self._forced = tuple([e for e in exchanges if e.protected is not None or e.unfinished])
+        return self._forced
+
+    def ids(self, exchanges: tuple[Exchange, ...]) -> tuple[str, ...]:
+        if self._ids is None:
+            self._ids = tuple([e.id for e in exchanges])
+        return self._ids
+
+    def boundaries(self, exchanges: tuple[Exchange, ...]) -> tuple[Exchange, ...]:
+        if self._boundaries is None:
+            self._boundaries = tuple([e for e in exchanges if e.kind == 'boundary'])
+        return self._boundaries
+
+
+_LAST: list[_Facts] = []
+"""The facts of the view read last (one compaction reads one view many times; a weak reference to it)."""
+
+
+def _facts(view: ConversationView) -> _Facts:
+    last = _LAST[0] if _LAST else None
+    if last is not None and last.view() is view:
+        return last
+    facts = _Facts(view)
+    _LAST[:] = [facts]
+    return facts
+
+
+def forced_exchanges(view: ConversationView) -> tuple[Exchange, ...]:
+    """The exchanges of *view* whose `forced` holds, in order (read once per view)."""
+    return _facts(view).forced(view.exchanges)
+
+
+def exchange_ids(view: ConversationView) -> tuple[str, ...]:
+    """`view.ids`, read once per view."""
+    return _facts(view).ids(view.exchanges)
+
+
+def boundary_exchanges(view: ConversationView) -> tuple[Exchange, ...]:
+    """The exchanges of *view* of kind `boundary`, in order (read once per view)."""
+    return _facts(view).boundaries(view.exchanges)
+
+
+def view_tokens(view: ConversationView) -> int:
+    """`view.tokens`, read once per view."""
+    return _facts(view).tokens(view.exchanges)
+
+
+def view_records(view: ConversationView) -> list[dict[str, Any]]:
+    """`view.records()`, read once per view (a new list of the same dicts: read them, do not change them)."""
+    return list(_facts(view).records(view))
+
+
+def droppable_tokens(view: ConversationView) -> int:
+    """Estimated tokens of the exchanges that are not forced (`sum(e.tokens for e in exchanges if not e.forced)`)."""
+    return view_tokens(view) - sum([exchange.tokens for exchange in forced_exchanges(view)])
+
+
+def _split(view: ConversationView, keep: set[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The ids in *keep* and those not in it, each in the history's order."""
+    ids = exchange_ids(view)
+    kept = list(map(keep.__contains__, ids))
+    return tuple(compress(ids, kept)), tuple(compress(ids, map(operator.not_, kept)))
 
 
 def fallback_layout(
@@ -83,14 +181,24 @@ def fallback_layout(
     """The layout used when a proposal cannot be: the last exchanges plus everything forced."""
     # Seed 004: the last four exchanges, besides everything protected and the exchange in progress,
     # which "stays regardless" and so does not count among the four.
-    droppable = [exchange for exchange in view.exchanges if not exchange.forced]
-    tail = {e.id for e in droppable[len(droppable) - fallback_keep_last :]} if fallback_keep_last > 0 else set[str]()
-    keep = settle(view, tail | keep_forced(view), restate=bool(restate))
-    ordered = tuple(e.id for e in view.exchanges if e.id in keep)
-    dropped_exchanges = [e for e in view.exchanges if e.id not in keep]
+    forced = keep_forced(view)
+    droppable = len(view.exchanges) - len(forced)
+    # Counted as the slice `droppable[len(droppable) - fallback_keep_last:]` always counted them: with fewer
+    # droppable exchanges than `fallback_keep_last` (but more than half as many) its negative start keeps only
+    # the last `fallback_keep_last - droppable`. Kept as it was: changing it changes which fallbacks drop anything.
+    count = fallback_keep_last if fallback_keep_last <= droppable else min(droppable, fallback_keep_last - droppable)
+    tail: set[str] = set()
+    for exchange in reversed(view.exchanges) if fallback_keep_last > 0 and count > 0 else ():
+        if exchange.id not in forced:
+            tail.add(exchange.id)
+            if len(tail) == count:
+                break
+    keep = settle(view, tail | forced, restate=bool(restate))
+    ordered, dropped = _split(view, keep)
+    dropped_exchanges = [view.by_id[exchange_id] for exchange_id in dropped]
     return Layout(
         keep=ordered,
-        dropped=tuple(e.id for e in dropped_exchanges),
+        dropped=dropped,
         rejected=rejected,
         summary=Summary(fallback_note(dropped_exchanges, reason)),
         restate=restate,
@@ -115,8 +223,8 @@ def _superseded(view: ConversationView, strategy: str | None) -> set[str]:
     if strategy is None:
         return set()
     out: set[str] = set()
-    for exchange in view.exchanges:
-        if exchange.kind != 'boundary' or exchange.unfinished:
+    for exchange in boundary_exchanges(view):
+        if exchange.unfinished:
             continue
         parts = [part for message in view.messages_of(exchange) for part in message.parts]
         records = [record for part in parts if (record := our_record(part)) is not None]
@@ -142,14 +250,21 @@ def settle(view: ConversationView, keep: set[str], *, restate: bool = False) -> 
     the whole gap kept. Each step keeps or drops one more exchange, so this ends.
     """
     keep = set(keep)
-    for _ in range(2 * len(view.exchanges) + 1):
-        position = _response_after_response(view, keep, restate)
+    exchanges = view.exchanges
+    ids = exchange_ids(view)
+    # Unfinished exchanges are forced: the first one is found among the few of those.
+    first = next((exchange for exchange in forced_exchanges(view) if exchange.unfinished), None)
+    unfinished = ids.index(first.id) if first is not None else len(exchanges)
+    for _ in range(2 * len(exchanges) + 1):
+        kept = list(compress(count(), map(keep.__contains__, ids)))
+        position = _response_after_response(view, kept, unfinished, restate)
         if position is None:
             return keep
-        earlier = max((p for p in range(position) if view.exchanges[p].id in keep), default=-1)
-        gap = view.exchanges[earlier + 1 : position]
+        at = bisect_left(kept, position)
+        earlier = kept[at - 1] if at else -1
+        gap = exchanges[earlier + 1 : position]
         questions = [e for e in gap if _roles(view, e) == (False, False)]
-        exchange = view.exchanges[position]
+        exchange = exchanges[position]
         if questions:
             keep.add(questions[-1].id)
         elif not exchange.forced:
@@ -166,22 +281,33 @@ def _roles(view: ConversationView, exchange: Exchange) -> tuple[bool, bool]:
     return isinstance(first, ModelResponse), isinstance(last, ModelResponse) and not is_compaction_response(last)
 
 
-def _response_after_response(view: ConversationView, keep: set[str], restate: bool) -> int | None:
-    """Position of the first kept exchange that would follow a response directly, as `apply_layout` lays it out."""
+def _response_after_response(view: ConversationView, kept: list[int], unfinished: int, restate: bool) -> int | None:
+    """Position of the first kept exchange that would follow a response directly, as `apply_layout` lays it out.
+
+    *kept* are the kept exchanges' positions, ascending: only they are read (a compaction of 25k exchanges that
+    keeps a few reads a few), with the boundary's place found from the last dropped position. *unfinished* is the
+    first unfinished exchange's position (the number of exchanges when there is none).
+    """
     exchanges = view.exchanges
-    dropped = [p for p, e in enumerate(exchanges) if e.id not in keep]
-    unfinished = next((p for p, e in enumerate(exchanges) if e.unfinished), len(exchanges))
-    boundary_at = min(max(dropped) + 1 if dropped else unfinished, unfinished)
+    total = len(exchanges)
+    last_dropped = total - 1
+    for position in reversed(kept):  # the kept positions at the very end are skipped to the last dropped one
+        if position != last_dropped:
+            break
+        last_dropped -= 1
+    boundary_at = min(last_dropped + 1 if last_dropped >= 0 else unfinished, unfinished)
     after_response = False
-    for position, exchange in enumerate(exchanges):
-        if position == boundary_at or (restate and position == unfinished):
-            after_response = False  # the boundary and a restatement are requests
-        if exchange.id not in keep:
-            continue
-        starts, ends = _roles(view, exchange)
+    previous = -1
+    for position in kept:
+        # The boundary and a restatement are requests: one laid out between the previous kept exchange and
+        # this one (or right before this one) ends any response before it.
+        if previous < boundary_at <= position or (restate and previous < unfinished <= position):
+            after_response = False
+        starts, ends = _roles(view, exchanges[position])
         if starts and after_response:
             return position
         after_response = ends
+        previous = position
     return None
 
 

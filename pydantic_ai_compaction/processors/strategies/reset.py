@@ -15,12 +15,13 @@ they are rewritten into one (rarely: it is folded to half of `max_chars`, leavin
 
 from __future__ import annotations
 
+import operator
 import re
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, chain
+from itertools import accumulate, chain, repeat
 from typing import Any
 
 from pydantic_ai.messages import (
@@ -50,12 +51,14 @@ from pydantic_ai_compaction.runtime.instructions import (
 from pydantic_ai_compaction.runtime.memo import IdentityMemo
 from pydantic_ai_compaction.runtime.segment import (
     ConversationView,
+    fragment,
     is_restatement,
     our_record,
     same_prefix,
     settled_prefix,
 )
 from pydantic_ai_compaction.runtime.transcript import clip, return_text, user_text
+from pydantic_ai_compaction.runtime.validate import boundary_exchanges, droppable_tokens, forced_exchanges
 
 CheckpointFn = Callable[[RunContext[Any], ConversationView], str]
 """Renders the checkpoint from the run (typed state in `ctx.deps`) and the history."""
@@ -93,6 +96,9 @@ _CONTINUED_TITLES = {
     'changed': 'Changed',
 }
 """A continued checkpoint's titles: the first checkpoint, above it, says what each section holds."""
+
+_Entry = tuple[str, str, int, str]
+"""An exchange's checkpoint entry: `(section, line, at, label)` (see `ResetToCheckpoint._exchange_entries`)."""
 
 _ENTRY_KINDS = frozenset({'tools', 'turn', 'response'})
 """Exchange kinds a checkpoint has entries for (the others are kept verbatim or are ours)."""
@@ -154,8 +160,12 @@ class _Read:
     """Every entry seen by then, per section."""
     added: dict[str, tuple[str, ...]]
     """The new entries, per section (facts in `found`)."""
-    found: tuple[tuple[str, int], ...]
-    """The new facts and where each one's fact starts."""
+    found: tuple[str, ...]
+    """The new facts."""
+    found_at: tuple[int, ...]
+    """Where each one's fact starts in it."""
+    labels: dict[str, dict[str, int]]
+    """The new entries (facts before they are compared with the agent's words) counted per label, per section."""
 
 
 @dataclass
@@ -254,11 +264,11 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
 
     _writes: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
-    _entries: IdentityMemo[tuple[tuple[str, str, int], ...]] = field(
-        init=False, repr=False, compare=False, default_factory=IdentityMemo[tuple[tuple[str, str, int], ...]]
+    _entries: IdentityMemo[tuple[_Entry, ...]] = field(
+        init=False, repr=False, compare=False, default_factory=IdentityMemo[tuple['_Entry', ...]]
     )
-    """Each exchange's `(section, line, at)` entries by the identity of its parts (weak): an exchange a reset
-    already read (a retried or repeated compaction of the same history) is not read again."""
+    """Each exchange's `(section, line, at, label)` entries by the identity of its parts (weak): an exchange a
+    reset already read (a retried or repeated compaction of the same history) is not read again."""
 
     _read: list[_Read] = field(init=False, repr=False, compare=False, default_factory=list['_Read'])
     """The entries of the settled exchanges of the last few histories read: a longer history starting with the
@@ -295,12 +305,12 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             text = self.checkpoint(ctx.run, view)
             return Proposal(summary=Summary(text), supersedes=self.strategy_name, variant='custom')
         carried = self._carried(view)
-        added = self._additions(view, carried)
+        added, labels = self._additions(view, carried)
         dropped = self._dropped_tokens(view)
         room = self.max_chars - carried.chars
         if dropped and room > 0 and (dropped * 3 <= room or _entries_size(added) <= room):
             limit = min(dropped * 3, room)
-            appended = self._checkpoint(view, added, carried, budget=limit, appended=True)
+            appended = self._checkpoint(view, added, carried, budget=limit, appended=True, labels=labels)
             # Bound by what it replaces, a checkpoint folds its own oldest entries; bound by the room `max_chars`
             # leaves, it is appended only if nothing folds (folding there would lose entries a rewrite keeps).
             folded = any(appended.extra['omitted'].values())
@@ -308,8 +318,10 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 return appended
         # The checkpoints would pass `max_chars` together: one checkpoint of everything, folded with room to spare.
         sections = {name: [*carried.sections[name], *added[name]] for name in SECTIONS}
+        for name in SECTIONS:
+            labels[name].update(label_counts(carried.sections[name]))
         budget = min(self.max_chars // REWRITE_SHARE, (dropped + carried.tokens) * 3)
-        return self._checkpoint(view, sections, carried, budget=budget, appended=False)
+        return self._checkpoint(view, sections, carried, budget=budget, appended=False, labels=labels)
 
     def _checkpoint(
         self,
@@ -319,8 +331,12 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         *,
         budget: int,
         appended: bool,
+        labels: dict[str, Counter[str]] | None = None,
     ) -> Proposal:
-        """A checkpoint of *sections* within *budget* characters (appended after *carried*, or replacing it)."""
+        """A checkpoint of *sections* within *budget* characters (appended after *carried*, or replacing it).
+
+        *labels* are the entries of *sections* counted per label (`label_counts`), when the caller carried them.
+        """
         omitted: dict[str, int] = dict.fromkeys(SECTIONS, 0) if appended else dict(carried.omitted)
         digests: dict[str, dict[str, int]] = {name: {} for name in SECTIONS} if appended else carried.digests
         before = carried if appended and carried.pieces else None
@@ -335,11 +351,16 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 header=header,
             )
 
-        text = render()
-        if len(text) > budget:
+        # A lower bound of the rendered length: every entry but a fact is a line `- entry` of its own, and every fact
+        # a line of at least three characters (under its call, or under Found). Past the budget, rendering tens of
+        # thousands of entries only to measure that they do not fit is skipped.
+        facts = sections['found']
+        least = _entries_size({name: lines for name, lines in sections.items() if name != 'found'}) + 3 * len(facts)
+        text = render() if least <= budget else ''
+        if not text or len(text) > budget:
             # Folding estimates the fixed lines (header, titles, progress); fold only a checkpoint that does not fit
             # as it is, so an appended one is not folded, or turned into a rewrite, against a guess.
-            sections, omitted, digests = fold_with_digests(sections, omitted, budget, digests)
+            sections, omitted, digests = fold_with_digests(sections, omitted, budget, digests, labels=labels)
             text = render()
         while len(text) > budget and any(sections[name] for name in SECTIONS):
             # Titles, notes and digests took more than estimated (long labels, a long latest call): fold the excess.
@@ -361,9 +382,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     def _carried(self, view: ConversationView) -> _Carried:
         """What the earlier checkpoints hold: their entries, folded counts and digests, and their size."""
         carried = _Carried()
-        for exchange in view.exchanges:
-            if exchange.kind != 'boundary':
-                continue
+        for exchange in boundary_exchanges(view):
             parts = [part for message in view.messages_of(exchange) for part in message.parts]
             records = [(part, record) for part in parts if (record := our_record(part)) is not None]
             mine = [(part, record) for part, record in records if self._wrote(record)]
@@ -384,7 +403,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
 
     def _dropped_tokens(self, view: ConversationView) -> int:
         """Estimated tokens of the exchanges a reset drops (everything the runtime does not keep)."""
-        return sum(exchange.tokens for exchange in view.exchanges if not exchange.forced)
+        return droppable_tokens(view)
 
     def replaced_tokens(self, view: ConversationView) -> int:
         """Estimated tokens a rewrite stands in for: everything not forced, and our earlier checkpoints."""
@@ -393,15 +412,18 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     def sections(self, view: ConversationView) -> tuple[dict[str, list[str]], dict[str, int]]:
         """Every entry the checkpoints hold after this reset: those earlier checkpoints carried, then the new ones."""
         carried = self._carried(view)
-        added = self._additions(view, carried)
+        added, _ = self._additions(view, carried)
         return {name: [*carried.sections[name], *added[name]] for name in SECTIONS}, dict(carried.omitted)
 
-    def _additions(self, view: ConversationView, carried: _Carried) -> dict[str, list[str]]:
-        """The entries the dropped exchanges add that no earlier checkpoint holds.
+    def _additions(
+        self, view: ConversationView, carried: _Carried
+    ) -> tuple[dict[str, list[str]], dict[str, Counter[str]]]:
+        """The entries the dropped exchanges add that no earlier checkpoint holds, and their `label_counts`.
 
         A fact found in a result is left out when the agent's own words already state it (a note it wrote,
         in an earlier checkpoint, in this one or in the exchanges kept verbatim) or an instruction change
-        does: the checkpoint does not restate the agent's notes.
+        does: the checkpoint does not restate the agent's notes. The labels are counted as the entries are read
+        and carried forward with them, so folding tens of thousands of entries does not read each one again.
         """
         exchanges = view.exchanges
         start = 0
@@ -409,28 +431,33 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             if read.carried == carried.sections and same_prefix(read.exchanges, exchanges, _no_entries):
                 held = {name: set(lines) for name, lines in read.held.items()}
                 added = {name: list(lines) for name, lines in read.added.items()}
-                found = list(read.found)
+                labels = {name: Counter(counts) for name, counts in read.labels.items()}
+                found, found_at = list(read.found), list(read.found_at)
                 start = len(read.exchanges)
                 break
         else:
             held = {name: set(lines) for name, lines in carried.sections.items()}
             added = {name: list[str]() for name in SECTIONS}
-            found: list[tuple[str, int]] = []
+            labels = {name: Counter[str]() for name in SECTIONS}
+            found: list[str] = []
+            found_at: list[int] = []
         entries_of = self._exchange_entries
         settled = settled_prefix(exchanges)
         for position in range(start, len(exchanges)):
             if position == settled and settled > start:
-                self._remember(carried, exchanges[:settled], held, added, found)
+                self._remember(carried, exchanges[:settled], held, added, (found, found_at), labels)
             exchange = exchanges[position]
             if _no_entries(exchange):
                 continue
-            for name, line, at in entries_of(view, exchange):
+            for name, line, at, label in entries_of(view, exchange):
                 seen = held[name]
                 if line in seen:
                     continue
                 seen.add(line)
+                labels[name][label] += 1
                 if name == 'found':
-                    found.append((line, at))
+                    found.append(line)
+                    found_at.append(at)
                 else:
                     added[name].append(line)
         said = held['conversation']
@@ -439,10 +466,17 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             for text in gather_instructions(view, self.sources)
             if text not in held['instructions'] and f'user: {text}' not in said
         ]
-        stated = self._stated(view, carried, added) if any(at for _, at in found) else set[str]()
+        labels['instructions'] = label_counts(added['instructions'])
+        stated = self._stated(view, carried, added) if any(found_at) else set[str]()
         # Keys only when there is something to compare them with: a fact may be a whole long result line.
-        added['found'] = [line for line, at in found if not (stated and at and _fact_key(line[at:]) in stated)]
-        return added
+        added['found'] = (
+            [line for line, at in zip(found, found_at, strict=True) if not (at and _fact_key(line[at:]) in stated)]
+            if stated
+            else found
+        )
+        if len(added['found']) != len(found):
+            labels['found'] = label_counts(added['found'])
+        return added, labels
 
     def _remember(
         self,
@@ -450,7 +484,8 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         exchanges: Sequence[Exchange],
         held: dict[str, set[str]],
         added: dict[str, list[str]],
-        found: list[tuple[str, int]],
+        found: tuple[list[str], list[int]],
+        labels: dict[str, Counter[str]],
     ) -> None:
         """Keep what reading *exchanges* after *carried* gave, for a longer history starting with them."""
         read = _Read(
@@ -458,7 +493,9 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             exchanges=tuple(exchanges),
             held={name: frozenset(lines) for name, lines in held.items()},
             added={name: tuple(lines) for name, lines in added.items()},
-            found=tuple(found),
+            found=tuple(found[0]),
+            found_at=tuple(found[1]),
+            labels={name: dict(counts) for name, counts in labels.items()},
         )
         self._read[:] = [read, *self._read][:_READ_KEPT]
 
@@ -470,8 +507,8 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 stated.update(_said_lines(line[5:]))
         for text in (*carried.sections['instructions'], *added['instructions']):
             stated.update(_said_lines(text))
-        for exchange in view.exchanges:
-            if not exchange.forced or exchange.kind in ('opening', 'boundary', 'restatement'):
+        for exchange in forced_exchanges(view):
+            if exchange.kind in ('opening', 'boundary', 'restatement'):
                 continue
             for message in view.messages_of(exchange):
                 if isinstance(message, ModelResponse):
@@ -480,11 +517,11 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                             stated.update(_said_lines(self._clip(part.content)))
         return stated
 
-    def _exchange_entries(self, view: ConversationView, exchange: Exchange) -> tuple[tuple[str, str, int], ...]:
-        """The `(section, line, at)` entries one exchange adds, read once per exchange (memoized by its parts).
+    def _exchange_entries(self, view: ConversationView, exchange: Exchange) -> tuple[_Entry, ...]:
+        """The `(section, line, at, label)` entries one exchange adds, read once per exchange (memoized by its parts).
 
         `at` is where the fact a "Found" entry states starts in its line (0 for other entries), to tell whether
-        the agent's own words already state it.
+        the agent's own words already state it; `label` is what a fold counts the entry under (`label_counts`).
         """
         # The parts are read through the refs, without building the exchange's message fragments: most
         # exchanges were read by an earlier reset, and only a new one needs its messages.
@@ -498,14 +535,19 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         cached = self._entries.get(parts)
         if cached is not None:
             return cached
-        messages = view.messages_of(exchange)
+        # `view.messages_of`, without a call per whole message (most refs are whole messages).
+        messages = [
+            history[index] if chosen is None else fragment(history, (index, chosen)) for index, chosen in exchange.refs
+        ]
         sections: dict[str, list[tuple[str, int]]] = {name: [] for name in SECTIONS}
         if exchange.kind == 'tools':
             self._tool_entries(messages, sections, self.extract or self._default_extract)
         else:
             sections['conversation'].extend((line, 0) for line in self._conversation(messages))
         # In the order the section lines were produced (each section keeps its own order).
-        entries = tuple((name, line, fact) for name in SECTIONS for line, fact in sections[name])
+        entries = tuple(
+            (name, line, fact, _label_of(_head(line))) for name in SECTIONS for line, fact in sections[name]
+        )
         return self._entries.put(parts, entries) if parts else entries
 
     def _tool_entries(
@@ -659,11 +701,14 @@ def fold_with_digests(
     digests: dict[str, dict[str, int]] | None = None,
     *,
     room: int | None = None,
+    labels: Mapping[str, Mapping[str, int]] | None = None,
 ) -> tuple[dict[str, list[str]], dict[str, int], dict[str, dict[str, int]]]:
     """`fold`, also counting the folded entries per label (the tool, or who spoke) into one-line digests.
 
     The newest entries stay verbatim; the older ones become counts in *digests*, added to those earlier
-    checkpoints carried. Deterministic, like `fold`.
+    checkpoints carried. Deterministic, like `fold`. *labels*, when given, are each section's entries counted
+    per label (`label_counts`, exactly): a section folded for the most part is then counted from the entries
+    it keeps (the result is the same).
     """
     omitted = dict(omitted)
     digests = {name: dict((digests or {}).get(name) or {}) for name in sections}
@@ -676,9 +721,16 @@ def fold_with_digests(
             continue
         omitted[name] = omitted.get(name, 0) + cut
         counts = digests[name]
-        for head, count in Counter(map(_head, sections[name][:cut])).items():
-            label = _label_of(head)
-            counts[label] = counts.get(label, 0) + count
+        lines = sections[name]
+        total = labels.get(name) if labels is not None else None
+        if total is not None and 2 * cut > len(lines):
+            folded = Counter(total)
+            folded.subtract(label_counts(lines[cut:]))
+        else:
+            folded = label_counts(lines[:cut])
+        for label, count in folded.items():
+            if count > 0:
+                counts[label] = counts.get(label, 0) + count
     folded = {name: lines[cuts[name] :] if cuts[name] else list(lines) for name, lines in sections.items()}
     return folded, omitted, {name: _top(counts) for name, counts in digests.items()}
 
@@ -692,7 +744,33 @@ def _fold_cuts(sections: dict[str, list[str]], sizes: dict[str, int], room: int)
     prefix of all of them: every fold at a size above some level *v*, then those at exactly *v* in section
     order. *v* is found by bisection on the sections' prefix sums, so the cost is a few bisections per section
     rather than a step per folded entry.
+
+    An entry whose section, from it to the end, is larger than *room* on its own is folded whatever the other
+    sections hold (the greedy folds every such entry before any other); those are counted from the newest end,
+    so the prefix sums cover only the entries that may stay (a rewrite at 50k messages folds tens of thousands).
     """
+    total = sum(sizes.values())
+    if total <= room:
+        return dict.fromkeys(sections, 0)
+    certain: dict[str, int] = {}
+    for name in _FOLD_ORDER:
+        lines = sections.get(name)
+        if lines is None:
+            continue
+        kept, at = 0, len(lines)
+        while at and kept + len(lines[at - 1]) + 3 <= room:
+            at -= 1
+            kept += len(lines[at]) + 3
+        certain[name] = at
+    if not any(certain.values()):
+        return _fold_rest(sections, sizes, room)
+    rest = {name: lines[certain.get(name, 0) :] for name, lines in sections.items()}
+    cuts = _fold_rest(rest, {name: sum(map(len, lines)) + 3 * len(lines) for name, lines in rest.items()}, room)
+    return {name: cut + certain.get(name, 0) for name, cut in cuts.items()}
+
+
+def _fold_rest(sections: dict[str, list[str]], sizes: dict[str, int], room: int) -> dict[str, int]:
+    """`_fold_cuts` by bisection on the levels, over every entry of *sections*."""
     cuts = dict.fromkeys(sections, 0)
     total = sum(sizes.values())
     if total <= room:
@@ -700,7 +778,7 @@ def _fold_cuts(sections: dict[str, list[str]], sizes: dict[str, int], room: int)
     order = [name for name in _FOLD_ORDER if name in sections]
     # costs[name][k]: what folding the k oldest entries saves; the section's size before its k-th fold is
     # sizes[name] - costs[name][k].
-    costs = {name: [0, *accumulate(len(line) + 3 for line in sections[name])] for name in order}
+    costs = {name: [0, *accumulate(map(operator.add, map(len, sections[name]), repeat(3)))] for name in order}
 
     def folds_at_least(level: int) -> dict[str, int]:
         """Per section, how many of its folds happen at a size of at least *level*."""
@@ -735,6 +813,14 @@ def _fold_cuts(sections: dict[str, list[str]], sizes: dict[str, int], room: int)
     return cuts
 
 
+def label_counts(entries: Sequence[str]) -> Counter[str]:
+    """*entries* counted per label, as a fold counts them into its digest (the tool called, or who spoke)."""
+    counts = Counter[str]()
+    for head, count in Counter(map(_head, entries)).items():
+        counts[_label_of(head)] += count
+    return counts
+
+
 def _head(entry: str) -> str:
     """An entry's text before its first `(` or `:` (the tool it called, or who spoke)."""
     match = _HEAD.match(entry)
@@ -763,7 +849,7 @@ def _top(counts: dict[str, int]) -> dict[str, int]:
 
 
 def _entries_size(sections: dict[str, list[str]]) -> int:
-    return sum(len(line) + 3 for lines in sections.values() for line in lines)
+    return sum(sum(map(len, lines)) + 3 * len(lines) for lines in sections.values())
 
 
 def render_checkpoint(
