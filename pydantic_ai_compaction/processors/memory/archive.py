@@ -41,7 +41,7 @@ from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int
 from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.events import EventObserver
-from pydantic_ai_compaction.runtime.project import project_request, rewrite_log
+from pydantic_ai_compaction.runtime.project import project_request, rewrite_log, rewrite_log_at
 from pydantic_ai_compaction.runtime.segment import ProtectPredicate, is_restatement, segment
 from pydantic_ai_compaction.runtime.stores.access import (
     ConversationKey,
@@ -167,26 +167,24 @@ class Archive(AbstractCapability[AgentDepsT]):
 
         Works on the persisted history (`ctx.messages`), never on a request-only view.
         """
-        messages = list(ctx.messages)
+        log = ctx.messages
         # The scan for new results is cheap and runs here; only reserving ids touches the store, so only a
         # request that brings new results pays for a worker thread (this hook runs before every request).
-        todo, highest = self._unnumbered(ctx, messages)
-        numbered: list[ModelMessage] | None = None
+        todo, highest = self._unnumbered(ctx, log)
+        numbered: dict[int, ModelMessage] | None = None
         if todo:
             try:
-                numbered = await call_store('next_numbers', self._number_results, ctx, messages, todo, highest)
+                numbered = await call_store('next_numbers', self._number_results, ctx, log, todo, highest)
             except ArchiveError as error:
                 # No key (its function failed): results go out without ids now; the next request numbers them.
                 warnings.warn(
                     f'Archive could not number new results this request: {error}', RuntimeWarning, stacklevel=2
                 )
-        if numbered is not None:
-            numbered = rewrite_log(
-                messages, numbered, 'Archive', reason='numbered', tracer=ctx.tracer, observer=self.observer
-            )
-        if numbered is not None:
-            ctx.messages[:] = numbered
-            request_context = replace(request_context, messages=list(numbered))
+        # Only the numbered requests are checked and written: the rest of the log stays as it is, object for object.
+        if numbered and rewrite_log_at(
+            log, numbered, 'Archive', reason='numbered', tracer=ctx.tracer, observer=self.observer
+        ):
+            request_context = replace(request_context, messages=list(log))
         reminder = self._reminder(request_context.messages)
         if reminder is not None:
             # Ephemeral: the reminder goes to this request only and is never saved in the history.
@@ -237,15 +235,18 @@ class Archive(AbstractCapability[AgentDepsT]):
         todo.reverse()
         return todo, highest
 
-    def _number_new(self, ctx: RunContext[AgentDepsT], messages: list[ModelMessage]) -> list[ModelMessage] | None:
-        """Scan and number in one blocking call (what a request does, for benchmarks), or `None` when all have ids."""
+    def _number_new(self, ctx: RunContext[AgentDepsT], messages: list[ModelMessage]) -> dict[int, ModelMessage]:
+        """Scan and number in one blocking call (what a request does, for benchmarks): `_number_results`' changes."""
         todo, highest = self._unnumbered(ctx, messages)
-        return self._number_results(ctx, messages, todo, highest) if todo else None
+        return self._number_results(ctx, messages, todo, highest) if todo else {}
 
     def _number_results(
         self, ctx: RunContext[AgentDepsT], messages: list[ModelMessage], todo: list[tuple[int, int]], highest: int
-    ) -> list[ModelMessage]:
-        """*messages* with an id on each result in *todo*. Blocking (reserves ids): called in a worker thread."""
+    ) -> dict[int, ModelMessage]:
+        """The requests of *messages* that hold a result in *todo*, by position, with an id on each such result.
+
+        Blocking (reserves ids): called in a worker thread.
+        """
         try:
             numbers = reserve(self.store, self.conversation_id(ctx), 'result', len(todo), highest)
         except ArchiveError as error:
@@ -257,9 +258,9 @@ class Archive(AbstractCapability[AgentDepsT]):
                 stacklevel=2,
             )
             numbers = list(range(highest + 1, highest + len(todo) + 1))
-        out = list(messages)
+        out: dict[int, ModelMessage] = {}
         for (index, part_index), number in zip(todo, numbers, strict=True):
-            request = out[index]
+            request = out.get(index, messages[index])
             assert isinstance(request, ModelRequest)
             part = request.parts[part_index]
             assert isinstance(part, ToolReturnPart)
