@@ -171,9 +171,11 @@ def rewrite_log_at(
 
 
 def _written(log: Sequence[ModelMessage], changes: Mapping[int, ModelMessage]) -> list[ModelMessage]:
+    # A position outside the log is already a problem of its own: the shape is walked over the others.
     out = list(log)
     for index, message in changes.items():
-        out[index] = message
+        if 0 <= index < len(out):
+            out[index] = message
     return out
 
 
