@@ -75,10 +75,10 @@ def edited(message: ModelMessage, edit: str) -> ModelMessage:
             return ModelResponse(parts=[TextPart('a reply where a request was')])
         return ModelRequest(parts=[UserPromptPart('a request where a reply was')])
     if edit == 'content':
+        texts = (TextPart, ToolReturnPart)
         return replace(
-            message,
-            parts=[replace(p, content=f'{p.content}!') if isinstance(p, TextPart | ToolReturnPart) else p for p in parts],  # pyright: ignore[reportArgumentType]
-        )
+            message, parts=[replace(p, content=f'{p.content}!') if isinstance(p, texts) else p for p in parts]
+        )  # pyright: ignore[reportArgumentType]
     return replace(message, parts=[replace(p) for p in parts])  # pyright: ignore[reportArgumentType]
 
 
@@ -106,9 +106,7 @@ def test_a_rewrite_at_positions_is_judged_as_the_whole_rewrite_is(
     for index, message in changes.items():
         rewritten[index] = message
     whole, whole_warnings, whole_events, whole_counted = outcome(
-        lambda observe: rewrite_log(
-            history, rewritten, 'Demo', reason='test', may_drop=may_drop, observer=observe
-        )
+        lambda observe: rewrite_log(history, rewritten, 'Demo', reason='test', may_drop=may_drop, observer=observe)
     )
     log = list(history)
     at, at_warnings, at_events, at_counted = outcome(
@@ -141,8 +139,9 @@ def _run_context(messages: list[ModelMessage], step: int) -> RunContext[None]:
 
 def _request(messages: list[ModelMessage]) -> ModelRequestContext:
     # pydantic-ai hands the hooks a copy of the history as the request.
+    parameters = ModelRequestParameters()
     return ModelRequestContext(
-        model=TestModel(), messages=list(messages), model_settings=None, model_request_parameters=ModelRequestParameters()
+        model=TestModel(), messages=list(messages), model_settings=None, model_request_parameters=parameters
     )
 
 
