@@ -35,10 +35,12 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.usage import RunUsage
 
 from pydantic_ai_compaction import Archive, CompactionEvent, ForgetReasoning, InMemoryArchiveStore
-from pydantic_ai_compaction.processors.memory.results import result_id_of
+from pydantic_ai_compaction.processors.memory import archive as archive_module
+from pydantic_ai_compaction.processors.memory.results import archived_ref_of, result_id_of, with_marks
 from pydantic_ai_compaction.protocols.types import METADATA_KEY
 from pydantic_ai_compaction.runtime import project as runtime_project
 from pydantic_ai_compaction.runtime.project import rewrite_log, rewrite_log_at, rewrites_accepted
+from pydantic_ai_compaction.runtime.segment import is_restatement
 
 from .reliability import histories
 from .test_incremental_requests import ACTIONS, between, decide_whole, reasoning_steps, scorer
@@ -249,3 +251,68 @@ def test_archive_numbering_a_refused_rewrite_leaves_the_log_and_the_request(
         request = asyncio.run(archive.before_model_request(_run_context(log, 2), sent))
     assert log == before and all(a is b for a, b in zip(log, before, strict=True))
     assert request is sent
+
+
+def scan_whole(messages: list[ModelMessage]) -> tuple[int, list[tuple[int, int, str]]]:
+    """The reminder's reading of a whole request, as before it was incremental: prompts, and each archivable
+    result (its part's identity, rendered size and id)."""
+    prompts = 0
+    eligible: list[tuple[int, int, str]] = []
+    for message in messages:
+        if not isinstance(message, ModelRequest):
+            continue
+        for part in message.parts:
+            if isinstance(part, UserPromptPart) and not is_restatement(part):
+                prompts += 1
+            elif isinstance(part, ToolReturnPart) and (rid := result_id_of(part)) and not archived_ref_of(part):
+                eligible.append((id(part), len(part.model_response_str()), rid))
+    return prompts, eligible
+
+
+def stubbed(messages: list[ModelMessage], pick: int) -> list[ModelMessage]:
+    """One numbered result replaced by `context_apply`'s stub, wherever it is (often in the middle)."""
+    spots = [
+        (index, part_index)
+        for index, message in enumerate(messages)
+        if isinstance(message, ModelRequest)
+        for part_index, part in enumerate(message.parts)
+        if isinstance(part, ToolReturnPart) and result_id_of(part)
+    ]
+    if not spots:
+        return messages
+    index, part_index = spots[pick % len(spots)]
+    request = messages[index]
+    parts = list(request.parts)
+    part = parts[part_index]
+    assert isinstance(part, ToolReturnPart)
+    parts[part_index] = replace(part, content='[archived]', metadata=with_marks(part, archived=f'a{pick}'))
+    out = list(messages)
+    out[index] = replace(request, parts=parts)
+    return out
+
+
+REMINDER_ACTIONS = st.sampled_from(['save', 'save', 'number', 'number', 'stub', 'copy', 'truncate', 'compact'])
+
+
+@EXAMPLES
+@given(reasoning_steps(), st.lists(st.tuples(REMINDER_ACTIONS, st.integers(0, 30)), max_size=8))
+def test_the_reminder_reads_each_request_as_a_reading_of_the_whole_history(
+    history: list[ModelMessage], actions: list[tuple[str, int]]
+) -> None:
+    archive = Archive[None](reminder_tokens=40, reminder_every_chars=25)
+    whole = Archive[None](reminder_tokens=40, reminder_every_chars=25)
+    current: list[ModelMessage] = []
+    for position, message in enumerate(history):
+        sent = [*current, message]
+        prompts, eligible = archive._scanned.read(sent)  # pyright: ignore[reportPrivateUsage]
+        assert (prompts, [(id(part), size, rid) for part, size, rid in eligible]) == scan_whole(sent)
+        whole._scanned = archive_module._Scanned()  # pyright: ignore[reportPrivateUsage]
+        reminder = archive._reminder(sent)  # pyright: ignore[reportPrivateUsage]
+        assert reminder == whole._reminder(sent)  # pyright: ignore[reportPrivateUsage]
+        action, cut = actions[position % len(actions)] if actions else ('number', 0)
+        if action == 'number':
+            current = number_whole(sent, position * 10 + 1)
+        elif action == 'stub':
+            current = stubbed(sent, cut)
+        else:
+            current = between(action, sent, sent, cut)

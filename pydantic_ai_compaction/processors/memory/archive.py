@@ -38,6 +38,7 @@ from pydantic_ai_compaction.processors.memory.results import (
     with_marks,
 )
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore
+from pydantic_ai_compaction.protocols.metadata import ResultMarks
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int
 from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.events import EventObserver
@@ -281,15 +282,18 @@ class Archive(AbstractCapability[AgentDepsT]):
         # not the user's), and archivable results with their sizes, each rendered once.
         state = self._state
         prompts = 0
-        eligible: list[tuple[ToolReturnPart, int]] = []
+        eligible: list[tuple[ToolReturnPart, int, str]] = []
         for message in messages:
             if not isinstance(message, ModelRequest):
                 continue
             for part in message.parts:
                 if isinstance(part, UserPromptPart) and not is_restatement(part):
                     prompts += 1
-                elif isinstance(part, ToolReturnPart) and result_id_of(part) and not archived_ref_of(part):
-                    eligible.append((part, len(part.model_response_str())))
+                elif isinstance(part, ToolReturnPart):
+                    # The marks are read once a part: this loop reads every result of the request.
+                    marks = ResultMarks.from_metadata(part.metadata)
+                    if marks.result_id and not marks.archived:
+                        eligible.append((part, len(part.model_response_str()), marks.result_id))
         if prompts != state.user_prompts:
             # A new user prompt starts the schedule over.
             self._state = state = _ReminderState(user_prompts=prompts)
@@ -300,19 +304,19 @@ class Archive(AbstractCapability[AgentDepsT]):
             # Seed 000: another reminder needs 20,000 characters (or an image) of eligible output that is *new*
             # since the last one. Comparing totals instead would let archiving after a reminder (which lowers
             # the total) silence the next one.
-            fresh = [(part, size) for part, size in eligible if result_id_of(part) not in state.known_at_reminder]
+            fresh = [(part, size) for part, size, rid in eligible if rid not in state.known_at_reminder]
             due = sum(size for _, size in fresh) >= self.reminder_every_chars or any(
                 _image_count(part.content) for part, _ in fresh
             )
         else:
             tokens = estimate_token_count(messages)
-            due = any(_image_count(part.content) for part, _ in eligible) or tokens >= self.reminder_tokens
+            due = any(_image_count(part.content) for part, _, _ in eligible) or tokens >= self.reminder_tokens
         if not due:
             return None
-        known = frozenset(rid for part, _ in eligible if (rid := result_id_of(part)) is not None)
+        known = frozenset(rid for _, _, rid in eligible)
         self._state = replace(state, reminded=True, known_at_reminder=state.known_at_reminder | known)
         tokens = tokens if tokens is not None else estimate_token_count(messages)
-        listing = ', '.join(f'{result_id_of(p)} {p.tool_name} ({size:,} chars)' for p, size in eligible)
+        listing = ', '.join(f'{rid} {p.tool_name} ({size:,} chars)' for p, size, rid in eligible)
         return (
             f'[Context check: about {tokens:,} tokens in context. Results you can archive: '
             f'{listing}. Archive what you no longer need verbatim with {APPLY_TOOL}, in one batch.]'
