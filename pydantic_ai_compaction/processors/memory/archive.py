@@ -9,9 +9,13 @@ re-run, and nothing but tool results can be archived.
 
 from __future__ import annotations
 
+import operator
 import re
 import warnings
+import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain, compress, count
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -90,6 +94,74 @@ class _ReminderState:
     user_prompts: int = -1
 
 
+@dataclass(frozen=True)
+class _Facts:
+    """What the reminder reads in one message: its user prompts and its archivable results, in order."""
+
+    prompts: int = 0
+    """User prompt parts (a restatement is not the user's)."""
+
+    eligible: tuple[tuple[ToolReturnPart, int, str], ...] = ()
+    """Each numbered, not archived result with its rendered size and its id."""
+
+
+_NO_FACTS = _Facts()
+
+
+def _facts(message: ModelMessage) -> _Facts:
+    if not isinstance(message, ModelRequest):
+        return _NO_FACTS
+    prompts = 0
+    eligible: list[tuple[ToolReturnPart, int, str]] = []
+    for part in message.parts:
+        if isinstance(part, UserPromptPart) and not is_restatement(part):
+            prompts += 1
+        elif isinstance(part, ToolReturnPart):
+            # The marks are read once a part (both the id and the archive reference live there).
+            marks = ResultMarks.from_metadata(part.metadata)
+            if marks.result_id and not marks.archived:
+                eligible.append((part, len(part.model_response_str()), marks.result_id))
+    return _Facts(prompts, tuple(eligible)) if prompts or eligible else _NO_FACTS
+
+
+@dataclass
+class _Scanned:
+    """Per run: the reminder's reading of the previous request, message by message.
+
+    A message's facts depend on that message alone (messages and parts are never changed in place), so a request
+    reads only the messages that are not the very objects read at their position last time. Which ones those are
+    is found by one identity pass in C over every position, exact wherever a message changed (at the end, in the
+    middle, or everywhere in a copied history); only the changed ones are read in Python.
+    """
+
+    refs: list[weakref.ref[ModelMessage]] = field(default_factory=list['weakref.ref[ModelMessage]'])
+    """The message read at each position (weak: never keeps a history alive)."""
+
+    facts: list[_Facts] = field(default_factory=list[_Facts])
+    """What was read in it."""
+
+    def read(self, messages: Sequence[ModelMessage]) -> tuple[int, list[tuple[ToolReturnPart, int, str]]]:
+        """The user prompts of *messages* and their archivable results (`(part, size, id)`, in order)."""
+        refs, facts = self.refs, self.facts
+        del refs[len(messages) :]
+        del facts[len(messages) :]
+        held = map(operator.call, refs)
+        for index in list(compress(count(), map(operator.is_not, held, messages))):
+            message = messages[index]
+            refs[index] = weakref.ref(message)
+            facts[index] = _facts(message)
+        for message in messages[len(refs) :]:
+            refs.append(weakref.ref(message))
+            facts.append(_facts(message))
+        prompts = sum(map(_PROMPTS, facts))
+        eligible = list(chain.from_iterable(map(_ELIGIBLE, facts)))
+        return prompts, eligible
+
+
+_PROMPTS = operator.attrgetter('prompts')
+_ELIGIBLE = operator.attrgetter('eligible')
+
+
 @dataclass
 class Archive(AbstractCapability[AgentDepsT]):
     """Agent-controlled, reversible forgetting of tool results (`context_apply` / `context_recover`).
@@ -130,6 +202,9 @@ class Archive(AbstractCapability[AgentDepsT]):
     _applying: anyio.Lock = field(init=False, repr=False, compare=False)
     """One `context_apply` batch at a time: a batch is checked against the history its stubs change."""
 
+    _scanned: _Scanned = field(init=False, repr=False, compare=False)
+    """Per run: what the reminder read in the previous request, message by message."""
+
     def __post_init__(self) -> None:
         check_instance('Archive', 'store', self.store, ArchiveStore, 'an ArchiveStore')
         check_conversation('Archive', self.conversation)
@@ -140,6 +215,7 @@ class Archive(AbstractCapability[AgentDepsT]):
         check_callable('Archive', 'observer', self.observer)
         self._state = _ReminderState()
         self._applying = anyio.Lock()
+        self._scanned = _Scanned()
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """A copy with its own reminder schedule and batch lock for this run."""
@@ -278,22 +354,10 @@ class Archive(AbstractCapability[AgentDepsT]):
         return out
 
     def _reminder(self, messages: list[ModelMessage]) -> str | None:
-        # This runs before every request, so it makes a single pass: user prompts (restatements are
-        # not the user's), and archivable results with their sizes, each rendered once.
+        # This runs before every request: user prompts (restatements are not the user's) and archivable results
+        # with their sizes are read once a message, and only for messages the previous request did not hold.
         state = self._state
-        prompts = 0
-        eligible: list[tuple[ToolReturnPart, int, str]] = []
-        for message in messages:
-            if not isinstance(message, ModelRequest):
-                continue
-            for part in message.parts:
-                if isinstance(part, UserPromptPart) and not is_restatement(part):
-                    prompts += 1
-                elif isinstance(part, ToolReturnPart):
-                    # The marks are read once a part: this loop reads every result of the request.
-                    marks = ResultMarks.from_metadata(part.metadata)
-                    if marks.result_id and not marks.archived:
-                        eligible.append((part, len(part.model_response_str()), marks.result_id))
+        prompts, eligible = self._scanned.read(messages)
         if prompts != state.user_prompts:
             # A new user prompt starts the schedule over.
             self._state = state = _ReminderState(user_prompts=prompts)
