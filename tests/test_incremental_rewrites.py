@@ -316,3 +316,91 @@ def test_the_reminder_reads_each_request_as_a_reading_of_the_whole_history(
             current = stubbed(sent, cut)
         else:
             current = between(action, sent, sent, cut)
+
+
+@EXAMPLES
+@given(histories(), st.data())
+def test_the_rewritten_request_replaces_each_old_message_wherever_the_request_holds_it(
+    history: list[ModelMessage], data: st.DataObject
+) -> None:
+    # A request as a capability listed earlier may leave it: some of the log's messages, in any order, and
+    # messages of its own (never the same object twice, as in a real request).
+    chosen = data.draw(st.lists(st.integers(0, len(history) - 1), unique=True))
+    foreign: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('a note of its own')])]
+    request = [history[index] for index in chosen] + foreign * data.draw(st.integers(0, 1))
+    if data.draw(st.booleans()):
+        request = list(history)  # not projected: the log's own messages at their positions
+    positions = data.draw(st.lists(st.integers(0, len(history) - 1), unique=True, max_size=4))
+    replaced = {index: (history[index], edited(history[index], 'copy')) for index in positions}
+    rewritten = [*history]
+    for index, (_, new) in replaced.items():
+        rewritten[index] = new
+    holds_all = all(any(message is old for message in request) for old, _ in replaced.values())
+    fresh = (
+        [next((new for old, new in replaced.values() if old is message), message) for message in request]
+        if holds_all
+        else rewritten
+    )
+    out = runtime_project.rewritten_request(request, rewritten, replaced)
+    assert len(out) == len(fresh) and all(a is b for a, b in zip(out, fresh, strict=True))
+
+
+@pytest.mark.parametrize('archive', [False, True])
+def test_a_projection_listed_before_forget_survives_its_rewrite(archive: bool) -> None:
+    from dataclasses import dataclass as _dataclass
+
+    from pydantic_ai import Agent
+    from pydantic_ai.capabilities import AbstractCapability
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    @_dataclass
+    class Note(AbstractCapability[None]):
+        async def before_model_request(
+            self, ctx: RunContext[None], request_context: ModelRequestContext
+        ) -> ModelRequestContext:
+            messages = list(request_context.messages)
+            last = messages[-1]
+            assert isinstance(last, ModelRequest)
+            messages[-1] = replace(last, parts=[*last.parts, UserPromptPart('request-only note')])
+            return replace(request_context, messages=messages)
+
+    received: list[list[ModelMessage]] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        received.append(messages)
+        if len(received) < 3:
+            return ModelResponse(
+                parts=[ThinkingPart('next?'), ToolCallPart('read', {}, tool_call_id=f'c{len(received)}')]
+            )
+        return ModelResponse(parts=[TextPart('done')])
+
+    agent = Agent(
+        FunctionModel(respond),
+        capabilities=[
+            Note(),
+            ForgetReasoning[None](policy='drop'),
+            *([Archive[None](reminder_tokens=10**9)] if archive else []),
+        ],
+    )
+
+    @agent.tool_plain
+    def read() -> str:  # pyright: ignore[reportUnusedFunction]
+        return 'found'
+
+    result = agent.run_sync('go')
+    assert len(received) == 3
+    noted = [
+        any(isinstance(p, UserPromptPart) and p.content == 'request-only note' for p in m[-1].parts) for m in received
+    ]
+    # The request shows the rewrite: the earlier step's thinking is gone.
+    assert not any(isinstance(p, ThinkingPart) for p in received[2][1].parts)
+    if not archive:
+        # The note the first capability projected is in every request, though ForgetReasoning rewrote the log.
+        assert noted == [True, True, True]
+    else:
+        # Archive numbers the newest result, in the request the note rebuilt: a result goes out with its id, so
+        # that request is the numbered log (the note gives way), as when a single capability projects.
+        assert noted == [True, False, False]
+        ids = [result_id_of(p) for m in received[2] for p in m.parts if isinstance(p, ToolReturnPart)]
+        assert ids == ['r1', 'r2']
+    assert 'request-only note' not in str(result.all_messages())

@@ -170,6 +170,34 @@ def rewrite_log_at(
     return True
 
 
+def rewritten_request(
+    request: Sequence[ModelMessage],
+    log: Sequence[ModelMessage],
+    replaced: Mapping[int, tuple[ModelMessage, ModelMessage]],
+) -> list[ModelMessage]:
+    """The request to send after an accepted rewrite of *log*: *request* showing it, or else the log itself.
+
+    The request a hook receives may already be projected by a capability listed before it (a selection, a
+    request-only note). When it holds every message the rewrite replaced (`(old, new)` by log position), it is
+    kept as it is with each *new* in place of its *old*: at that position when it is there (a request that was
+    not projected), else wherever the projection put it. When a projection rebuilt one of them, the request
+    could not show the rewrite, so it is the rewritten log, as sent when no capability projects.
+    """
+    out = list(request)
+    for index, (old, new) in replaced.items():
+        if index < len(out) and out[index] is old:
+            out[index] = new
+            continue
+        found = False
+        for position, message in enumerate(out):
+            if message is old:
+                out[position] = new
+                found = True
+        if not found:
+            return list(log)
+    return out
+
+
 def _written(log: Sequence[ModelMessage], changes: Mapping[int, ModelMessage]) -> list[ModelMessage]:
     # A position outside the log is already a problem of its own: the shape is walked over the others.
     out = list(log)

@@ -46,7 +46,7 @@ from pydantic_ai_compaction.protocols.metadata import ResultMarks
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int
 from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.events import EventObserver
-from pydantic_ai_compaction.runtime.project import project_request, rewrite_log, rewrite_log_at
+from pydantic_ai_compaction.runtime.project import project_request, rewrite_log, rewrite_log_at, rewritten_request
 from pydantic_ai_compaction.runtime.segment import ProtectPredicate, is_restatement, segment
 from pydantic_ai_compaction.runtime.stores.access import (
     ConversationKey,
@@ -258,10 +258,14 @@ class Archive(AbstractCapability[AgentDepsT]):
                     f'Archive could not number new results this request: {error}', RuntimeWarning, stacklevel=2
                 )
         # Only the numbered requests are checked and written: the rest of the log stays as it is, object for object.
+        replaced = {index: (log[index], message) for index, message in (numbered or {}).items()}
         if numbered and rewrite_log_at(
             log, numbered, 'Archive', reason='numbered', tracer=ctx.tracer, observer=self.observer
         ):
-            request_context = replace(request_context, messages=list(log))
+            # The request shows the ids, keeping what a capability listed before this one projected.
+            request_context = replace(
+                request_context, messages=rewritten_request(request_context.messages, log, replaced)
+            )
         reminder = self._reminder(request_context.messages)
         if reminder is not None:
             # Ephemeral: the reminder goes to this request only and is never saved in the history.

@@ -55,7 +55,7 @@ from pydantic_ai_compaction.runtime.checks import (
     fail,
 )
 from pydantic_ai_compaction.runtime.events import EventObserver
-from pydantic_ai_compaction.runtime.project import never_fails, rewrite_log_at
+from pydantic_ai_compaction.runtime.project import never_fails, rewrite_log_at, rewritten_request
 from pydantic_ai_compaction.runtime.scoring import (
     CONTEXT_CHARS,
     SKIP,
@@ -252,6 +252,7 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
             return request_context
         # Its contract is to rewrite the log: only thinking may go, and only metadata may change otherwise. Only
         # the decided steps are checked and written: the rest of the log stays as it is, object for object.
+        replaced = {index: (log[index], message) for index, message in changes.items()}
         accepted = rewrite_log_at(
             log,
             changes,
@@ -263,7 +264,8 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
         )
         if not accepted:
             return request_context
-        return replace(request_context, messages=list(log))
+        # The request shows the decided steps, keeping what a capability listed before this one projected.
+        return replace(request_context, messages=rewritten_request(request_context.messages, log, replaced))
 
     def decide(self, messages: list[ModelMessage]) -> list[ModelMessage] | None:
         """The history with every newly completed step decided, or `None` when nothing changed.
