@@ -179,13 +179,14 @@ def rewritten_request(
 
     The request a hook receives may already be projected by a capability listed before it (a selection, a
     request-only note). When it holds every message the rewrite replaced (`(old, new)` by log position), it is
-    kept as it is with each *new* in place of its *old*: at that position when it is there (a request that was
-    not projected), else wherever the projection put it. When a projection rebuilt one of them, the request
+    kept as it is with each *new* in place of its *old*: at that position when it (or *new*) is there (a request
+    that was not projected), else wherever the projection put it. When a projection rebuilt one of them, the request
     could not show the rewrite, so it is the rewritten log, as sent when no capability projects.
     """
     out = list(request)
     for index, (old, new) in replaced.items():
-        if index < len(out) and out[index] is old:
+        if index < len(out) and (out[index] is old or out[index] is new):
+            # Not projected there (or the request is the log's own list, which the rewrite already changed).
             out[index] = new
             continue
         found = False
