@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -96,7 +96,7 @@ def test_every_exported_capability_is_covered() -> None:
 @dataclass
 class Spy:
     """Every list `shape_problems`, a view's incremental `ShapeCheck` or (for a log rewrite) `log_problems`
-    found no problem in."""
+    or `change_problems` found no problem in."""
 
     checked: list[list[ModelMessage]] = field(default_factory=list[list[ModelMessage]])
 
@@ -134,6 +134,21 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> Spy:
         return problems
 
     monkeypatch.setattr(runtime_project, 'log_problems', spying_log)
+    real_changes = runtime_project.change_problems
+
+    def spying_changes(
+        log: Sequence[ModelMessage], changes: Mapping[int, ModelMessage], may_drop: tuple[type[Any], ...] = ()
+    ) -> list[str]:
+        # A rewrite handed over as its changed positions: the log it would leave is the one checked.
+        problems = real_changes(log, changes, may_drop)
+        if not problems:
+            rewritten = list(log)
+            for index, message in changes.items():
+                rewritten[index] = message
+            record.checked.append(rewritten)
+        return problems
+
+    monkeypatch.setattr(runtime_project, 'change_problems', spying_changes)
     real_check = shape.ShapeCheck.problems
 
     def checking(

@@ -49,6 +49,7 @@ from pydantic_ai_compaction.runtime import apply_layout, segment, validate
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.engine import run_compaction
 from pydantic_ai_compaction.runtime.instructions import gather_instructions
+from pydantic_ai_compaction.runtime.project import rewrite_log_at
 from pydantic_ai_compaction.runtime.stores import SQLiteArchiveStore
 from pydantic_ai_compaction.runtime.validate import Skipped
 from pydantic_ai_compaction_bench.recall_compare import _OneRun  # pyright: ignore[reportPrivateUsage]
@@ -136,9 +137,9 @@ async def _measure(size: str, history: list[ModelMessage], repeat: int) -> list[
     # The steady state of a run: earlier results numbered and steps decided; one new step arrives.
     archive = Archive()
     later = RunContext[None](deps=None, model=TestModel(), usage=RunUsage(), run_step=5)
-    numbered = archive._number_new(ctx, history[:-2]) or history[:-2]  # pyright: ignore[reportPrivateUsage]
+    numbered = _written(history[:-2], archive._number_new(ctx, history[:-2]))  # pyright: ignore[reportPrivateUsage]
     forget = ForgetReasoning(policy='drop')
-    decided = forget.decide(history[:-2]) or history[:-2]
+    decided = _written(history[:-2], forget.decisions(history[:-2]))
     steady_archive = [*numbered, *history[-2:]]
     steady_forget = [*decided, *history[-2:]]
     reset = ResetToCheckpoint(trigger=Trigger(tokens=1))
@@ -151,7 +152,7 @@ async def _measure(size: str, history: list[ModelMessage], repeat: int) -> list[
         'layout application': lambda: apply_layout(view, layout, {'strategy': 'bench'}),
         'reassert (gather changes)': lambda: gather_instructions(view, InstructionSources(markers=('CHANGE:',))),
         'archive (number new results)': lambda: archive._number_new(later, steady_archive),  # pyright: ignore[reportPrivateUsage]
-        'forget-reasoning (decide)': lambda: forget.decide(steady_forget),
+        'forget-reasoning (decide)': lambda: forget.decisions(steady_forget),
         'bounded selection': lambda: project(view, select(view, request, 10_000)),
     }
     measured: dict[str, float] = {}
@@ -311,6 +312,14 @@ async def _steady(
     return statistics.median(times)
 
 
+def _written(messages: list[ModelMessage], changes: dict[int, ModelMessage]) -> list[ModelMessage]:
+    """A copy of *messages* with *changes* (position → new message) written in."""
+    out = list(messages)
+    for index, message in changes.items():
+        out[index] = message
+    return out
+
+
 def _request_context(messages: list[ModelMessage]) -> Any:
     from pydantic_ai.models import ModelRequestContext
 
@@ -348,11 +357,17 @@ async def _scale_one(history: list[ModelMessage], more: list[list[ModelMessage]]
     async def select_path(messages: list[ModelMessage]) -> None:
         await selection.before_model_request(ctx, _request_context(messages))
 
-    async def forget_path(messages: list[ModelMessage]) -> list[ModelMessage] | None:
-        return forget.decide(messages)
+    async def forget_path(messages: list[ModelMessage]) -> list[ModelMessage]:
+        # The decision and its steps written into the history, as the hook writes them into `ctx.messages`.
+        for index, message in forget.decisions(messages).items():
+            messages[index] = message
+        return messages
 
-    async def archive_path(messages: list[ModelMessage]) -> list[ModelMessage] | None:
-        return archive._number_new(ctx, messages)  # pyright: ignore[reportPrivateUsage]
+    async def archive_path(messages: list[ModelMessage]) -> list[ModelMessage]:
+        # Numbering and the runtime's check of the numbered requests, written into the history as the hook does.
+        numbered = archive._number_new(ctx, messages)  # pyright: ignore[reportPrivateUsage]
+        rewrite_log_at(messages, numbered, 'Archive', reason='numbered')
+        return messages
 
     async def recall_path(messages: list[ModelMessage]) -> None:
         recall.index('bench', messages)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import operator
 import warnings
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from itertools import compress, count
 from typing import TYPE_CHECKING, Any
@@ -44,7 +44,7 @@ _rewrite_generation = 0
 
 
 def rewrites_accepted() -> int:
-    """A number that changes whenever `rewrite_log` accepts a rewrite, in any run of this process.
+    """A number that changes whenever `rewrite_log` or `rewrite_log_at` accepts a rewrite, in any run of this process.
 
     A memo that remembers a history's messages by position and looks only at its ends to tell an extension
     from a replaced history cannot see a rewrite that swapped one message for one in the middle (`Archive`'s
@@ -117,24 +117,119 @@ def rewrite_log(
         tracer: The run's tracer; the event becomes a span when it records.
         observer: Called with the event.
     """
-    problems = log_problems(original, rewritten, may_drop)
-    if problems or not _keeps_structure(may_drop):
-        # Only what the rewrite adds: a log that already broke a rule (a call left dangling by an interrupted
-        # step) may still be rewritten, as on the path below, where its shape is the persisted log's.
-        existing = set(shape.shape_problems(original, before=original))
-        problems = [*(p for p in shape.shape_problems(rewritten, before=original) if p not in existing), *problems]
-    # Otherwise every message keeps its role and every call, return, retry and compaction item stays where it
-    # was: the rewrite has the persisted log's shape, so it can add no shape problem and is not walked again
-    # (an O(history) walk on every request the owner rewrites).
+    problems = _with_shape(log_problems(original, rewritten, may_drop), original, lambda: rewritten, may_drop)
     if problems:
         _refuse(owner, 'left the history as it was', problems, original, tracer, observer)
         return None
-    global _rewrite_generation
-    # `next` hands out each number once even across threads, so a reader never sees an old value come back.
-    _rewrite_generation = next(_REWRITE_NUMBERS)
+    _accepted()
     if _observed(tracer, observer):
         _report(owner, reason, original, rewritten, tracer, observer)
     return list(rewritten)
+
+
+def rewrite_log_at(
+    log: list[ModelMessage],
+    changes: Mapping[int, ModelMessage],
+    owner: str,
+    *,
+    reason: str,
+    may_drop: tuple[type[Any], ...] = (),
+    tracer: Tracer | None = None,
+    observer: EventObserver | None = None,
+) -> bool:
+    """Write *changes* (position → new message) into the persisted *log* when `rewrite_log` would accept them.
+
+    `rewrite_log` for an owner that knows which positions it changed: the same rule, the same refusal and
+    the same event, but only the changed positions are checked (every other message stays the log's own
+    object) and they are written in place, so a request costs what it changed, not the length of the log.
+
+    Args:
+        log: The persisted log (`RunContext.messages`); changed in place when the rewrite is accepted.
+        changes: What *owner* would save instead of the log's message at each position.
+        owner: The capability's name, for the warning, the event and the record.
+        reason: What the rewrite did (`numbered`, `archived`, `reasoning`, ...), for the record.
+        may_drop: Part types the owner's contract lets it remove.
+        tracer: The run's tracer; the event becomes a span when it records.
+        observer: Called with the event.
+
+    Returns:
+        Whether *log* now holds the changes (`False`: it is as it was, and the refusal was reported).
+    """
+    if not changes:
+        return True
+    problems = _with_shape(change_problems(log, changes, may_drop), log, lambda: _written(log, changes), may_drop)
+    if problems:
+        _refuse(owner, 'left the history as it was', problems, log, tracer, observer)
+        return False
+    _accepted()
+    before = list(log) if _observed(tracer, observer) else None
+    for index, message in changes.items():
+        log[index] = message
+    if before is not None:
+        _report(owner, reason, before, log, tracer, observer)
+    return True
+
+
+def rewritten_request(
+    request: Sequence[ModelMessage],
+    log: Sequence[ModelMessage],
+    replaced: Mapping[int, tuple[ModelMessage, ModelMessage]],
+) -> list[ModelMessage]:
+    """The request to send after an accepted rewrite of *log*: *request* showing it, or else the log itself.
+
+    The request a hook receives may already be projected by a capability listed before it (a selection, a
+    request-only note). When it holds every message the rewrite replaced (`(old, new)` by log position), it is
+    kept as it is with each *new* in place of its *old*: at that position when it (or *new*) is there (a request
+    that was not projected), else wherever the projection put it. When a projection rebuilt one of them, the request
+    could not show the rewrite, so it is the rewritten log, as sent when no capability projects.
+    """
+    out = list(request)
+    for index, (old, new) in replaced.items():
+        if index < len(out) and (out[index] is old or out[index] is new):
+            # Not projected there (or the request is the log's own list, which the rewrite already changed).
+            out[index] = new
+            continue
+        found = False
+        for position, message in enumerate(out):
+            if message is old:
+                out[position] = new
+                found = True
+        if not found:
+            return list(log)
+    return out
+
+
+def _written(log: Sequence[ModelMessage], changes: Mapping[int, ModelMessage]) -> list[ModelMessage]:
+    # A position outside the log is already a problem of its own: the shape is walked over the others.
+    out = list(log)
+    for index, message in changes.items():
+        if 0 <= index < len(out):
+            out[index] = message
+    return out
+
+
+def _with_shape(
+    problems: list[str],
+    original: Sequence[ModelMessage],
+    rewritten: Callable[[], Sequence[ModelMessage]],
+    may_drop: tuple[type[Any], ...],
+) -> list[str]:
+    """*problems* (the log rule's) and the shape problems the rewrite adds, when they may differ from the log's."""
+    if not problems and _keeps_structure(may_drop):
+        # Every message keeps its role and every call, return, retry and compaction item stays where it was:
+        # the rewrite has the persisted log's shape, so it can add no shape problem and is not walked again
+        # (an O(history) walk on every request the owner rewrites).
+        return problems
+    # Only what the rewrite adds: a log that already broke a rule (a call left dangling by an interrupted step)
+    # may still be rewritten, as on the path above, where its shape is the persisted log's.
+    existing = set(shape.shape_problems(original, before=original))
+    return [*(p for p in shape.shape_problems(rewritten(), before=original) if p not in existing), *problems]
+
+
+def _accepted() -> None:
+    global _rewrite_generation
+    # `next` hands out each number once even across threads, so a reader never sees an old value come back.
+    _rewrite_generation = next(_REWRITE_NUMBERS)
 
 
 def log_problems(
@@ -148,19 +243,45 @@ def log_problems(
     # the same): the positions are found in C, so an unchanged prefix costs no Python step per message.
     changed = compress(count(), map(operator.is_not, original, rewritten))
     for index in changed:
-        before, after = original[index], rewritten[index]
-        if before.parts is after.parts:
+        problems.extend(_message_problems(index, original[index], rewritten[index], may_drop))
+    return problems
+
+
+def change_problems(
+    log: Sequence[ModelMessage], changes: Mapping[int, ModelMessage], may_drop: tuple[type[Any], ...] = ()
+) -> list[str]:
+    """`log_problems` of *log* against *log* with *changes* (position → new message) written in.
+
+    Every other message is the log's own object, so only the changed positions are read: the check costs
+    what the rewrite changed, not the length of the log.
+    """
+    problems: list[str] = []
+    size = len(log)
+    for index in sorted(changes):
+        if not 0 <= index < size:
+            # A position past either end would add or insert a message: the rewrite must keep the count.
+            problems.append(f'message {index} is not in the log of {size} messages')
             continue
-        if type(before) is not type(after):
-            problems.append(f'message {index} changed from {type(before).__name__} to {type(after).__name__}')
-            continue
-        kept = [_identity(part) for part in before.parts if not isinstance(part, may_drop)]
-        now = [_identity(part) for part in after.parts if not isinstance(part, may_drop)]
-        if kept != now:
-            problems.append(f'message {index} lost or reordered parts')
-        if before.parts and not after.parts:
-            # Providers refuse an empty turn, and the log would send it on every later request.
-            problems.append(f'message {index} lost all its parts')
+        problems.extend(_message_problems(index, log[index], changes[index], may_drop))
+    return problems
+
+
+def _message_problems(
+    index: int, before: ModelMessage, after: ModelMessage, may_drop: tuple[type[Any], ...]
+) -> list[str]:
+    """How *after*, in place of the log's message *before* at *index*, breaks the log rule; empty when it does not."""
+    if before is after or before.parts is after.parts:
+        return []
+    if type(before) is not type(after):
+        return [f'message {index} changed from {type(before).__name__} to {type(after).__name__}']
+    problems: list[str] = []
+    kept = [_identity(part) for part in before.parts if not isinstance(part, may_drop)]
+    now = [_identity(part) for part in after.parts if not isinstance(part, may_drop)]
+    if kept != now:
+        problems.append(f'message {index} lost or reordered parts')
+    if before.parts and not after.parts:
+        # Providers refuse an empty turn, and the log would send it on every later request.
+        problems.append(f'message {index} lost all its parts')
     return problems
 
 

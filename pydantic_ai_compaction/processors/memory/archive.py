@@ -9,9 +9,13 @@ re-run, and nothing but tool results can be archived.
 
 from __future__ import annotations
 
+import operator
 import re
 import warnings
+import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain, compress, count
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -38,10 +42,11 @@ from pydantic_ai_compaction.processors.memory.results import (
     with_marks,
 )
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore
+from pydantic_ai_compaction.protocols.metadata import ResultMarks
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int
 from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.events import EventObserver
-from pydantic_ai_compaction.runtime.project import project_request, rewrite_log
+from pydantic_ai_compaction.runtime.project import project_request, rewrite_log, rewrite_log_at, rewritten_request
 from pydantic_ai_compaction.runtime.segment import ProtectPredicate, is_restatement, segment
 from pydantic_ai_compaction.runtime.stores.access import (
     ConversationKey,
@@ -89,6 +94,74 @@ class _ReminderState:
     user_prompts: int = -1
 
 
+@dataclass(frozen=True)
+class _Facts:
+    """What the reminder reads in one message: its user prompts and its archivable results, in order."""
+
+    prompts: int = 0
+    """User prompt parts (a restatement is not the user's)."""
+
+    eligible: tuple[tuple[ToolReturnPart, int, str], ...] = ()
+    """Each numbered, not archived result with its rendered size and its id."""
+
+
+_NO_FACTS = _Facts()
+
+
+def _facts(message: ModelMessage) -> _Facts:
+    if not isinstance(message, ModelRequest):
+        return _NO_FACTS
+    prompts = 0
+    eligible: list[tuple[ToolReturnPart, int, str]] = []
+    for part in message.parts:
+        if isinstance(part, UserPromptPart) and not is_restatement(part):
+            prompts += 1
+        elif isinstance(part, ToolReturnPart):
+            # The marks are read once a part (both the id and the archive reference live there).
+            marks = ResultMarks.from_metadata(part.metadata)
+            if marks.result_id and not marks.archived:
+                eligible.append((part, len(part.model_response_str()), marks.result_id))
+    return _Facts(prompts, tuple(eligible)) if prompts or eligible else _NO_FACTS
+
+
+@dataclass
+class _Scanned:
+    """Per run: the reminder's reading of the previous request, message by message.
+
+    A message's facts depend on that message alone (messages and parts are never changed in place), so a request
+    reads only the messages that are not the very objects read at their position last time. Which ones those are
+    is found by one identity pass in C over every position, exact wherever a message changed (at the end, in the
+    middle, or everywhere in a copied history); only the changed ones are read in Python.
+    """
+
+    refs: list[weakref.ref[ModelMessage]] = field(default_factory=list['weakref.ref[ModelMessage]'])
+    """The message read at each position (weak: never keeps a history alive)."""
+
+    facts: list[_Facts] = field(default_factory=list[_Facts])
+    """What was read in it."""
+
+    def read(self, messages: Sequence[ModelMessage]) -> tuple[int, list[tuple[ToolReturnPart, int, str]]]:
+        """The user prompts of *messages* and their archivable results (`(part, size, id)`, in order)."""
+        refs, facts = self.refs, self.facts
+        del refs[len(messages) :]
+        del facts[len(messages) :]
+        held = map(operator.call, refs)
+        for index in list(compress(count(), map(operator.is_not, held, messages))):
+            message = messages[index]
+            refs[index] = weakref.ref(message)
+            facts[index] = _facts(message)
+        for message in messages[len(refs) :]:
+            refs.append(weakref.ref(message))
+            facts.append(_facts(message))
+        prompts = sum(map(_PROMPTS, facts))
+        eligible = list(chain.from_iterable(map(_ELIGIBLE, facts)))
+        return prompts, eligible
+
+
+_PROMPTS = operator.attrgetter('prompts')
+_ELIGIBLE = operator.attrgetter('eligible')
+
+
 @dataclass
 class Archive(AbstractCapability[AgentDepsT]):
     """Agent-controlled, reversible forgetting of tool results (`context_apply` / `context_recover`).
@@ -129,6 +202,9 @@ class Archive(AbstractCapability[AgentDepsT]):
     _applying: anyio.Lock = field(init=False, repr=False, compare=False)
     """One `context_apply` batch at a time: a batch is checked against the history its stubs change."""
 
+    _scanned: _Scanned = field(init=False, repr=False, compare=False)
+    """Per run: what the reminder read in the previous request, message by message."""
+
     def __post_init__(self) -> None:
         check_instance('Archive', 'store', self.store, ArchiveStore, 'an ArchiveStore')
         check_conversation('Archive', self.conversation)
@@ -139,6 +215,7 @@ class Archive(AbstractCapability[AgentDepsT]):
         check_callable('Archive', 'observer', self.observer)
         self._state = _ReminderState()
         self._applying = anyio.Lock()
+        self._scanned = _Scanned()
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """A copy with its own reminder schedule and batch lock for this run."""
@@ -167,26 +244,28 @@ class Archive(AbstractCapability[AgentDepsT]):
 
         Works on the persisted history (`ctx.messages`), never on a request-only view.
         """
-        messages = list(ctx.messages)
+        log = ctx.messages
         # The scan for new results is cheap and runs here; only reserving ids touches the store, so only a
         # request that brings new results pays for a worker thread (this hook runs before every request).
-        todo, highest = self._unnumbered(ctx, messages)
-        numbered: list[ModelMessage] | None = None
+        todo, highest = self._unnumbered(ctx, log)
+        numbered: dict[int, ModelMessage] | None = None
         if todo:
             try:
-                numbered = await call_store('next_numbers', self._number_results, ctx, messages, todo, highest)
+                numbered = await call_store('next_numbers', self._number_results, ctx, log, todo, highest)
             except ArchiveError as error:
                 # No key (its function failed): results go out without ids now; the next request numbers them.
                 warnings.warn(
                     f'Archive could not number new results this request: {error}', RuntimeWarning, stacklevel=2
                 )
-        if numbered is not None:
-            numbered = rewrite_log(
-                messages, numbered, 'Archive', reason='numbered', tracer=ctx.tracer, observer=self.observer
+        # Only the numbered requests are checked and written: the rest of the log stays as it is, object for object.
+        replaced = {index: (log[index], message) for index, message in (numbered or {}).items()}
+        if numbered and rewrite_log_at(
+            log, numbered, 'Archive', reason='numbered', tracer=ctx.tracer, observer=self.observer
+        ):
+            # The request shows the ids, keeping what a capability listed before this one projected.
+            request_context = replace(
+                request_context, messages=rewritten_request(request_context.messages, log, replaced)
             )
-        if numbered is not None:
-            ctx.messages[:] = numbered
-            request_context = replace(request_context, messages=list(numbered))
         reminder = self._reminder(request_context.messages)
         if reminder is not None:
             # Ephemeral: the reminder goes to this request only and is never saved in the history.
@@ -237,15 +316,18 @@ class Archive(AbstractCapability[AgentDepsT]):
         todo.reverse()
         return todo, highest
 
-    def _number_new(self, ctx: RunContext[AgentDepsT], messages: list[ModelMessage]) -> list[ModelMessage] | None:
-        """Scan and number in one blocking call (what a request does, for benchmarks), or `None` when all have ids."""
+    def _number_new(self, ctx: RunContext[AgentDepsT], messages: list[ModelMessage]) -> dict[int, ModelMessage]:
+        """Scan and number in one blocking call (what a request does, for benchmarks): `_number_results`' changes."""
         todo, highest = self._unnumbered(ctx, messages)
-        return self._number_results(ctx, messages, todo, highest) if todo else None
+        return self._number_results(ctx, messages, todo, highest) if todo else {}
 
     def _number_results(
         self, ctx: RunContext[AgentDepsT], messages: list[ModelMessage], todo: list[tuple[int, int]], highest: int
-    ) -> list[ModelMessage]:
-        """*messages* with an id on each result in *todo*. Blocking (reserves ids): called in a worker thread."""
+    ) -> dict[int, ModelMessage]:
+        """The requests of *messages* that hold a result in *todo*, by position, with an id on each such result.
+
+        Blocking (reserves ids): called in a worker thread.
+        """
         try:
             numbers = reserve(self.store, self.conversation_id(ctx), 'result', len(todo), highest)
         except ArchiveError as error:
@@ -257,9 +339,9 @@ class Archive(AbstractCapability[AgentDepsT]):
                 stacklevel=2,
             )
             numbers = list(range(highest + 1, highest + len(todo) + 1))
-        out = list(messages)
+        out: dict[int, ModelMessage] = {}
         for (index, part_index), number in zip(todo, numbers, strict=True):
-            request = out[index]
+            request = out.get(index, messages[index])
             assert isinstance(request, ModelRequest)
             part = request.parts[part_index]
             assert isinstance(part, ToolReturnPart)
@@ -276,19 +358,10 @@ class Archive(AbstractCapability[AgentDepsT]):
         return out
 
     def _reminder(self, messages: list[ModelMessage]) -> str | None:
-        # This runs before every request, so it makes a single pass: user prompts (restatements are
-        # not the user's), and archivable results with their sizes, each rendered once.
+        # This runs before every request: user prompts (restatements are not the user's) and archivable results
+        # with their sizes are read once a message, and only for messages the previous request did not hold.
         state = self._state
-        prompts = 0
-        eligible: list[tuple[ToolReturnPart, int]] = []
-        for message in messages:
-            if not isinstance(message, ModelRequest):
-                continue
-            for part in message.parts:
-                if isinstance(part, UserPromptPart) and not is_restatement(part):
-                    prompts += 1
-                elif isinstance(part, ToolReturnPart) and result_id_of(part) and not archived_ref_of(part):
-                    eligible.append((part, len(part.model_response_str())))
+        prompts, eligible = self._scanned.read(messages)
         if prompts != state.user_prompts:
             # A new user prompt starts the schedule over.
             self._state = state = _ReminderState(user_prompts=prompts)
@@ -299,19 +372,19 @@ class Archive(AbstractCapability[AgentDepsT]):
             # Seed 000: another reminder needs 20,000 characters (or an image) of eligible output that is *new*
             # since the last one. Comparing totals instead would let archiving after a reminder (which lowers
             # the total) silence the next one.
-            fresh = [(part, size) for part, size in eligible if result_id_of(part) not in state.known_at_reminder]
+            fresh = [(part, size) for part, size, rid in eligible if rid not in state.known_at_reminder]
             due = sum(size for _, size in fresh) >= self.reminder_every_chars or any(
                 _image_count(part.content) for part, _ in fresh
             )
         else:
             tokens = estimate_token_count(messages)
-            due = any(_image_count(part.content) for part, _ in eligible) or tokens >= self.reminder_tokens
+            due = any(_image_count(part.content) for part, _, _ in eligible) or tokens >= self.reminder_tokens
         if not due:
             return None
-        known = frozenset(rid for part, _ in eligible if (rid := result_id_of(part)) is not None)
+        known = frozenset(rid for _, _, rid in eligible)
         self._state = replace(state, reminded=True, known_at_reminder=state.known_at_reminder | known)
         tokens = tokens if tokens is not None else estimate_token_count(messages)
-        listing = ', '.join(f'{result_id_of(p)} {p.tool_name} ({size:,} chars)' for p, size in eligible)
+        listing = ', '.join(f'{rid} {p.tool_name} ({size:,} chars)' for p, size, rid in eligible)
         return (
             f'[Context check: about {tokens:,} tokens in context. Results you can archive: '
             f'{listing}. Archive what you no longer need verbatim with {APPLY_TOOL}, in one batch.]'

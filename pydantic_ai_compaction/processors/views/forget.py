@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import re
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, overload
 
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
@@ -54,7 +55,7 @@ from pydantic_ai_compaction.runtime.checks import (
     fail,
 )
 from pydantic_ai_compaction.runtime.events import EventObserver
-from pydantic_ai_compaction.runtime.project import never_fails, rewrite_log
+from pydantic_ai_compaction.runtime.project import never_fails, rewrite_log_at, rewritten_request
 from pydantic_ai_compaction.runtime.scoring import (
     CONTEXT_CHARS,
     SKIP,
@@ -142,7 +143,7 @@ class _Decided:
                 del returns[call]
         return start
 
-    def advance(self, messages: list[ModelMessage], start: int, candidates: list[int], decided: list[int]) -> None:
+    def advance(self, messages: Sequence[ModelMessage], start: int, candidates: list[int], decided: list[int]) -> None:
         """Remember *messages* (as decided) after reading from *start*; *candidates* were the steps looked at."""
         seen = self.seen
         for index in decided:
@@ -151,6 +152,31 @@ class _Decided:
         seen.extend(weakref.ref(messages[index]) for index in range(start, len(messages)))
         self.open = [index for index in candidates if reasoning_decision(_response(messages[index])) not in _FINAL]
         self.decided = decided
+
+
+class _Written(Sequence[ModelMessage]):
+    """*messages* as they read with *changes* (position → new message) written in, without copying them."""
+
+    def __init__(self, messages: Sequence[ModelMessage], changes: dict[int, ModelMessage]) -> None:
+        self._messages = messages
+        self._changes = changes
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    @overload
+    def __getitem__(self, index: int) -> ModelMessage: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[ModelMessage]: ...
+
+    def __getitem__(self, index: int | slice) -> ModelMessage | Sequence[ModelMessage]:
+        if isinstance(index, slice):
+            return [self[position] for position in range(len(self))[index]]
+        if index < 0:
+            index += len(self._messages)
+        changed = self._changes.get(index)
+        return changed if changed is not None else self._messages[index]
 
 
 def _response(message: ModelMessage) -> ModelResponse:
@@ -216,34 +242,49 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
 
         Works on the persisted history (`ctx.messages`), never on a request-only view.
         """
-        messages = list(ctx.messages)
+        log = ctx.messages
         try:
-            decided = self.decide(messages)
+            changes = self.decisions(log)
         except Exception as error:  # forgetting must never fail the run: keep the step as it was
             never_fails('ForgetReasoning', error, 'kept the history as it was')
             return request_context
-        if decided is None:
+        if not changes:
             return request_context
-        # Its contract is to rewrite the log: only thinking may go, and only metadata may change otherwise.
-        decided = rewrite_log(
-            messages,
-            decided,
+        # Its contract is to rewrite the log: only thinking may go, and only metadata may change otherwise. Only
+        # the decided steps are checked and written: the rest of the log stays as it is, object for object.
+        replaced = {index: (log[index], message) for index, message in changes.items()}
+        accepted = rewrite_log_at(
+            log,
+            changes,
             'ForgetReasoning',
             reason='reasoning',
             may_drop=(ThinkingPart,),
             tracer=ctx.tracer,
             observer=self.observer,
         )
-        if decided is None:
+        if not accepted:
             return request_context
-        ctx.messages[:] = decided
-        return replace(request_context, messages=list(decided))
+        # The request shows the decided steps, keeping what a capability listed before this one projected.
+        return replace(request_context, messages=rewritten_request(request_context.messages, log, replaced))
 
     def decide(self, messages: list[ModelMessage]) -> list[ModelMessage] | None:
         """The history with every newly completed step decided, or `None` when nothing changed.
 
         Reads only what is new since the previous call's history (see `_Decided`): the cost of a request does
         not grow with the history. Gives exactly what a first call on the same history gives.
+        """
+        changes = self.decisions(messages)
+        if not changes:
+            return None
+        out = list(messages)
+        for index, message in changes.items():
+            out[index] = message
+        return out
+
+    def decisions(self, messages: list[ModelMessage]) -> dict[int, ModelMessage]:
+        """The steps `decide` would rewrite, by position, with their decision written (empty when none).
+
+        What `decide` changes without copying the history: what a request pays does not depend on its length.
         """
         state = self._decided
         try:
@@ -252,7 +293,7 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
             self._decided = _Decided()  # read everything again next time rather than trust a half-made state
             raise
 
-    def _decide(self, state: _Decided, messages: list[ModelMessage]) -> list[ModelMessage] | None:
+    def _decide(self, state: _Decided, messages: list[ModelMessage]) -> dict[int, ModelMessage]:
         start = state.rewind(messages)
         prompts, returns = state.prompts, state.returns
         candidates = list(state.open)
@@ -271,21 +312,16 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
             if prompted:
                 prompts.append(index)
         last_prompt = prompts[-1] if prompts else -1
-        out: list[ModelMessage] | None = None
-        changed: list[int] = []
+        changes: dict[int, ModelMessage] = {}
         for index in candidates:
-            decided = self._decide_step(out if out is not None else messages, index, last_prompt, returns)
-            if decided is None:
-                continue
-            if out is None:
-                out = list(messages)
-            out[index] = decided
-            changed.append(index)
-        state.advance(out if out is not None else messages, start, candidates, changed)
-        return out
+            decided = self._decide_step(_Written(messages, changes), index, last_prompt, returns)
+            if decided is not None:
+                changes[index] = decided
+        state.advance(_Written(messages, changes), start, candidates, list(changes))
+        return changes
 
     def _decide_step(
-        self, messages: list[ModelMessage], index: int, last_prompt: int, returns: dict[str, list[str]]
+        self, messages: Sequence[ModelMessage], index: int, last_prompt: int, returns: dict[str, list[str]]
     ) -> ModelResponse | None:
         """The step at *index* with its decision written, or `None` when it is decided or cannot be yet."""
         message = messages[index]
@@ -328,7 +364,7 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
         return replace(message, parts=list(parts), metadata=metadata)
 
     def _score(
-        self, messages: list[ModelMessage], index: int, response: ModelResponse
+        self, messages: Sequence[ModelMessage], index: int, response: ModelResponse
     ) -> tuple[list[ModelResponsePart], int, int] | None:
         """The step's parts with its most predictable blocks skipped, the count skipped and the block count.
 
@@ -374,7 +410,7 @@ def context_text(messages: list[ModelMessage], limit: int = CONTEXT_CHARS) -> st
     return _context_before(messages, len(messages), limit)
 
 
-def _context_before(messages: list[ModelMessage], end: int, limit: int = CONTEXT_CHARS) -> str:
+def _context_before(messages: Sequence[ModelMessage], end: int, limit: int = CONTEXT_CHARS) -> str:
     """`context_text(messages[:end], limit)`, reading back from *end* only as far as *limit* needs."""
     pieces: list[str] = []
     size = 0
