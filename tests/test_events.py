@@ -154,7 +154,7 @@ def test_failed_compactor_attempts_are_error_spans_inside_the_compaction() -> No
         raise ModelHTTPError(503, 'function', 'overloaded')
 
     fork = Fork(trigger=Trigger(tokens=3_000), retry=RetryPolicy(attempts=2, initial_wait=0, max_wait=0))
-    instrumented_agent(ScriptedAgentModel(logs=5, compactor=overloaded), fork, exporter).run_sync('Audit.')
+    instrumented_agent(ScriptedAgentModel(logs=8, compactor=overloaded), fork, exporter).run_sync('Audit.')
     spans = exporter.get_finished_spans()
     compaction = next(s for s in compaction_spans(spans) if attrs(s)[f'{P}kind'] == 'compacted')
     attempts = children(spans, compaction)

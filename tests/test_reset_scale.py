@@ -132,7 +132,7 @@ def test_the_validator_reading_only_kept_exchanges_lays_out_what_reading_every_e
     assert layout.rejected == ('g999',)
     # the fallback: the last `keep_last` exchanges that are not forced, and everything forced
     droppable = [e for e in view.exchanges if not e.forced]
-    tail = {e.id for e in droppable[len(droppable) - keep_last :]} if keep_last > 0 else set[str]()
+    tail = {e.id for e in droppable[max(len(droppable) - keep_last, 0) :]} if keep_last > 0 else set[str]()
     keep = _reference_settle(view, tail | forced, restate)
     fallback: Layout = fallback_layout(view, 'grew', fallback_keep_last=keep_last, restate=('x',) if restate else ())
     assert (fallback.keep, fallback.dropped) == _in_order(view, keep)

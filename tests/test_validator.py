@@ -90,6 +90,20 @@ async def test_malformed_replies_fall_back_to_the_last_four_exchanges(reply: str
     assert '(g1, about' in (boundary.content or '') and reason in (boundary.content or '')
 
 
+@pytest.mark.parametrize(('steps', 'dropped'), [(3, []), (4, []), (5, []), (6, ['g1']), (7, ['g1', 'g2'])])
+async def test_the_fallback_keeps_the_last_four_however_few_are_droppable(steps: int, dropped: list[str]) -> None:
+    # Fewer droppable exchanges than four: all of them stay, so the fallback removes nothing and leaves no boundary
+    # (three droppable exchanges once kept only the last one: a slice with a negative start).
+    history = recorded_history(steps)
+    out = await replay(Fork(), history, model=replying('not JSON'))
+    records = [r for m in out for p in m.parts if (r := our_record(p)) is not None]
+    if not dropped:
+        assert records == [] and exchange_order(out) == exchange_order(history)
+    else:
+        assert records[0]['dropped'] == dropped and records[0]['fallback_reason'] == 'unparseable'
+        assert exchange_order(out) == [e for e in exchange_order(history) if e not in dropped]
+
+
 async def test_free_variant_without_keep_line_falls_back() -> None:
     out = await replay(Fork(variant='free'), recorded_history(), model=replying('Summary without a keep line.'))
     assert record_of(out)['fallback_reason'] == 'unparseable'

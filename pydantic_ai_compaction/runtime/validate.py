@@ -183,10 +183,7 @@ def fallback_layout(
     # which "stays regardless" and so does not count among the four.
     forced = keep_forced(view)
     droppable = len(view.exchanges) - len(forced)
-    # Counted as the slice `droppable[len(droppable) - fallback_keep_last:]` always counted them: with fewer
-    # droppable exchanges than `fallback_keep_last` (but more than half as many) its negative start keeps only
-    # the last `fallback_keep_last - droppable`. Kept as it was: changing it changes which fallbacks drop anything.
-    count = fallback_keep_last if fallback_keep_last <= droppable else min(droppable, fallback_keep_last - droppable)
+    count = min(fallback_keep_last, droppable)
     tail: set[str] = set()
     for exchange in reversed(view.exchanges) if fallback_keep_last > 0 and count > 0 else ():
         if exchange.id not in forced:
