@@ -1,0 +1,137 @@
+"""Review findings on the incremental paths: each test shows a defect and is expected to fail until it is fixed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.tools import RunContext
+
+from pydantic_ai_compaction import BoundedSelection
+from pydantic_ai_compaction.runtime.segment import segment, segment_fresh
+
+from .test_selection_incremental import fresh
+
+AT = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def _history(result: object) -> list[ModelMessage]:
+    """A user turn, four tool steps (the second returns *result*), an answer and a new user turn."""
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('hi', timestamp=AT)])]
+    for step in range(4):
+        history.append(ModelResponse(parts=[ToolCallPart('t', {'a': step}, tool_call_id=f'c{step}')], timestamp=AT))
+        content = result if step == 1 else 'x'
+        history.append(ModelRequest(parts=[ToolReturnPart('t', content, tool_call_id=f'c{step}', timestamp=AT)]))
+    history.append(ModelResponse(parts=[TextPart('done')], timestamp=AT))
+    history.append(ModelRequest(parts=[UserPromptPart('next', timestamp=AT)]))
+    return history
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason='segment reuses exchanges for messages that are == but measure differently (0 == False): '
+    'its token counts and text_chars are those of the earlier messages, not what segment_fresh gives',
+)
+def test_an_equal_copy_that_measures_differently_is_segmented_as_fresh() -> None:
+    first = _history(0)
+    segment(first)
+    # The same first message, every other one replaced by a copy holding False where it held 0 (0 == False).
+    later = [first[0], *_history(False)[1:], ModelResponse(parts=[TextPart('ok')], timestamp=AT)]
+    view, expected = segment(later), segment_fresh(later)
+    assert (view.text_chars, view.estimated_tokens) == (expected.text_chars, expected.estimated_tokens)
+    assert [e.tokens for e in view.exchanges] == [e.tokens for e in expected.exchanges]
+
+
+@dataclass
+class _Recorder(AbstractCapability[Any]):
+    seen: list[list[ModelMessage]] = field(default_factory=list[list[ModelMessage]])
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        self.seen.append(list(request_context.messages))
+        return request_context
+
+
+@dataclass
+class _Zone:
+    offset: timedelta = timedelta(0)
+
+
+@dataclass
+class _Localize(AbstractCapability[_Zone]):
+    """Shows every datetime a tool returned in the user's zone (which a tool can change during the run)."""
+
+    async def before_model_request(
+        self, ctx: RunContext[_Zone], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        zone = timezone(ctx.deps.offset)
+        messages: list[ModelMessage] = []
+        for message in request_context.messages:
+            if isinstance(message, ModelRequest) and any(
+                isinstance(p, ToolReturnPart) and isinstance(p.content, datetime) for p in message.parts
+            ):
+                parts = [
+                    replace(p, content=p.content.astimezone(zone))
+                    if isinstance(p, ToolReturnPart) and isinstance(p.content, datetime)
+                    else p
+                    for p in message.parts
+                ]
+                message = replace(message, parts=parts)
+            messages.append(message)
+        request_context.messages = messages
+        return request_context
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason='selection reuses the messages of an exchange whose messages were swapped for == copies '
+    '(the same instant in another zone): it sends the old objects, not what the history now holds',
+)
+@pytest.mark.anyio
+async def test_selection_sends_the_history_it_is_given_after_an_equal_rewrite() -> None:
+    calls = {'n': 0}
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls['n'] += 1
+        if calls['n'] <= 3:
+            return ModelResponse(parts=[ToolCallPart('clock', {})])
+        if calls['n'] == 4:
+            return ModelResponse(parts=[ToolCallPart('set_zone', {'hours': 1})])
+        return ModelResponse(parts=[TextPart('done')])
+
+    given, sent = _Recorder(), _Recorder()
+    selection = BoundedSelection[_Zone](budget=10_000)
+    agent = Agent(FunctionModel(respond), deps_type=_Zone, capabilities=[_Localize(), given, selection, sent])
+
+    @agent.tool_plain
+    def clock() -> datetime:
+        return datetime(2024, 1, 1, 12, tzinfo=UTC)
+
+    @agent.tool
+    def set_zone(ctx: RunContext[_Zone], hours: int) -> str:
+        ctx.deps.offset = timedelta(hours=hours)
+        return 'ok'
+
+    await agent.run('what time is it', deps=_Zone())
+    last_given, last_sent = given.seen[-1], sent.seen[-1]
+    expected = fresh(last_given, BoundedSelection[Any](budget=10_000), 'what time is it')
+    assert last_sent == expected  # equal by ==: the same instants
+    # What the model is sent: the clock results in the zone the history now shows them in.
+    assert ModelMessagesTypeAdapter.dump_json(last_sent) == ModelMessagesTypeAdapter.dump_json(expected)
