@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import importlib
+import weakref
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -135,3 +138,70 @@ async def test_selection_sends_the_history_it_is_given_after_an_equal_rewrite() 
     assert last_sent == expected  # equal by ==: the same instants
     # What the model is sent: the clock results in the zone the history now shows them in.
     assert ModelMessagesTypeAdapter.dump_json(last_sent) == ModelMessagesTypeAdapter.dump_json(expected)
+
+
+SHARED_OPENING = ModelRequest(parts=[UserPromptPart('You are the support desk. Greet the customer.')])
+"""A first message an application keeps at module level and starts every conversation with."""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="segmentation's reusable state holds the messages of up to four histories strongly under their first "
+    'message: a module-level first message keeps the tool results of finished runs alive',
+)
+def test_a_finished_run_is_not_kept_alive_by_a_shared_first_message() -> None:
+    calls = {'n': 0}
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls['n'] += 1
+        return ModelResponse(parts=[ToolCallPart('fetch', {})] if calls['n'] < 4 else [TextPart('done')])
+
+    agent = Agent(FunctionModel(respond), capabilities=[BoundedSelection[Any](budget=10**9)])
+
+    @agent.tool_plain
+    def fetch() -> str:
+        return 'a customer record ' * 10_000
+
+    history: list[ModelMessage] = [SHARED_OPENING, ModelResponse(parts=[TextPart('Hello!')])]
+    result = agent.run_sync('look up my orders', message_history=history)
+    assert result.all_messages()[0] is SHARED_OPENING
+    records = [
+        weakref.ref(m)
+        for m in result.all_messages()
+        if isinstance(m, ModelRequest) and any(isinstance(p, ToolReturnPart) for p in m.parts)
+    ]
+    assert len(records) == 3
+    del result, history
+    gc.collect()
+    assert [ref() for ref in records] == [None, None, None]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason='segmentation remembers four histories per first message: five interleaved conversations sharing a '
+    'first message object push each other out, and every request segments its whole history again',
+)
+def test_five_conversations_sharing_a_first_message_are_each_segmented_incrementally(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    module = importlib.import_module('pydantic_ai_compaction.runtime.segment')
+    original = module._segment_raw
+    reused = {'yes': 0, 'no': 0}
+
+    def spy(history: Any, prompt: object, state: Any) -> Any:
+        reused['yes' if state is not None else 'no'] += 1
+        return original(history, prompt, state)
+
+    monkeypatch.setattr(module, '_segment_raw', spy)
+    conversations: list[list[ModelMessage]] = [
+        [SHARED_OPENING, ModelResponse(parts=[TextPart(f'Hello {c}')])] for c in range(5)
+    ]
+    for step in range(10):
+        for c, history in enumerate(conversations):  # a server answering five customers in turn
+            call = f'{c}-{step}'
+            history.append(ModelRequest(parts=[UserPromptPart(f'question {step}')]))
+            history.append(ModelResponse(parts=[ToolCallPart('t', {'s': step}, tool_call_id=call)]))
+            history.append(ModelRequest(parts=[ToolReturnPart('t', 'r', tool_call_id=call)]))
+            history.append(ModelResponse(parts=[TextPart('answer')]))
+            assert segment(history) == segment_fresh(history)
+    assert reused['no'] <= 5  # each conversation's first segmentation; every later one extends a remembered one
