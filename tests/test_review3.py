@@ -205,3 +205,30 @@ def test_five_conversations_sharing_a_first_message_are_each_segmented_increment
             history.append(ModelResponse(parts=[TextPart('answer')]))
             assert segment(history) == segment_fresh(history)
     assert reused['no'] <= 5  # each conversation's first segmentation; every later one extends a remembered one
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason='gather_notes carries notes read from exchanges segmentation reused for == copies: a note written '
+    'with 1.0 where the earlier history held 1 is copied into a boundary as the old text',
+)
+def test_notes_gathered_after_an_equal_rewrite_are_the_history_s_own() -> None:
+    from pydantic_ai_compaction.protocols.names import NOTE_TOOL
+    from pydantic_ai_compaction.runtime.notes import gather_notes, gather_notes_fresh
+
+    def history(value: object) -> list[ModelMessage]:
+        messages: list[ModelMessage] = [
+            ModelRequest(parts=[UserPromptPart('hi', timestamp=AT)]),
+            ModelResponse(parts=[ToolCallPart(NOTE_TOOL, {'text': value, 'kind': 'fact'}, tool_call_id='n1')]),
+            ModelRequest(parts=[ToolReturnPart(NOTE_TOOL, 'ok', tool_call_id='n1', timestamp=AT)]),
+        ]
+        for step in range(3):
+            messages.append(ModelResponse(parts=[TextPart(f'answer {step}')], timestamp=AT))
+            messages.append(ModelRequest(parts=[UserPromptPart(f'question {step}', timestamp=AT)]))
+        return messages
+
+    first = history(1)
+    assert gather_notes(segment(first)) == ['[fact] 1']
+    later = [first[0], *history(1.0)[1:], ModelResponse(parts=[TextPart('ok')], timestamp=AT)]
+    view = segment(later)
+    assert gather_notes(view) == gather_notes_fresh(view) == ['[fact] 1.0']
