@@ -219,7 +219,9 @@ def test_notes_gathered_after_an_equal_rewrite_are_the_history_s_own() -> None:
     def history(value: object) -> list[ModelMessage]:
         messages: list[ModelMessage] = [
             ModelRequest(parts=[UserPromptPart('hi', timestamp=AT)]),
-            ModelResponse(parts=[ToolCallPart(NOTE_TOOL, {'text': value, 'kind': 'fact'}, tool_call_id='n1')]),
+            ModelResponse(
+                parts=[ToolCallPart(NOTE_TOOL, {'text': value, 'kind': 'fact'}, tool_call_id='n1')], timestamp=AT
+            ),
             ModelRequest(parts=[ToolReturnPart(NOTE_TOOL, 'ok', tool_call_id='n1', timestamp=AT)]),
         ]
         for step in range(3):
