@@ -1,0 +1,311 @@
+"""Review findings on the incremental paths: each test shows a defect and is expected to fail until it is fixed."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import importlib
+import weakref
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.tools import RunContext
+
+from pydantic_ai_compaction import BoundedSelection
+from pydantic_ai_compaction.runtime.segment import segment, segment_fresh
+
+from .test_selection_incremental import fresh
+
+AT = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def _history(result: object) -> list[ModelMessage]:
+    """A user turn, four tool steps (the second returns *result*), an answer and a new user turn."""
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('hi', timestamp=AT)])]
+    for step in range(4):
+        history.append(ModelResponse(parts=[ToolCallPart('t', {'a': step}, tool_call_id=f'c{step}')], timestamp=AT))
+        content = result if step == 1 else 'x'
+        history.append(ModelRequest(parts=[ToolReturnPart('t', content, tool_call_id=f'c{step}', timestamp=AT)]))
+    history.append(ModelResponse(parts=[TextPart('done')], timestamp=AT))
+    history.append(ModelRequest(parts=[UserPromptPart('next', timestamp=AT)]))
+    return history
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason='segment reuses exchanges for messages that are == but measure differently (0 == False): '
+    'its token counts and text_chars are those of the earlier messages, not what segment_fresh gives',
+)
+def test_an_equal_copy_that_measures_differently_is_segmented_as_fresh() -> None:
+    first = _history(0)
+    segment(first)
+    # The same first message, every other one replaced by a copy holding False where it held 0 (0 == False).
+    later = [first[0], *_history(False)[1:], ModelResponse(parts=[TextPart('ok')], timestamp=AT)]
+    view, expected = segment(later), segment_fresh(later)
+    assert (view.text_chars, view.estimated_tokens) == (expected.text_chars, expected.estimated_tokens)
+    assert [e.tokens for e in view.exchanges] == [e.tokens for e in expected.exchanges]
+
+
+@dataclass
+class _Recorder(AbstractCapability[Any]):
+    seen: list[list[ModelMessage]] = field(default_factory=list[list[ModelMessage]])
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        self.seen.append(list(request_context.messages))
+        return request_context
+
+
+@dataclass
+class _Zone:
+    offset: timedelta = timedelta(0)
+
+
+@dataclass
+class _Localize(AbstractCapability[_Zone]):
+    """Shows every datetime a tool returned in the user's zone (which a tool can change during the run)."""
+
+    async def before_model_request(
+        self, ctx: RunContext[_Zone], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        zone = timezone(ctx.deps.offset)
+        messages: list[ModelMessage] = []
+        for message in request_context.messages:
+            if isinstance(message, ModelRequest) and any(
+                isinstance(p, ToolReturnPart) and isinstance(p.content, datetime) for p in message.parts
+            ):
+                parts = [
+                    replace(p, content=p.content.astimezone(zone))
+                    if isinstance(p, ToolReturnPart) and isinstance(p.content, datetime)
+                    else p
+                    for p in message.parts
+                ]
+                message = replace(message, parts=parts)
+            messages.append(message)
+        request_context.messages = messages
+        return request_context
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason='selection reuses the messages of an exchange whose messages were swapped for == copies '
+    '(the same instant in another zone): it sends the old objects, not what the history now holds',
+)
+@pytest.mark.anyio
+async def test_selection_sends_the_history_it_is_given_after_an_equal_rewrite() -> None:
+    calls = {'n': 0}
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls['n'] += 1
+        if calls['n'] <= 3:
+            return ModelResponse(parts=[ToolCallPart('clock', {})])
+        if calls['n'] == 4:
+            return ModelResponse(parts=[ToolCallPart('set_zone', {'hours': 1})])
+        return ModelResponse(parts=[TextPart('done')])
+
+    given, sent = _Recorder(), _Recorder()
+    selection = BoundedSelection[_Zone](budget=10_000)
+    agent = Agent(FunctionModel(respond), deps_type=_Zone, capabilities=[_Localize(), given, selection, sent])
+
+    @agent.tool_plain
+    def clock() -> datetime:
+        return datetime(2024, 1, 1, 12, tzinfo=UTC)
+
+    @agent.tool
+    def set_zone(ctx: RunContext[_Zone], hours: int) -> str:
+        ctx.deps.offset = timedelta(hours=hours)
+        return 'ok'
+
+    await agent.run('what time is it', deps=_Zone())
+    last_given, last_sent = given.seen[-1], sent.seen[-1]
+    expected = fresh(last_given, BoundedSelection[Any](budget=10_000), 'what time is it')
+    assert last_sent == expected  # equal by ==: the same instants
+    # What the model is sent: the clock results in the zone the history now shows them in.
+    assert ModelMessagesTypeAdapter.dump_json(last_sent) == ModelMessagesTypeAdapter.dump_json(expected)
+
+
+SHARED_OPENING = ModelRequest(parts=[UserPromptPart('You are the support desk. Greet the customer.')])
+"""A first message an application keeps at module level and starts every conversation with."""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="segmentation's reusable state holds the messages of up to four histories strongly under their first "
+    'message: a module-level first message keeps the tool results of finished runs alive',
+)
+def test_a_finished_run_is_not_kept_alive_by_a_shared_first_message() -> None:
+    calls = {'n': 0}
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls['n'] += 1
+        return ModelResponse(parts=[ToolCallPart('fetch', {})] if calls['n'] < 4 else [TextPart('done')])
+
+    agent = Agent(FunctionModel(respond), capabilities=[BoundedSelection[Any](budget=10**9)])
+
+    @agent.tool_plain
+    def fetch() -> str:
+        return 'a customer record ' * 10_000
+
+    history: list[ModelMessage] = [SHARED_OPENING, ModelResponse(parts=[TextPart('Hello!')])]
+    result = agent.run_sync('look up my orders', message_history=history)
+    assert result.all_messages()[0] is SHARED_OPENING
+    records = [
+        weakref.ref(m)
+        for m in result.all_messages()
+        if isinstance(m, ModelRequest) and any(isinstance(p, ToolReturnPart) for p in m.parts)
+    ]
+    assert len(records) == 3
+    del result, history
+    gc.collect()
+    assert [ref() for ref in records] == [None, None, None]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason='segmentation remembers four histories per first message: five interleaved conversations sharing a '
+    'first message object push each other out, and every request segments its whole history again',
+)
+def test_five_conversations_sharing_a_first_message_are_each_segmented_incrementally(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    module = importlib.import_module('pydantic_ai_compaction.runtime.segment')
+    original = module._segment_raw
+    reused = {'yes': 0, 'no': 0}
+
+    def spy(history: Any, prompt: object, state: Any) -> Any:
+        reused['yes' if state is not None else 'no'] += 1
+        return original(history, prompt, state)
+
+    monkeypatch.setattr(module, '_segment_raw', spy)
+    conversations: list[list[ModelMessage]] = [
+        [SHARED_OPENING, ModelResponse(parts=[TextPart(f'Hello {c}')])] for c in range(5)
+    ]
+    for step in range(10):
+        for c, history in enumerate(conversations):  # a server answering five customers in turn
+            call = f'{c}-{step}'
+            history.append(ModelRequest(parts=[UserPromptPart(f'question {step}')]))
+            history.append(ModelResponse(parts=[ToolCallPart('t', {'s': step}, tool_call_id=call)]))
+            history.append(ModelRequest(parts=[ToolReturnPart('t', 'r', tool_call_id=call)]))
+            history.append(ModelResponse(parts=[TextPart('answer')]))
+            assert segment(history) == segment_fresh(history)
+    assert reused['no'] <= 5  # each conversation's first segmentation; every later one extends a remembered one
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason='gather_notes carries notes read from exchanges segmentation reused for == copies: a note written '
+    'with 1.0 where the earlier history held 1 is copied into a boundary as the old text',
+)
+def test_notes_gathered_after_an_equal_rewrite_are_the_history_s_own() -> None:
+    from pydantic_ai_compaction.protocols.names import NOTE_TOOL
+    from pydantic_ai_compaction.runtime.notes import gather_notes, gather_notes_fresh
+
+    def history(value: object) -> list[ModelMessage]:
+        messages: list[ModelMessage] = [
+            ModelRequest(parts=[UserPromptPart('hi', timestamp=AT)]),
+            ModelResponse(
+                parts=[ToolCallPart(NOTE_TOOL, {'text': value, 'kind': 'fact'}, tool_call_id='n1')], timestamp=AT
+            ),
+            ModelRequest(parts=[ToolReturnPart(NOTE_TOOL, 'ok', tool_call_id='n1', timestamp=AT)]),
+        ]
+        for step in range(3):
+            messages.append(ModelResponse(parts=[TextPart(f'answer {step}')], timestamp=AT))
+            messages.append(ModelRequest(parts=[UserPromptPart(f'question {step}', timestamp=AT)]))
+        return messages
+
+    first = history(1)
+    assert gather_notes(segment(first)) == ['[fact] 1']
+    later = [first[0], *history(1.0)[1:], ModelResponse(parts=[TextPart('ok')], timestamp=AT)]
+    view = segment(later)
+    assert gather_notes(view) == gather_notes_fresh(view) == ['[fact] 1.0']
+
+
+@dataclass(eq=False)
+class _Compared:
+    """A tool result value that counts how often it is compared with `==`."""
+
+    text: str
+    counter: list[int]
+
+    def __eq__(self, other: object) -> bool:
+        self.counter[0] += 1
+        return isinstance(other, _Compared) and other.text == self.text
+
+    __hash__ = None  # pyright: ignore[reportAssignmentType]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="after older messages are swapped once for equal copies, segmentation's state keeps the old objects: "
+    'every later request compares the whole prefix field by field (about 100x the identical path at 20k steps)',
+)
+def test_a_history_swapped_once_for_equal_copies_is_compared_by_identity_again() -> None:
+    compared = [0]
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('start')])]
+    for step in range(20):
+        history.append(ModelResponse(parts=[ToolCallPart('t', {'s': step}, tool_call_id=f'c{step}')]))
+        content = _Compared(f'result {step}', compared)
+        history.append(ModelRequest(parts=[ToolReturnPart('t', content, tool_call_id=f'c{step}')]))
+    segment(history)
+    # Once, every message but the first is swapped for an equal copy (a processor rebuilt them, a reload).
+    history = [history[0], *copy.deepcopy(history[1:])]
+    for step in range(20, 24):
+        history.append(ModelResponse(parts=[ToolCallPart('t', {'s': step}, tool_call_id=f'c{step}')]))
+        history.append(ModelRequest(parts=[ToolReturnPart('t', f'result {step}', tool_call_id=f'c{step}')]))
+        assert segment(history) == segment_fresh(history)
+        if step == 20:
+            compared[0] = 0  # the first request after the swap compares the copies once
+    assert compared[0] == 0  # the later requests hold the same objects as the one before them
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason='Archive or ForgetReasoning listed after BoundedSelection rewrites messages of an older history that the '
+    'selection left out (numbering its results, deciding its steps); rewritten_request cannot place them and sends '
+    'the whole rewritten log: the selection budget is bypassed silently (no warning, no ignored event)',
+)
+@pytest.mark.parametrize('rewriter', ['archive', 'forget'])
+def test_a_log_rewrite_after_a_selection_keeps_the_selection(rewriter: str) -> None:
+    from pydantic_ai.messages import ThinkingPart
+
+    from pydantic_ai_compaction import Archive, ForgetReasoning
+
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('read the logs')])]
+    for step in range(30):  # a history from a run without the rewriter: no ids on results, no decided steps
+        call = ToolCallPart('read_log', {'i': step}, tool_call_id=f'c{step}')
+        history.append(ModelResponse(parts=[ThinkingPart('hmm ' * 100), call]))
+        content = f'log {step} ' + 'lorem ipsum ' * 200
+        history.append(ModelRequest(parts=[ToolReturnPart('read_log', content, tool_call_id=f'c{step}')]))
+    history.append(ModelResponse(parts=[TextPart('read them all')]))
+
+    def sent_with(capabilities: list[AbstractCapability[Any]]) -> int:
+        sent: list[int] = []
+
+        def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            sent.append(len(messages))
+            return ModelResponse(parts=[TextPart('ok')])
+
+        Agent(FunctionModel(respond), capabilities=capabilities).run_sync('what did log 3 say', message_history=history)
+        return sent[0]
+
+    alone = sent_with([BoundedSelection[Any](budget=2_000)])
+    assert alone < 10
+    after: AbstractCapability[Any] = Archive() if rewriter == 'archive' else ForgetReasoning(policy='drop')
+    assert sent_with([BoundedSelection[Any](budget=2_000), after]) == alone
