@@ -1,4 +1,4 @@
-"""Review findings on the incremental paths: each test shows a defect and is expected to fail until it is fixed."""
+"""Review findings on the incremental paths, one test each: those fixed pass, those still open are strict xfails."""
 
 from __future__ import annotations
 
@@ -47,11 +47,6 @@ def _history(result: object) -> list[ModelMessage]:
     return history
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='segment reuses exchanges for messages that are == but measure differently (0 == False): '
-    'its token counts and text_chars are those of the earlier messages, not what segment_fresh gives',
-)
 def test_an_equal_copy_that_measures_differently_is_segmented_as_fresh() -> None:
     first = _history(0)
     segment(first)
@@ -103,11 +98,6 @@ class _Localize(AbstractCapability[_Zone]):
         return request_context
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='selection reuses the messages of an exchange whose messages were swapped for == copies '
-    '(the same instant in another zone): it sends the old objects, not what the history now holds',
-)
 @pytest.mark.anyio
 async def test_selection_sends_the_history_it_is_given_after_an_equal_rewrite() -> None:
     calls = {'n': 0}
@@ -145,11 +135,6 @@ SHARED_OPENING = ModelRequest(parts=[UserPromptPart('You are the support desk. G
 """A first message an application keeps at module level and starts every conversation with."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="segmentation's reusable state holds the messages of up to four histories strongly under their first "
-    'message: a module-level first message keeps the tool results of finished runs alive',
-)
 def test_a_finished_run_is_not_kept_alive_by_a_shared_first_message() -> None:
     calls = {'n': 0}
 
@@ -208,11 +193,6 @@ def test_five_conversations_sharing_a_first_message_are_each_segmented_increment
     assert reused['no'] <= 5  # each conversation's first segmentation; every later one extends a remembered one
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='gather_notes carries notes read from exchanges segmentation reused for == copies: a note written '
-    'with 1.0 where the earlier history held 1 is copied into a boundary as the old text',
-)
 def test_notes_gathered_after_an_equal_rewrite_are_the_history_s_own() -> None:
     from pydantic_ai_compaction.protocols.names import NOTE_TOOL
     from pydantic_ai_compaction.runtime.notes import gather_notes, gather_notes_fresh
@@ -251,11 +231,6 @@ class _Compared:
     __hash__ = None  # pyright: ignore[reportAssignmentType]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after older messages are swapped once for equal copies, segmentation's state keeps the old objects: "
-    'every later request compares the whole prefix field by field (about 100x the identical path at 20k steps)',
-)
 def test_a_history_swapped_once_for_equal_copies_is_compared_by_identity_again() -> None:
     compared = [0]
     history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('start')])]
@@ -275,12 +250,6 @@ def test_a_history_swapped_once_for_equal_copies_is_compared_by_identity_again()
     assert compared[0] == 0  # the later requests hold the same objects as the one before them
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='Archive or ForgetReasoning listed after BoundedSelection rewrites messages of an older history that the '
-    'selection left out (numbering its results, deciding its steps); rewritten_request cannot place them and sends '
-    'the whole rewritten log: the selection budget is bypassed silently (no warning, no ignored event)',
-)
 @pytest.mark.parametrize('rewriter', ['archive', 'forget'])
 def test_a_log_rewrite_after_a_selection_keeps_the_selection(rewriter: str) -> None:
     from pydantic_ai.messages import ThinkingPart

@@ -20,6 +20,7 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
+    RetryPromptPart,
     SystemPromptPart,
     TextPart,
     ToolCallPart,
@@ -140,6 +141,31 @@ def test_the_reused_prefix_found_from_the_end_is_the_one_compared_position_by_po
     last = views[-1]
     narrowed = replace(last, exchanges=tuple(replace(e, tokens=e.tokens + 1) for e in last.exchanges))
     assert reused(last, narrowed) == 0
+
+
+def test_a_bundle_whose_exchange_is_no_longer_in_progress_is_rebuilt() -> None:
+    # A retry request that also opens a new user turn: the response before it is in progress while that request
+    # is the last message, and no longer once a response follows. The bundle holding that response started
+    # before the first changed exchange and ends after it: kept as it was, it stayed forced and was sent.
+    def turn(text: str) -> ModelRequest:
+        return ModelRequest(parts=[UserPromptPart(text)])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # RetryPromptPart is deprecated, yet legal in a stored history
+        retry = ModelRequest(parts=[RetryPromptPart('answer in JSON'), UserPromptPart('an edit about alpha beta')])
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[SystemPromptPart('You audit logs.'), UserPromptPart('alpha alpha alpha')]),
+        ModelResponse(parts=[TextPart('alpha')]),
+        turn('alpha alpha'),
+        ModelResponse(parts=[TextPart('alpha')]),
+        retry,
+        ModelResponse(parts=[TextPart('{}')]),
+    ]
+    selection = capability(1, 0, 0.3)
+    assert selection.selection(history[:5]) == fresh(history[:5], selection, None)
+    sent = selection.selection(history)
+    assert sent == fresh(history, selection, None)
+    assert not any(message is history[2] for message in sent)  # the older turn is over the budget of 1
 
 
 def _edited(message: ModelMessage) -> ModelMessage:

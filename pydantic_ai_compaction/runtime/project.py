@@ -178,10 +178,12 @@ def rewritten_request(
     """The request to send after an accepted rewrite of *log*: *request* showing it, or else the log itself.
 
     The request a hook receives may already be projected by a capability listed before it (a selection, a
-    request-only note). When it holds every message the rewrite replaced (`(old, new)` by log position), it is
-    kept as it is with each *new* in place of its *old*: at that position when it (or *new*) is there (a request
-    that was not projected), else wherever the projection put it. When a projection rebuilt one of them, the request
-    could not show the rewrite, so it is the rewritten log, as sent when no capability projects.
+    request-only note). It is kept, with each replaced message (`(old, new)` by log position) shown as *new*: at
+    that position when *old* (or *new*) is there (a request that was not projected), else wherever the
+    projection put it. An older message the request does not hold stays as the projection decided: it left the
+    message out (a selection within its budget) or sent its own copy of it, and sending the whole log instead
+    would undo that projection for a rewrite it does not need. Only when the projection rebuilt the log's last
+    message, which every request sends, is the request the rewritten log, as sent when no capability projects.
     """
     out = list(request)
     for index, (old, new) in replaced.items():
@@ -194,7 +196,7 @@ def rewritten_request(
             if message is old:
                 out[position] = new
                 found = True
-        if not found:
+        if not found and index == len(log) - 1:
             return list(log)
     return out
 

@@ -25,6 +25,7 @@ message object and its part objects, so a part replaced in a message is measured
 
 from __future__ import annotations
 
+import functools
 import operator
 import re
 import weakref
@@ -336,11 +337,13 @@ _FROZEN = -1
 class _State:
     """A segmentation's reusable part: every exchange before the start of its last one (the cut).
 
-    Kept in `_STATES` under a weak reference to the history's first message, and holds the other messages
-    before the cut strongly: comparing them with the next history is then one C-level identity pass (a weak
-    reference would cost a call per message, which made this check the largest cost of a request on a long
-    history). A remembered history lives at most as long as its first message, and only until newer
-    segmentations push it out (`_STATES_KEPT`); a history holding its first message again later is not kept.
+    Kept in `_STATES` under a weak reference to the history's first message. It holds the messages between the
+    first and the last before the cut strongly: comparing them with the next history is then one C-level
+    identity pass (a weak reference would cost a call per message, which made this check the largest cost of a
+    request on a long history). The last message before the cut is held weakly, and the state leaves `_STATES`
+    when it is collected: a history nobody holds any more (a finished run) is freed with it, even when its
+    first message lives on (a module-level opening request shared by every run). A newer state of the same
+    history holds that message, so a history's states are freed newest first.
     """
 
     cut: int
@@ -349,8 +352,11 @@ class _State:
     first: weakref.ref[ModelMessage]
     """The history's first message (its key in `_STATES`, so never held strongly)."""
 
+    last: weakref.ref[ModelMessage]
+    """The last message before the cut (weak: the state is forgotten when it goes)."""
+
     messages: tuple[ModelMessage, ...]
-    """The messages after the first one and before the cut, by identity (held)."""
+    """The messages after the first one and before the last before the cut, by identity (held)."""
 
     prompt: object
     """The prompt the segmentation was made with (it decides which user parts are tool output)."""
@@ -393,22 +399,18 @@ class _State:
     """Whether the opening exchange lies before the cut."""
 
     def matches(self, history: tuple[ModelMessage, ...], prompt: object) -> bool:
-        """Whether *history* starts with the same messages and was segmented with the same prompt.
+        """Whether *history* starts with the same message objects and was segmented with the same prompt.
 
-        One tuple comparison in C: a message that is the same object costs a pointer test, and one that is
-        not is compared field by field (`==`), so a message swapped for an equal copy is read as the same
-        message (its exchanges and estimates are the same) and any other swap is seen. What a message or a
-        part holds is not read: sent messages and parts are never changed in place (see the module
-        docstring); the messages from the cut on, where pydantic-ai adds parts to the request of the current
-        step, are always read again.
+        One identity pass in C (a pointer test per message). Not `==`: an equal copy can read differently
+        (`0 == False`, `1 == 1.0`, a dict's key order, a datetime in another zone), and the exchanges and
+        estimates reused here would then be the old objects'. What a message or a part holds is not read: sent
+        messages and parts are never changed in place (see the module docstring); the messages from the cut on,
+        where pydantic-ai adds parts to the request of the current step, are always read again.
         """
         cut = self.cut
         if len(history) <= cut or not _same_prompt(self.prompt, prompt) or self.first() is not history[0]:
             return False
-        try:
-            return self.messages == history[1:cut]
-        except Exception:  # a content whose `==` refuses (an array): never reuse on a doubt
-            return False
+        return self.last() is history[cut - 1] and all(map(operator.is_, self.messages, history[1 : cut - 1]))
 
 
 _STATES: IdentityMemo[list[_State]] = IdentityMemo()
@@ -435,6 +437,14 @@ def _reusable(history: tuple[ModelMessage, ...], prompt: object) -> _State | Non
         if state.matches(history, prompt):
             return state
     return None
+
+
+def _forget_state(first: weakref.ref[ModelMessage], last: weakref.ref[ModelMessage]) -> None:
+    """Drop the state remembered under *first* whose last message before the cut was collected (*last*)."""
+    opening = first()
+    states = _STATES.get((opening,)) if opening is not None else None
+    if states is not None:
+        states[:] = [state for state in states if state.last is not last]
 
 
 def _remember(history: tuple[ModelMessage, ...], state: _State) -> None:
@@ -576,10 +586,12 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
             if position < frozen_count:
                 frozen_turn = offset + position
                 break
+        first = state.first if state is not None else weakref.ref(history[0])
         new_state = _State(
             cut=cut,
-            first=state.first if state is not None else weakref.ref(history[0]),
-            messages=(state.messages if state is not None else ()) + added,
+            first=first,
+            last=weakref.ref(history[cut - 1], functools.partial(_forget_state, first)),
+            messages=history[1 : cut - 1],
             prompt=prompt,
             exchanges=(state.exchanges if state is not None else ()) + tuple(frozen),
             by_id=frozen_by_id,

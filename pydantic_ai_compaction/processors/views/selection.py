@@ -499,8 +499,10 @@ class _Selecting:
                     self.requests.append(len(self.starts))
                 self.starts.append(position)
         current = self.requests[-1] if self.requests else len(self.starts)
-        # The last kept bundle may have grown, and those between the old and new current request changed `forced`.
-        grown = end is None or kept == len(self.starts) or self.starts[kept] != end
+        # The last kept bundle may have grown, or hold changed exchanges (it started before the first changed one
+        # and ended after it: an exchange that was in progress no longer is), and those between the old and new
+        # current request changed `forced`.
+        grown = end is None or end > reused or kept == len(self.starts) or self.starts[kept] != end
         rebuilt = max(0, min(kept - 1 if grown else kept, self.current, current))
         self.current = current
         ends = [*self.starts[1:], len(exchanges)]
