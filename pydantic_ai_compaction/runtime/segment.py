@@ -343,7 +343,8 @@ class _State:
     request on a long history). The last message before the cut is held weakly, and the state leaves `_STATES`
     when it is collected: a history nobody holds any more (a finished run) is freed with it, even when its
     first message lives on (a module-level opening request shared by every run). A newer state of the same
-    history holds that message, so a history's states are freed newest first.
+    history holds that message, so a history's states are freed newest first. When that message also lives on
+    elsewhere (a canned reply kept at module level), the history stays until newer states push it out.
     """
 
     cut: int
