@@ -169,6 +169,28 @@ def test_cost_table_splits_the_bill_and_sets_the_probe_apart() -> None:
     assert line.startswith('| reset | 1/2 | $0.012 | $0.024 | 0.11× | 4,500 | 4,500 | 0 | 30 | $0.000 | $0.011 |')
 
 
+def test_our_clearing_view_is_a_row_of_the_savings_tables_and_can_win_the_target() -> None:
+    from pydantic_ai_compaction_bench import savings
+
+    # The savings runs `clear` with the same seeds and variants as every other strategy.
+    ran = {spec.strategy for spec in savings.specs()}
+    assert 'clear' in ran and 'reset' in ran and 'harness-tiered' in ran
+    assert sum(spec.strategy == 'clear' for spec in savings.specs()) == 9
+    records = [record('none', seed, True, [1000, 40_000]) for seed in range(3)]
+    records += [record('reset', seed, True, [1000, 4_000]) for seed in range(3)]
+    records += [record('clear', seed, True, [1000, 2_000]) for seed in range(3)]
+    records += [record('harness-tiered', seed, True, [1000, 2_500]) for seed in range(3)]
+    table = savings.table(records)
+    # 3,000 against 41,000 and against harness-tiered's 3,500 input tokens.
+    assert '| clear | none | 3/3 | 3/3 | 0.07× |' in table
+    assert '| clear | harness-tiered | 3/3 | 3/3 | 0.86× |' in table
+    line = next(row for row in savings.cost_table(records).splitlines() if row.startswith('| clear |'))
+    assert line.startswith('| clear | 3/3 | $0.004 |')
+    # Cheaper than the reset and than the anchor at the same rate: it is the strategy the target names.
+    assert savings.target(records).startswith('Best pass rate (3/3): cheapest of ours is clear at $0.004 a run')
+    assert savings.target(records).endswith('Target: met.')
+
+
 def test_every_strategy_has_its_own_colour_and_marker_and_markers_do_not_overlap() -> None:
     from pydantic_ai_compaction_bench import strategies
     from pydantic_ai_compaction_bench.plots import dodge, style
