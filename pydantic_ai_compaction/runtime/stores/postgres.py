@@ -360,11 +360,14 @@ class PostgresArchiveStore:
         """One transaction for the whole batch."""
         rows = [archived_row(entry) for entry in entries]
 
+        insert = f'INSERT INTO pac_archived ({ARCHIVED_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)'
+
         def work(conn: Any) -> None:
+            if len(rows) == 1:  # one statement is a transaction: one round trip, where a transaction takes three
+                conn.execute(insert, rows[0])
+                return
             with conn.transaction(), conn.cursor() as cursor:
-                cursor.executemany(
-                    f'INSERT INTO pac_archived ({ARCHIVED_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)', rows
-                )
+                cursor.executemany(insert, rows)
 
         self._run('put_archived', work)
 
@@ -421,48 +424,56 @@ class PostgresArchiveStore:
     def _index(self, conn: Any, lines: Sequence[LogLine]) -> int:
         import psycopg
 
-        with conn.transaction():
-            fresh: dict[tuple[str, str], bool] = {}
-            rows: list[tuple[Any, ...]] = []
-            prefixes: dict[str, str] = {}
-            for line in lines:
-                key = (db_text(line.conversation_id), db_text(line.fingerprint))
-                if key not in fresh:
-                    inserted = conn.execute(
-                        'INSERT INTO pac_indexed_parts (conversation_id, fingerprint) VALUES (%s, %s) '
-                        'ON CONFLICT DO NOTHING RETURNING 1',
-                        key,
-                    ).fetchone()
-                    fresh[key] = inserted is not None
-                if fresh[key]:
-                    text, context = index_text(line.text), line_context(line)
-                    prefix = prefixes.get(key[0]) or prefixes.setdefault(key[0], owner_prefix(key[0]))
-                    # The search vector is built from the same words every store matches on, so an email,
-                    # a path or a host name splits into words here exactly as in SQLite and in memory.
-                    rows.append(
-                        (key[0], text, context, line.source, index_text(line.tool_name), index_text(line.args),
-                         index_text(line.result_id), line.line_no, _owned_terms(prefix, f'{text} {context}'))
-                    )  # fmt: skip
-            insert = f'INSERT INTO pac_log ({_LOG_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector)'
-            try:
-                # `COPY`: the rows are formatted in psycopg's C code, where `executemany` ran Python for each
-                # row (about 4 ms of interpreter time a 80-line result, which a search in another thread of
-                # the process waited for).
-                with conn.transaction(), conn.cursor() as cursor, cursor.copy(_COPY_LOG) as copy:
+        try:
+            # `COPY`: the rows are formatted in psycopg's C code, where `executemany` ran Python for each row
+            # (about 4 ms of interpreter time a 80-line result, which a search in another thread of the process
+            # waited for). No savepoint around it (two more round trips): a line the server will not index
+            # undoes the whole transaction, and the lines go in again one by one.
+            with conn.transaction():
+                rows = self._fresh_rows(conn, lines)
+                with conn.cursor() as cursor, cursor.copy(_COPY_LOG) as copy:
                     for row in rows:
                         copy.write_row(row)
-            except (psycopg.errors.DataError, psycopg.errors.ProgramLimitExceeded):
-                # One line the server will not index must not keep the others out: line by line, skipping it.
-                added = 0
-                for row in rows:
-                    try:
-                        with conn.transaction():
-                            conn.execute(insert, row)
-                        added += 1
-                    except (psycopg.errors.DataError, psycopg.errors.ProgramLimitExceeded):
-                        continue
-                return added
-        return len(rows)
+            return len(rows)
+        except (psycopg.errors.DataError, psycopg.errors.ProgramLimitExceeded):
+            pass
+        # One line the server will not index must not keep the others out: line by line, skipping it.
+        insert = f'INSERT INTO pac_log ({_LOG_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector)'
+        added = 0
+        with conn.transaction():
+            for row in self._fresh_rows(conn, lines):
+                try:
+                    with conn.transaction():
+                        conn.execute(insert, row)
+                    added += 1
+                except (psycopg.errors.DataError, psycopg.errors.ProgramLimitExceeded):
+                    continue
+        return added
+
+    def _fresh_rows(self, conn: Any, lines: Sequence[LogLine]) -> list[tuple[Any, ...]]:
+        """The `pac_log` rows of *lines* whose parts were not indexed yet, which it marks as indexed."""
+        fresh: dict[tuple[str, str], bool] = {}
+        rows: list[tuple[Any, ...]] = []
+        prefixes: dict[str, str] = {}
+        for line in lines:
+            key = (db_text(line.conversation_id), db_text(line.fingerprint))
+            if key not in fresh:
+                inserted = conn.execute(
+                    'INSERT INTO pac_indexed_parts (conversation_id, fingerprint) VALUES (%s, %s) '
+                    'ON CONFLICT DO NOTHING RETURNING 1',
+                    key,
+                ).fetchone()
+                fresh[key] = inserted is not None
+            if fresh[key]:
+                text, context = index_text(line.text), line_context(line)
+                prefix = prefixes.get(key[0]) or prefixes.setdefault(key[0], owner_prefix(key[0]))
+                # The search vector is built from the same words every store matches on, so an email,
+                # a path or a host name splits into words here exactly as in SQLite and in memory.
+                rows.append(
+                    (key[0], text, context, line.source, index_text(line.tool_name), index_text(line.args),
+                     index_text(line.result_id), line.line_no, _owned_terms(prefix, f'{text} {context}'))
+                )  # fmt: skip
+        return rows
 
     def search(self, conversation_id: str, query: str, limit: int = 8) -> list[Hit]:
         """Full-text search over the line and its call; every word, else any word; whole words before prefixes.
