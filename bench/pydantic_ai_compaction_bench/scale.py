@@ -13,6 +13,7 @@ of `PAC_POSTGRES_DSN`), so the tables the tests use are never touched.
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import random
 import statistics
@@ -46,6 +47,11 @@ RESULT_CHARS = 8_000
 
 WRITE_EVERY = 0.05
 """Seconds between two results of one conversation while queries are timed (a real agent step takes seconds)."""
+
+WRITERS = os.environ.get('PAC_SCALE_WRITERS', 'threads')
+"""How the 8 conversations write while queries are timed: `threads` of the timing process (the default, the
+published figures), or `processes` (`PAC_SCALE_WRITERS=processes`, forked: as 8 worker processes would, without
+a share of the reader's interpreter lock), to tell the store's latency from the lock's."""
 
 BOUND_MS = 20.0
 """p95 bound of both queries."""
@@ -209,8 +215,10 @@ def run_backend(
     build_seconds = build_log(open_store, total_tokens) if built_in is None else built_in
     size = size_of()
 
-    stop = threading.Event()
-    written = [0] * CONVERSATIONS
+    processes = WRITERS == 'processes'
+    fork = multiprocessing.get_context('fork')
+    stop: Any = fork.Event() if processes else threading.Event()
+    written: Any = fork.Array('i', CONVERSATIONS) if processes else [0] * CONVERSATIONS
     # What the writers add while queries are timed is made beforehand: the timed phase measures the stores,
     # not eight threads generating text against the reader for the interpreter lock.
     pending = [
@@ -230,6 +238,8 @@ def run_backend(
                 stop.wait(WRITE_EVERY)
         except BaseException as error:
             errors.append(error)
+            if processes:
+                raise  # the process's exit code says it
         finally:
             store.close()
 
@@ -266,7 +276,9 @@ def run_backend(
                 raise RuntimeError(f'{backend}: context_recover({ref!r}) returned {str(content)[:80]!r}')
 
     reader.search('conv-0', 'warm', 1)  # the first query opens the connection; not a query's latency
-    writers = [threading.Thread(target=keep_writing, args=(c,)) for c in range(CONVERSATIONS)]
+    writers: list[Any] = [
+        (fork.Process if processes else threading.Thread)(target=keep_writing, args=(c,)) for c in range(CONVERSATIONS)
+    ]
     for thread in writers:
         thread.start()
     try:
@@ -278,6 +290,8 @@ def run_backend(
         reader.close()
     if errors:
         raise errors[0]
+    if processes and any(process.exitcode for process in writers):
+        raise RuntimeError(f'{backend}: a writing process failed (exit codes {[p.exitcode for p in writers]})')
     recall_p50, recall_p95 = _percentiles(recall)
     recover_p50, recover_p95 = _percentiles(recover)
     tokens = per_conversation * CONVERSATIONS * RESULT_CHARS // 4
