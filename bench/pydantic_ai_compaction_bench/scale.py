@@ -13,6 +13,7 @@ of `PAC_POSTGRES_DSN`), so the tables the tests use are never touched.
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import random
 import statistics
@@ -46,6 +47,11 @@ RESULT_CHARS = 8_000
 
 WRITE_EVERY = 0.05
 """Seconds between two results of one conversation while queries are timed (a real agent step takes seconds)."""
+
+WRITERS = os.environ.get('PAC_SCALE_WRITERS', 'threads')
+"""How the 8 conversations write while queries are timed: `threads` of the timing process (the default, the
+published figures), or `processes` (`PAC_SCALE_WRITERS=processes`, forked: as 8 worker processes would, without
+a share of the reader's interpreter lock), to tell the store's latency from the lock's."""
 
 BOUND_MS = 20.0
 """p95 bound of both queries."""
@@ -116,6 +122,33 @@ def _write(store: ArchiveStore, conversation_id: str, rng: random.Random, conver
     store.put_archived([entry])
 
 
+def build_log(open_store: Callable[[], Any], total_tokens: int = TOTAL_TOKENS) -> float:
+    """Write the log with 8 conversations at once, each through a store of its own; the seconds it took."""
+    per_conversation = total_tokens * 4 // RESULT_CHARS // CONVERSATIONS
+    errors: list[BaseException] = []
+
+    def build(conversation: int) -> None:
+        store = open_store()
+        rng = random.Random(conversation)
+        try:
+            for step in range(per_conversation):
+                _write(store, f'conv-{conversation}', rng, conversation, step)
+        except BaseException as error:  # reported below: a failed build must not time an empty store
+            errors.append(error)
+        finally:
+            store.close()
+
+    started = time.perf_counter()
+    builders = [threading.Thread(target=build, args=(c,)) for c in range(CONVERSATIONS)]
+    for thread in builders:
+        thread.start()
+    for thread in builders:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return time.perf_counter() - started
+
+
 @dataclass(frozen=True)
 class ScaleResult:
     """One backend's figures."""
@@ -171,35 +204,21 @@ def run_backend(
     *,
     total_tokens: int = TOTAL_TOKENS,
     queries: int = 120,
+    built_in: float | None = None,
 ) -> ScaleResult:
-    """Build the log with 8 conversations at once, then time queries while they keep writing."""
+    """Build the log with 8 conversations at once, then time queries while they keep writing.
+
+    *built_in*: the store already holds the log (`build_log` built it, in that many seconds): only time.
+    """
     per_conversation = total_tokens * 4 // RESULT_CHARS // CONVERSATIONS
     errors: list[BaseException] = []
-
-    def build(conversation: int) -> None:
-        store = open_store()
-        rng = random.Random(conversation)
-        try:
-            for step in range(per_conversation):
-                _write(store, f'conv-{conversation}', rng, conversation, step)
-        except BaseException as error:  # reported below: a failed build must not time an empty store
-            errors.append(error)
-        finally:
-            store.close()
-
-    started = time.perf_counter()
-    builders = [threading.Thread(target=build, args=(c,)) for c in range(CONVERSATIONS)]
-    for thread in builders:
-        thread.start()
-    for thread in builders:
-        thread.join()
-    build_seconds = time.perf_counter() - started
-    if errors:
-        raise errors[0]
+    build_seconds = build_log(open_store, total_tokens) if built_in is None else built_in
     size = size_of()
 
-    stop = threading.Event()
-    written = [0] * CONVERSATIONS
+    processes = WRITERS == 'processes'
+    fork = multiprocessing.get_context('fork')
+    stop: Any = fork.Event() if processes else threading.Event()
+    written: Any = fork.Array('i', CONVERSATIONS) if processes else [0] * CONVERSATIONS
     # What the writers add while queries are timed is made beforehand: the timed phase measures the stores,
     # not eight threads generating text against the reader for the interpreter lock.
     pending = [
@@ -219,6 +238,8 @@ def run_backend(
                 stop.wait(WRITE_EVERY)
         except BaseException as error:
             errors.append(error)
+            if processes:
+                raise  # the process's exit code says it
         finally:
             store.close()
 
@@ -255,7 +276,9 @@ def run_backend(
                 raise RuntimeError(f'{backend}: context_recover({ref!r}) returned {str(content)[:80]!r}')
 
     reader.search('conv-0', 'warm', 1)  # the first query opens the connection; not a query's latency
-    writers = [threading.Thread(target=keep_writing, args=(c,)) for c in range(CONVERSATIONS)]
+    writers: list[Any] = [
+        (fork.Process if processes else threading.Thread)(target=keep_writing, args=(c,)) for c in range(CONVERSATIONS)
+    ]
     for thread in writers:
         thread.start()
     try:
@@ -267,6 +290,8 @@ def run_backend(
         reader.close()
     if errors:
         raise errors[0]
+    if processes and any(process.exitcode for process in writers):
+        raise RuntimeError(f'{backend}: a writing process failed (exit codes {[p.exitcode for p in writers]})')
     recall_p50, recall_p95 = _percentiles(recall)
     recover_p50, recover_p95 = _percentiles(recover)
     tokens = per_conversation * CONVERSATIONS * RESULT_CHARS // 4
@@ -307,6 +332,14 @@ SCALE_DATABASE = os.environ.get('PAC_SCALE_DATABASE', 'pac_bench_scale')
 """The database the PostgreSQL figures are measured in (created, then dropped): `PAC_SCALE_DATABASE` names
 another, so two runs on one server do not drop each other's."""
 
+SCALE_TEMPLATE = os.environ.get('PAC_SCALE_TEMPLATE', '')
+"""A database kept between runs that holds the built log (`PAC_SCALE_TEMPLATE`; none by default): built there
+once, then each run measures in a fresh copy of it (`CREATE DATABASE ... TEMPLATE`), so runs start from the
+same log without the minute its build takes. Delete it after a change of the tables or of the log."""
+
+_BUILT = 'scale_built'
+"""The table that marks a template as built: its log's size in tokens and the seconds the build took."""
+
 
 def postgres_result(dsn: str, total_tokens: int = TOTAL_TOKENS) -> ScaleResult:
     """The PostgreSQL figures, in a database of their own on *dsn*'s server."""
@@ -318,9 +351,13 @@ def postgres_result(dsn: str, total_tokens: int = TOTAL_TOKENS) -> ScaleResult:
     params = conninfo_to_dict(dsn)
     admin = make_conninfo('', **{**params, 'dbname': params.get('dbname') or 'postgres'})
     target = make_conninfo('', **{**params, 'dbname': SCALE_DATABASE})
+    built_in = _built_template(admin, params, total_tokens) if SCALE_TEMPLATE else None
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(sql.SQL('DROP DATABASE IF EXISTS {}').format(database))
-        conn.execute(sql.SQL('CREATE DATABASE {}').format(database))
+        if SCALE_TEMPLATE:
+            conn.execute(sql.SQL('CREATE DATABASE {} TEMPLATE {}').format(database, sql.Identifier(SCALE_TEMPLATE)))
+        else:
+            conn.execute(sql.SQL('CREATE DATABASE {}').format(database))
     try:
 
         def size() -> int:
@@ -334,11 +371,45 @@ def postgres_result(dsn: str, total_tokens: int = TOTAL_TOKENS) -> ScaleResult:
             return int(row[0]) if row and row[0] is not None else 0
 
         return run_backend(
-            'PostgreSQL', lambda: PostgresArchiveStore(target, max_connections=2), size, total_tokens=total_tokens
+            'PostgreSQL',
+            lambda: PostgresArchiveStore(target, max_connections=2),
+            size,
+            total_tokens=total_tokens,
+            built_in=built_in,
         )
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(sql.SQL('DROP DATABASE IF EXISTS {} WITH (FORCE)').format(database))
+
+
+def _built_template(admin: str, params: dict[str, Any], total_tokens: int) -> float:
+    """The seconds `SCALE_TEMPLATE`'s log took to build, built first if the database is missing or holds
+    another size of log."""
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+
+    template = make_conninfo('', **{**params, 'dbname': SCALE_TEMPLATE})
+    name = sql.Identifier(SCALE_TEMPLATE)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        exists = conn.execute('SELECT 1 FROM pg_database WHERE datname = %s', (SCALE_TEMPLATE,)).fetchone()
+    if exists:
+        with psycopg.connect(template, autocommit=True) as conn:
+            if conn.execute('SELECT to_regclass(%s)', (_BUILT,)).fetchone() == (_BUILT,):
+                row = conn.execute(sql.SQL('SELECT seconds FROM {} WHERE tokens = %s').format(
+                    sql.Identifier(_BUILT)), (total_tokens,)).fetchone()  # fmt: skip
+                if row is not None:
+                    return float(row[0])
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(sql.SQL('DROP DATABASE IF EXISTS {} WITH (FORCE)').format(name))
+        conn.execute(sql.SQL('CREATE DATABASE {}').format(name))
+    seconds = build_log(lambda: PostgresArchiveStore(template, max_connections=2), total_tokens)
+    with psycopg.connect(template, autocommit=True) as conn:
+        conn.execute('VACUUM ANALYZE')
+        conn.execute(sql.SQL('CREATE TABLE {} (tokens BIGINT NOT NULL, seconds DOUBLE PRECISION NOT NULL)').format(
+            sql.Identifier(_BUILT)))  # fmt: skip
+        conn.execute(sql.SQL('INSERT INTO {} VALUES (%s, %s)').format(sql.Identifier(_BUILT)), (total_tokens, seconds))
+    return seconds
 
 
 def verdict(p95: float) -> str:
