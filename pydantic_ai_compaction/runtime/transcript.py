@@ -23,6 +23,7 @@ from pydantic_ai.messages import (
 
 from pydantic_ai_compaction.protocols.types import Exchange
 from pydantic_ai_compaction.runtime.encoding import args_text
+from pydantic_ai_compaction.runtime.memo import IdentityMemo
 from pydantic_ai_compaction.runtime.pins import is_pinned
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, tool_content_parts
 
@@ -67,14 +68,37 @@ def return_text(part: ToolReturnPart) -> str:
     return part.model_response_str()
 
 
+def result_chars(part: ToolReturnPart) -> int:
+    """`len(return_text(part))`: how many characters of a tool result the model reads.
+
+    A string result is its own text. Any other (a dict, a list, a model, files, an error) is read as the JSON
+    pydantic-ai renders, whose length is known only once it is rendered: it is rendered once per part and
+    remembered (parts are never changed in place), not once for every listing that shows it.
+    """
+    content = part.content
+    if isinstance(content, str) and part.outcome not in ERROR_OUTCOMES:
+        return len(content)
+    known = _RESULT_CHARS.get((part,))
+    if known is None:
+        known = _RESULT_CHARS.put((part,), len(part.model_response_str()))
+    return known
+
+
+_RESULT_CHARS: IdentityMemo[int] = IdentityMemo()
+"""`result_chars` of each structured result already rendered (weak: dropped with the part)."""
+
+
 def describe(view: ConversationView, exchange: Exchange, *, limit: int = 100) -> str:
     """One line saying what an exchange holds, for the fork's exchange list."""
+    return _describe(view.messages, exchange, limit)
+
+
+def _describe(messages: Sequence[ModelMessage], exchange: Exchange, limit: int) -> str:
     kind = exchange.kind
     if kind == 'restatement':
         return 'restated instructions'
     # The exchange's parts read in place (no fragment messages built), in one pass: the fork lists every
     # exchange of the history.
-    messages = view.messages
     if kind == 'boundary':
         summaries: list[str] = []
         for index, selected in exchange.refs:
@@ -96,7 +120,7 @@ def describe(view: ConversationView, exchange: Exchange, *, limit: int = 100) ->
         if isinstance(message, ModelRequest):
             for part in parts:
                 if isinstance(part, ToolReturnPart):
-                    sizes[part.tool_call_id] = len(return_text(part))
+                    sizes[part.tool_call_id] = result_chars(part)
                 elif isinstance(part, UserPromptPart):
                     prompts.append(user_text(part))
                     pinned = pinned or is_pinned(part)
@@ -107,10 +131,14 @@ def describe(view: ConversationView, exchange: Exchange, *, limit: int = 100) ->
                 elif isinstance(part, TextPart):
                     texts.append(part.content)
     if calls:
-        rendered = ', '.join(
-            f'{call.tool_name}({clip(args_text(call.args), 60)}) → {sizes.get(call.tool_call_id, 0):,} chars'
-            for call in calls
-        )
+        if len(calls) == 1:  # most tool exchanges: one call, its line built without a generator and a join
+            call = calls[0]
+            rendered = f'{call.tool_name}({clip(args_text(call.args), 60)}) → {sizes.get(call.tool_call_id, 0):,} chars'
+        else:
+            rendered = ', '.join(
+                f'{call.tool_name}({clip(args_text(call.args), 60)}) → {sizes.get(call.tool_call_id, 0):,} chars'
+                for call in calls
+            )
         return clip(rendered, limit)
     if kind in ('opening', 'turn') and prompts:
         return ('pinned: ' if pinned else 'user: ') + clip(' '.join(prompts), limit)
@@ -119,14 +147,19 @@ def describe(view: ConversationView, exchange: Exchange, *, limit: int = 100) ->
 
 def listing(view: ConversationView, exchanges: Iterable[Exchange] | None = None) -> str:
     """Every exchange id with its kind, size, flags and a one-line description."""
+    messages = view.messages
     lines: list[str] = []
+    append = lines.append
     for exchange in exchanges if exchanges is not None else view.exchanges:
-        flags = f'{exchange.kind}, ~{exchange.tokens:,} tokens'
-        if exchange.protected:
-            flags += f', protected: {exchange.protected}'
-        if exchange.unfinished:
-            flags += ', in progress'
-        lines.append(f'{exchange.id} [{flags}] {describe(view, exchange)}')
+        if exchange.protected or exchange.unfinished:
+            flags = f'{exchange.kind}, ~{exchange.tokens:,} tokens'
+            if exchange.protected:
+                flags += f', protected: {exchange.protected}'
+            if exchange.unfinished:
+                flags += ', in progress'
+            append(f'{exchange.id} [{flags}] {_describe(messages, exchange, 100)}')
+        else:
+            append(f'{exchange.id} [{exchange.kind}, ~{exchange.tokens:,} tokens] {_describe(messages, exchange, 100)}')
     return '\n'.join(lines)
 
 
