@@ -143,6 +143,11 @@ contents = st.one_of(
     st.builds(Point, x=st.floats(), label=text),
     st.lists(json_like, max_size=0),
 )
+names = st.one_of(
+    st.sampled_from(['read', 'read log', ' read', 'read ', 'read\tlog', 'read\u00a0log', 'x' * 90, '']),
+    st.text(max_size=12),
+)
+"""Tool names: a name with whitespace (or long enough to be cut) is put on one line with the rest."""
 outcomes = st.sampled_from(['success', 'success', 'failed', 'retried', 'denied'])
 
 
@@ -153,13 +158,13 @@ def histories(draw: st.DrawFn) -> list[ModelMessage]:
         count = draw(st.integers(1, 2))
         ids = [f'c{step}_{n}' for n in range(count)]
         calls = [
-            ToolCallPart(f'tool_{n}', draw(st.dictionaries(text, json_like, max_size=3)), tool_call_id=call_id)
-            for n, call_id in enumerate(ids)
+            ToolCallPart(draw(names), draw(st.dictionaries(text, json_like, max_size=3)), tool_call_id=call_id)
+            for call_id in ids
         ]
         messages.append(ModelResponse(parts=[*calls]))
         returns = [
-            ToolReturnPart(f'tool_{n}', draw(contents), tool_call_id=call_id, outcome=draw(outcomes))
-            for n, call_id in enumerate(ids)
+            ToolReturnPart(call.tool_name, draw(contents), tool_call_id=call.tool_call_id, outcome=draw(outcomes))
+            for call in calls
         ]
         messages.append(ModelRequest(parts=[*returns]))
         if draw(st.booleans()):

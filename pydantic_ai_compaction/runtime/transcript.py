@@ -133,7 +133,12 @@ def _describe(messages: Sequence[ModelMessage], exchange: Exchange, limit: int) 
     if calls:
         if len(calls) == 1:  # most tool exchanges: one call, its line built without a generator and a join
             call = calls[0]
-            rendered = f'{call.tool_name}({clip(args_text(call.args), 60)}) → {sizes.get(call.tool_call_id, 0):,} chars'
+            name = call.tool_name
+            rendered = f'{name}({clip(args_text(call.args), 60)}) → {sizes.get(call.tool_call_id, 0):,} chars'
+            if len(rendered) <= limit and ' ' not in name and name.isprintable():
+                # Already one line: the name holds no whitespace (`isprintable` is false for every other kind),
+                # and a clipped text has no space at either end nor two in a row.
+                return rendered
         else:
             rendered = ', '.join(
                 f'{call.tool_name}({clip(args_text(call.args), 60)}) → {sizes.get(call.tool_call_id, 0):,} chars'
