@@ -241,3 +241,27 @@ def test_a_structured_result_is_rendered_once_for_every_listing(content: Any, mo
     # Rendered once by the first listing and once by the reference; the second listing and `result_chars`
     # read the remembered size.
     assert len(rendered) == 2
+
+
+def test_remembered_sizes_never_keep_a_part_alive_nor_answer_for_another_part() -> None:
+    import gc
+    import weakref
+
+    from pydantic_ai_compaction.runtime.transcript import _Sizes  # pyright: ignore[reportPrivateUsage]
+
+    sizes = _Sizes()
+    kept = ToolReturnPart('query', {'rows': [1, 2]}, tool_call_id='kept')
+    sizes.put(kept, 13)
+    gone = ToolReturnPart('query', {'rows': [1]}, tool_call_id='gone')
+    watch = weakref.ref(gone)
+    sizes.put(gone, 11)
+    del gone
+    gc.collect()
+    assert watch() is None  # the table held no strong reference
+    # A part made now may well sit where the collected one was: it is not answered with that one's size.
+    fresh = [ToolReturnPart('query', {'rows': [n]}, tool_call_id='gone') for n in range(50)]
+    assert all(sizes.get(part) is None for part in fresh)
+    for n in range(3_000):  # parts that die at once: swept each time the table has doubled
+        sizes.put(ToolReturnPart('query', {'n': n}, tool_call_id=f'c{n}'), n)
+    assert len(sizes) < 1_100
+    assert sizes.get(kept) == 13

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Sequence
 
 from pydantic_ai.messages import (
@@ -23,7 +24,6 @@ from pydantic_ai.messages import (
 
 from pydantic_ai_compaction.protocols.types import Exchange
 from pydantic_ai_compaction.runtime.encoding import args_text
-from pydantic_ai_compaction.runtime.memo import IdentityMemo
 from pydantic_ai_compaction.runtime.pins import is_pinned
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, tool_content_parts
 
@@ -78,14 +78,46 @@ def result_chars(part: ToolReturnPart) -> int:
     content = part.content
     if isinstance(content, str) and part.outcome not in ERROR_OUTCOMES:
         return len(content)
-    known = _RESULT_CHARS.get((part,))
+    known = _RESULT_CHARS.get(part)
     if known is None:
-        known = _RESULT_CHARS.put((part,), len(part.model_response_str()))
+        known = _RESULT_CHARS.put(part, len(part.model_response_str()))
     return known
 
 
-_RESULT_CHARS: IdentityMemo[int] = IdentityMemo()
-"""`result_chars` of each structured result already rendered (weak: dropped with the part)."""
+class _Sizes:
+    """Sizes by part identity, never keeping a part alive.
+
+    Lighter than `IdentityMemo`, whose callback per entry costs a third of rendering a small result: an entry
+    holds a plain weak reference, is read only while it still points at the very part asked about (an id
+    reused by a new part never reads an old size), and entries whose part is gone are swept each time the
+    table has doubled.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref[ToolReturnPart], int]] = {}
+        self._sweep_at = _FIRST_SWEEP
+
+    def get(self, part: ToolReturnPart) -> int | None:
+        entry = self._entries.get(id(part))
+        return entry[1] if entry is not None and entry[0]() is part else None
+
+    def put(self, part: ToolReturnPart, size: int) -> int:
+        entries = self._entries
+        if len(entries) >= self._sweep_at:
+            for key in [key for key, (ref, _) in entries.items() if ref() is None]:
+                del entries[key]
+            self._sweep_at = max(_FIRST_SWEEP, 2 * len(entries))
+        entries[id(part)] = (weakref.ref(part), size)
+        return size
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_FIRST_SWEEP = 1024
+
+_RESULT_CHARS = _Sizes()
+"""`result_chars` of each structured result already rendered."""
 
 
 def describe(view: ConversationView, exchange: Exchange, *, limit: int = 100) -> str:
