@@ -35,7 +35,7 @@ from pydantic_ai_compaction.runtime import segment
 from pydantic_ai_compaction.runtime.encoding import args_text
 from pydantic_ai_compaction.runtime.pins import is_pinned
 from pydantic_ai_compaction.runtime.segment import ConversationView
-from pydantic_ai_compaction.runtime.transcript import clip, listing, result_chars, return_text, user_text
+from pydantic_ai_compaction.runtime.transcript import clip, describe, listing, result_chars, return_text, user_text
 
 EXAMPLES = int(os.environ.get('PAC_EXAMPLES', '40'))
 
@@ -204,6 +204,10 @@ def test_the_listing_is_the_reference_listing_every_time(history: list[ModelMess
     assert outcome(listing, view) == expected  # sizes rendered and remembered
     assert outcome(listing, view) == expected  # sizes remembered
     assert outcome(listing, segment([*history])) == expected  # another view of the same parts
+    if expected[0] == 'text':
+        for exchange in view.exchanges:  # other lengths, as the curator's bundle list asks for
+            for limit in (-1, 0, 1, 20, 80):
+                assert describe(view, exchange, limit=limit) == reference_describe(view, exchange, limit=limit)
 
 
 @pytest.mark.parametrize(
