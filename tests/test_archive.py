@@ -504,3 +504,29 @@ def test_bad_batches_never_end_the_run() -> None:
     answered = [part for part in returns if part.outcome == 'success']
     assert retried and answered
     assert all('Nothing was archived. Fix the batch' in str(part.content) for part in returns)
+
+
+def test_number_new_is_the_numbering_the_hook_writes_and_changes_nothing() -> None:
+    # The public numbering step (what the benchmark times) gives exactly the requests the hook writes into
+    # the history, and leaves the history it reads as it was.
+    from pydantic_ai.models.test import TestModel
+    from pydantic_ai.usage import RunUsage
+
+    steps: list[list[ModelResponsePart]] = [
+        [ToolCallPart('read', {'index': 1}), ToolCallPart('read', {'index': 2})],
+        [ToolCallPart('read', {'index': 3})],
+        [TextPart('done')],
+    ]
+    plain = agent_with(scripted(list(steps)), []).run_sync('Read three files.').all_messages()
+    hooked = agent_with(scripted(list(steps)), [Archive(conversation='numbered')]).run_sync('Read three files.')
+    archive = Archive[None](conversation='numbered')
+    ctx = RunContext[None](deps=None, model=TestModel(), usage=RunUsage())
+    before = list(plain)
+    changes = archive.number_new(ctx, plain)
+    assert all(now is then for now, then in zip(plain, before, strict=True))
+    assert sorted(changes) == [2, 4]  # the two requests holding results, by position
+    written = [changes.get(index, message) for index, message in enumerate(plain)]
+    assert [result_id_of(p) for p in returns(written)] == ['r1', 'r2', 'r3']
+    assert [p.content for p in returns(written)] == [p.content for p in returns(hooked.all_messages())]
+    assert returns(written)[2].content == '[result r3]\ncontent of file 3\n' + 'x = 1\n' * 5
+    assert archive.number_new(ctx, written) == {}  # nothing left to number

@@ -137,7 +137,7 @@ async def _measure(size: str, history: list[ModelMessage], repeat: int) -> list[
     # The steady state of a run: earlier results numbered and steps decided; one new step arrives.
     archive = Archive()
     later = RunContext[None](deps=None, model=TestModel(), usage=RunUsage(), run_step=5)
-    numbered = _written(history[:-2], archive._number_new(ctx, history[:-2]))  # pyright: ignore[reportPrivateUsage]
+    numbered = _written(history[:-2], archive.number_new(ctx, history[:-2]))
     forget = ForgetReasoning(policy='drop')
     decided = _written(history[:-2], forget.decisions(history[:-2]))
     steady_archive = [*numbered, *history[-2:]]
@@ -151,7 +151,7 @@ async def _measure(size: str, history: list[ModelMessage], repeat: int) -> list[
         'validator': lambda: validate(Proposal(kept=view.ids[::-2], summary=Summary('s')), view),
         'layout application': lambda: apply_layout(view, layout, {'strategy': 'bench'}),
         'reassert (gather changes)': lambda: gather_instructions(view, InstructionSources(markers=('CHANGE:',))),
-        'archive (number new results)': lambda: archive._number_new(later, steady_archive),  # pyright: ignore[reportPrivateUsage]
+        'archive (number new results)': lambda: archive.number_new(later, steady_archive),
         'forget-reasoning (decide)': lambda: forget.decisions(steady_forget),
         'bounded selection': lambda: project(view, select(view, request, 10_000)),
     }
@@ -365,7 +365,7 @@ async def _scale_one(history: list[ModelMessage], more: list[list[ModelMessage]]
 
     async def archive_path(messages: list[ModelMessage]) -> list[ModelMessage]:
         # Numbering and the runtime's check of the numbered requests, written into the history as the hook does.
-        numbered = archive._number_new(ctx, messages)  # pyright: ignore[reportPrivateUsage]
+        numbered = archive.number_new(ctx, messages)
         rewrite_log_at(messages, numbered, 'Archive', reason='numbered')
         return messages
 

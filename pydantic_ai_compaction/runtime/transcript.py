@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Sequence
 
 from pydantic_ai.messages import (
@@ -67,14 +68,69 @@ def return_text(part: ToolReturnPart) -> str:
     return part.model_response_str()
 
 
+def result_chars(part: ToolReturnPart) -> int:
+    """`len(return_text(part))`: how many characters of a tool result the model reads.
+
+    A string result is its own text. Any other (a dict, a list, a model, files, an error) is read as the JSON
+    pydantic-ai renders, whose length is known only once it is rendered: it is rendered once per part and
+    remembered (parts are never changed in place), not once for every listing that shows it.
+    """
+    content = part.content
+    if isinstance(content, str) and part.outcome not in ERROR_OUTCOMES:
+        return len(content)
+    known = _RESULT_CHARS.get(part)
+    if known is None:
+        known = _RESULT_CHARS.put(part, len(part.model_response_str()))
+    return known
+
+
+class _Sizes:
+    """Sizes by part identity, never keeping a part alive.
+
+    Lighter than `IdentityMemo`, whose callback per entry costs a third of rendering a small result: an entry
+    holds a plain weak reference, is read only while it still points at the very part asked about (an id
+    reused by a new part never reads an old size), and entries whose part is gone are swept each time the
+    table has doubled.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref[ToolReturnPart], int]] = {}
+        self._sweep_at = _FIRST_SWEEP
+
+    def get(self, part: ToolReturnPart) -> int | None:
+        entry = self._entries.get(id(part))
+        return entry[1] if entry is not None and entry[0]() is part else None
+
+    def put(self, part: ToolReturnPart, size: int) -> int:
+        entries = self._entries
+        if len(entries) >= self._sweep_at:
+            for key in [key for key, (ref, _) in entries.items() if ref() is None]:
+                del entries[key]
+            self._sweep_at = max(_FIRST_SWEEP, 2 * len(entries))
+        entries[id(part)] = (weakref.ref(part), size)
+        return size
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_FIRST_SWEEP = 1024
+
+_RESULT_CHARS = _Sizes()
+"""`result_chars` of each structured result already rendered."""
+
+
 def describe(view: ConversationView, exchange: Exchange, *, limit: int = 100) -> str:
     """One line saying what an exchange holds, for the fork's exchange list."""
+    return _describe(view.messages, exchange, limit)
+
+
+def _describe(messages: Sequence[ModelMessage], exchange: Exchange, limit: int) -> str:
     kind = exchange.kind
     if kind == 'restatement':
         return 'restated instructions'
     # The exchange's parts read in place (no fragment messages built), in one pass: the fork lists every
     # exchange of the history.
-    messages = view.messages
     if kind == 'boundary':
         summaries: list[str] = []
         for index, selected in exchange.refs:
@@ -96,7 +152,7 @@ def describe(view: ConversationView, exchange: Exchange, *, limit: int = 100) ->
         if isinstance(message, ModelRequest):
             for part in parts:
                 if isinstance(part, ToolReturnPart):
-                    sizes[part.tool_call_id] = len(return_text(part))
+                    sizes[part.tool_call_id] = result_chars(part)
                 elif isinstance(part, UserPromptPart):
                     prompts.append(user_text(part))
                     pinned = pinned or is_pinned(part)
@@ -107,10 +163,19 @@ def describe(view: ConversationView, exchange: Exchange, *, limit: int = 100) ->
                 elif isinstance(part, TextPart):
                     texts.append(part.content)
     if calls:
-        rendered = ', '.join(
-            f'{call.tool_name}({clip(args_text(call.args), 60)}) → {sizes.get(call.tool_call_id, 0):,} chars'
-            for call in calls
-        )
+        if len(calls) == 1:  # most tool exchanges: one call, its line built without a generator and a join
+            call = calls[0]
+            name = call.tool_name
+            rendered = f'{name}({clip(args_text(call.args), 60)}) → {sizes.get(call.tool_call_id, 0):,} chars'
+            if len(rendered) <= limit and ' ' not in name and name.isprintable():
+                # Already one line: the name holds no whitespace (`isprintable` is false for every other kind),
+                # and a clipped text has no space at either end nor two in a row.
+                return rendered
+        else:
+            rendered = ', '.join(
+                f'{call.tool_name}({clip(args_text(call.args), 60)}) → {sizes.get(call.tool_call_id, 0):,} chars'
+                for call in calls
+            )
         return clip(rendered, limit)
     if kind in ('opening', 'turn') and prompts:
         return ('pinned: ' if pinned else 'user: ') + clip(' '.join(prompts), limit)
@@ -119,14 +184,19 @@ def describe(view: ConversationView, exchange: Exchange, *, limit: int = 100) ->
 
 def listing(view: ConversationView, exchanges: Iterable[Exchange] | None = None) -> str:
     """Every exchange id with its kind, size, flags and a one-line description."""
+    messages = view.messages
     lines: list[str] = []
+    append = lines.append
     for exchange in exchanges if exchanges is not None else view.exchanges:
-        flags = f'{exchange.kind}, ~{exchange.tokens:,} tokens'
-        if exchange.protected:
-            flags += f', protected: {exchange.protected}'
-        if exchange.unfinished:
-            flags += ', in progress'
-        lines.append(f'{exchange.id} [{flags}] {describe(view, exchange)}')
+        if exchange.protected or exchange.unfinished:
+            flags = f'{exchange.kind}, ~{exchange.tokens:,} tokens'
+            if exchange.protected:
+                flags += f', protected: {exchange.protected}'
+            if exchange.unfinished:
+                flags += ', in progress'
+            append(f'{exchange.id} [{flags}] {_describe(messages, exchange, 100)}')
+        else:
+            append(f'{exchange.id} [{exchange.kind}, ~{exchange.tokens:,} tokens] {_describe(messages, exchange, 100)}')
     return '\n'.join(lines)
 
 

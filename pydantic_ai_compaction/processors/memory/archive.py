@@ -316,8 +316,17 @@ class Archive(AbstractCapability[AgentDepsT]):
         todo.reverse()
         return todo, highest
 
-    def _number_new(self, ctx: RunContext[AgentDepsT], messages: list[ModelMessage]) -> dict[int, ModelMessage]:
-        """Scan and number in one blocking call (what a request does, for benchmarks): `_number_results`' changes."""
+    def number_new(self, ctx: RunContext[AgentDepsT], messages: list[ModelMessage]) -> dict[int, ModelMessage]:
+        """The numbering step of `before_model_request`, in one blocking call, without writing anything.
+
+        Finds the tool results of *messages* that have no id yet and reserves their ids in the store.
+        *messages* is left as it is.
+
+        Returns:
+            Each request holding such a result, by its position in *messages*, as a copy with an id on each
+            of those results (`{}` when every result is numbered already). The hook writes these into the
+            run's history (checked, with a `numbered` event) before the request is sent.
+        """
         todo, highest = self._unnumbered(ctx, messages)
         return self._number_results(ctx, messages, todo, highest) if todo else {}
 
