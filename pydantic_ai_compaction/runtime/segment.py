@@ -28,11 +28,12 @@ from __future__ import annotations
 import functools
 import operator
 import re
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from itertools import repeat
+from itertools import islice, repeat
 from typing import Any, cast
 
 from pydantic_ai.messages import (
@@ -356,17 +357,18 @@ class _State:
     last: weakref.ref[ModelMessage]
     """The last message before the cut (weak: the state is forgotten when it goes)."""
 
-    messages: tuple[ModelMessage, ...]
-    """The messages after the first one and before the last before the cut, by identity (held)."""
+    shared: _Shared
+    """The lists this state reads the first `length` messages and `count` exchanges of (shared with the states
+    it extends and that extend it)."""
+
+    length: int
+    """Its messages: those after the first one and before the last before the cut (`shared.messages[:length]`)."""
+
+    count: int
+    """Its exchanges: those before the cut, before the final passes (`shared.exchanges[:count]`)."""
 
     prompt: object
     """The prompt the segmentation was made with (it decides which user parts are tool output)."""
-
-    exchanges: tuple[Exchange, ...]
-    """The exchanges before the cut, before the final passes (in progress, current turn, predicate)."""
-
-    by_id: dict[str, Exchange]
-    """Those exchanges by id."""
 
     assigned_from: int
     """The highest number in the whole history when their ids were handed out."""
@@ -411,7 +413,69 @@ class _State:
         cut = self.cut
         if len(history) <= cut or not _same_prompt(self.prompt, prompt) or self.first() is not history[0]:
             return False
-        return self.last() is history[cut - 1] and all(map(operator.is_, self.messages, history[1 : cut - 1]))
+        if self.last() is not history[cut - 1]:
+            return False
+        # Compared in place: a slice of either side would touch every message once more (and free them again).
+        after_first = iter(history)
+        next(after_first)
+        return all(map(operator.is_, islice(self.shared.messages, self.length), after_first))
+
+    def is_tip(self) -> bool:
+        """Whether its lists end where it does (the next state may then extend them in place)."""
+        return len(self.shared.messages) == self.length and len(self.shared.exchanges) == self.count
+
+    def exchanges(self) -> list[Exchange]:
+        """Its exchanges (a copy)."""
+        return self.shared.exchanges[: self.count]
+
+    def by_id(self) -> dict[str, Exchange]:
+        """Its exchanges by id (a copy)."""
+        with _EXTENDING:
+            if self.is_tip():
+                return dict(self.shared.by_id)
+        return {exchange.id: exchange for exchange in self.shared.exchanges[: self.count]}
+
+    def known(self, exchange_id: str) -> bool:
+        """Whether one of its exchanges has this id."""
+        return self.shared.positions.get(exchange_id, self.count) < self.count
+
+
+class _Shared:
+    """What the states of one history have in common, held once: each state reads its own prefix of them.
+
+    Segmentation moves its cut forward on every request that adds a step, and the new state's messages and
+    exchanges are the old state's followed by a few more. Copying them into each state cost a copy (and its
+    release) of the whole history per request; instead the state that ends where these lists end (the tip)
+    appends to them, and any other state that is extended (a conversation branching from an earlier point
+    of another one) gets lists of its own. The lists only ever grow, so a prefix a state reads never changes.
+    """
+
+    __slots__ = ('by_id', 'exchanges', 'messages', 'positions')
+
+    def __init__(self, messages: list[ModelMessage], exchanges: list[Exchange]) -> None:
+        self.messages = messages
+        """Messages after the first one, by identity (held)."""
+        self.exchanges: list[Exchange] = []
+        """Exchanges, before the final passes."""
+        self.by_id: dict[str, Exchange] = {}
+        """The exchanges by id."""
+        self.positions: dict[str, int] = {}
+        """Where each id first occurs in `exchanges` (whether a state's prefix holds it)."""
+        self.extend(exchanges)
+
+    def extend(self, exchanges: Sequence[Exchange]) -> None:
+        """Append *exchanges*."""
+        positions, position = self.positions, len(self.exchanges)
+        for exchange in exchanges:
+            positions.setdefault(exchange.id, position)
+            position += 1
+        self.exchanges.extend(exchanges)
+        self.by_id.update({exchange.id: exchange for exchange in exchanges})
+
+
+_EXTENDING = threading.Lock()
+"""Held while a state's lists are checked for being its own and extended in place (runs in other threads
+segment too: two extending the same lists at once would interleave)."""
 
 
 _STATES: IdentityMemo[list[_State]] = IdentityMemo()
@@ -445,21 +509,39 @@ def _forget_state(first: weakref.ref[ModelMessage], last: weakref.ref[ModelMessa
     opening = first()
     states = _STATES.get((opening,)) if opening is not None else None
     if states is not None:
+        gone = [state for state in states if state.last is last]
         states[:] = [state for state in states if state.last is not last]
+        _leave(states, gone)
+
+
+def _leave(states: list[_State], gone: Sequence[_State]) -> None:
+    """The states that share their lists with a tip that left *states* leave with it.
+
+    Their histories are prefixes of the tip's, and the lists now hold the tip's messages: an older state would
+    keep its own last message alive through them, and with it the whole history it was meant to free.
+    """
+    tips = {id(state.shared) for state in gone if state.is_tip()}
+    tips.difference_update(id(state.shared) for state in states if state.is_tip())
+    if tips:
+        states[:] = [state for state in states if id(state.shared) not in tips]
 
 
 def _remember(history: tuple[ModelMessage, ...], state: _State) -> None:
     states = _STATES.get((history[0],))
     if states is None:
         states = _STATES.put((history[0],), [])
-    states[:] = [
-        state,
-        *(
-            kept
-            for kept in states
-            if kept.cut != state.cut or not all(map(operator.is_, kept.messages, state.messages))
-        ),
-    ][:_STATES_KEPT]
+    before = list(states)
+    states[:] = [state, *(kept for kept in before if not _same_messages(kept, state))][:_STATES_KEPT]
+    _leave(states, [old for old in before if not any(old is other for other in states)])
+
+
+def _same_messages(a: _State, b: _State) -> bool:
+    """Whether two states hold the same messages before the same cut."""
+    if a.cut != b.cut:
+        return False
+    if a.shared is b.shared:
+        return True
+    return all(map(operator.is_, islice(a.shared.messages, a.length), islice(b.shared.messages, b.length)))
 
 
 @dataclass
@@ -491,12 +573,10 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
             raise _Stale  # a higher stamp or record arrived (or left): earlier ids would be numbered differently
         next_number = state.counter
         assigned_from = state.assigned_from
-        offset = len(state.exchanges)
-        prior = state.by_id
+        offset = state.count
     else:
         next_number = assigned_from = tail_highest
         offset = 0
-        prior = {}
     token_counts, sizes = _measure(history[start:])
 
     exchanges: list[Exchange] = []
@@ -520,7 +600,7 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         elif (
             stamp is not None
             and stamp not in used
-            and stamp not in prior
+            and (state is None or not state.known(stamp))
             and (number := exchange_number(stamp)) is not None
         ):
             exchange_id = stamp
@@ -556,8 +636,9 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
     last_turn = offset + turns[-1] if turns else (state.last_turn if state is not None else None)
     if state is not None:
         top = max(top, state.top_number)
-        all_exchanges = [*state.exchanges, *exchanges]
-        by_id = dict(state.by_id)
+        all_exchanges = state.exchanges()
+        all_exchanges.extend(exchanges)
+        by_id = state.by_id()
     else:
         all_exchanges = exchanges
         by_id = {}
@@ -580,8 +661,7 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
     if frozen_count > 0 and cut > start and not any(map(operator.is_, added, repeat(history[0]))):
         frozen = exchanges[:frozen_count]
         before = snapshots[cut - start]
-        frozen_by_id = dict(prior)
-        frozen_by_id.update({exchange.id: exchange for exchange in frozen})
+        shared = _extended(state, history, cut, frozen)
         frozen_turn = state.last_turn if state is not None else None
         for position in reversed(turns):
             if position < frozen_count:
@@ -592,10 +672,10 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
             cut=cut,
             first=first,
             last=weakref.ref(history[cut - 1], functools.partial(_forget_state, first)),
-            messages=history[1 : cut - 1],
+            shared=shared,
+            length=max(cut - 2, 0),
+            count=len(shared.exchanges),
             prompt=prompt,
-            exchanges=(state.exchanges if state is not None else ()) + tuple(frozen),
-            by_id=frozen_by_id,
             assigned_from=assigned_from,
             highest_before_cut=max(
                 [
@@ -627,6 +707,19 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         chars=_add_sizes(state.chars if state is not None else 0, sizes),
         instructions=newest[1] if newest is not None else earlier,
     )
+
+
+def _extended(state: _State | None, history: tuple[ModelMessage, ...], cut: int, frozen: Sequence[Exchange]) -> _Shared:
+    """The lists of a new state with cut *cut*: *state*'s extended in place when it is their tip, else new ones."""
+    with _EXTENDING:
+        if state is not None and state.is_tip():
+            shared = state.shared
+            shared.messages.extend(history[max(state.cut - 1, 1) : cut - 1])
+            shared.extend(frozen)
+            return shared
+    exchanges = state.exchanges() if state is not None else []
+    exchanges.extend(frozen)
+    return _Shared(list(history[1 : cut - 1]), exchanges)
 
 
 def _newest_request_with_instructions(
