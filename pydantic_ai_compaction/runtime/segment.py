@@ -167,9 +167,6 @@ class ConversationView:
     next_id: int
     """The next exchange number to hand out."""
 
-    by_id: dict[str, Exchange] = field(default_factory=dict[str, Exchange], compare=False)
-    """Exchanges keyed by id."""
-
     text_chars: int | None = field(default=None, compare=False)
     """Characters of every text the messages are sent with, instructions excluded (what `estimate_token_count`
     sums before adding the latest instructions), carried from the last segmentation so a compaction's estimate
@@ -194,9 +191,11 @@ class ConversationView:
             return estimate_token_count(self.messages)
         return (self.text_chars + len(self.instructions or '')) // CHARS_PER_TOKEN
 
-    def __post_init__(self) -> None:
-        if len(self.by_id) != len(self.exchanges):  # segmentation passes it built
-            self.by_id.update({exchange.id: exchange for exchange in self.exchanges})
+    @functools.cached_property
+    def by_id(self) -> dict[str, Exchange]:
+        """Exchanges keyed by id (built when first read: a request that reads none costs no dict of the history)."""
+        exchanges = self.exchanges
+        return dict(zip(map(_ID, exchanges), exchanges, strict=True))
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -428,13 +427,6 @@ class _State:
         """Its exchanges (a copy)."""
         return self.shared.exchanges[: self.count]
 
-    def by_id(self) -> dict[str, Exchange]:
-        """Its exchanges by id (a copy)."""
-        with _EXTENDING:
-            if self.is_tip():
-                return dict(self.shared.by_id)
-        return {exchange.id: exchange for exchange in self.shared.exchanges[: self.count]}
-
     def known(self, exchange_id: str) -> bool:
         """Whether one of its exchanges has this id."""
         return self.shared.positions.get(exchange_id, self.count) < self.count
@@ -450,15 +442,13 @@ class _Shared:
     of another one) gets lists of its own. The lists only ever grow, so a prefix a state reads never changes.
     """
 
-    __slots__ = ('by_id', 'exchanges', 'messages', 'positions')
+    __slots__ = ('exchanges', 'messages', 'positions')
 
     def __init__(self, messages: list[ModelMessage], exchanges: list[Exchange]) -> None:
         self.messages = messages
         """Messages after the first one, by identity (held)."""
         self.exchanges: list[Exchange] = []
         """Exchanges, before the final passes."""
-        self.by_id: dict[str, Exchange] = {}
-        """The exchanges by id."""
         self.positions: dict[str, int] = {}
         """Where each id first occurs in `exchanges` (whether a state's prefix holds it)."""
         self.extend(exchanges)
@@ -470,7 +460,6 @@ class _Shared:
             positions.setdefault(exchange.id, position)
             position += 1
         self.exchanges.extend(exchanges)
-        self.by_id.update({exchange.id: exchange for exchange in exchanges})
 
 
 _EXTENDING = threading.Lock()
@@ -549,7 +538,6 @@ class _Raw:
     """Exchanges before the final passes, with what `_finish` and the memo need."""
 
     exchanges: list[Exchange]
-    by_id: dict[str, Exchange]
     highest: int
     """The highest exchange number handed out or seen (the next id is one more)."""
     last_turn: int | None
@@ -638,11 +626,8 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         top = max(top, state.top_number)
         all_exchanges = state.exchanges()
         all_exchanges.extend(exchanges)
-        by_id = state.by_id()
     else:
         all_exchanges = exchanges
-        by_id = {}
-    by_id.update({exchange.id: exchange for exchange in exchanges})
 
     # The newest request with instructions, read once from the end for the view and for the state below.
     earlier = state.instructions if state is not None else None
@@ -699,7 +684,6 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         )
     return _Raw(
         exchanges=all_exchanges,
-        by_id=by_id,
         highest=top,
         last_turn=last_turn,
         state=new_state,
@@ -765,13 +749,14 @@ def _exchange(
 
 _NEW = object.__new__
 
+_ID = operator.attrgetter('id')
+
 
 def _finish(history: tuple[ModelMessage, ...], raw: _Raw, protect: ProtectPredicate | None) -> ConversationView:
     """The final passes: the exchanges in progress, the current turn, the user's predicate."""
     from dataclasses import replace
 
-    exchanges = raw.exchanges  # this call's own list and dict: updated in place
-    by_id = raw.by_id
+    exchanges = raw.exchanges  # this call's own list: updated in place
     copies: list[int] = []
     if history:
         # The exchanges in progress: every one that owns part of the last message (only exchanges segmented in
@@ -783,22 +768,20 @@ def _finish(history: tuple[ModelMessage, ...], raw: _Raw, protect: ProtectPredic
             exchange = exchanges[position]
             if exchange.refs[-1][0] != last:
                 break
-            exchanges[position] = by_id[exchange.id] = replace(exchange, unfinished=True)
+            exchanges[position] = replace(exchange, unfinished=True)
             copies.append(position)
     if raw.last_turn is not None and exchanges[raw.last_turn].protected is None:
         # The latest user turn is what the agent is working on: dropping it would lose the question itself.
         exchange = replace(exchanges[raw.last_turn], protected='current_turn')
-        exchanges[raw.last_turn] = by_id[exchange.id] = exchange
+        exchanges[raw.last_turn] = exchange
         copies.append(raw.last_turn)
     if protect is not None:
         exchanges = _apply_predicate(history, exchanges, protect)
-        by_id = {exchange.id: exchange for exchange in exchanges}
     final = tuple(exchanges)
     return ConversationView(
         messages=history,
         exchanges=final,
         next_id=raw.highest + 1,
-        by_id=by_id,
         text_chars=raw.chars,
         instructions=raw.instructions,
         copies=(final, tuple(copies)) if protect is None else None,
