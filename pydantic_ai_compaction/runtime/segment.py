@@ -342,9 +342,10 @@ class _State:
     identity pass (a weak reference would cost a call per message, which made this check the largest cost of a
     request on a long history). The last message before the cut is held weakly, and the state leaves `_STATES`
     when it is collected: a history nobody holds any more (a finished run) is freed with it, even when its
-    first message lives on (a module-level opening request shared by every run). A newer state of the same
-    history holds that message, so a history's states are freed newest first. When that message also lives on
-    elsewhere (a canned reply kept at module level), the history stays until newer states push it out.
+    first message lives on (a module-level opening request shared by every run). The states of one history
+    share their lists (`_Shared`), which hold the newest state's messages, so the older states leave with the
+    newest one (`_leave`). When the newest state's own last message lives on elsewhere (a canned reply kept at
+    module level, answered at once), the history stays until newer states push it out.
     """
 
     cut: int
