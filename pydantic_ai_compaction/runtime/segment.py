@@ -418,7 +418,11 @@ class _State:
         # Compared in place: a slice of either side would touch every message once more (and free them again).
         after_first = iter(history)
         next(after_first)
-        return all(map(operator.is_, islice(self.shared.messages, self.length), after_first))
+        held = self.shared.messages
+        # The newest state reads the whole list (an `islice` costs a step per message): should another thread
+        # extend it meanwhile, the pass reads further along the history, which only ever makes it decline.
+        mine = held if len(held) == self.length else islice(held, self.length)
+        return all(map(operator.is_, mine, after_first))
 
     def is_tip(self) -> bool:
         """Whether its lists end where it does (the next state may then extend them in place)."""
