@@ -427,7 +427,8 @@ class _Selecting:
         self.requests: list[int] = []
         """Bundles that open with a user request."""
         self.bundles: list[Bundle] = []
-        """The bundles (the last one's `forced` depends on where the current request is)."""
+        """The bundles (the last one's `forced` depends on where the current request is); those from the current
+        request's on are always sent and hold no exchanges here."""
         self.current = 0
         """The bundle of the request being answered (every bundle from it on is sent)."""
         self.candidates: list[int] = []
