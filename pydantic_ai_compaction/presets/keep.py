@@ -102,7 +102,6 @@ class KeepWithin(WrappingCompaction[AgentDepsT]):
                 replace(exchange, protected=KEPT_BY_BUDGET) if exchange.id in keep else exchange
                 for exchange in view.exchanges
             ),
-            by_id={},
         )
         if all(exchange.forced for exchange in narrowed.exchanges):
             return Proposal.decline('every finished exchange is within the kept budget')

@@ -28,11 +28,12 @@ from __future__ import annotations
 import functools
 import operator
 import re
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from itertools import repeat
+from itertools import islice, repeat
 from typing import Any, cast
 
 from pydantic_ai.messages import (
@@ -166,9 +167,6 @@ class ConversationView:
     next_id: int
     """The next exchange number to hand out."""
 
-    by_id: dict[str, Exchange] = field(default_factory=dict[str, Exchange], compare=False)
-    """Exchanges keyed by id."""
-
     text_chars: int | None = field(default=None, compare=False)
     """Characters of every text the messages are sent with, instructions excluded (what `estimate_token_count`
     sums before adding the latest instructions), carried from the last segmentation so a compaction's estimate
@@ -193,9 +191,11 @@ class ConversationView:
             return estimate_token_count(self.messages)
         return (self.text_chars + len(self.instructions or '')) // CHARS_PER_TOKEN
 
-    def __post_init__(self) -> None:
-        if len(self.by_id) != len(self.exchanges):  # segmentation passes it built
-            self.by_id.update({exchange.id: exchange for exchange in self.exchanges})
+    @functools.cached_property
+    def by_id(self) -> dict[str, Exchange]:
+        """Exchanges keyed by id (built when first read: a request that reads none costs no dict of the history)."""
+        exchanges = self.exchanges
+        return dict(zip(map(_ID, exchanges), exchanges, strict=True))
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -342,9 +342,10 @@ class _State:
     identity pass (a weak reference would cost a call per message, which made this check the largest cost of a
     request on a long history). The last message before the cut is held weakly, and the state leaves `_STATES`
     when it is collected: a history nobody holds any more (a finished run) is freed with it, even when its
-    first message lives on (a module-level opening request shared by every run). A newer state of the same
-    history holds that message, so a history's states are freed newest first. When that message also lives on
-    elsewhere (a canned reply kept at module level), the history stays until newer states push it out.
+    first message lives on (a module-level opening request shared by every run). The states of one history
+    share their lists (`_Shared`), which hold the newest state's messages, so the older states leave with the
+    newest one (`_leave`). When the newest state's own last message lives on elsewhere (a canned reply kept at
+    module level, answered at once), the history stays until newer states push it out.
     """
 
     cut: int
@@ -356,17 +357,18 @@ class _State:
     last: weakref.ref[ModelMessage]
     """The last message before the cut (weak: the state is forgotten when it goes)."""
 
-    messages: tuple[ModelMessage, ...]
-    """The messages after the first one and before the last before the cut, by identity (held)."""
+    shared: _Shared
+    """The lists this state reads the first `length` messages and `count` exchanges of (shared with the states
+    it extends and that extend it)."""
+
+    length: int
+    """Its messages: those after the first one and before the last before the cut (`shared.messages[:length]`)."""
+
+    count: int
+    """Its exchanges: those before the cut, before the final passes (`shared.exchanges[:count]`)."""
 
     prompt: object
     """The prompt the segmentation was made with (it decides which user parts are tool output)."""
-
-    exchanges: tuple[Exchange, ...]
-    """The exchanges before the cut, before the final passes (in progress, current turn, predicate)."""
-
-    by_id: dict[str, Exchange]
-    """Those exchanges by id."""
 
     assigned_from: int
     """The highest number in the whole history when their ids were handed out."""
@@ -411,7 +413,63 @@ class _State:
         cut = self.cut
         if len(history) <= cut or not _same_prompt(self.prompt, prompt) or self.first() is not history[0]:
             return False
-        return self.last() is history[cut - 1] and all(map(operator.is_, self.messages, history[1 : cut - 1]))
+        if self.last() is not history[cut - 1]:
+            return False
+        # Compared in place: a slice of either side would touch every message once more (and free them again).
+        after_first = iter(history)
+        next(after_first)
+        held = self.shared.messages
+        # The newest state reads the whole list (an `islice` costs a step per message): should another thread
+        # extend it meanwhile, the pass reads further along the history, which only ever makes it decline.
+        mine = held if len(held) == self.length else islice(held, self.length)
+        return all(map(operator.is_, mine, after_first))
+
+    def is_tip(self) -> bool:
+        """Whether its lists end where it does (the next state may then extend them in place)."""
+        return len(self.shared.messages) == self.length and len(self.shared.exchanges) == self.count
+
+    def exchanges(self) -> list[Exchange]:
+        """Its exchanges (a copy)."""
+        return self.shared.exchanges[: self.count]
+
+    def known(self, exchange_id: str) -> bool:
+        """Whether one of its exchanges has this id."""
+        return self.shared.positions.get(exchange_id, self.count) < self.count
+
+
+class _Shared:
+    """What the states of one history have in common, held once: each state reads its own prefix of them.
+
+    Segmentation moves its cut forward on every request that adds a step, and the new state's messages and
+    exchanges are the old state's followed by a few more. Copying them into each state cost a copy (and its
+    release) of the whole history per request; instead the state that ends where these lists end (the tip)
+    appends to them, and any other state that is extended (a conversation branching from an earlier point
+    of another one) gets lists of its own. The lists only ever grow, so a prefix a state reads never changes.
+    """
+
+    __slots__ = ('exchanges', 'messages', 'positions')
+
+    def __init__(self, messages: list[ModelMessage], exchanges: list[Exchange]) -> None:
+        self.messages = messages
+        """Messages after the first one, by identity (held)."""
+        self.exchanges: list[Exchange] = []
+        """Exchanges, before the final passes."""
+        self.positions: dict[str, int] = {}
+        """Where each id first occurs in `exchanges` (whether a state's prefix holds it)."""
+        self.extend(exchanges)
+
+    def extend(self, exchanges: Sequence[Exchange]) -> None:
+        """Append *exchanges*."""
+        positions, position = self.positions, len(self.exchanges)
+        for exchange in exchanges:
+            positions.setdefault(exchange.id, position)
+            position += 1
+        self.exchanges.extend(exchanges)
+
+
+_EXTENDING = threading.Lock()
+"""Held while a state's lists are checked for being its own and extended in place (runs in other threads
+segment too: two extending the same lists at once would interleave)."""
 
 
 _STATES: IdentityMemo[list[_State]] = IdentityMemo()
@@ -445,21 +503,39 @@ def _forget_state(first: weakref.ref[ModelMessage], last: weakref.ref[ModelMessa
     opening = first()
     states = _STATES.get((opening,)) if opening is not None else None
     if states is not None:
+        gone = [state for state in states if state.last is last]
         states[:] = [state for state in states if state.last is not last]
+        _leave(states, gone)
+
+
+def _leave(states: list[_State], gone: Sequence[_State]) -> None:
+    """The states that share their lists with a tip that left *states* leave with it.
+
+    Their histories are prefixes of the tip's, and the lists now hold the tip's messages: an older state would
+    keep its own last message alive through them, and with it the whole history it was meant to free.
+    """
+    tips = {id(state.shared) for state in gone if state.is_tip()}
+    tips.difference_update(id(state.shared) for state in states if state.is_tip())
+    if tips:
+        states[:] = [state for state in states if id(state.shared) not in tips]
 
 
 def _remember(history: tuple[ModelMessage, ...], state: _State) -> None:
     states = _STATES.get((history[0],))
     if states is None:
         states = _STATES.put((history[0],), [])
-    states[:] = [
-        state,
-        *(
-            kept
-            for kept in states
-            if kept.cut != state.cut or not all(map(operator.is_, kept.messages, state.messages))
-        ),
-    ][:_STATES_KEPT]
+    before = list(states)
+    states[:] = [state, *(kept for kept in before if not _same_messages(kept, state))][:_STATES_KEPT]
+    _leave(states, [old for old in before if not any(old is other for other in states)])
+
+
+def _same_messages(a: _State, b: _State) -> bool:
+    """Whether two states hold the same messages before the same cut."""
+    if a.cut != b.cut:
+        return False
+    if a.shared is b.shared:
+        return True
+    return all(map(operator.is_, islice(a.shared.messages, a.length), islice(b.shared.messages, b.length)))
 
 
 @dataclass
@@ -467,7 +543,6 @@ class _Raw:
     """Exchanges before the final passes, with what `_finish` and the memo need."""
 
     exchanges: list[Exchange]
-    by_id: dict[str, Exchange]
     highest: int
     """The highest exchange number handed out or seen (the next id is one more)."""
     last_turn: int | None
@@ -491,12 +566,10 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
             raise _Stale  # a higher stamp or record arrived (or left): earlier ids would be numbered differently
         next_number = state.counter
         assigned_from = state.assigned_from
-        offset = len(state.exchanges)
-        prior = state.by_id
+        offset = state.count
     else:
         next_number = assigned_from = tail_highest
         offset = 0
-        prior = {}
     token_counts, sizes = _measure(history[start:])
 
     exchanges: list[Exchange] = []
@@ -520,7 +593,7 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         elif (
             stamp is not None
             and stamp not in used
-            and stamp not in prior
+            and (state is None or not state.known(stamp))
             and (number := exchange_number(stamp)) is not None
         ):
             exchange_id = stamp
@@ -556,12 +629,10 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
     last_turn = offset + turns[-1] if turns else (state.last_turn if state is not None else None)
     if state is not None:
         top = max(top, state.top_number)
-        all_exchanges = [*state.exchanges, *exchanges]
-        by_id = dict(state.by_id)
+        all_exchanges = state.exchanges()
+        all_exchanges.extend(exchanges)
     else:
         all_exchanges = exchanges
-        by_id = {}
-    by_id.update({exchange.id: exchange for exchange in exchanges})
 
     # The newest request with instructions, read once from the end for the view and for the state below.
     earlier = state.instructions if state is not None else None
@@ -580,8 +651,7 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
     if frozen_count > 0 and cut > start and not any(map(operator.is_, added, repeat(history[0]))):
         frozen = exchanges[:frozen_count]
         before = snapshots[cut - start]
-        frozen_by_id = dict(prior)
-        frozen_by_id.update({exchange.id: exchange for exchange in frozen})
+        shared = _extended(state, history, cut, frozen)
         frozen_turn = state.last_turn if state is not None else None
         for position in reversed(turns):
             if position < frozen_count:
@@ -592,10 +662,10 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
             cut=cut,
             first=first,
             last=weakref.ref(history[cut - 1], functools.partial(_forget_state, first)),
-            messages=history[1 : cut - 1],
+            shared=shared,
+            length=max(cut - 2, 0),
+            count=len(shared.exchanges),
             prompt=prompt,
-            exchanges=(state.exchanges if state is not None else ()) + tuple(frozen),
-            by_id=frozen_by_id,
             assigned_from=assigned_from,
             highest_before_cut=max(
                 [
@@ -619,7 +689,6 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         )
     return _Raw(
         exchanges=all_exchanges,
-        by_id=by_id,
         highest=top,
         last_turn=last_turn,
         state=new_state,
@@ -627,6 +696,19 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         chars=_add_sizes(state.chars if state is not None else 0, sizes),
         instructions=newest[1] if newest is not None else earlier,
     )
+
+
+def _extended(state: _State | None, history: tuple[ModelMessage, ...], cut: int, frozen: Sequence[Exchange]) -> _Shared:
+    """The lists of a new state with cut *cut*: *state*'s extended in place when it is their tip, else new ones."""
+    with _EXTENDING:
+        if state is not None and state.is_tip():
+            shared = state.shared
+            shared.messages.extend(history[max(state.cut - 1, 1) : cut - 1])
+            shared.extend(frozen)
+            return shared
+    exchanges = state.exchanges() if state is not None else []
+    exchanges.extend(frozen)
+    return _Shared(list(history[1 : cut - 1]), exchanges)
 
 
 def _newest_request_with_instructions(
@@ -672,13 +754,14 @@ def _exchange(
 
 _NEW = object.__new__
 
+_ID = operator.attrgetter('id')
+
 
 def _finish(history: tuple[ModelMessage, ...], raw: _Raw, protect: ProtectPredicate | None) -> ConversationView:
     """The final passes: the exchanges in progress, the current turn, the user's predicate."""
     from dataclasses import replace
 
-    exchanges = raw.exchanges  # this call's own list and dict: updated in place
-    by_id = raw.by_id
+    exchanges = raw.exchanges  # this call's own list: updated in place
     copies: list[int] = []
     if history:
         # The exchanges in progress: every one that owns part of the last message (only exchanges segmented in
@@ -690,22 +773,20 @@ def _finish(history: tuple[ModelMessage, ...], raw: _Raw, protect: ProtectPredic
             exchange = exchanges[position]
             if exchange.refs[-1][0] != last:
                 break
-            exchanges[position] = by_id[exchange.id] = replace(exchange, unfinished=True)
+            exchanges[position] = replace(exchange, unfinished=True)
             copies.append(position)
     if raw.last_turn is not None and exchanges[raw.last_turn].protected is None:
         # The latest user turn is what the agent is working on: dropping it would lose the question itself.
         exchange = replace(exchanges[raw.last_turn], protected='current_turn')
-        exchanges[raw.last_turn] = by_id[exchange.id] = exchange
+        exchanges[raw.last_turn] = exchange
         copies.append(raw.last_turn)
     if protect is not None:
         exchanges = _apply_predicate(history, exchanges, protect)
-        by_id = {exchange.id: exchange for exchange in exchanges}
     final = tuple(exchanges)
     return ConversationView(
         messages=history,
         exchanges=final,
         next_id=raw.highest + 1,
-        by_id=by_id,
         text_chars=raw.chars,
         instructions=raw.instructions,
         copies=(final, tuple(copies)) if protect is None else None,

@@ -85,29 +85,54 @@ class ShapeCheck:
     and pydantic-ai's own history keep; a user processor that breaks it is not seen here, as it is not by
     the segmentation memo either: `tests/test_review_incremental.py` shows it).
 
+    An owner that builds each list by truncating and extending one list of its own can say how many leading
+    messages are those of the list checked last (`kept`): only the rest is compared, so a request costs what
+    changed, not the length of the list.
+
     Holds the list it checked last: keep one per run (a view's per-run state).
     """
 
     def __init__(self) -> None:
-        self._checked: list[ModelMessage] = []
+        self._checked: Sequence[ModelMessage] = ()
         self._open: dict[str, int] = {}
         self._answered: set[str] = set()
         self._pairing: list[str] = []
         self._adjacent: list[int] = []
+        self._kept: tuple[int, Sequence[ModelMessage]] = (0, ())
+        self._given: Sequence[ModelMessage] = ()
+        """The list `problems` was passed last (`_checked` is a copy of it unless `kept` applied)."""
+
+    def kept(self, count: int, since: Sequence[ModelMessage]) -> None:
+        """The next list checked starts with the first *count* messages of *since*, as the same objects (its owner
+        only truncated and extended its own list since it handed out *since*): when *since* is the list checked
+        last, they are not compared again.
+
+        Applies to the next `problems` call only. The owner must not change the list it passes to `problems`
+        afterwards (it is then held, not copied).
+        """
+        self._kept = (count, since)
 
     def problems(self, messages: Sequence[ModelMessage], *, before: Sequence[ModelMessage] | None = None) -> list[str]:
         """What `shape_problems(messages, before=before)` returns."""
-        current = list(messages)
-        seen = len(self._checked)
-        if not (seen and len(current) >= seen and current[:seen] == self._checked):
-            self._checked, self._open, self._answered, self._pairing, self._adjacent = [], {}, set(), [], []
+        (kept, since), self._kept = self._kept, (0, ())
+        checked = self._checked
+        seen = len(checked)
+        if kept and since is self._given:
+            kept = min(kept, seen)
+            current = messages  # held as passed: `kept` says its owner leaves it as it is
+            same = len(current) >= seen and list(current[kept:seen]) == list(checked[kept:seen])
+        else:
+            current = list(messages)
+            same = bool(seen) and len(current) >= seen and current[:seen] == [*checked]
+        if not same:
+            self._open, self._answered, self._pairing, self._adjacent = {}, set(), [], []
             seen = 0
         self._scan(current, seen)
-        self._checked = current
+        self._checked, self._given = current, messages
         problems = [*self._pairing, *unanswered(self._open, len(current) - 1)]
         return _with_turn_rules(problems, current, list(self._adjacent), before)
 
-    def _scan(self, messages: list[ModelMessage], start: int) -> None:
+    def _scan(self, messages: Sequence[ModelMessage], start: int) -> None:
         """`pairing_problems`' and `adjacent_responses`' loops over `messages[start:]`, carrying their state."""
         open_calls, answered, problems = self._open, self._answered, self._pairing
         for index in range(start, len(messages)):

@@ -427,7 +427,8 @@ class _Selecting:
         self.requests: list[int] = []
         """Bundles that open with a user request."""
         self.bundles: list[Bundle] = []
-        """The bundles (the last one's `forced` depends on where the current request is)."""
+        """The bundles (the last one's `forced` depends on where the current request is); those from the current
+        request's on are always sent and hold no exchanges here."""
         self.current = 0
         """The bundle of the request being answered (every bundle from it on is sent)."""
         self.candidates: list[int] = []
@@ -448,6 +449,8 @@ class _Selecting:
         """Per exchange: where its messages start in the projection (one more entry than exchanges)."""
         self.check = ShapeCheck()
         """The projection's shape check, extended the same way."""
+        self.returned: list[ModelMessage] = []
+        """The last projection handed out (what the shape check is told the next one extends)."""
 
     def selection(
         self, view: ConversationView, budget: int, *, retrieve: int, share: float
@@ -460,9 +463,15 @@ class _Selecting:
         rebuilt = self._bundles(view, reused)
         request = self.prompts[-1][1] if self.prompts else ''
         first = self._choose(view, request, rebuilt, (request, budget, retrieve, share), budget, retrieve, share)
-        self._project(view, min(reused, self.starts[first] if first < len(self.starts) else len(exchanges)))
+        start = min(reused, self.starts[first] if first < len(self.starts) else len(exchanges))
+        kept = self.offsets[start] if previous is not None else 0  # before `_project` truncates the offsets
+        self._project(view, start)
+        out = list(self.out)
+        # The shape check of this projection compares only what follows the messages kept from the last one.
+        self.check.kept(kept, since=self.returned)
+        self.returned = out
         self.view = view
-        return list(self.out), request
+        return out, request
 
     def _prompts(self, view: ConversationView, reused: int) -> None:
         """The messages holding user prompts, read again from the first one a changed exchange covers."""
@@ -505,14 +514,18 @@ class _Selecting:
         grown = end is None or end > reused or kept == len(self.starts) or self.starts[kept] != end
         rebuilt = max(0, min(kept - 1 if grown else kept, self.current, current))
         self.current = current
-        ends = [*self.starts[1:], len(exchanges)]
+        starts = self.starts
         del self.bundles[rebuilt:]
-        for index in range(rebuilt, len(self.starts)):
-            start, end = self.starts[index], ends[index]
+        for index in range(rebuilt, len(starts)):
+            start = starts[index]
+            end = starts[index + 1] if index + 1 < len(starts) else len(exchanges)
             self.bundles.append(
                 Bundle(
                     id=exchanges[start].id,
-                    exchanges=exchanges[start:end],
+                    # The request being answered and what follows it are sent whole and never ranked, and are
+                    # rebuilt once an earlier bundle opens the current request: their exchanges are not read
+                    # (the running tool loop is not copied again on each of its steps).
+                    exchanges=exchanges[start:end] if index < current else (),
                     tokens=self.tokens[end] - self.tokens[start],
                     forced=index >= current or self.forced[end] > self.forced[start],
                 )
@@ -566,10 +579,10 @@ class _Selecting:
         """The projection, rebuilt from exchange position *start* on."""
         del self.out[self.offsets[start] :]
         del self.offsets[start + 1 :]
-        bundle = max(0, bisect_right(self.starts, start) - 1)
-        ends = [*self.starts[1:], len(view.exchanges)]
+        starts = self.starts
+        bundle = max(0, bisect_right(starts, start) - 1)
         for position in range(start, len(view.exchanges)):
-            while position >= ends[bundle]:
+            while bundle + 1 < len(starts) and position >= starts[bundle + 1]:
                 bundle += 1
             if self.sent[bundle]:
                 self.out.extend(self.fragments[position])
