@@ -226,6 +226,27 @@ def test_the_shape_check_finds_what_shape_problems_finds(
             assert check.problems(messages, before=before) == shape_problems(messages, before=before)
 
 
+def test_the_shape_check_trusts_kept_messages_only_from_the_list_it_checked_last() -> None:
+    """`kept` is a claim about the list checked last: told about another list, the check compares everything."""
+    check = ShapeCheck()
+    first: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart('read')]),
+        ModelResponse(parts=[TextPart('ok')]),
+        ModelRequest(parts=[UserPromptPart('go on')]),
+    ]
+    assert check.problems(first) == []
+    # As long, but its second message now holds a call that no return answers.
+    unpaired = [first[0], ModelResponse(parts=[ToolCallPart('read', {}, tool_call_id='c1')]), first[2]]
+    check.kept(3, since=list(first))  # an equal list, not the one handed to the check
+    assert check.problems(unpaired) == shape_problems(unpaired)
+    assert any("'c1'" in problem for problem in check.problems(unpaired))
+    # Told about the list it did check, the check skips the kept messages (the owner vouches for them).
+    check = ShapeCheck()
+    assert check.problems(first) == []
+    check.kept(3, since=first)
+    assert check.problems(unpaired) == []
+
+
 def tool_loop(steps: int) -> list[ModelMessage]:
     messages: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart('sys'), UserPromptPart('read alpha')])]
     for step in range(steps):
