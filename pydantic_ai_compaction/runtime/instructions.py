@@ -28,6 +28,7 @@ from pydantic_ai_compaction.runtime.segment import (
     tool_content_parts,
 )
 from pydantic_ai_compaction.runtime.transcript import return_text, user_text
+from pydantic_ai_compaction.runtime.validate import view_records
 
 _TIMESTAMP = re.compile(
     r'[ \t]*(?:'
@@ -212,7 +213,7 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
     tool-output lines still in the history.
     """
     found: list[str] = []
-    for record in view.records():
+    for record in view_records(view):  # read once per view
         found.extend(record_strings(record, 'restated'))
         found.extend(record_strings(record_extra(record), 'instructions'))
     exchanges = view.exchanges

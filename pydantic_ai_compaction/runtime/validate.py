@@ -79,45 +79,69 @@ def keep_forced(view: ConversationView) -> set[str]:
 class _Facts:
     """What the validator and the strategies read from every exchange of one view, read once per view.
 
-    A compaction of 50k messages has 25k exchanges, read by the engine, the validator and the strategy; each
-    reading is a pass in Python (a comprehension: faster than `attrgetter` maps on these objects), so each is
-    made once and shared.
+    A compaction of 50k messages has 25k exchanges, read by the engine, the validator, the strategy and layout
+    application, so each reading is made once and shared. A view that starts with the exchanges of the view read
+    before (the same objects: segmentation reuses them for the messages it saw) is read from where the two part
+    on: a pass in C finds that place, and only the exchanges after it are read in Python.
     """
 
-    __slots__ = ('_boundaries', '_forced', '_ids', '_records', '_tokens', 'view')
+    __slots__ = ('_records', 'boundaries', 'exchanges', 'forced', 'ids', 'positions', 'tokens', 'view')
 
-    def __init__(self, view: ConversationView) -> None:
+    def __init__(self, view: ConversationView, previous: _Facts | None) -> None:
         self.view = weakref.ref(view)
-        self._forced: tuple[Exchange, ...] | None = None
-        self._ids: tuple[str, ...] | None = None
-        self._boundaries: tuple[Exchange, ...] | None = None
-        self._tokens: int | None = None
+        exchanges = view.exchanges
+        self.exchanges = exchanges
         self._records: tuple[dict[str, Any], ...] | None = None
-
-    def tokens(self, exchanges: tuple[Exchange, ...]) -> int:
-        if self._tokens is None:
-            self._tokens = sum([e.tokens for e in exchanges])
-        return self._tokens
+        old = previous.exchanges if previous is not None else ()
+        shared = next(compress(count(), map(operator.is_not, old, exchanges)), min(len(old), len(exchanges)))
+        if previous is None or 2 * shared < len(exchanges):
+            self.ids = tuple([e.id for e in exchanges])
+            self.tokens = sum([e.tokens for e in exchanges])
+            self.forced = tuple([e for e in exchanges if e.protected is not None or e.unfinished])
+            self.boundaries = tuple([e for e in exchanges if e.kind == 'boundary'])
+            self.positions = dict(zip(self.ids, count()))
+            return
+        # The previous view's facts hand their `positions` over (they are not read again: `_LAST` keeps one).
+        new = exchanges[shared:]
+        self.ids = previous.ids[:shared] + tuple([e.id for e in new])
+        self.tokens = previous.tokens - sum([e.tokens for e in old[shared:]]) + sum([e.tokens for e in new])
+        self.forced = _before(previous.forced, shared, previous.positions) + tuple(
+            [e for e in new if e.protected is not None or e.unfinished]
+        )
+        self.boundaries = _before(previous.boundaries, shared, previous.positions) + tuple(
+            [e for e in new if e.kind == 'boundary']
+        )
+        positions = previous.positions
+        previous.positions = {}
+        if len(positions) == len(previous.ids):  # ids told apart (always, from segmentation): cut back, extend
+            for exchange_id in previous.ids[shared:]:
+                del positions[exchange_id]
+            positions.update(zip(self.ids[shared:], count(shared)))
+        if len(positions) != len(self.ids):
+            positions = dict(zip(self.ids, count()))
+        self.positions = positions
 
     def records(self, view: ConversationView) -> tuple[dict[str, Any], ...]:
         if self._records is None:
-            self._records = tuple(view.records())
+            # `view.records()`, from the boundaries (read once) instead of a pass over every exchange.
+            found: list[dict[str, Any]] = []
+            seen: set[int] = set()
+            for exchange in self.boundaries:
+                for index, _ in exchange.refs:
+                    if index in seen:
+                        continue  # a request split between two boundary exchanges is read once, whole
+                    seen.add(index)
+                    found.extend(r for part in view.messages[index].parts if (r := our_record(part)) is not None)
+            self._records = tuple(found)
         return self._records
 
-    def forced(self, exchanges: tuple[Exchange, ...]) -> tuple[Exchange, ...]:
-        if self._forced is None:
-            self._forced = tuple([e for e in exchanges if e.protected is not None or e.unfinished])
-        return self._forced
 
-    def ids(self, exchanges: tuple[Exchange, ...]) -> tuple[str, ...]:
-        if self._ids is None:
-            self._ids = tuple([e.id for e in exchanges])
-        return self._ids
-
-    def boundaries(self, exchanges: tuple[Exchange, ...]) -> tuple[Exchange, ...]:
-        if self._boundaries is None:
-            self._boundaries = tuple([e for e in exchanges if e.kind == 'boundary'])
-        return self._boundaries
+def _before(exchanges: tuple[Exchange, ...], end: int, positions: dict[str, int]) -> tuple[Exchange, ...]:
+    """The leading *exchanges* (a few, in history order) whose position is under *end*."""
+    cut = len(exchanges)
+    while cut and positions[exchanges[cut - 1].id] >= end:
+        cut -= 1
+    return exchanges[:cut]
 
 
 _LAST: list[_Facts] = []
@@ -128,29 +152,57 @@ def _facts(view: ConversationView) -> _Facts:
     last = _LAST[0] if _LAST else None
     if last is not None and last.view() is view:
         return last
-    facts = _Facts(view)
+    facts = _Facts(view, last)
     _LAST[:] = [facts]
     return facts
 
 
+def exchange_positions(view: ConversationView) -> dict[str, int]:
+    """Each exchange's position in *view* by its id, read once per view (read it, do not change it)."""
+    return _facts(view).positions
+
+
+def kept_positions(view: ConversationView, keep: set[str]) -> list[int]:
+    """The positions of the exchanges of *view* whose id is in *keep*, ascending.
+
+    A few kept ids are looked up; many are found by a pass in C over the ids, which is then cheaper than sorting.
+    """
+    facts = _facts(view)
+    positions, ids = facts.positions, facts.ids
+    if 8 * len(keep) < len(ids) and len(positions) == len(ids):
+        return sorted([positions[i] for i in keep if i in positions])
+    return list(compress(count(), map(keep.__contains__, ids)))
+
+
+def first_unfinished(view: ConversationView) -> int:
+    """The position of the first unfinished exchange of *view* (the number of exchanges when there is none)."""
+    facts = _facts(view)
+    # Unfinished exchanges are forced: the first one is found among the few of those.
+    first = next((exchange for exchange in facts.forced if exchange.unfinished), None)
+    if first is None:
+        return len(facts.ids)
+    at = facts.positions.get(first.id)
+    return at if at is not None and len(facts.positions) == len(facts.ids) else facts.ids.index(first.id)
+
+
 def forced_exchanges(view: ConversationView) -> tuple[Exchange, ...]:
     """The exchanges of *view* whose `forced` holds, in order (read once per view)."""
-    return _facts(view).forced(view.exchanges)
+    return _facts(view).forced
 
 
 def exchange_ids(view: ConversationView) -> tuple[str, ...]:
     """`view.ids`, read once per view."""
-    return _facts(view).ids(view.exchanges)
+    return _facts(view).ids
 
 
 def boundary_exchanges(view: ConversationView) -> tuple[Exchange, ...]:
     """The exchanges of *view* of kind `boundary`, in order (read once per view)."""
-    return _facts(view).boundaries(view.exchanges)
+    return _facts(view).boundaries
 
 
 def view_tokens(view: ConversationView) -> int:
     """`view.tokens`, read once per view."""
-    return _facts(view).tokens(view.exchanges)
+    return _facts(view).tokens
 
 
 def view_records(view: ConversationView) -> list[dict[str, Any]]:
@@ -248,12 +300,10 @@ def settle(view: ConversationView, keep: set[str], *, restate: bool = False) -> 
     """
     keep = set(keep)
     exchanges = view.exchanges
-    ids = exchange_ids(view)
     # Unfinished exchanges are forced: the first one is found among the few of those.
-    first = next((exchange for exchange in forced_exchanges(view) if exchange.unfinished), None)
-    unfinished = ids.index(first.id) if first is not None else len(exchanges)
+    unfinished = first_unfinished(view)
     for _ in range(2 * len(exchanges) + 1):
-        kept = list(compress(count(), map(keep.__contains__, ids)))
+        kept = kept_positions(view, keep)
         position = _response_after_response(view, kept, unfinished, restate)
         if position is None:
             return keep

@@ -148,24 +148,81 @@ _READ_KEPT = 4
 """Histories whose reading a reset keeps (conversations sharing one capability each keep theirs)."""
 
 
+def _starts_with(exchanges: Sequence[Exchange], before: tuple[Exchange, ...]) -> bool:
+    """`same_prefix(before, exchanges, _no_entries)`, told false at once when the last of *before* differs."""
+    count = len(before)
+    if count > len(exchanges):
+        return False
+    last, other = (before[-1], exchanges[count - 1]) if count else (None, None)
+    if last is not other and not (_no_entries(last) and _no_entries(other)):  # pyright: ignore[reportArgumentType]
+        return False
+    return same_prefix(before, exchanges, _no_entries)
+
+
+class _Reading:
+    """What reading a history's settled exchanges gives after the entries earlier checkpoints held, kept in one place
+    that grows: a longer history extends it in place, and a history that shares less of it cuts it back.
+
+    Only appended to (or cut back to a length it had), so going from one history to the next copies nothing: at
+    50k messages, a copy of the entries seen (25k calls, 25k facts) cost more than reading a new step.
+    """
+
+    __slots__ = ('added', 'at', 'carried', 'counts', 'labels', 'seen')
+
+    def __init__(self, carried: dict[str, list[str]]) -> None:
+        self.carried = {name: list(lines) for name, lines in carried.items()}
+        """The earlier checkpoints' entries it started from."""
+        self.seen = {name: set(lines) for name, lines in carried.items()}
+        """Every entry seen by now, per section (those carried and those added)."""
+        self.added: dict[str, list[str]] = {name: [] for name in SECTIONS}
+        """The new entries, per section (facts in `found`), in the order they were read."""
+        self.at: list[int] = []
+        """Where each new fact's own text starts in its `found` entry."""
+        self.labels: dict[str, list[str]] = {name: [] for name in SECTIONS}
+        """Each new entry's label (`label_counts`), alongside `added`."""
+        self.counts: dict[str, Counter[str]] = {name: Counter[str]() for name in SECTIONS}
+        """The new entries counted per label, per section."""
+
+    def size(self) -> tuple[int, ...]:
+        """How many new entries each section holds: where to cut back to."""
+        return tuple(len(self.added[name]) for name in SECTIONS)
+
+    def add(self, name: str, line: str, at: int, label: str) -> None:
+        """Read one entry (the caller checked it is not `seen`)."""
+        self.seen[name].add(line)
+        self.added[name].append(line)
+        self.labels[name].append(label)
+        self.counts[name][label] += 1
+        if name == 'found':
+            self.at.append(at)
+
+    def cut(self, size: tuple[int, ...]) -> None:
+        """Back to *size* (an earlier `size()`): the entries read after it are forgotten, as never seen."""
+        for name, keep in zip(SECTIONS, size, strict=True):
+            lines = self.added[name]
+            if len(lines) == keep:
+                continue
+            seen, counts, labels = self.seen[name], self.counts[name], self.labels[name]
+            for line, label in zip(lines[keep:], labels[keep:], strict=True):
+                seen.discard(line)
+                counts[label] -= 1
+                if not counts[label]:
+                    del counts[label]
+            del lines[keep:], labels[keep:]
+            if name == 'found':
+                del self.at[keep:]
+
+
 @dataclass(frozen=True)
 class _Read:
-    """What reading a history's settled exchanges gave, after the entries earlier checkpoints held."""
+    """A point of a `_Reading`: where it stood after reading *exchanges*."""
 
-    carried: dict[str, list[str]]
-    """The earlier checkpoints' entries it started from."""
+    reading: _Reading
+    """The reading (shared with the other points of it)."""
     exchanges: tuple[Exchange, ...]
-    """The exchanges read (strong references: an exchange holds no message)."""
-    held: dict[str, frozenset[str]]
-    """Every entry seen by then, per section."""
-    added: dict[str, tuple[str, ...]]
-    """The new entries, per section (facts in `found`)."""
-    found: tuple[str, ...]
-    """The new facts."""
-    found_at: tuple[int, ...]
-    """Where each one's fact starts in it."""
-    labels: dict[str, dict[str, int]]
-    """The new entries (facts before they are compared with the agent's words) counted per label, per section."""
+    """The exchanges read by then (strong references: an exchange holds no message)."""
+    size: tuple[int, ...]
+    """The reading's `size()` by then."""
 
 
 @dataclass
@@ -426,78 +483,55 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         and carried forward with them, so folding tens of thousands of entries does not read each one again.
         """
         exchanges = view.exchanges
-        start = 0
-        for read in self._read:
-            if read.carried == carried.sections and same_prefix(read.exchanges, exchanges, _no_entries):
-                held = {name: set(lines) for name, lines in read.held.items()}
-                added = {name: list(lines) for name, lines in read.added.items()}
-                labels = {name: Counter(counts) for name, counts in read.labels.items()}
-                found, found_at = list(read.found), list(read.found_at)
-                start = len(read.exchanges)
-                break
-        else:
-            held = {name: set(lines) for name, lines in carried.sections.items()}
-            added = {name: list[str]() for name in SECTIONS}
-            labels = {name: Counter[str]() for name in SECTIONS}
-            found: list[str] = []
-            found_at: list[int] = []
+        reading, start = self._resume(carried, exchanges)
         entries_of = self._exchange_entries
+        seen = reading.seen
         settled = settled_prefix(exchanges)
         for position in range(start, len(exchanges)):
             if position == settled and settled > start:
-                self._remember(carried, exchanges[:settled], held, added, (found, found_at), labels)
+                self._read[:] = [_Read(reading, exchanges[:settled], reading.size()), *self._read][:_READ_KEPT]
             exchange = exchanges[position]
             if _no_entries(exchange):
                 continue
             for name, line, at, label in entries_of(view, exchange):
-                seen = held[name]
-                if line in seen:
-                    continue
-                seen.add(line)
-                labels[name][label] += 1
-                if name == 'found':
-                    found.append(line)
-                    found_at.append(at)
-                else:
-                    added[name].append(line)
-        said = held['conversation']
+                if line not in seen[name]:
+                    reading.add(name, line, at, label)
+        # Copies: the reading goes on growing (a pointer copy each, in C).
+        added = {name: list(reading.added[name]) for name in SECTIONS}
+        labels = {name: Counter(counts) for name, counts in reading.counts.items()}
+        said = seen['conversation']
         added['instructions'] = [
             text
             for text in gather_instructions(view, self.sources)
-            if text not in held['instructions'] and f'user: {text}' not in said
+            if text not in seen['instructions'] and f'user: {text}' not in said
         ]
         labels['instructions'] = label_counts(added['instructions'])
+        found, found_at = added['found'], reading.at
         stated = self._stated(view, carried, added) if any(found_at) else set[str]()
         # Keys only when there is something to compare them with: a fact may be a whole long result line.
-        added['found'] = (
-            [line for line, at in zip(found, found_at, strict=True) if not (at and _fact_key(line[at:]) in stated)]
-            if stated
-            else found
-        )
+        if stated:
+            added['found'] = [
+                line for line, at in zip(found, found_at, strict=True) if not (at and _fact_key(line[at:]) in stated)
+            ]
         if len(added['found']) != len(found):
             labels['found'] = label_counts(added['found'])
         return added, labels
 
-    def _remember(
-        self,
-        carried: _Carried,
-        exchanges: Sequence[Exchange],
-        held: dict[str, set[str]],
-        added: dict[str, list[str]],
-        found: tuple[list[str], list[int]],
-        labels: dict[str, Counter[str]],
-    ) -> None:
-        """Keep what reading *exchanges* after *carried* gave, for a longer history starting with them."""
-        read = _Read(
-            carried={name: list(lines) for name, lines in carried.sections.items()},
-            exchanges=tuple(exchanges),
-            held={name: frozenset(lines) for name, lines in held.items()},
-            added={name: tuple(lines) for name, lines in added.items()},
-            found=tuple(found[0]),
-            found_at=tuple(found[1]),
-            labels={name: dict(counts) for name, counts in labels.items()},
-        )
-        self._read[:] = [read, *self._read][:_READ_KEPT]
+    def _resume(self, carried: _Carried, exchanges: tuple[Exchange, ...]) -> tuple[_Reading, int]:
+        """The reading to go on from for *exchanges* after *carried*, and how many exchanges it has read.
+
+        A reading that went further on another history is cut back to where the two part (a point of it kept
+        in `_read`): what was read after is forgotten, and so are the points after it.
+        """
+        for read in self._read:
+            if read.reading.carried == carried.sections and _starts_with(exchanges, read.exchanges):
+                reading = read.reading
+                if reading.size() != read.size:
+                    reading.cut(read.size)
+                    count = len(read.exchanges)
+                    self._read[:] = [r for r in self._read if r.reading is not reading or len(r.exchanges) <= count]
+                return reading, len(read.exchanges)
+        return _Reading(carried.sections), 0
 
     def _stated(self, view: ConversationView, carried: _Carried, added: dict[str, list[str]]) -> set[str]:
         """Lines the agent's own words and the instruction changes already state, normalized."""
