@@ -23,7 +23,7 @@ from pydantic_ai_compaction.protocols.metadata import RESTATEMENT_MARK, MessageM
 from pydantic_ai_compaction.protocols.types import METADATA_KEY, Exchange, Layout, ProviderSummary, Summary
 from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.segment import ConversationView, fragment, message_stamp
-from pydantic_ai_compaction.runtime.validate import exchange_positions, first_unfinished, kept_positions
+from pydantic_ai_compaction.runtime.validate import first_unfinished, kept_positions, last_dropped
 
 RESTATEMENT_HEADER = 'Instructions restated verbatim from earlier in this conversation (latest last):'
 """First line of a restatement, so the model reads the list as a record, not a new request."""
@@ -93,14 +93,13 @@ def apply_layout(
     before it and the summary reads in chronological order; restated instructions go right before
     the exchange in progress, replacing any earlier restatement.
     """
-    # Only the kept exchanges are visited (a reset of 25k exchanges keeps a handful): their positions and the first
-    # unfinished one's are read from the ids' positions (kept per view), the last dropped one's by a pass in C.
+    # Only the kept exchanges are visited (a reset of 25k exchanges keeps a handful): their positions, the first
+    # unfinished one's and the last dropped one's are read from what the validator read (once per view).
     exchanges = view.exchanges
     kept = kept_positions(view, set(layout.keep))
-    positions = exchange_positions(view)
-    last_dropped = max(map(positions.__getitem__, layout.dropped)) if layout.dropped else None
+    last = last_dropped(view, layout.dropped)
     unfinished_position = first_unfinished(view)
-    boundary_at = min(last_dropped + 1 if last_dropped is not None else unfinished_position, unfinished_position)
+    boundary_at = min(last + 1 if last is not None else unfinished_position, unfinished_position)
 
     out: list[ModelMessage] = []
     boundary_placed, restatement_placed = False, not layout.restate

@@ -167,7 +167,7 @@ class _Reading:
     50k messages, a copy of the entries seen (25k calls, 25k facts) cost more than reading a new step.
     """
 
-    __slots__ = ('added', 'at', 'carried', 'counts', 'labels', 'seen')
+    __slots__ = ('added', 'at', 'carried', 'counts', 'labels', 'seen', 'sizes')
 
     def __init__(self, carried: dict[str, list[str]]) -> None:
         self.carried = {name: list(lines) for name, lines in carried.items()}
@@ -182,6 +182,8 @@ class _Reading:
         """Each new entry's label (`label_counts`), alongside `added`."""
         self.counts: dict[str, Counter[str]] = {name: Counter[str]() for name in SECTIONS}
         """The new entries counted per label, per section."""
+        self.sizes: dict[str, int] = dict.fromkeys(SECTIONS, 0)
+        """The new entries' `_entries_size`, per section."""
 
     def size(self) -> tuple[int, ...]:
         """How many new entries each section holds: where to cut back to."""
@@ -193,6 +195,7 @@ class _Reading:
         self.added[name].append(line)
         self.labels[name].append(label)
         self.counts[name][label] += 1
+        self.sizes[name] += len(line) + 3
         if name == 'found':
             self.at.append(at)
 
@@ -205,6 +208,7 @@ class _Reading:
             seen, counts, labels = self.seen[name], self.counts[name], self.labels[name]
             for line, label in zip(lines[keep:], labels[keep:], strict=True):
                 seen.discard(line)
+                self.sizes[name] -= len(line) + 3
                 counts[label] -= 1
                 if not counts[label]:
                     del counts[label]
@@ -496,8 +500,8 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             for name, line, at, label in entries_of(view, exchange):
                 if line not in seen[name]:
                     reading.add(name, line, at, label)
-        # Copies: the reading goes on growing (a pointer copy each, in C).
-        added = {name: list(reading.added[name]) for name in SECTIONS}
+        # Copies: the reading goes on growing (a pointer copy each, in C); their sizes are known.
+        added: dict[str, list[str]] = {name: _Lines(reading.added[name], reading.sizes[name]) for name in SECTIONS}
         labels = {name: Counter(counts) for name, counts in reading.counts.items()}
         said = seen['conversation']
         added['instructions'] = [
@@ -746,7 +750,7 @@ def fold_with_digests(
     """
     omitted = dict(omitted)
     digests = {name: dict((digests or {}).get(name) or {}) for name in sections}
-    sizes = {name: sum(map(len, lines)) + 3 * len(lines) for name, lines in sections.items()}
+    sizes = {name: _size(lines) for name, lines in sections.items()}
     # Titles, omission notes, digests, header and the progress lines take about 900 characters at most.
     room = max(budget - 900, 0) if room is None else max(budget - room, 0)
     cuts = _fold_cuts(sections, sizes, room)
@@ -883,7 +887,22 @@ def _top(counts: dict[str, int]) -> dict[str, int]:
 
 
 def _entries_size(sections: dict[str, list[str]]) -> int:
-    return sum(sum(map(len, lines)) + 3 * len(lines) for lines in sections.values())
+    return sum(map(_size, sections.values()))
+
+
+class _Lines(list[str]):
+    """A section's entries with their `_size` known: a copy of a reading's 25k entries is not measured again."""
+
+    __slots__ = ('size',)
+
+    def __init__(self, lines: Sequence[str], size: int) -> None:
+        super().__init__(lines)
+        self.size = size
+
+
+def _size(lines: list[str]) -> int:
+    """What *lines* take in a checkpoint, besides titles: each entry and its `- ` and line end."""
+    return lines.size if type(lines) is _Lines else sum(map(len, lines)) + 3 * len(lines)
 
 
 def render_checkpoint(
