@@ -54,11 +54,10 @@ from pydantic_ai_compaction.runtime.segment import (
     fragment,
     is_restatement,
     our_record,
-    same_prefix,
     settled_prefix,
 )
 from pydantic_ai_compaction.runtime.transcript import clip, return_text, user_text
-from pydantic_ai_compaction.runtime.validate import boundary_exchanges, droppable_tokens, forced_exchanges
+from pydantic_ai_compaction.runtime.validate import boundary_exchanges, droppable_tokens, forced_exchanges, starts_with
 
 CheckpointFn = Callable[[RunContext[Any], ConversationView], str]
 """Renders the checkpoint from the run (typed state in `ctx.deps`) and the history."""
@@ -156,7 +155,7 @@ def _starts_with(exchanges: Sequence[Exchange], before: tuple[Exchange, ...]) ->
     last, other = (before[-1], exchanges[count - 1]) if count else (None, None)
     if last is not other and not (_no_entries(last) and _no_entries(other)):  # pyright: ignore[reportArgumentType]
         return False
-    return same_prefix(before, exchanges, _no_entries)
+    return starts_with(exchanges, before, _no_entries)
 
 
 class _Reading:
@@ -167,7 +166,7 @@ class _Reading:
     50k messages, a copy of the entries seen (25k calls, 25k facts) cost more than reading a new step.
     """
 
-    __slots__ = ('added', 'at', 'carried', 'counts', 'labels', 'seen', 'sizes')
+    __slots__ = ('added', 'at', 'carried', 'counts', 'keys', 'labels', 'seen', 'sizes')
 
     def __init__(self, carried: dict[str, list[str]]) -> None:
         self.carried = {name: list(lines) for name, lines in carried.items()}
@@ -184,6 +183,9 @@ class _Reading:
         """The new entries counted per label, per section."""
         self.sizes: dict[str, int] = dict.fromkeys(SECTIONS, 0)
         """The new entries' `_entries_size`, per section."""
+        self.keys: dict[str, list[int]] = {}
+        """Where each new fact's `_fact_key` is found in `added['found']` (facts with a key only): the agent's
+        words are compared with these, not with every fact."""
 
     def size(self) -> tuple[int, ...]:
         """How many new entries each section holds: where to cut back to."""
@@ -198,6 +200,8 @@ class _Reading:
         self.sizes[name] += len(line) + 3
         if name == 'found':
             self.at.append(at)
+            if at and (key := _fact_key(line[at:])):
+                self.keys.setdefault(key, []).append(len(self.at) - 1)
 
     def cut(self, size: tuple[int, ...]) -> None:
         """Back to *size* (an earlier `size()`): the entries read after it are forgotten, as never seen."""
@@ -212,9 +216,14 @@ class _Reading:
                 counts[label] -= 1
                 if not counts[label]:
                     del counts[label]
-            del lines[keep:], labels[keep:]
             if name == 'found':
+                for line, at in zip(lines[keep:], self.at[keep:], strict=True):
+                    if at and (key := _fact_key(line[at:])):
+                        self.keys[key].pop()
+                        if not self.keys[key]:
+                            del self.keys[key]
                 del self.at[keep:]
+            del lines[keep:], labels[keep:]
 
 
 @dataclass(frozen=True)
@@ -510,13 +519,12 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             if text not in seen['instructions'] and f'user: {text}' not in said
         ]
         labels['instructions'] = label_counts(added['instructions'])
-        found, found_at = added['found'], reading.at
-        stated = self._stated(view, carried, added) if any(found_at) else set[str]()
-        # Keys only when there is something to compare them with: a fact may be a whole long result line.
-        if stated:
-            added['found'] = [
-                line for line, at in zip(found, found_at, strict=True) if not (at and _fact_key(line[at:]) in stated)
-            ]
+        found, keys = added['found'], reading.keys
+        stated = self._stated(view, carried, added) if keys else set[str]()
+        # The facts the agent's words state, by their keys (a few among 25k facts, usually none).
+        drop = {at for key in stated if (ats := keys.get(key)) for at in ats}
+        if drop:
+            added['found'] = [line for at, line in enumerate(found) if at not in drop]
         if len(added['found']) != len(found):
             labels['found'] = label_counts(added['found'])
         return added, labels
