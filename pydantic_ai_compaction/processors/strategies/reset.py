@@ -387,7 +387,10 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             if len(_text(appended)) <= limit and (dropped * 3 <= room or not folded):
                 return appended
         # The checkpoints would pass `max_chars` together: one checkpoint of everything, folded with room to spare.
-        sections = {name: [*carried.sections[name], *added[name]] for name in SECTIONS}
+        sections: dict[str, list[str]] = {
+            name: _Lines([*carried.sections[name], *added[name]], _size(carried.sections[name]) + _size(added[name]))
+            for name in SECTIONS
+        }
         for name in SECTIONS:
             labels[name].update(label_counts(carried.sections[name]))
         budget = min(self.max_chars // REWRITE_SHARE, (dropped + carried.tokens) * 3)
