@@ -80,48 +80,96 @@ class _Facts:
     """What the validator and the strategies read from every exchange of one view, read once per view.
 
     A compaction of 50k messages has 25k exchanges, read by the engine, the validator, the strategy and layout
-    application, so each reading is made once and shared. A view that starts with the exchanges of the view read
-    before (the same objects: segmentation reuses them for the messages it saw) is read from where the two part
-    on: a pass in C finds that place, and only the exchanges after it are read in Python.
+    application, so each reading is made once (when first asked for) and shared. A view that starts with the
+    exchanges of the view read before (the same objects: segmentation reuses them for the messages it saw) takes
+    what was read of that one up to where the two part, found by a pass in C, and reads only what follows.
     """
 
-    __slots__ = ('_records', 'boundaries', 'exchanges', 'forced', 'ids', 'positions', 'split', 'tokens', 'view')
+    __slots__ = (
+        '_boundaries',
+        '_forced',
+        '_ids',
+        '_positions',
+        '_records',
+        '_tokens',
+        'exchanges',
+        'split',
+        'verified',
+        'view',
+    )
 
     def __init__(self, view: ConversationView, previous: _Facts | None) -> None:
         self.view = weakref.ref(view)
         exchanges = view.exchanges
         self.exchanges = exchanges
         self._records: tuple[dict[str, Any], ...] | None = None
+        self._ids: tuple[str, ...] | None = None
+        self._tokens: int | None = None
+        self._forced: _Found | None = None
+        self._boundaries: _Found | None = None
+        self._positions: dict[str, int] | None = None
         self.split: tuple[tuple[str, ...], int | None] | None = None
         """The dropped ids `_split` gave last, and the last one's position."""
-        old = previous.exchanges if previous is not None else ()
-        shared = next(compress(count(), map(operator.is_not, old, exchanges)), min(len(old), len(exchanges)))
-        if previous is None or 2 * shared < len(exchanges):
-            self.ids = tuple([e.id for e in exchanges])
-            self.tokens = sum([e.tokens for e in exchanges])
-            self.forced = tuple([e for e in exchanges if e.protected is not None or e.unfinished])
-            self.boundaries = tuple([e for e in exchanges if e.kind == 'boundary'])
-            self.positions = dict(zip(self.ids, count()))
+        self.verified: list[tuple[tuple[Exchange, ...], Callable[[Exchange], bool]]] = []
+        """Exchanges `view_starts_with` found *view* starts with, each with what it ignored."""
+        if previous is None:
             return
-        # The previous view's facts hand their `positions` over (they are not read again: `_LAST` keeps one).
+        old = previous.exchanges
+        shared = next(compress(count(), map(operator.is_not, old, exchanges)), min(len(old), len(exchanges)))
+        if 2 * shared < len(exchanges):
+            return
+        # What the previous view was found to start with, this one starts with too when it is within the shared part.
+        self.verified = [(before, ignored) for before, ignored in previous.verified if len(before) <= shared]
         new = exchanges[shared:]
-        self.ids = previous.ids[:shared] + tuple([e.id for e in new])
-        self.tokens = previous.tokens - sum([e.tokens for e in old[shared:]]) + sum([e.tokens for e in new])
-        self.forced = _before(previous.forced, shared, previous.positions) + tuple(
-            [e for e in new if e.protected is not None or e.unfinished]
-        )
-        self.boundaries = _before(previous.boundaries, shared, previous.positions) + tuple(
-            [e for e in new if e.kind == 'boundary']
-        )
-        positions = previous.positions
-        previous.positions = {}
-        if len(positions) == len(previous.ids):  # ids told apart (always, from segmentation): cut back, extend
-            for exchange_id in previous.ids[shared:]:
-                del positions[exchange_id]
-            positions.update(zip(self.ids[shared:], count(shared)))
-        if len(positions) != len(self.ids):
-            positions = dict(zip(self.ids, count()))
-        self.positions = positions
+        if previous._ids is not None:
+            self._ids = previous._ids[:shared] + tuple([e.id for e in new])
+        if previous._tokens is not None:
+            self._tokens = previous._tokens - sum([e.tokens for e in old[shared:]]) + sum([e.tokens for e in new])
+        if previous._forced is not None:
+            self._forced = previous._forced.extended(shared, new, _is_forced)
+        if previous._boundaries is not None:
+            self._boundaries = previous._boundaries.extended(shared, new, _is_boundary)
+        positions = previous._positions
+        if positions is not None and previous._ids is not None and self._ids is not None:
+            # Handed over (the previous facts are not read again: `_LAST` keeps one), cut back and extended, when
+            # the ids are told apart (always, from segmentation).
+            previous._positions = None
+            if len(positions) == len(previous._ids):
+                for exchange_id in previous._ids[shared:]:
+                    del positions[exchange_id]
+                positions.update(zip(self._ids[shared:], count(shared)))
+                if len(positions) == len(self._ids):
+                    self._positions = positions
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        if self._ids is None:
+            self._ids = tuple([e.id for e in self.exchanges])
+        return self._ids
+
+    @property
+    def tokens(self) -> int:
+        if self._tokens is None:
+            self._tokens = sum([e.tokens for e in self.exchanges])
+        return self._tokens
+
+    @property
+    def forced(self) -> tuple[Exchange, ...]:
+        if self._forced is None:
+            self._forced = _Found.of(self.exchanges, _is_forced)
+        return self._forced.exchanges
+
+    @property
+    def boundaries(self) -> tuple[Exchange, ...]:
+        if self._boundaries is None:
+            self._boundaries = _Found.of(self.exchanges, _is_boundary)
+        return self._boundaries.exchanges
+
+    @property
+    def positions(self) -> dict[str, int]:
+        if self._positions is None:
+            self._positions = dict(zip(self.ids, count()))
+        return self._positions
 
     def records(self, view: ConversationView) -> tuple[dict[str, Any], ...]:
         if self._records is None:
@@ -138,12 +186,31 @@ class _Facts:
         return self._records
 
 
-def _before(exchanges: tuple[Exchange, ...], end: int, positions: dict[str, int]) -> tuple[Exchange, ...]:
-    """The leading *exchanges* (a few, in history order) whose position is under *end*."""
-    cut = len(exchanges)
-    while cut and positions[exchanges[cut - 1].id] >= end:
-        cut -= 1
-    return exchanges[:cut]
+def _is_forced(exchange: Exchange) -> bool:
+    return exchange.protected is not None or exchange.unfinished
+
+
+def _is_boundary(exchange: Exchange) -> bool:
+    return exchange.kind == 'boundary'
+
+
+@dataclass(frozen=True)
+class _Found:
+    """The exchanges of a view that one test picks (a few), with their positions."""
+
+    exchanges: tuple[Exchange, ...]
+    at: tuple[int, ...]
+
+    @staticmethod
+    def of(exchanges: tuple[Exchange, ...], test: Callable[[Exchange], bool]) -> _Found:
+        at = tuple(compress(count(), map(test, exchanges)))
+        return _Found(tuple([exchanges[i] for i in at]), at)
+
+    def extended(self, shared: int, new: tuple[Exchange, ...], test: Callable[[Exchange], bool]) -> _Found:
+        """These, for a view sharing the first *shared* exchanges and then holding *new*."""
+        cut = bisect_left(self.at, shared)
+        more = _Found.of(new, test)
+        return _Found(self.exchanges[:cut] + more.exchanges, self.at[:cut] + tuple([shared + i for i in more.at]))
 
 
 _LAST: list[_Facts] = []
@@ -168,6 +235,26 @@ def starts_with(exchanges: Sequence[Exchange], before: Sequence[Exchange], ignor
         ignored(before[at]) and ignored(exchanges[at])
         for at in compress(count(), map(operator.is_not, before, exchanges))
     )
+
+
+def view_starts_with(view: ConversationView, before: tuple[Exchange, ...], ignored: Callable[[Exchange], bool]) -> bool:
+    """`starts_with(view.exchanges, before, ignored)`, remembered for the views after *view* that share as much.
+
+    A reading carried forward (a reset's, the notes') checks that a view starts with the exchanges it read. The
+    views of a run share their start with the one before, found once per view (`_Facts`): what the one before was
+    found to start with, this one does too, without another pass.
+    """
+    facts = _facts(view)
+    if any(known is before and function is ignored for known, function in facts.verified):
+        return True
+    if not starts_with(view.exchanges, before, ignored):
+        return False
+    facts.verified = [*facts.verified[-(_VERIFIED_KEPT - 1) :], (before, ignored)]
+    return True
+
+
+_VERIFIED_KEPT = 8
+"""Starts remembered per view (each reading keeps a few histories)."""
 
 
 def exchange_positions(view: ConversationView) -> dict[str, int]:

@@ -57,7 +57,12 @@ from pydantic_ai_compaction.runtime.segment import (
     settled_prefix,
 )
 from pydantic_ai_compaction.runtime.transcript import clip, return_text, user_text
-from pydantic_ai_compaction.runtime.validate import boundary_exchanges, droppable_tokens, forced_exchanges, starts_with
+from pydantic_ai_compaction.runtime.validate import (
+    boundary_exchanges,
+    droppable_tokens,
+    forced_exchanges,
+    view_starts_with,
+)
 
 CheckpointFn = Callable[[RunContext[Any], ConversationView], str]
 """Renders the checkpoint from the run (typed state in `ctx.deps`) and the history."""
@@ -147,15 +152,16 @@ _READ_KEPT = 4
 """Histories whose reading a reset keeps (conversations sharing one capability each keep theirs)."""
 
 
-def _starts_with(exchanges: Sequence[Exchange], before: tuple[Exchange, ...]) -> bool:
-    """`same_prefix(before, exchanges, _no_entries)`, told false at once when the last of *before* differs."""
+def _starts_with(view: ConversationView, before: tuple[Exchange, ...]) -> bool:
+    """`same_prefix(before, view.exchanges, _no_entries)`, told false at once when the last of *before* differs."""
+    exchanges = view.exchanges
     count = len(before)
     if count > len(exchanges):
         return False
     last, other = (before[-1], exchanges[count - 1]) if count else (None, None)
     if last is not other and not (_no_entries(last) and _no_entries(other)):  # pyright: ignore[reportArgumentType]
         return False
-    return starts_with(exchanges, before, _no_entries)
+    return view_starts_with(view, before, _no_entries)
 
 
 class _Reading:
@@ -389,6 +395,8 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         # The checkpoints would pass `max_chars` together: one checkpoint of everything, folded with room to spare.
         sections: dict[str, list[str]] = {
             name: _Lines([*carried.sections[name], *added[name]], _size(carried.sections[name]) + _size(added[name]))
+            if carried.sections[name]
+            else added[name]  # a copy already
             for name in SECTIONS
         }
         for name in SECTIONS:
@@ -499,7 +507,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         and carried forward with them, so folding tens of thousands of entries does not read each one again.
         """
         exchanges = view.exchanges
-        reading, start = self._resume(carried, exchanges)
+        reading, start = self._resume(carried, view)
         entries_of = self._exchange_entries
         seen = reading.seen
         settled = settled_prefix(exchanges)
@@ -532,14 +540,14 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             labels['found'] = label_counts(added['found'])
         return added, labels
 
-    def _resume(self, carried: _Carried, exchanges: tuple[Exchange, ...]) -> tuple[_Reading, int]:
-        """The reading to go on from for *exchanges* after *carried*, and how many exchanges it has read.
+    def _resume(self, carried: _Carried, view: ConversationView) -> tuple[_Reading, int]:
+        """The reading to go on from for *view*'s exchanges after *carried*, and how many exchanges it has read.
 
         A reading that went further on another history is cut back to where the two part (a point of it kept
         in `_read`): what was read after is forgotten, and so are the points after it.
         """
         for read in self._read:
-            if read.reading.carried == carried.sections and _starts_with(exchanges, read.exchanges):
+            if read.reading.carried == carried.sections and _starts_with(view, read.exchanges):
                 reading = read.reading
                 if reading.size() != read.size:
                     reading.cut(read.size)
