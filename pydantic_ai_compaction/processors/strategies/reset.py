@@ -172,7 +172,7 @@ class _Reading:
     50k messages, a copy of the entries seen (25k calls, 25k facts) cost more than reading a new step.
     """
 
-    __slots__ = ('added', 'at', 'carried', 'counts', 'keys', 'labels', 'seen', 'sizes')
+    __slots__ = ('added', 'at', 'carried', 'counts', 'keyed', 'keys', 'labels', 'placed', 'seen', 'sizes')
 
     def __init__(self, carried: dict[str, list[str]]) -> None:
         self.carried = {name: list(lines) for name, lines in carried.items()}
@@ -189,9 +189,12 @@ class _Reading:
         """The new entries counted per label, per section."""
         self.sizes: dict[str, int] = dict.fromkeys(SECTIONS, 0)
         """The new entries' `_entries_size`, per section."""
+        self.placed = 0
+        """New facts whose own text starts after their call (`at` > 0): only those can be stated by the agent."""
         self.keys: dict[str, list[int]] = {}
-        """Where each new fact's `_fact_key` is found in `added['found']` (facts with a key only): the agent's
-        words are compared with these, not with every fact."""
+        """Where each of the first `keyed` new facts' `_fact_key` is found in `added['found']` (facts with a key
+        only): the agent's words are compared with these, not with every fact. Made when first compared."""
+        self.keyed = 0
 
     def size(self) -> tuple[int, ...]:
         """How many new entries each section holds: where to cut back to."""
@@ -206,8 +209,7 @@ class _Reading:
         self.sizes[name] += len(line) + 3
         if name == 'found':
             self.at.append(at)
-            if at and (key := _fact_key(line[at:])):
-                self.keys.setdefault(key, []).append(len(self.at) - 1)
+            self.placed += bool(at)
 
     def cut(self, size: tuple[int, ...]) -> None:
         """Back to *size* (an earlier `size()`): the entries read after it are forgotten, as never seen."""
@@ -223,13 +225,25 @@ class _Reading:
                 if not counts[label]:
                     del counts[label]
             if name == 'found':
-                for line, at in zip(lines[keep:], self.at[keep:], strict=True):
+                self.placed -= sum(map(bool, self.at[keep:]))
+                for line, at in zip(lines[keep : self.keyed], self.at[keep : self.keyed], strict=False):
                     if at and (key := _fact_key(line[at:])):
                         self.keys[key].pop()
                         if not self.keys[key]:
                             del self.keys[key]
+                self.keyed = min(self.keyed, keep)
                 del self.at[keep:]
             del lines[keep:], labels[keep:]
+
+    def stated(self, stated: set[str]) -> set[int]:
+        """Where the new facts whose `_fact_key` is in *stated* are in `added['found']`."""
+        found, keys = self.added['found'], self.keys
+        for index in range(self.keyed, len(found)):
+            at = self.at[index]
+            if at and (key := _fact_key(found[index][at:])):
+                keys.setdefault(key, []).append(index)
+        self.keyed = len(found)
+        return {index for key in stated if (indexes := keys.get(key)) for index in indexes}
 
 
 @dataclass(frozen=True)
@@ -530,10 +544,10 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             if text not in seen['instructions'] and f'user: {text}' not in said
         ]
         labels['instructions'] = label_counts(added['instructions'])
-        found, keys = added['found'], reading.keys
-        stated = self._stated(view, carried, added) if keys else set[str]()
+        found = added['found']
+        stated = self._stated(view, carried, added) if reading.placed else set[str]()
         # The facts the agent's words state, by their keys (a few among 25k facts, usually none).
-        drop = {at for key in stated if (ats := keys.get(key)) for at in ats}
+        drop = reading.stated(stated) if stated else set[int]()
         if drop:
             added['found'] = [line for at, line in enumerate(found) if at not in drop]
         if len(added['found']) != len(found):
