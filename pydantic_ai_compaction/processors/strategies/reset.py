@@ -138,7 +138,7 @@ def _shape(line: str) -> tuple[str, ...]:
         elif token.isalpha() and token.isupper():
             tokens.append(token)
         else:
-            tokens.append('0' if any(ch.isdigit() for ch in token) else 'w')
+            tokens.append('0' if any(map(str.isdigit, token)) else 'w')
     return tuple(tokens)
 
 
@@ -615,10 +615,16 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             self._tool_entries(messages, sections, self.extract or self._default_extract)
         else:
             sections['conversation'].extend((line, 0) for line in self._conversation(messages))
-        # In the order the section lines were produced (each section keeps its own order).
-        entries = tuple(
-            (name, line, fact, _label_of(_head(line))) for name in SECTIONS for line, fact in sections[name]
-        )
+        # In the order the section lines were produced (each section keeps its own order). An exchange's entries
+        # mostly share one label (the tool called): each distinct head is labelled once.
+        labels: dict[str, str] = {}
+
+        def label(line: str) -> str:
+            head = _head(line)
+            known = labels.get(head)
+            return known if known is not None else labels.setdefault(head, _label_of(head))
+
+        entries = tuple((name, line, fact, label(line)) for name in SECTIONS for line, fact in sections[name])
         return self._entries.put(parts, entries) if parts else entries
 
     def _tool_entries(
