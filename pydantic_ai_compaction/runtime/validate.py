@@ -253,6 +253,12 @@ def view_starts_with(view: ConversationView, before: tuple[Exchange, ...], ignor
     return True
 
 
+def note_start(view: ConversationView, before: tuple[Exchange, ...], ignored: Callable[[Exchange], bool]) -> None:
+    """Remember that *view* starts with *before* (taken from its own exchanges), for `view_starts_with`."""
+    facts = _facts(view)
+    facts.verified = [*facts.verified[-(_VERIFIED_KEPT - 1) :], (before, ignored)]
+
+
 _VERIFIED_KEPT = 8
 """Starts remembered per view (each reading keeps a few histories)."""
 

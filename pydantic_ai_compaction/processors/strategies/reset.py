@@ -61,6 +61,7 @@ from pydantic_ai_compaction.runtime.validate import (
     boundary_exchanges,
     droppable_tokens,
     forced_exchanges,
+    note_start,
     view_starts_with,
 )
 
@@ -527,7 +528,9 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         settled = settled_prefix(exchanges)
         for position in range(start, len(exchanges)):
             if position == settled and settled > start:
-                self._read[:] = [_Read(reading, exchanges[:settled], reading.size()), *self._read][:_READ_KEPT]
+                point = _Read(reading, exchanges[:settled], reading.size())
+                self._read[:] = [point, *self._read][:_READ_KEPT]
+                note_start(view, point.exchanges, _no_entries)  # the next view sharing them is not checked again
             exchange = exchanges[position]
             if _no_entries(exchange):
                 continue
