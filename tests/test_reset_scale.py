@@ -293,3 +293,142 @@ def test_a_reset_of_many_tiny_steps_folds_them_into_counts_within_what_it_replac
     assert omitted['read'] + len(listed['read']) == 2_999
     assert outcome.record.extra['digests']['read'] == {'read_log': omitted['read']}
     assert f'- ({omitted["read"]:,} earlier entries folded to fit: read_log ×{omitted["read"]:,};' in checkpoint
+
+
+# --- what is read from the start a view shares with the view before ---------------------------------------
+
+
+def _message_print(message: ModelMessage) -> Any:
+    """A message as sent (timestamps aside): its kind, each part's kind, text and call id, and its metadata."""
+    return (
+        type(message).__name__,
+        [(type(p).__name__, getattr(p, 'content', None), getattr(p, 'tool_call_id', None)) for p in message.parts],
+        message.metadata,
+    )
+
+
+def _layouts(view: ConversationView, data: st.DataObject) -> list[Layout]:
+    """Layouts as the validator gives them (a proposal, the fallback) and as a caller may build them."""
+    ids = list(view.ids)
+    chosen: list[str] = data.draw(st.lists(st.sampled_from(ids), unique=True) if ids else st.just([]))
+    restate = data.draw(st.sampled_from([(), ('keep ids lowercase',)]))
+    proposal = Proposal.keep(*chosen, summary=Summary('s'), restate=restate)
+    kept = set(data.draw(st.lists(st.sampled_from(ids), unique=True) if ids else st.just([])))
+    built = Layout(
+        keep=tuple(i for i in ids if i in kept),
+        dropped=tuple(reversed([i for i in ids if i not in kept])),  # in any order
+        rejected=(),
+        summary=Summary('t'),
+        restate=restate,
+        fallback_reason=None,
+    )
+    return [
+        validate(proposal, view),
+        fallback_layout(view, 'grew', fallback_keep_last=data.draw(st.integers(0, 5))),
+        built,
+    ]
+
+
+@settings(max_examples=EXAMPLES * 2, deadline=None)
+@given(histories(), st.data())
+def test_layout_application_from_the_kept_positions_lays_out_what_visiting_every_exchange_does(
+    history: list[ModelMessage], data: st.DataObject
+) -> None:
+    from pydantic_ai_compaction.runtime.apply import apply_layout, apply_layout_fresh
+
+    # Grown message by message, as a run's views follow one another (what a view shares is carried).
+    for end in range(1, len(history) + 1):
+        view = segment(history[:end])
+        for layout in _layouts(view, data):
+            got = apply_layout(view, layout, {'n': end}, note='n')
+            expected = apply_layout_fresh(view, layout, {'n': end}, note='n')
+            assert list(map(_message_print, got)) == list(map(_message_print, expected))
+
+
+def _facts_as_read(view: ConversationView) -> Any:
+    from pydantic_ai_compaction.runtime.validate import (
+        boundary_exchanges,
+        exchange_ids,
+        exchange_positions,
+        first_unfinished,
+        forced_exchanges,
+        view_records,
+        view_tokens,
+    )
+
+    return (
+        exchange_ids(view),
+        view_tokens(view),
+        forced_exchanges(view),
+        boundary_exchanges(view),
+        view_records(view),
+        dict(exchange_positions(view)),
+        first_unfinished(view),
+    )
+
+
+def _facts_fresh(view: ConversationView) -> Any:
+    exchanges = view.exchanges
+    return (
+        tuple(e.id for e in exchanges),
+        sum(e.tokens for e in exchanges),
+        tuple(e for e in exchanges if e.forced),
+        tuple(e for e in exchanges if e.kind == 'boundary'),
+        view.records(),
+        {e.id: p for p, e in enumerate(exchanges)},
+        next((p for p, e in enumerate(exchanges) if e.unfinished), len(exchanges)),
+    )
+
+
+@settings(max_examples=EXAMPLES * 2, deadline=None)
+@given(histories(), histories(), st.lists(st.integers(0, 2), max_size=12), st.integers(0, 40))
+def test_facts_carried_from_the_view_before_are_those_read_from_every_exchange(
+    history: list[ModelMessage], other: list[ModelMessage], order: list[int], keep: int
+) -> None:
+    from pydantic_ai_compaction.runtime.segment import same_prefix
+    from pydantic_ai_compaction.runtime.validate import view_starts_with
+
+    branch = [*history[: max(min(keep, len(history) - 1), 1)], *other[1:]]
+    views: list[ConversationView] = []
+    for end in range(1, len(history) + 1):
+        views.append(segment(history[:end]))
+    views.append(segment(branch))
+    views.extend(segment(history[: max(1, len(history) - n)]) for n in order)  # back and forth
+    for index, view in enumerate(views):
+        # Asked in a different order each time: a fact read lazily is carried only when the view before read it.
+        if index % 2:
+            assert _facts_as_read(view)[::-1] == _facts_fresh(view)[::-1]
+        else:
+            assert _facts_as_read(view) == _facts_fresh(view)
+        for earlier in views[max(0, index - 3) : index + 1]:
+            before = tuple(earlier.exchanges[: len(earlier.exchanges) - 1])
+            for ignored in (lambda e: e.forced, lambda e: False):
+                expected = same_prefix(before, view.exchanges, ignored)
+                assert view_starts_with(view, before, ignored) == expected
+                assert view_starts_with(view, before, ignored) == expected  # remembered
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(_KINDS, st.lists(_KINDS, min_size=1, max_size=3), st.sampled_from([200, 2_000, 16_000]), st.integers(0, 30))
+def test_a_reset_reading_cut_back_for_another_branch_compacts_as_a_reset_reading_from_scratch(
+    kinds: list[str], branches: list[list[str]], max_chars: int, back: int
+) -> None:
+    """Histories that share a start and then part (as one history and the next steps tried from it), and a
+    shorter one after them: the reading is cut back to where they part, and gives what reading afresh gives."""
+    cctx = _context()
+    sources = InstructionSources(markers=('INCIDENT',))
+    carried = ResetToCheckpoint[None](trigger=Trigger(tokens=1), max_chars=max_chars, sources=sources)
+
+    def both(history: list[ModelMessage]) -> None:
+        got = asyncio.run(run_compaction(carried, history, cctx, min_saving=0.0))
+        fresh = ResetToCheckpoint[None](trigger=Trigger(tokens=1), max_chars=max_chars, sources=sources)
+        assert _fingerprint(got) == _fingerprint(
+            asyncio.run(run_compaction(fresh, _copy(history), cctx, min_saving=0.0))
+        )
+
+    history = _loop(kinds)
+    both(history)
+    for more in branches:
+        both([*history, *(m for step, kind in enumerate(more, start=len(kinds)) for m in _step(step, kind))])
+    both(history[: max(3, len(history) - 2 * back)])
+    both(history)

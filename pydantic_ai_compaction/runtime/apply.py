@@ -23,6 +23,7 @@ from pydantic_ai_compaction.protocols.metadata import RESTATEMENT_MARK, MessageM
 from pydantic_ai_compaction.protocols.types import METADATA_KEY, Exchange, Layout, ProviderSummary, Summary
 from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.segment import ConversationView, fragment, message_stamp
+from pydantic_ai_compaction.runtime.validate import first_unfinished, kept_positions, last_dropped
 
 RESTATEMENT_HEADER = 'Instructions restated verbatim from earlier in this conversation (latest last):'
 """First line of a restatement, so the model reads the list as a record, not a new request."""
@@ -92,6 +93,36 @@ def apply_layout(
     before it and the summary reads in chronological order; restated instructions go right before
     the exchange in progress, replacing any earlier restatement.
     """
+    # Only the kept exchanges are visited (a reset of 25k exchanges keeps a handful): their positions, the first
+    # unfinished one's and the last dropped one's are read from what the validator read (once per view).
+    exchanges = view.exchanges
+    kept = kept_positions(view, set(layout.keep))
+    last = last_dropped(view, layout.dropped)
+    unfinished_position = first_unfinished(view)
+    boundary_at = min(last + 1 if last is not None else unfinished_position, unfinished_position)
+
+    out: list[ModelMessage] = []
+    boundary_placed, restatement_placed = False, not layout.restate
+    for position in (*kept, len(exchanges)):
+        if not boundary_placed and position >= boundary_at:
+            out.append(boundary_message(layout.summary, record, note))
+            boundary_placed = True
+        if not restatement_placed and position >= unfinished_position:
+            out.append(restatement_message(layout.restate))
+            restatement_placed = True
+        if position == len(exchanges):
+            break
+        exchange = exchanges[position]
+        if layout.restate and exchange.kind == 'restatement':
+            continue
+        out.extend(exchange_messages(view, exchange, position=position))
+    return out
+
+
+def apply_layout_fresh(
+    view: ConversationView, layout: Layout, record: dict[str, Any], *, note: str = ''
+) -> list[ModelMessage]:
+    """`apply_layout` visiting every exchange, as the rule reads: what the tests check it against."""
     keep = set(layout.keep)
     positions = {exchange.id: index for index, exchange in enumerate(view.exchanges)}
     dropped_positions = [positions[exchange_id] for exchange_id in layout.dropped]

@@ -23,11 +23,11 @@ from pydantic_ai_compaction.runtime.pins import is_pinned
 from pydantic_ai_compaction.runtime.segment import (
     ConversationView,
     is_restatement,
-    same_prefix,
     settled_prefix,
     tool_content_parts,
 )
 from pydantic_ai_compaction.runtime.transcript import return_text, user_text
+from pydantic_ai_compaction.runtime.validate import view_records, view_starts_with
 
 _TIMESTAMP = re.compile(
     r'[ \t]*(?:'
@@ -212,14 +212,14 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
     tool-output lines still in the history.
     """
     found: list[str] = []
-    for record in view.records():
+    for record in view_records(view):  # read once per view
         found.extend(record_strings(record, 'restated'))
         found.extend(record_strings(record_extra(record), 'instructions'))
     exchanges = view.exchanges
     start = 0
     lines: list[str] = []
     for before, gathered in sources._gathered:  # pyright: ignore[reportPrivateUsage]
-        if same_prefix(before, exchanges, _no_lines):
+        if view_starts_with(view, before, _no_lines):  # the start shared with the view before is not read again
             start, lines = len(before), list(gathered)
             break
     owner: list[dict[int, ModelMessage]] = []  # built on the first user part: tool loops rarely need it

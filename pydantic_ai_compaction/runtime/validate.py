@@ -9,9 +9,9 @@ from __future__ import annotations
 import operator
 import weakref
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from itertools import compress, count
+from itertools import chain, compress, count
 from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelResponse
@@ -79,45 +79,138 @@ def keep_forced(view: ConversationView) -> set[str]:
 class _Facts:
     """What the validator and the strategies read from every exchange of one view, read once per view.
 
-    A compaction of 50k messages has 25k exchanges, read by the engine, the validator and the strategy; each
-    reading is a pass in Python (a comprehension: faster than `attrgetter` maps on these objects), so each is
-    made once and shared.
+    A compaction of 50k messages has 25k exchanges, read by the engine, the validator, the strategy and layout
+    application, so each reading is made once (when first asked for) and shared. A view that starts with the
+    exchanges of the view read before (the same objects: segmentation reuses them for the messages it saw) takes
+    what was read of that one up to where the two part, found by a pass in C, and reads only what follows.
     """
 
-    __slots__ = ('_boundaries', '_forced', '_ids', '_records', '_tokens', 'view')
+    __slots__ = (
+        '_boundaries',
+        '_forced',
+        '_ids',
+        '_positions',
+        '_records',
+        '_tokens',
+        'exchanges',
+        'split',
+        'verified',
+        'view',
+    )
 
-    def __init__(self, view: ConversationView) -> None:
+    def __init__(self, view: ConversationView, previous: _Facts | None) -> None:
         self.view = weakref.ref(view)
-        self._forced: tuple[Exchange, ...] | None = None
-        self._ids: tuple[str, ...] | None = None
-        self._boundaries: tuple[Exchange, ...] | None = None
-        self._tokens: int | None = None
+        exchanges = view.exchanges
+        self.exchanges = exchanges
         self._records: tuple[dict[str, Any], ...] | None = None
+        self._ids: tuple[str, ...] | None = None
+        self._tokens: int | None = None
+        self._forced: _Found | None = None
+        self._boundaries: _Found | None = None
+        self._positions: dict[str, int] | None = None
+        self.split: tuple[tuple[str, ...], int | None] | None = None
+        """The dropped ids `_split` gave last, and the last one's position."""
+        self.verified: list[tuple[tuple[Exchange, ...], Callable[[Exchange], bool]]] = []
+        """Exchanges `view_starts_with` found *view* starts with, each with what it ignored."""
+        if previous is None:
+            return
+        old = previous.exchanges
+        shared = next(compress(count(), map(operator.is_not, old, exchanges)), min(len(old), len(exchanges)))
+        if 2 * shared < len(exchanges):
+            return
+        # What the previous view was found to start with, this one starts with too when it is within the shared part.
+        self.verified = [(before, ignored) for before, ignored in previous.verified if len(before) <= shared]
+        new = exchanges[shared:]
+        if previous._ids is not None:
+            self._ids = previous._ids[:shared] + tuple([e.id for e in new])
+        if previous._tokens is not None:
+            self._tokens = previous._tokens - sum([e.tokens for e in old[shared:]]) + sum([e.tokens for e in new])
+        if previous._forced is not None:
+            self._forced = previous._forced.extended(shared, new, _is_forced)
+        if previous._boundaries is not None:
+            self._boundaries = previous._boundaries.extended(shared, new, _is_boundary)
+        positions = previous._positions
+        if positions is not None and previous._ids is not None and self._ids is not None:
+            # Handed over (the previous facts are not read again: `_LAST` keeps one), cut back and extended, when
+            # the ids are told apart (always, from segmentation).
+            previous._positions = None
+            if len(positions) == len(previous._ids):
+                for exchange_id in previous._ids[shared:]:
+                    del positions[exchange_id]
+                positions.update(zip(self._ids[shared:], count(shared)))
+                if len(positions) == len(self._ids):
+                    self._positions = positions
 
-    def tokens(self, exchanges: tuple[Exchange, ...]) -> int:
+    @property
+    def ids(self) -> tuple[str, ...]:
+        if self._ids is None:
+            self._ids = tuple([e.id for e in self.exchanges])
+        return self._ids
+
+    @property
+    def tokens(self) -> int:
         if self._tokens is None:
-            self._tokens = sum([e.tokens for e in exchanges])
+            self._tokens = sum([e.tokens for e in self.exchanges])
         return self._tokens
+
+    @property
+    def forced(self) -> tuple[Exchange, ...]:
+        if self._forced is None:
+            self._forced = _Found.of(self.exchanges, _is_forced)
+        return self._forced.exchanges
+
+    @property
+    def boundaries(self) -> tuple[Exchange, ...]:
+        if self._boundaries is None:
+            self._boundaries = _Found.of(self.exchanges, _is_boundary)
+        return self._boundaries.exchanges
+
+    @property
+    def positions(self) -> dict[str, int]:
+        if self._positions is None:
+            self._positions = dict(zip(self.ids, count()))
+        return self._positions
 
     def records(self, view: ConversationView) -> tuple[dict[str, Any], ...]:
         if self._records is None:
-            self._records = tuple(view.records())
+            # `view.records()`, from the boundaries (read once) instead of a pass over every exchange.
+            found: list[dict[str, Any]] = []
+            seen: set[int] = set()
+            for exchange in self.boundaries:
+                for index, _ in exchange.refs:
+                    if index in seen:
+                        continue  # a request split between two boundary exchanges is read once, whole
+                    seen.add(index)
+                    found.extend(r for part in view.messages[index].parts if (r := our_record(part)) is not None)
+            self._records = tuple(found)
         return self._records
 
-    def forced(self, exchanges: tuple[Exchange, ...]) -> tuple[Exchange, ...]:
-        if self._forced is None:
-            self._forced = tuple([e for e in exchanges if e.protected is not None or e.unfinished])
-        return self._forced
 
-    def ids(self, exchanges: tuple[Exchange, ...]) -> tuple[str, ...]:
-        if self._ids is None:
-            self._ids = tuple([e.id for e in exchanges])
-        return self._ids
+def _is_forced(exchange: Exchange) -> bool:
+    return exchange.protected is not None or exchange.unfinished
 
-    def boundaries(self, exchanges: tuple[Exchange, ...]) -> tuple[Exchange, ...]:
-        if self._boundaries is None:
-            self._boundaries = tuple([e for e in exchanges if e.kind == 'boundary'])
-        return self._boundaries
+
+def _is_boundary(exchange: Exchange) -> bool:
+    return exchange.kind == 'boundary'
+
+
+@dataclass(frozen=True)
+class _Found:
+    """The exchanges of a view that one test picks (a few), with their positions."""
+
+    exchanges: tuple[Exchange, ...]
+    at: tuple[int, ...]
+
+    @staticmethod
+    def of(exchanges: tuple[Exchange, ...], test: Callable[[Exchange], bool]) -> _Found:
+        at = tuple(compress(count(), map(test, exchanges)))
+        return _Found(tuple([exchanges[i] for i in at]), at)
+
+    def extended(self, shared: int, new: tuple[Exchange, ...], test: Callable[[Exchange], bool]) -> _Found:
+        """These, for a view sharing the first *shared* exchanges and then holding *new*."""
+        cut = bisect_left(self.at, shared)
+        more = _Found.of(new, test)
+        return _Found(self.exchanges[:cut] + more.exchanges, self.at[:cut] + tuple([shared + i for i in more.at]))
 
 
 _LAST: list[_Facts] = []
@@ -128,29 +221,94 @@ def _facts(view: ConversationView) -> _Facts:
     last = _LAST[0] if _LAST else None
     if last is not None and last.view() is view:
         return last
-    facts = _Facts(view)
+    facts = _Facts(view, last)
     _LAST[:] = [facts]
     return facts
 
 
+def starts_with(exchanges: Sequence[Exchange], before: Sequence[Exchange], ignored: Callable[[Exchange], bool]) -> bool:
+    """`same_prefix(before, exchanges, ignored)`: the positions where the two differ are found by a pass in C, and
+    only those are read in Python (a copy marked at the start of 25k exchanges no longer costs a pass in Python)."""
+    if len(exchanges) < len(before):
+        return False
+    return all(
+        ignored(before[at]) and ignored(exchanges[at])
+        for at in compress(count(), map(operator.is_not, before, exchanges))
+    )
+
+
+def view_starts_with(view: ConversationView, before: tuple[Exchange, ...], ignored: Callable[[Exchange], bool]) -> bool:
+    """`starts_with(view.exchanges, before, ignored)`, remembered for the views after *view* that share as much.
+
+    A reading carried forward (a reset's, the notes') checks that a view starts with the exchanges it read. The
+    views of a run share their start with the one before, found once per view (`_Facts`): what the one before was
+    found to start with, this one does too, without another pass.
+    """
+    facts = _facts(view)
+    if any(known is before and function is ignored for known, function in facts.verified):
+        return True
+    if not starts_with(view.exchanges, before, ignored):
+        return False
+    facts.verified = [*facts.verified[-(_VERIFIED_KEPT - 1) :], (before, ignored)]
+    return True
+
+
+def note_start(view: ConversationView, before: tuple[Exchange, ...], ignored: Callable[[Exchange], bool]) -> None:
+    """Remember that *view* starts with *before* (taken from its own exchanges), for `view_starts_with`."""
+    facts = _facts(view)
+    facts.verified = [*facts.verified[-(_VERIFIED_KEPT - 1) :], (before, ignored)]
+
+
+_VERIFIED_KEPT = 8
+"""Starts remembered per view (each reading keeps a few histories)."""
+
+
+def exchange_positions(view: ConversationView) -> dict[str, int]:
+    """Each exchange's position in *view* by its id, read once per view (read it, do not change it)."""
+    return _facts(view).positions
+
+
+def kept_positions(view: ConversationView, keep: set[str]) -> list[int]:
+    """The positions of the exchanges of *view* whose id is in *keep*, ascending.
+
+    A few kept ids are looked up; many are found by a pass in C over the ids, which is then cheaper than sorting.
+    """
+    facts = _facts(view)
+    positions, ids = facts.positions, facts.ids
+    if 8 * len(keep) < len(ids) and len(positions) == len(ids):
+        return sorted([positions[i] for i in keep if i in positions])
+    return list(compress(count(), map(keep.__contains__, ids)))
+
+
+def first_unfinished(view: ConversationView) -> int:
+    """The position of the first unfinished exchange of *view* (the number of exchanges when there is none)."""
+    facts = _facts(view)
+    # Unfinished exchanges are forced: the first one is found among the few of those.
+    first = next((exchange for exchange in facts.forced if exchange.unfinished), None)
+    if first is None:
+        return len(facts.ids)
+    at = facts.positions.get(first.id)
+    return at if at is not None and len(facts.positions) == len(facts.ids) else facts.ids.index(first.id)
+
+
 def forced_exchanges(view: ConversationView) -> tuple[Exchange, ...]:
     """The exchanges of *view* whose `forced` holds, in order (read once per view)."""
-    return _facts(view).forced(view.exchanges)
+    return _facts(view).forced
 
 
 def exchange_ids(view: ConversationView) -> tuple[str, ...]:
     """`view.ids`, read once per view."""
-    return _facts(view).ids(view.exchanges)
+    return _facts(view).ids
 
 
 def boundary_exchanges(view: ConversationView) -> tuple[Exchange, ...]:
     """The exchanges of *view* of kind `boundary`, in order (read once per view)."""
-    return _facts(view).boundaries(view.exchanges)
+    return _facts(view).boundaries
 
 
 def view_tokens(view: ConversationView) -> int:
     """`view.tokens`, read once per view."""
-    return _facts(view).tokens(view.exchanges)
+    return _facts(view).tokens
 
 
 def view_records(view: ConversationView) -> list[dict[str, Any]]:
@@ -164,10 +322,41 @@ def droppable_tokens(view: ConversationView) -> int:
 
 
 def _split(view: ConversationView, keep: set[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The ids in *keep* and those not in it, each in the history's order."""
-    ids = exchange_ids(view)
-    kept = list(map(keep.__contains__, ids))
-    return tuple(compress(ids, kept)), tuple(compress(ids, map(operator.not_, kept)))
+    """The ids in *keep* and those not in it, each in the history's order.
+
+    The dropped ids are remembered with the last one's position, which layout application reads instead of
+    looking every dropped id up. Few kept ids (a reset keeps a handful of 25k) cut the ids into slices, in C.
+    """
+    facts = _facts(view)
+    ids = facts.ids
+    if 8 * len(keep) < len(ids) and len(facts.positions) == len(ids):
+        at = kept_positions(view, keep)
+        pieces: list[tuple[str, ...]] = []
+        start = 0
+        for position in at:
+            pieces.append(ids[start:position])
+            start = position + 1
+        pieces.append(ids[start:])
+        kept, dropped = tuple([ids[position] for position in at]), tuple(chain.from_iterable(pieces))
+        last = len(ids) - 1
+        for position in reversed(at):
+            if position != last:
+                break
+            last -= 1
+    else:
+        mask = list(map(keep.__contains__, ids))
+        kept, dropped = tuple(compress(ids, mask)), tuple(compress(ids, map(operator.not_, mask)))
+        last = next(compress(range(len(ids) - 1, -1, -1), map(operator.not_, reversed(mask))), -1)
+    facts.split = (dropped, last if dropped else None)
+    return kept, dropped
+
+
+def last_dropped(view: ConversationView, dropped: tuple[str, ...]) -> int | None:
+    """The largest position of the exchanges *dropped* names in *view* (`None` when it names none)."""
+    facts = _facts(view)
+    if facts.split is not None and facts.split[0] is dropped:
+        return facts.split[1]
+    return max(map(facts.positions.__getitem__, dropped)) if dropped else None
 
 
 def fallback_layout(
@@ -248,12 +437,10 @@ def settle(view: ConversationView, keep: set[str], *, restate: bool = False) -> 
     """
     keep = set(keep)
     exchanges = view.exchanges
-    ids = exchange_ids(view)
     # Unfinished exchanges are forced: the first one is found among the few of those.
-    first = next((exchange for exchange in forced_exchanges(view) if exchange.unfinished), None)
-    unfinished = ids.index(first.id) if first is not None else len(exchanges)
+    unfinished = first_unfinished(view)
     for _ in range(2 * len(exchanges) + 1):
-        kept = list(compress(count(), map(keep.__contains__, ids)))
+        kept = kept_positions(view, keep)
         position = _response_after_response(view, kept, unfinished, restate)
         if position is None:
             return keep

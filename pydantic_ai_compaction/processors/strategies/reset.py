@@ -54,11 +54,16 @@ from pydantic_ai_compaction.runtime.segment import (
     fragment,
     is_restatement,
     our_record,
-    same_prefix,
     settled_prefix,
 )
 from pydantic_ai_compaction.runtime.transcript import clip, return_text, user_text
-from pydantic_ai_compaction.runtime.validate import boundary_exchanges, droppable_tokens, forced_exchanges
+from pydantic_ai_compaction.runtime.validate import (
+    boundary_exchanges,
+    droppable_tokens,
+    forced_exchanges,
+    note_start,
+    view_starts_with,
+)
 
 CheckpointFn = Callable[[RunContext[Any], ConversationView], str]
 """Renders the checkpoint from the run (typed state in `ctx.deps`) and the history."""
@@ -134,7 +139,7 @@ def _shape(line: str) -> tuple[str, ...]:
         elif token.isalpha() and token.isupper():
             tokens.append(token)
         else:
-            tokens.append('0' if any(ch.isdigit() for ch in token) else 'w')
+            tokens.append('0' if any(map(str.isdigit, token)) else 'w')
     return tuple(tokens)
 
 
@@ -148,24 +153,110 @@ _READ_KEPT = 4
 """Histories whose reading a reset keeps (conversations sharing one capability each keep theirs)."""
 
 
+def _starts_with(view: ConversationView, before: tuple[Exchange, ...]) -> bool:
+    """`same_prefix(before, view.exchanges, _no_entries)`, told false at once when the last of *before* differs."""
+    exchanges = view.exchanges
+    count = len(before)
+    if count > len(exchanges):
+        return False
+    last, other = (before[-1], exchanges[count - 1]) if count else (None, None)
+    if last is not other and not (_no_entries(last) and _no_entries(other)):  # pyright: ignore[reportArgumentType]
+        return False
+    return view_starts_with(view, before, _no_entries)
+
+
+class _Reading:
+    """What reading a history's settled exchanges gives after the entries earlier checkpoints held, kept in one place
+    that grows: a longer history extends it in place, and a history that shares less of it cuts it back.
+
+    Only appended to (or cut back to a length it had), so going from one history to the next copies nothing: at
+    50k messages, a copy of the entries seen (25k calls, 25k facts) cost more than reading a new step.
+    """
+
+    __slots__ = ('added', 'at', 'carried', 'counts', 'keyed', 'keys', 'labels', 'placed', 'seen', 'sizes')
+
+    def __init__(self, carried: dict[str, list[str]]) -> None:
+        self.carried = {name: list(lines) for name, lines in carried.items()}
+        """The earlier checkpoints' entries it started from."""
+        self.seen = {name: set(lines) for name, lines in carried.items()}
+        """Every entry seen by now, per section (those carried and those added)."""
+        self.added: dict[str, list[str]] = {name: [] for name in SECTIONS}
+        """The new entries, per section (facts in `found`), in the order they were read."""
+        self.at: list[int] = []
+        """Where each new fact's own text starts in its `found` entry."""
+        self.labels: dict[str, list[str]] = {name: [] for name in SECTIONS}
+        """Each new entry's label (`label_counts`), alongside `added`."""
+        self.counts: dict[str, Counter[str]] = {name: Counter[str]() for name in SECTIONS}
+        """The new entries counted per label, per section."""
+        self.sizes: dict[str, int] = dict.fromkeys(SECTIONS, 0)
+        """The new entries' `_entries_size`, per section."""
+        self.placed = 0
+        """New facts whose own text starts after their call (`at` > 0): only those can be stated by the agent."""
+        self.keys: dict[str, list[int]] = {}
+        """Where each of the first `keyed` new facts' `_fact_key` is found in `added['found']` (facts with a key
+        only): the agent's words are compared with these, not with every fact. Made when first compared."""
+        self.keyed = 0
+
+    def size(self) -> tuple[int, ...]:
+        """How many new entries each section holds: where to cut back to."""
+        return tuple(len(self.added[name]) for name in SECTIONS)
+
+    def add(self, name: str, line: str, at: int, label: str) -> None:
+        """Read one entry (the caller checked it is not `seen`)."""
+        self.seen[name].add(line)
+        self.added[name].append(line)
+        self.labels[name].append(label)
+        self.counts[name][label] += 1
+        self.sizes[name] += len(line) + 3
+        if name == 'found':
+            self.at.append(at)
+            self.placed += bool(at)
+
+    def cut(self, size: tuple[int, ...]) -> None:
+        """Back to *size* (an earlier `size()`): the entries read after it are forgotten, as never seen."""
+        for name, keep in zip(SECTIONS, size, strict=True):
+            lines = self.added[name]
+            if len(lines) == keep:
+                continue
+            seen, counts, labels = self.seen[name], self.counts[name], self.labels[name]
+            for line, label in zip(lines[keep:], labels[keep:], strict=True):
+                seen.discard(line)
+                self.sizes[name] -= len(line) + 3
+                counts[label] -= 1
+                if not counts[label]:
+                    del counts[label]
+            if name == 'found':
+                self.placed -= sum(map(bool, self.at[keep:]))
+                for line, at in zip(lines[keep : self.keyed], self.at[keep : self.keyed], strict=False):
+                    if at and (key := _fact_key(line[at:])):
+                        self.keys[key].pop()
+                        if not self.keys[key]:
+                            del self.keys[key]
+                self.keyed = min(self.keyed, keep)
+                del self.at[keep:]
+            del lines[keep:], labels[keep:]
+
+    def stated(self, stated: set[str]) -> set[int]:
+        """Where the new facts whose `_fact_key` is in *stated* are in `added['found']`."""
+        found, keys = self.added['found'], self.keys
+        for index in range(self.keyed, len(found)):
+            at = self.at[index]
+            if at and (key := _fact_key(found[index][at:])):
+                keys.setdefault(key, []).append(index)
+        self.keyed = len(found)
+        return {index for key in stated if (indexes := keys.get(key)) for index in indexes}
+
+
 @dataclass(frozen=True)
 class _Read:
-    """What reading a history's settled exchanges gave, after the entries earlier checkpoints held."""
+    """A point of a `_Reading`: where it stood after reading *exchanges*."""
 
-    carried: dict[str, list[str]]
-    """The earlier checkpoints' entries it started from."""
+    reading: _Reading
+    """The reading (shared with the other points of it)."""
     exchanges: tuple[Exchange, ...]
-    """The exchanges read (strong references: an exchange holds no message)."""
-    held: dict[str, frozenset[str]]
-    """Every entry seen by then, per section."""
-    added: dict[str, tuple[str, ...]]
-    """The new entries, per section (facts in `found`)."""
-    found: tuple[str, ...]
-    """The new facts."""
-    found_at: tuple[int, ...]
-    """Where each one's fact starts in it."""
-    labels: dict[str, dict[str, int]]
-    """The new entries (facts before they are compared with the agent's words) counted per label, per section."""
+    """The exchanges read by then (strong references: an exchange holds no message)."""
+    size: tuple[int, ...]
+    """The reading's `size()` by then."""
 
 
 @dataclass
@@ -317,7 +408,12 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             if len(_text(appended)) <= limit and (dropped * 3 <= room or not folded):
                 return appended
         # The checkpoints would pass `max_chars` together: one checkpoint of everything, folded with room to spare.
-        sections = {name: [*carried.sections[name], *added[name]] for name in SECTIONS}
+        sections: dict[str, list[str]] = {
+            name: _Lines([*carried.sections[name], *added[name]], _size(carried.sections[name]) + _size(added[name]))
+            if carried.sections[name]
+            else added[name]  # a copy already
+            for name in SECTIONS
+        }
         for name in SECTIONS:
             labels[name].update(label_counts(carried.sections[name]))
         budget = min(self.max_chars // REWRITE_SHARE, (dropped + carried.tokens) * 3)
@@ -426,78 +522,56 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         and carried forward with them, so folding tens of thousands of entries does not read each one again.
         """
         exchanges = view.exchanges
-        start = 0
-        for read in self._read:
-            if read.carried == carried.sections and same_prefix(read.exchanges, exchanges, _no_entries):
-                held = {name: set(lines) for name, lines in read.held.items()}
-                added = {name: list(lines) for name, lines in read.added.items()}
-                labels = {name: Counter(counts) for name, counts in read.labels.items()}
-                found, found_at = list(read.found), list(read.found_at)
-                start = len(read.exchanges)
-                break
-        else:
-            held = {name: set(lines) for name, lines in carried.sections.items()}
-            added = {name: list[str]() for name in SECTIONS}
-            labels = {name: Counter[str]() for name in SECTIONS}
-            found: list[str] = []
-            found_at: list[int] = []
+        reading, start = self._resume(carried, view)
         entries_of = self._exchange_entries
+        seen = reading.seen
         settled = settled_prefix(exchanges)
         for position in range(start, len(exchanges)):
             if position == settled and settled > start:
-                self._remember(carried, exchanges[:settled], held, added, (found, found_at), labels)
+                point = _Read(reading, exchanges[:settled], reading.size())
+                self._read[:] = [point, *self._read][:_READ_KEPT]
+                note_start(view, point.exchanges, _no_entries)  # the next view sharing them is not checked again
             exchange = exchanges[position]
             if _no_entries(exchange):
                 continue
             for name, line, at, label in entries_of(view, exchange):
-                seen = held[name]
-                if line in seen:
-                    continue
-                seen.add(line)
-                labels[name][label] += 1
-                if name == 'found':
-                    found.append(line)
-                    found_at.append(at)
-                else:
-                    added[name].append(line)
-        said = held['conversation']
+                if line not in seen[name]:
+                    reading.add(name, line, at, label)
+        # Copies: the reading goes on growing (a pointer copy each, in C); their sizes are known.
+        added: dict[str, list[str]] = {name: _Lines(reading.added[name], reading.sizes[name]) for name in SECTIONS}
+        labels = {name: Counter(counts) for name, counts in reading.counts.items()}
+        said = seen['conversation']
         added['instructions'] = [
             text
             for text in gather_instructions(view, self.sources)
-            if text not in held['instructions'] and f'user: {text}' not in said
+            if text not in seen['instructions'] and f'user: {text}' not in said
         ]
         labels['instructions'] = label_counts(added['instructions'])
-        stated = self._stated(view, carried, added) if any(found_at) else set[str]()
-        # Keys only when there is something to compare them with: a fact may be a whole long result line.
-        added['found'] = (
-            [line for line, at in zip(found, found_at, strict=True) if not (at and _fact_key(line[at:]) in stated)]
-            if stated
-            else found
-        )
+        found = added['found']
+        stated = self._stated(view, carried, added) if reading.placed else set[str]()
+        # The facts the agent's words state, by their keys (a few among 25k facts, usually none).
+        drop = reading.stated(stated) if stated else set[int]()
+        if drop:
+            added['found'] = [line for at, line in enumerate(found) if at not in drop]
         if len(added['found']) != len(found):
             labels['found'] = label_counts(added['found'])
         return added, labels
 
-    def _remember(
-        self,
-        carried: _Carried,
-        exchanges: Sequence[Exchange],
-        held: dict[str, set[str]],
-        added: dict[str, list[str]],
-        found: tuple[list[str], list[int]],
-        labels: dict[str, Counter[str]],
-    ) -> None:
-        """Keep what reading *exchanges* after *carried* gave, for a longer history starting with them."""
-        read = _Read(
-            carried={name: list(lines) for name, lines in carried.sections.items()},
-            exchanges=tuple(exchanges),
-            held={name: frozenset(lines) for name, lines in held.items()},
-            added={name: tuple(lines) for name, lines in added.items()},
-            found=tuple(found[0]),
-            found_at=tuple(found[1]),
-            labels={name: dict(counts) for name, counts in labels.items()},
-        )
-        self._read[:] = [read, *self._read][:_READ_KEPT]
+    def _resume(self, carried: _Carried, view: ConversationView) -> tuple[_Reading, int]:
+        """The reading to go on from for *view*'s exchanges after *carried*, and how many exchanges it has read.
+
+        A reading that went further on another history is cut back to where the two part (a point of it kept
+        in `_read`): what was read after is forgotten, and so are the points after it.
+        """
+        for read in self._read:
+            if read.reading.carried == carried.sections and _starts_with(view, read.exchanges):
+                reading = read.reading
+                if reading.size() != read.size:
+                    reading.cut(read.size)
+                    count = len(read.exchanges)
+                    self._read[:] = [r for r in self._read if r.reading is not reading or len(r.exchanges) <= count]
+                return reading, len(read.exchanges)
+        return _Reading(carried.sections), 0
 
     def _stated(self, view: ConversationView, carried: _Carried, added: dict[str, list[str]]) -> set[str]:
         """Lines the agent's own words and the instruction changes already state, normalized."""
@@ -544,10 +618,16 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             self._tool_entries(messages, sections, self.extract or self._default_extract)
         else:
             sections['conversation'].extend((line, 0) for line in self._conversation(messages))
-        # In the order the section lines were produced (each section keeps its own order).
-        entries = tuple(
-            (name, line, fact, _label_of(_head(line))) for name in SECTIONS for line, fact in sections[name]
-        )
+        # In the order the section lines were produced (each section keeps its own order). An exchange's entries
+        # mostly share one label (the tool called): each distinct head is labelled once.
+        labels: dict[str, str] = {}
+
+        def label(line: str) -> str:
+            head = _head(line)
+            known = labels.get(head)
+            return known if known is not None else labels.setdefault(head, _label_of(head))
+
+        entries = tuple((name, line, fact, label(line)) for name in SECTIONS for line, fact in sections[name])
         return self._entries.put(parts, entries) if parts else entries
 
     def _tool_entries(
@@ -712,7 +792,7 @@ def fold_with_digests(
     """
     omitted = dict(omitted)
     digests = {name: dict((digests or {}).get(name) or {}) for name in sections}
-    sizes = {name: sum(map(len, lines)) + 3 * len(lines) for name, lines in sections.items()}
+    sizes = {name: _size(lines) for name, lines in sections.items()}
     # Titles, omission notes, digests, header and the progress lines take about 900 characters at most.
     room = max(budget - 900, 0) if room is None else max(budget - room, 0)
     cuts = _fold_cuts(sections, sizes, room)
@@ -849,7 +929,22 @@ def _top(counts: dict[str, int]) -> dict[str, int]:
 
 
 def _entries_size(sections: dict[str, list[str]]) -> int:
-    return sum(sum(map(len, lines)) + 3 * len(lines) for lines in sections.values())
+    return sum(map(_size, sections.values()))
+
+
+class _Lines(list[str]):
+    """A section's entries with their `_size` known: a copy of a reading's 25k entries is not measured again."""
+
+    __slots__ = ('size',)
+
+    def __init__(self, lines: Sequence[str], size: int) -> None:
+        super().__init__(lines)
+        self.size = size
+
+
+def _size(lines: list[str]) -> int:
+    """What *lines* take in a checkpoint, besides titles: each entry and its `- ` and line end."""
+    return lines.size if type(lines) is _Lines else sum(map(len, lines)) + 3 * len(lines)
 
 
 def render_checkpoint(
