@@ -104,8 +104,11 @@ class _Sizes:
     def put(self, part: ToolReturnPart, size: int) -> int:
         entries = self._entries
         if len(entries) >= self._sweep_at:
-            for key in [key for key, (ref, _) in entries.items() if ref() is None]:
-                del entries[key]
+            # A snapshot taken in one step: runs in other threads put entries meanwhile (iterating the table
+            # itself raised "dictionary changed size during iteration"), or sweep the same ones.
+            for key, (ref, _) in list(entries.items()):
+                if ref() is None:
+                    entries.pop(key, None)
             self._sweep_at = max(_FIRST_SWEEP, 2 * len(entries))
         entries[id(part)] = (weakref.ref(part), size)
         return size
