@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 import uuid
+import weakref
 
 import psycopg
 import pytest
@@ -19,15 +20,32 @@ from pydantic_ai_compaction.runtime.transcript import listing, result_chars, ret
 from .stores import POSTGRES_DSN, postgres_store
 
 
+class _Cycle:
+    """Garbage only the collector frees (it refers to itself)."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def _finalizer(ref: weakref.ref[_Cycle]) -> None:
+    """Python code the collector runs when a `_Cycle` goes."""
+    del ref
+
+
 def test_result_sizes_are_remembered_from_many_threads_at_once() -> None:
     # Runs in threads (`run_sync` in a worker pool) list results at the same time: the table's sweep once read
-    # the table while another thread added to it ("dictionary changed size during iteration").
+    # the table while another thread added to it ("dictionary changed size during iteration"), also while the
+    # garbage collector ran finalizers (weak reference callbacks, as the process's memo tables have).
     errors: list[BaseException] = []
     sizes: list[bool] = []
+    callbacks: list[weakref.ref[_Cycle]] = []
 
     def work(seed: int) -> None:
         try:
             for _ in range(8):
+                cycles = [_Cycle() for _ in range(200)]
+                callbacks.extend(weakref.ref(cycle, _finalizer) for cycle in cycles)
+                del cycles
                 parts = [ToolReturnPart('read', {'row': seed, 'n': n}, tool_call_id=str(n)) for n in range(1500)]
                 sizes.append(all(result_chars(part) == len(return_text(part)) for part in parts))
         except BaseException as error:  # reported below
