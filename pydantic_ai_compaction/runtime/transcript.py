@@ -104,8 +104,12 @@ class _Sizes:
     def put(self, part: ToolReturnPart, size: int) -> int:
         entries = self._entries
         if len(entries) >= self._sweep_at:
-            for key in [key for key, (ref, _) in entries.items() if ref() is None]:
-                del entries[key]
+            # Read from a copy, made in one step (`list(entries.items())` is not: the garbage collector may run
+            # finalizers while it builds the pairs, and another thread then adds to the table, which raised
+            # "dictionary changed size during iteration"). Another thread may sweep the same entries.
+            for key, (ref, _) in entries.copy().items():
+                if ref() is None:
+                    entries.pop(key, None)
             self._sweep_at = max(_FIRST_SWEEP, 2 * len(entries))
         entries[id(part)] = (weakref.ref(part), size)
         return size

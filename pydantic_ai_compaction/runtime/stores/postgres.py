@@ -455,15 +455,17 @@ class PostgresArchiveStore:
         fresh: dict[tuple[str, str], bool] = {}
         rows: list[tuple[Any, ...]] = []
         prefixes: dict[str, str] = {}
-        for line in lines:
-            key = (db_text(line.conversation_id), db_text(line.fingerprint))
-            if key not in fresh:
-                inserted = conn.execute(
-                    'INSERT INTO pac_indexed_parts (conversation_id, fingerprint) VALUES (%s, %s) '
-                    'ON CONFLICT DO NOTHING RETURNING 1',
-                    key,
-                ).fetchone()
-                fresh[key] = inserted is not None
+        keys = [(db_text(line.conversation_id), db_text(line.fingerprint)) for line in lines]
+        # Parts are registered in one order for every writer: each insert locks its key until the transaction
+        # ends, and two batches naming the same parts in different orders deadlocked (one of them failed).
+        for key in sorted(set(keys)):
+            inserted = conn.execute(
+                'INSERT INTO pac_indexed_parts (conversation_id, fingerprint) VALUES (%s, %s) '
+                'ON CONFLICT DO NOTHING RETURNING 1',
+                key,
+            ).fetchone()
+            fresh[key] = inserted is not None
+        for line, key in zip(lines, keys, strict=True):
             if fresh[key]:
                 text, context = index_text(line.text), line_context(line)
                 prefix = prefixes.get(key[0]) or prefixes.setdefault(key[0], owner_prefix(key[0]))
