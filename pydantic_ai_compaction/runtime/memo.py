@@ -40,7 +40,9 @@ class IdentityMemo(Generic[V]):
         def forget(_: weakref.ref[object]) -> None:
             entry = entries.get(key)
             if entry is not None and entry[0] is refs:
-                del entries[key]
+                # Two of the key's objects can die at once in two threads: both callbacks get here, and a
+                # value put again meanwhile is only recomputed if removed.
+                entries.pop(key, None)
 
         refs = tuple(weakref.ref(obj, forget) for obj in objects)
         entries[key] = (refs, value)
