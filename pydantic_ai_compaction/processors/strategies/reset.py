@@ -561,15 +561,22 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         """The reading to go on from for *view*'s exchanges after *carried*, and how many exchanges it has read.
 
         A reading that went further on another history is cut back to where the two part (a point of it kept
-        in `_read`): what was read after is forgotten, and so are the points after it.
+        in `_read`): what was read after is forgotten, and so are the points after it, and the points of other
+        histories that held more entries than it (on a branch that read nothing new, a point with fewer
+        exchanges can hold more entries: its entries would be read back as another branch's).
         """
         for read in self._read:
             if read.reading.carried == carried.sections and _starts_with(view, read.exchanges):
                 reading = read.reading
                 if reading.size() != read.size:
                     reading.cut(read.size)
-                    count = len(read.exchanges)
-                    self._read[:] = [r for r in self._read if r.reading is not reading or len(r.exchanges) <= count]
+                    count, size = len(read.exchanges), read.size
+                    self._read[:] = [
+                        r
+                        for r in self._read
+                        if r.reading is not reading
+                        or (len(r.exchanges) <= count and all(map(operator.le, r.size, size)))
+                    ]
                 return reading, len(read.exchanges)
         return _Reading(carried.sections), 0
 

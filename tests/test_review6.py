@@ -1,0 +1,113 @@
+"""Review findings on the reset's carried reading, the validator's carried facts and layout application."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
+
+from pydantic_ai_compaction import InstructionSources, ResetToCheckpoint, Trigger
+from pydantic_ai_compaction.runtime.engine import run_compaction
+
+from .test_reset_scale import _context, _copy, _fingerprint, _loop, _step
+
+EXAMPLES = int(os.environ.get('PAC_EXAMPLES', '15'))
+
+
+_LOG = '\n'.join(['INFO fine'] * 60 + ['INCIDENT {} port=80'])
+"""A log long enough that a checkpoint of it saves room."""
+
+
+def _call(step: int, index: int) -> list[ModelMessage]:
+    """A `read_log` call of log *index* (the same entry whenever *index* repeats)."""
+    return [
+        ModelResponse(parts=[ToolCallPart('read_log', {'index': index}, tool_call_id=f'c{step}')]),
+        ModelRequest(parts=[ToolReturnPart('read_log', _LOG.format(index), tool_call_id=f'c{step}')]),
+    ]
+
+
+def test_a_reset_reading_cut_back_for_one_branch_does_not_keep_another_branch_point_past_the_cut() -> None:
+    """Branch A adds no entry past the shared start (its point is as large as the start's), branch B adds one,
+    then A comes back with a new entry: the reading is cut back for A to the start's size, and B's point (fewer
+    exchanges than A's) must be forgotten, or B coming back reads A's entry as its own."""
+    cctx = _context()
+    sources = InstructionSources(markers=('INCIDENT',))
+
+    def reset() -> ResetToCheckpoint[None]:
+        return ResetToCheckpoint[None](trigger=Trigger(tokens=1), max_chars=16_000, sources=sources)
+
+    carried = reset()
+
+    def both(history: list[ModelMessage]) -> None:
+        got = asyncio.run(run_compaction(carried, history, cctx, min_saving=0.0))
+        expected = asyncio.run(run_compaction(reset(), _copy(history), cctx, min_saving=0.0))
+        assert _fingerprint(got) == _fingerprint(expected)
+
+    start = _loop(['read', 'read', 'read'])  # steps 0..2: logs 0..2
+    a = [*start, *(m for step in range(3, 9) for m in _call(step, 0))]  # log 0 again: nothing new
+    a1 = [*a, *(m for step in range(9, 13) for m in _call(step, 0))]
+    b = [*a, *_call(9, 100), *_call(10, 0)]  # log 100: new, fewer exchanges than `a1`
+    both(start)
+    both(a)
+    both(a1)
+    both(b)
+    both([*a1, *_call(13, 200), *_call(14, 0)])  # log 200: new; cuts the reading back to `a`'s size
+    both([*b, *_call(11, 0), *_call(12, 0)])  # goes on from `b`'s point: must not read log 200 as its own
+
+
+_STEP = st.sampled_from(['same', 'same', 'new', 'turn'])
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@example(  # the branch that read nothing new, cut back for another (the test above)
+    ['new', 'new'],
+    [
+        (1, 0, ['same'] * 6),
+        (2, 0, ['same'] * 4),
+        (2, 0, ['new', 'same']),
+        (3, 0, ['new', 'same']),
+        (4, 0, ['same'] * 2),
+    ],
+)
+@given(
+    st.lists(_STEP, min_size=1, max_size=8),
+    st.lists(
+        st.tuples(st.integers(0, 7), st.sampled_from([0, 0, 0, 1, 3]), st.lists(_STEP, min_size=1, max_size=6)),
+        max_size=8,
+    ),
+)
+def test_a_reset_shared_by_histories_branching_anywhere_compacts_each_as_a_reset_reading_from_scratch(
+    opening: list[str], moves: list[tuple[int, int, list[str]]]
+) -> None:
+    """Histories as regenerations and edits make them: each one a step cut from an earlier one (any of them), then
+    new steps; logs repeated (nothing new) and new ones, so the reading's points hold as many entries or more."""
+    cctx = _context()
+    sources = InstructionSources(markers=('INCIDENT',))
+
+    def reset() -> ResetToCheckpoint[None]:
+        return ResetToCheckpoint[None](trigger=Trigger(tokens=1), max_chars=16_000, sources=sources)
+
+    carried = reset()
+    counter = iter(range(1_000, 10**6))
+
+    def steps(kinds: list[str], first: int) -> list[ModelMessage]:
+        out: list[ModelMessage] = []
+        for step, kind in enumerate(kinds, start=first):
+            if kind == 'turn':
+                out.extend(_step(step, 'turn'))
+            else:
+                out.extend(_call(step, 0 if kind == 'same' else next(counter)))
+        return out
+
+    histories = [[*_loop(['read']), *steps(opening, 1)]]
+    for pick, back, more in [(0, 0, []), *moves]:
+        base = histories[pick % len(histories)]
+        cut = base[: max(3, len(base) - 2 * back)]
+        history = [*cut, *steps(more, len(cut))] if more else cut
+        histories.append(history)
+        got = asyncio.run(run_compaction(carried, history, cctx, min_saving=0.0))
+        expected = asyncio.run(run_compaction(reset(), _copy(history), cctx, min_saving=0.0))
+        assert _fingerprint(got) == _fingerprint(expected)
