@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
 
 from pydantic_ai_compaction import InstructionSources, ResetToCheckpoint, Trigger
+from pydantic_ai_compaction.processors.strategies.reset import FactExtractor, rare_lines
 from pydantic_ai_compaction.runtime.engine import run_compaction
 
 from .test_reset_scale import _context, _copy, _fingerprint, _loop, _step
@@ -111,3 +113,43 @@ def test_a_reset_shared_by_histories_branching_anywhere_compacts_each_as_a_reset
         got = asyncio.run(run_compaction(carried, history, cctx, min_saving=0.0))
         expected = asyncio.run(run_compaction(reset(), _copy(history), cctx, min_saving=0.0))
         assert _fingerprint(got) == _fingerprint(expected)
+
+
+def test_runs_in_threads_sharing_one_reset_and_a_start_each_compact_as_a_reset_reading_from_scratch() -> None:
+    """One agent serving two follow-ups of one history in threads: the reading the reset shares between them is
+    changed in place, so one run reading while the other cuts it back must not take the other's entries."""
+    cctx = _context()
+    sources = InstructionSources(markers=('INCIDENT',))
+    inside, release = threading.Event(), threading.Event()
+
+    def extract(call: ToolCallPart, text: str) -> list[str]:
+        if 'INCIDENT 777 ' in text and not release.is_set():
+            inside.set()  # the first run is reading its own steps: the second one runs now
+            release.wait(10)
+        return rare_lines(call, text, limit=20)
+
+    def reset(extractor: FactExtractor) -> ResetToCheckpoint[None]:
+        return ResetToCheckpoint[None](trigger=Trigger(tokens=1), max_chars=16_000, sources=sources, extract=extractor)
+
+    shared = reset(extract)
+    start = [*_loop(['read']), *_call(1, 1), *_call(2, 2), *_call(3, 3)]
+    first = [*start, *_call(4, 500), *_call(5, 777), *_call(6, 0), *_call(7, 0)]
+    second = [*start, *_call(4, 600), *_call(5, 0), *_call(6, 0)]
+    asyncio.run(run_compaction(shared, start, cctx, min_saving=0.0))
+    got: dict[int, object] = {}
+
+    def run(index: int, history: list[ModelMessage]) -> None:
+        got[index] = asyncio.run(run_compaction(shared, history, cctx, min_saving=0.0))
+
+    threads = [threading.Thread(target=run, args=(0, first)), threading.Thread(target=run, args=(1, second))]
+    threads[0].start()
+    assert inside.wait(10)
+    threads[1].start()
+    threads[1].join(0.5)  # done by now unless it waits for the first run's reading
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    plain = reset(lambda call, text: rare_lines(call, text, limit=20))
+    for index, history in enumerate((first, second)):
+        expected = asyncio.run(run_compaction(plain, _copy(history), cctx, min_saving=0.0))
+        assert _fingerprint(got[index]) == _fingerprint(expected)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import operator
 import re
+import threading
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -365,6 +366,10 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     """The entries of the settled exchanges of the last few histories read: a longer history starting with the
     same exchanges reads only the ones after them."""
 
+    _reading: threading.Lock = field(init=False, repr=False, compare=False, default_factory=threading.Lock)
+    """Held while a history is read: the readings in `_read` are changed in place, and runs in threads (one agent
+    serving several conversations) may share them."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
         owner = 'ResetToCheckpoint'
@@ -521,6 +526,12 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         does: the checkpoint does not restate the agent's notes. The labels are counted as the entries are read
         and carried forward with them, so folding tens of thousands of entries does not read each one again.
         """
+        with self._reading:
+            return self._read_additions(view, carried)
+
+    def _read_additions(
+        self, view: ConversationView, carried: _Carried
+    ) -> tuple[dict[str, list[str]], dict[str, Counter[str]]]:
         exchanges = view.exchanges
         reading, start = self._resume(carried, view)
         entries_of = self._exchange_entries
