@@ -3,16 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+import linecache
+import operator
 import os
+import sys
 import threading
+from types import FrameType
+from typing import Any
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 
 from pydantic_ai_compaction import InstructionSources, ResetToCheckpoint, Trigger
 from pydantic_ai_compaction.processors.strategies.reset import FactExtractor, rare_lines
+from pydantic_ai_compaction.protocols.types import Proposal, Summary
+from pydantic_ai_compaction.runtime import segment
+from pydantic_ai_compaction.runtime.apply import apply_layout, apply_layout_fresh
 from pydantic_ai_compaction.runtime.engine import run_compaction
+from pydantic_ai_compaction.runtime.validate import exchange_ids, exchange_positions, kept_positions, validate
 
 from .test_reset_scale import _context, _copy, _fingerprint, _loop, _step
 
@@ -153,3 +169,61 @@ def test_runs_in_threads_sharing_one_reset_and_a_start_each_compact_as_a_reset_r
     for index, history in enumerate((first, second)):
         expected = asyncio.run(run_compaction(plain, _copy(history), cctx, min_saving=0.0))
         assert _fingerprint(got[index]) == _fingerprint(expected)
+
+
+def test_a_view_laid_out_in_one_thread_keeps_its_positions_while_another_thread_reads_a_view_sharing_its_start() -> (
+    None
+):
+    """Two runs in threads laying out views of one conversation (a shared start, then each its own steps): the
+    facts of the view read next take the positions of the one before over and change them in place, so the run
+    preempted while reading them must not lose its kept exchanges (here the step in progress)."""
+
+    def step(index: int, tag: str) -> list[ModelMessage]:
+        call = ToolCallPart('read', {'i': index}, tool_call_id=f'{tag}{index}')
+        return [
+            ModelResponse(parts=[call]),
+            ModelRequest(parts=[ToolReturnPart('read', f'ok {index}', tool_call_id=f'{tag}{index}')]),
+        ]
+
+    start = [ModelRequest(parts=[UserPromptPart('go')]), *(m for i in range(40) for m in step(i, 'h'))]
+    segment(start)
+    view = segment([*start, *(m for i in range(20) for m in step(i, 'a'))])
+    other = segment([*start, *(m for i in range(10) for m in step(i, 'b'))])
+    assert all(map(operator.is_, other.exchanges[:40], view.exchanges[:40]))  # the same objects: carried
+    paused, resume = threading.Event(), threading.Event()
+
+    def tracer(frame: FrameType, event: str, arg: object) -> Any:
+        """Preempts the run right where it reads the kept positions for layout application."""
+        if frame.f_code is not kept_positions.__code__ or frame.f_back is None:
+            return None
+        if frame.f_back.f_code is not apply_layout.__code__:
+            return None
+
+        def line(frame: FrameType, event: str, arg: object) -> Any:
+            here = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+            if event == 'line' and 'sorted(' in here and not paused.is_set():
+                paused.set()
+                resume.wait(10)
+            return line
+
+        return line
+
+    layout = validate(Proposal.keep(view.ids[1], summary=Summary('s')), view)
+    got: list[list[ModelMessage]] = []
+
+    def run() -> None:
+        sys.settrace(tracer)
+        try:
+            got.append(apply_layout(view, layout, {'n': 1}))
+        finally:
+            sys.settrace(None)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert paused.wait(10)
+    exchange_ids(other), exchange_positions(other)  # the other run reads its view meanwhile
+    resume.set()
+    thread.join(10)
+    expected = apply_layout_fresh(view, layout, {'n': 1})
+    assert [m.parts for m in got[0]][-2:] == [m.parts for m in expected][-2:]
+    assert len(got[0]) == len(expected)
