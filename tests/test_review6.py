@@ -28,9 +28,12 @@ from pydantic_ai_compaction.protocols.types import Proposal, Summary
 from pydantic_ai_compaction.runtime import segment
 from pydantic_ai_compaction.runtime.apply import apply_layout, apply_layout_fresh
 from pydantic_ai_compaction.runtime.engine import run_compaction
+from pydantic_ai_compaction.runtime.instructions import gather_instructions
+from pydantic_ai_compaction.runtime.notes import gather_notes, gather_notes_fresh
 from pydantic_ai_compaction.runtime.validate import exchange_ids, exchange_positions, kept_positions, validate
 
-from .test_reset_scale import _context, _copy, _fingerprint, _loop, _step
+from .reliability import histories as reliability_histories
+from .test_reset_scale import _KINDS, _context, _copy, _fingerprint, _loop, _step
 
 EXAMPLES = int(os.environ.get('PAC_EXAMPLES', '15'))
 
@@ -227,3 +230,46 @@ def test_a_view_laid_out_in_one_thread_keeps_its_positions_while_another_thread_
     expected = apply_layout_fresh(view, layout, {'n': 1})
     assert [m.parts for m in got[0]][-2:] == [m.parts for m in expected][-2:]
     assert len(got[0]) == len(expected)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(reliability_histories(), reliability_histories(), st.integers(1, 6), st.sampled_from([200, 2_000, 16_000]))
+def test_a_reset_shared_by_generated_histories_grown_branched_and_cut_compacts_as_a_reset_reading_from_scratch(
+    history: list[ModelMessage], other: list[ModelMessage], back: int, max_chars: int
+) -> None:
+    """Parallel and retried calls, signed thinking, `ToolReturn` content, huge ints, lone surrogates, pins and
+    earlier boundaries: grown message by message, then a branch from its middle, then cut back, then grown again."""
+    cctx = _context()
+    sources = InstructionSources(markers=('INCIDENT',))
+
+    def reset() -> ResetToCheckpoint[None]:
+        return ResetToCheckpoint[None](trigger=Trigger(tokens=1), max_chars=max_chars, sources=sources)
+
+    carried = reset()
+    middle = max(1, len(history) // 2)
+    runs = [history[:end] for end in range(1, len(history) + 1)]
+    runs += [[*history[:middle], *other[1:]], history[: max(1, len(history) - back)], history]
+    for run in runs:
+        got = asyncio.run(run_compaction(carried, run, cctx, min_saving=0.0))
+        expected = asyncio.run(run_compaction(reset(), _copy(run), cctx, min_saving=0.0))
+        assert _fingerprint(got) == _fingerprint(expected)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(_KINDS, reliability_histories(), st.lists(st.tuples(st.booleans(), st.integers(0, 60)), max_size=12))
+def test_instructions_and_notes_read_for_conversations_taken_in_turns_are_those_read_afresh(
+    kinds: list[str], generated: list[ModelMessage], turns: list[tuple[bool, int]]
+) -> None:
+    """Two conversations sharing one `InstructionSources` (and the runtime's notes reading), their views taken
+    in turns at any length, longer or shorter than the one before: each gives what a reading from scratch does."""
+    sources = InstructionSources(markers=('INCIDENT',))
+    conversations = (_loop(kinds), generated)
+    for which, end in [(False, len(conversations[0])), *turns, (True, len(conversations[1]))]:
+        history = conversations[which]
+        history = history[: max(1, min(end, len(history)))]
+        view = segment(history)
+        fresh = segment(_copy(history))
+        assert gather_instructions(view, sources) == gather_instructions(
+            fresh, InstructionSources(markers=('INCIDENT',))
+        )
+        assert gather_notes(view) == gather_notes_fresh(fresh)
