@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import linecache
 import operator
 import os
+import pickle
 import sys
 import threading
 from types import FrameType
@@ -27,7 +29,7 @@ from pydantic_ai_compaction.processors.strategies.reset import FactExtractor, ra
 from pydantic_ai_compaction.protocols.types import Proposal, Summary
 from pydantic_ai_compaction.runtime import segment
 from pydantic_ai_compaction.runtime.apply import apply_layout, apply_layout_fresh
-from pydantic_ai_compaction.runtime.engine import run_compaction
+from pydantic_ai_compaction.runtime.engine import Outcome, run_compaction
 from pydantic_ai_compaction.runtime.instructions import gather_instructions
 from pydantic_ai_compaction.runtime.notes import gather_notes, gather_notes_fresh
 from pydantic_ai_compaction.runtime.validate import exchange_ids, exchange_positions, kept_positions, validate
@@ -273,3 +275,17 @@ def test_instructions_and_notes_read_for_conversations_taken_in_turns_are_those_
             fresh, InstructionSources(markers=('INCIDENT',))
         )
         assert gather_notes(view) == gather_notes_fresh(fresh)
+
+
+def test_a_reset_that_has_read_histories_is_deep_copied_and_its_copy_compacts_alike() -> None:
+    """A reset is a plain dataclass: deep-copied with the readings it carries (a fresh unused one is pickled too),
+    and the copy compacts as the original does."""
+    cctx = _context()
+    reset = ResetToCheckpoint[None](trigger=Trigger(tokens=1), sources=InstructionSources(markers=('INCIDENT',)))
+    history = [*_loop(['read']), *(m for step in range(1, 9) for m in _call(step, step))]
+    asyncio.run(run_compaction(reset, history[:11], cctx, min_saving=0.0))
+    assert pickle.loads(pickle.dumps(ResetToCheckpoint[None]())).max_chars == 16_000
+    for copied in (copy.deepcopy(reset),):
+        got = asyncio.run(run_compaction(copied, _copy(history), cctx, min_saving=0.0))
+        assert _fingerprint(got) == _fingerprint(asyncio.run(run_compaction(reset, history, cctx, min_saving=0.0)))
+        assert isinstance(got, Outcome)

@@ -153,6 +153,10 @@ def _no_entries(exchange: Exchange) -> bool:
 _READ_KEPT = 4
 """Histories whose reading a reset keeps (conversations sharing one capability each keep theirs)."""
 
+_READING = threading.RLock()
+"""Held while a history is read: the readings in `_read` are changed in place, and runs in threads (one agent
+serving several conversations) may share them. One for every reset, so a reset stays copyable."""
+
 
 def _starts_with(view: ConversationView, before: tuple[Exchange, ...]) -> bool:
     """`same_prefix(before, view.exchanges, _no_entries)`, told false at once when the last of *before* differs."""
@@ -366,10 +370,6 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     """The entries of the settled exchanges of the last few histories read: a longer history starting with the
     same exchanges reads only the ones after them."""
 
-    _reading: threading.Lock = field(init=False, repr=False, compare=False, default_factory=threading.Lock)
-    """Held while a history is read: the readings in `_read` are changed in place, and runs in threads (one agent
-    serving several conversations) may share them."""
-
     def __post_init__(self) -> None:
         super().__post_init__()
         owner = 'ResetToCheckpoint'
@@ -526,7 +526,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         does: the checkpoint does not restate the agent's notes. The labels are counted as the entries are read
         and carried forward with them, so folding tens of thousands of entries does not read each one again.
         """
-        with self._reading:
+        with _READING:
             return self._read_additions(view, carried)
 
     def _read_additions(
