@@ -7,6 +7,7 @@ history to send or why the history stays as it is. `validate` and `fallback_layo
 from __future__ import annotations
 
 import operator
+import threading
 import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
@@ -213,16 +214,22 @@ class _Found:
         return _Found(self.exchanges[:cut] + more.exchanges, self.at[:cut] + tuple([shared + i for i in more.at]))
 
 
-_LAST: list[_Facts] = []
-"""The facts of the view read last (one compaction reads one view many times; a weak reference to it)."""
+class _Last(threading.local):
+    facts: _Facts | None = None
+
+
+_LAST = _Last()
+"""The facts of the view read last (one compaction reads one view many times; a weak reference to it), per
+thread: the next view's facts take the positions over and change them in place, so a run in another thread
+must not take them while one is reading them."""
 
 
 def _facts(view: ConversationView) -> _Facts:
-    last = _LAST[0] if _LAST else None
+    last = _LAST.facts
     if last is not None and last.view() is view:
         return last
     facts = _Facts(view, last)
-    _LAST[:] = [facts]
+    _LAST.facts = facts
     return facts
 
 

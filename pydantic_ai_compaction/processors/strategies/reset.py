@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import operator
 import re
+import threading
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -151,6 +152,10 @@ def _no_entries(exchange: Exchange) -> bool:
 
 _READ_KEPT = 4
 """Histories whose reading a reset keeps (conversations sharing one capability each keep theirs)."""
+
+_READING = threading.RLock()
+"""Held while a history is read: the readings in `_read` are changed in place, and runs in threads (one agent
+serving several conversations) may share them. One for every reset, so a reset stays copyable."""
 
 
 def _starts_with(view: ConversationView, before: tuple[Exchange, ...]) -> bool:
@@ -521,6 +526,12 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         does: the checkpoint does not restate the agent's notes. The labels are counted as the entries are read
         and carried forward with them, so folding tens of thousands of entries does not read each one again.
         """
+        with _READING:
+            return self._read_additions(view, carried)
+
+    def _read_additions(
+        self, view: ConversationView, carried: _Carried
+    ) -> tuple[dict[str, list[str]], dict[str, Counter[str]]]:
         exchanges = view.exchanges
         reading, start = self._resume(carried, view)
         entries_of = self._exchange_entries
@@ -561,15 +572,22 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         """The reading to go on from for *view*'s exchanges after *carried*, and how many exchanges it has read.
 
         A reading that went further on another history is cut back to where the two part (a point of it kept
-        in `_read`): what was read after is forgotten, and so are the points after it.
+        in `_read`): what was read after is forgotten, and so are the points after it, and the points of other
+        histories that held more entries than it (on a branch that read nothing new, a point with fewer
+        exchanges can hold more entries: its entries would be read back as another branch's).
         """
         for read in self._read:
             if read.reading.carried == carried.sections and _starts_with(view, read.exchanges):
                 reading = read.reading
                 if reading.size() != read.size:
                     reading.cut(read.size)
-                    count = len(read.exchanges)
-                    self._read[:] = [r for r in self._read if r.reading is not reading or len(r.exchanges) <= count]
+                    count, size = len(read.exchanges), read.size
+                    self._read[:] = [
+                        r
+                        for r in self._read
+                        if r.reading is not reading
+                        or (len(r.exchanges) <= count and all(map(operator.le, r.size, size)))
+                    ]
                 return reading, len(read.exchanges)
         return _Reading(carried.sections), 0
 
