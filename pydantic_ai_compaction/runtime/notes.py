@@ -53,8 +53,11 @@ def gather_notes(view: ConversationView) -> list[str]:
     end = exchanges[settled].refs[0][0] if settled < len(exchanges) else len(view.messages)
     if settled and end > start:
         notes = (*carried, *_notes_in(view.messages[start:end]))
-        _READ[:] = [_Read(exchanges[:settled], end, notes), *_READ][:_READ_KEPT]
-        note_start(view, _READ[0].exchanges, _forced)  # the next view sharing them is not checked again
+        read = _Read(exchanges[:settled], end, notes)
+        _READ[:] = [read, *_READ][:_READ_KEPT]
+        # The next view sharing them is not checked again. `read`, not `_READ[0]`: another thread may have put
+        # its own reading first meanwhile.
+        note_start(view, read.exchanges, _forced)
         found.extend(notes)
         found.extend(_notes_in(view.messages[end:]))
     else:
