@@ -5,15 +5,25 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from typing import Any
 
-from pydantic_ai.messages import ModelMessage, ToolCallPart
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from pydantic_ai_compaction import InstructionSources, ResetToCheckpoint, Trigger
 from pydantic_ai_compaction.processors.strategies.reset import FactExtractor, rare_lines
-from pydantic_ai_compaction.runtime.engine import run_compaction
+from pydantic_ai_compaction.runtime.engine import Outcome, run_compaction
 
 from .test_reset_scale import _context, _copy, _fingerprint, _loop
-from .test_review6 import _call
+from .test_review6 import _LOG, _call
 
 EXAMPLES = int(os.environ.get('PAC_EXAMPLES', '15'))
 
@@ -50,3 +60,106 @@ def test_an_extractor_waiting_for_another_reset_in_another_thread_is_not_blocked
     history = [*_loop(['read']), *_call(1, 1), *_call(2, 777), *_call(3, 3)]
     asyncio.run(run_compaction(_reset(extract), history, cctx, min_saving=0.0))
     assert finished.is_set()
+    fresh = asyncio.run(run_compaction(_reset(_plain), _copy(history), cctx, min_saving=0.0))
+    assert _fingerprint(asyncio.run(run_compaction(_reset(extract), history, cctx, min_saving=0.0))) == _fingerprint(
+        fresh
+    )
+
+
+class _Boom(Exception):
+    pass
+
+
+def test_an_extractor_raising_mid_reading_leaves_the_shared_reading_as_a_fresh_one_reads() -> None:
+    """A user `extract` that raises part way through a branch: later histories (the run retried, another branch,
+    the start again) compact as a fresh reset compacts them."""
+    cctx = _context()
+
+    def extract(call: ToolCallPart, text: str) -> list[str]:
+        if 'INCIDENT 999 ' in text:
+            raise _Boom
+        return _plain(call, text)
+
+    shared = _reset(extract)
+    start = [*_loop(['read']), *_call(1, 1), *_call(2, 2), *_call(3, 3)]
+    failing = [*start, *_call(4, 4), *_call(5, 5), *_call(6, 999), *_call(7, 7), *_call(8, 8)]
+    histories = [
+        start,
+        failing[:-4],  # up to before the failing result: read and kept
+        failing,
+        [*failing[:-6], *_call(6, 6), *_call(7, 7), *_call(8, 8)],  # retried without it
+        [*start, *_call(4, 40), *_call(5, 50)],  # another branch
+        failing[:-6],
+        start,
+    ]
+    fell_back = 0
+    for history in histories:
+        got = asyncio.run(run_compaction(shared, history, cctx, min_saving=0.0))
+        if history is failing:  # the engine falls back when the strategy raises
+            assert isinstance(got, Outcome) and got.record.fallback_reason == 'compactor_error'
+            fell_back += 1
+            continue
+        expected = asyncio.run(run_compaction(_reset(_plain), _copy(history), cctx, min_saving=0.0))
+        assert _fingerprint(got) == _fingerprint(expected)
+    assert fell_back == 1
+
+
+_OPENING = ModelRequest(parts=[UserPromptPart('Audit every log.')])
+"""One opening request object that every conversation's history starts with."""
+
+
+def _conversation(tag: int) -> list[ModelMessage]:
+    """A stored history starting with `_OPENING`, then its own logs (some shared in text with the others)."""
+    return [_OPENING, *(m for step in range(1, 4 + tag % 4) for m in _call(step, (tag * step) % 5))]
+
+
+async def _agent_run(capability: object, tag: int) -> list[Any]:
+    sent: list[Any] = []
+
+    async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        await asyncio.sleep(0)  # the other runs go on meanwhile
+        sent.append([(type(p).__name__, getattr(p, 'content', None)) for m in messages for p in m.parts])
+        steps = len(sent)
+        if steps >= 8 + tag % 3:
+            return ModelResponse(parts=[TextPart('report: none found')])
+        return ModelResponse(parts=[ToolCallPart('read_log', {'index': steps + tag}, tool_call_id=f'r{steps}')])
+
+    agent = Agent(FunctionModel(model), capabilities=[capability])  # pyright: ignore[reportArgumentType]
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Read one log."""
+        return _LOG.format(index % 7)
+
+    await agent.run(f'Go on ({tag}).', message_history=_conversation(tag))
+    return sent
+
+
+def test_agent_runs_gathered_on_one_reset_send_what_each_run_alone_sends() -> None:
+    """Ten runs of one reset capability at once, each history starting with the same opening object and then its
+    own: every request the model receives is the one the run receives alone, with a reset of its own."""
+
+    async def gathered() -> list[list[Any]]:
+        shared = _reset()
+        return list(await asyncio.gather(*(_agent_run(shared, tag) for tag in range(10))))
+
+    together = asyncio.run(gathered())
+    alone = [asyncio.run(_agent_run(_reset(), tag)) for tag in range(10)]
+    assert together == alone
+    assert any('CompactionPart' in {kind for kind, _ in request} for requests in alone for request in requests)
+
+
+def test_agent_runs_in_threads_on_one_reset_send_what_each_run_alone_sends() -> None:
+    """The same, each run in a thread of its own (one agent serving several conversations with `run_sync`)."""
+    shared = _reset()
+    together: dict[int, list[Any]] = {}
+
+    def run(tag: int) -> None:
+        together[tag] = asyncio.run(_agent_run(shared, tag))
+
+    threads = [threading.Thread(target=run, args=(tag,)) for tag in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert together == {tag: asyncio.run(_agent_run(_reset(), tag)) for tag in range(6)}
