@@ -7,6 +7,7 @@ import os
 import threading
 from typing import Any
 
+import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
     ModelMessage,
@@ -18,8 +19,10 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from pydantic_ai_compaction import InstructionSources, ResetToCheckpoint, Trigger
+from pydantic_ai_compaction import Fork, InstructionSources, ResetToCheckpoint, StatelessSummary, Trigger
+from pydantic_ai_compaction.processors.strategies.fork import FORK_MARKER
 from pydantic_ai_compaction.processors.strategies.reset import FactExtractor, rare_lines
+from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER
 from pydantic_ai_compaction.runtime.engine import Outcome, run_compaction
 
 from .test_reset_scale import _context, _copy, _fingerprint, _loop
@@ -163,3 +166,61 @@ def test_agent_runs_in_threads_on_one_reset_send_what_each_run_alone_sends() -> 
     for thread in threads:
         thread.join(30)
     assert together == {tag: asyncio.run(_agent_run(_reset(), tag)) for tag in range(6)}
+
+
+_FACTORIES = {
+    'reset': _reset,
+    'summary': lambda: StatelessSummary[None](trigger=Trigger(tokens=600)),
+    'fork': lambda: Fork[None](trigger=Trigger(tokens=600), variant='free'),
+}
+
+
+async def _cancellable_run(capability: object, tag: int, *, hang_at: int | None = None) -> list[Any]:
+    """`_agent_run` with a compactor answering too; *hang_at*: the model call (agent or compactor) that never ends."""
+    sent: list[Any] = []
+
+    async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        await asyncio.sleep(0)
+        if hang_at is not None and len(sent) == hang_at:
+            await asyncio.sleep(30)
+        sent.append([(type(p).__name__, getattr(p, 'content', None)) for m in messages for p in m.parts])
+        prompt = '\n'.join(str(p.content) for p in messages[-1].parts if isinstance(p, UserPromptPart))
+        if SUMMARY_MARKER in prompt or FORK_MARKER in prompt:
+            return ModelResponse(parts=[TextPart('KEEP: none\nLogs read so far are clean.')])
+        steps = len(sent) - 1  # the compactor's calls count as steps too: the same in every process
+        if steps >= 9:
+            return ModelResponse(parts=[TextPart('report: none found')])
+        return ModelResponse(parts=[ToolCallPart('read_log', {'index': steps + tag}, tool_call_id=f'r{steps}')])
+
+    agent = Agent(FunctionModel(model), capabilities=[capability])  # pyright: ignore[reportArgumentType]
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Read one log."""
+        return _LOG.format(index % 7)
+
+    await agent.run(f'Go on ({tag}).', message_history=_conversation(tag))
+    return sent
+
+
+@pytest.mark.parametrize('name', list(_FACTORIES))
+def test_runs_after_one_cancelled_mid_request_send_what_they_send_in_a_fresh_process(name: str) -> None:
+    """A run timed out (`asyncio.wait_for`) while a model call is pending, at each call in turn: the runs after
+    it on the same capability send what they send with a capability of their own."""
+    alone = {tag: asyncio.run(_cancellable_run(_FACTORIES[name](), tag)) for tag in (1, 2, 3)}
+    calls = len(alone[1])
+    # Each capability compacts in these runs (the reset's checkpoint, or a compactor call).
+    assert any('CompactionPart' in {kind for kind, _ in request} for request in alone[1])
+    cancelled = 0
+
+    async def after_a_timeout(shared: object, hang_at: int) -> dict[int, list[Any]]:
+        nonlocal cancelled
+        try:
+            await asyncio.wait_for(_cancellable_run(shared, 1, hang_at=hang_at), 0.05)
+        except TimeoutError:
+            cancelled += 1
+        return {tag: await _cancellable_run(shared, tag) for tag in (2, 1, 3)}
+
+    for hang_at in range(calls):
+        assert asyncio.run(after_a_timeout(_FACTORIES[name](), hang_at)) == alone
+    assert cancelled == calls
