@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 from typing import Any
 
@@ -224,3 +225,44 @@ def test_runs_after_one_cancelled_mid_request_send_what_they_send_in_a_fresh_pro
     for hang_at in range(calls):
         assert asyncio.run(after_a_timeout(_FACTORIES[name](), hang_at)) == alone
     assert cancelled == calls
+
+
+def test_threads_taking_branches_of_one_history_in_turns_on_one_reset_compact_as_fresh_resets() -> None:
+    """Threads sharing one reset, each compacting branches of one history (grown, retried, cut back) in its own
+    order: the entries of each are read outside the reading's lock, and every outcome is a fresh reset's."""
+    cctx = _context()
+    start = [*_loop(['read']), *_call(1, 1), *_call(2, 2), *_call(3, 3)]
+    branches = [
+        [*start, *(m for step in range(4, 4 + length) for m in _call(step, (branch * step) % 9))]
+        for branch in range(4)
+        for length in (1, 3, 6)
+    ]
+    expected = [
+        _fingerprint(asyncio.run(run_compaction(_reset(_plain), _copy(history), cctx, min_saving=0.0)))
+        for history in branches
+    ]
+    shared = _reset(_plain)
+    rounds = max(2, EXAMPLES // 5)
+    mismatches: list[int] = []
+    done: list[int] = []
+
+    def run(seed: int) -> None:
+        order = [(seed * 7 + step * 5) % len(branches) for step in range(rounds * len(branches))]
+        for index in order:
+            got = asyncio.run(run_compaction(shared, branches[index], cctx, min_saving=0.0))
+            if _fingerprint(got) != expected[index]:
+                mismatches.append(index)
+            done.append(index)
+
+    threads = [threading.Thread(target=run, args=(seed,)) for seed in range(4)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # the threads take turns often, inside the reading too
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert len(done) == 4 * rounds * len(branches)
+    assert mismatches == []
