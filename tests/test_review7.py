@@ -20,7 +20,15 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from pydantic_ai_compaction import Fork, InstructionSources, ResetToCheckpoint, StatelessSummary, Trigger
+from pydantic_ai_compaction import (
+    BoundedSelection,
+    Fork,
+    InstructionSources,
+    Notes,
+    ResetToCheckpoint,
+    StatelessSummary,
+    Trigger,
+)
 from pydantic_ai_compaction.processors.strategies.fork import FORK_MARKER
 from pydantic_ai_compaction.processors.strategies.reset import FactExtractor, rare_lines
 from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER
@@ -266,3 +274,56 @@ def test_threads_taking_branches_of_one_history_in_turns_on_one_reset_compact_as
         sys.setswitchinterval(interval)
     assert len(done) == 4 * rounds * len(branches)
     assert mismatches == []
+
+
+async def _mixed_run(capabilities: list[object], tag: int, cut: int) -> list[Any]:
+    """A run writing notes and reading logs, from `_conversation(tag)` shortened by *cut* steps."""
+    sent: list[Any] = []
+
+    async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        await asyncio.sleep(0)
+        sent.append([(type(p).__name__, getattr(p, 'content', None)) for m in messages for p in m.parts])
+        steps = len(sent) - 1
+        if steps >= 8:
+            return ModelResponse(parts=[TextPart('report: none found')])
+        if steps % 3 == 1:
+            args = {'kind': 'progress', 'text': f'log {steps + tag} clean'}
+            return ModelResponse(parts=[ToolCallPart('note', args, tool_call_id=f'n{steps}')])
+        return ModelResponse(parts=[ToolCallPart('read_log', {'index': steps + tag}, tool_call_id=f'r{steps}')])
+
+    agent = Agent(FunctionModel(model), capabilities=capabilities)  # pyright: ignore[reportArgumentType]
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Read one log."""
+        return _LOG.format(index % 7)
+
+    history = _conversation(tag)
+    await agent.run(f'Go on ({tag}).', message_history=history[: max(1, len(history) - 2 * cut)])
+    return sent
+
+
+def _mixed() -> list[object]:
+    return [Notes(), _reset(), BoundedSelection(budget=400)]
+
+
+def test_gathered_runs_sharing_notes_a_reset_and_a_selection_send_what_each_run_alone_sends() -> None:
+    """Runs at once on one set of capabilities, from histories sharing their opening object, some shortened:
+    each sends what it sends alone with capabilities of its own."""
+    runs = [(tag, cut) for tag in range(6) for cut in (0, 1)]
+
+    async def gathered() -> list[list[Any]]:
+        shared = _mixed()
+        return list(await asyncio.gather(*(_mixed_run(shared, tag, cut) for tag, cut in runs)))
+
+    together = asyncio.run(gathered())
+    alone = [asyncio.run(_mixed_run(_mixed(), tag, cut)) for tag, cut in runs]
+    assert together == alone
+    kinds = {kind for requests in alone for request in requests for kind, _ in request}
+    assert {'CompactionPart', 'ToolReturnPart'} <= kinds
+    # The checkpoints carry the notes the runs wrote (read by the notes' carried reading).
+    assert any(
+        kind == 'CompactionPart' and '[progress] log' in str(content)
+        for request in alone[0]
+        for kind, content in request
+    )
