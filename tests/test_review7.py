@@ -327,3 +327,25 @@ def test_gathered_runs_sharing_notes_a_reset_and_a_selection_send_what_each_run_
         for request in alone[0]
         for kind, content in request
     )
+
+
+def test_runs_in_threads_sharing_notes_a_reset_and_a_selection_send_what_each_run_alone_sends() -> None:
+    """The same, each run in a thread of its own, taking turns often."""
+    runs = [(tag, cut) for tag in range(4) for cut in (0, 1)]
+    shared = _mixed()
+    together: dict[int, list[Any]] = {}
+
+    def run(index: int) -> None:
+        together[index] = asyncio.run(_mixed_run(shared, *runs[index]))
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(len(runs))]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert together == {index: asyncio.run(_mixed_run(_mixed(), tag, cut)) for index, (tag, cut) in enumerate(runs)}
