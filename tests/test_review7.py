@@ -349,3 +349,25 @@ def test_runs_in_threads_sharing_notes_a_reset_and_a_selection_send_what_each_ru
     finally:
         sys.setswitchinterval(interval)
     assert together == {index: asyncio.run(_mixed_run(_mixed(), tag, cut)) for index, (tag, cut) in enumerate(runs)}
+
+
+def test_a_reset_whose_extractor_is_changed_after_a_run_compacts_as_a_reset_made_with_it() -> None:
+    """The entries read for a history depend on `extract`, `excerpt_chars`, `facts_per_result` and `answer_chars`:
+    a reset whose fields are set again between runs (a dataclass field a user may assign) must not compact the
+    next history with the entries the earlier settings gave."""
+    cctx = _context()
+    history = [*_loop(['read', 'turn']), *_call(1, 1), *_call(2, 2), *_call(3, 3), *_call(4, 4)]
+
+    def shout(call: ToolCallPart, text: str) -> list[str]:
+        return [line.upper() for line in _plain(call, text)]
+
+    reset = _reset()
+    asyncio.run(run_compaction(reset, history, cctx, min_saving=0.0))
+    for field_name, value in (('extract', shout), ('facts_per_result', 1), ('answer_chars', 5), ('excerpt_chars', 0)):
+        setattr(reset, field_name, value)
+        fresh = _reset(reset.extract)
+        fresh.facts_per_result, fresh.answer_chars = reset.facts_per_result, reset.answer_chars
+        fresh.excerpt_chars = reset.excerpt_chars
+        got = asyncio.run(run_compaction(reset, [*history, *_call(5, 5)], cctx, min_saving=0.0))
+        expected = asyncio.run(run_compaction(fresh, _copy([*history, *_call(5, 5)]), cctx, min_saving=0.0))
+        assert _fingerprint(got) == _fingerprint(expected), field_name

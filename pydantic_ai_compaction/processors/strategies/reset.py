@@ -370,6 +370,10 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     """The entries of the settled exchanges of the last few histories read: a longer history starting with the
     same exchanges reads only the ones after them."""
 
+    _read_with: tuple[object, ...] = field(init=False, repr=False, compare=False, default=())
+    """The settings `_entries` and `_read` were read with (`_settings`): both are forgotten when a field they
+    depend on is set again between runs."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
         owner = 'ResetToCheckpoint'
@@ -529,6 +533,10 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         # The exchanges' entries are read before the lock is taken: `extract` is the user's, and may wait for
         # another run (in another thread) that needs the lock. Should another thread move the reading back
         # meanwhile, the few exchanges before are read the same way and the reading is resumed again.
+        settings = self._settings()
+        if settings != self._read_with:
+            with _READING:
+                self._entries, self._read[:], self._read_with = IdentityMemo[tuple[_Entry, ...]](), [], settings
         exchanges = view.exchanges
         have, want = len(exchanges), self._peek(carried, view)
         entries: list[tuple[_Entry, ...]] = []  # those of `exchanges[have:]`
@@ -543,6 +551,10 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 if start >= have:
                     return self._read_additions(view, carried, reading, entries[start - have :], start)
             want = start
+
+    def _settings(self) -> tuple[object, ...]:
+        """The fields an exchange's entries are read with (`_exchange_entries`)."""
+        return (self.extract, self.excerpt_chars, self.facts_per_result, self.answer_chars)
 
     def _peek(self, carried: _Carried, view: ConversationView) -> int:
         """How many of *view*'s exchanges `_resume` would find read (nothing is cut back here)."""
