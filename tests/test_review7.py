@@ -33,6 +33,7 @@ from pydantic_ai_compaction.processors.strategies.fork import FORK_MARKER
 from pydantic_ai_compaction.processors.strategies.reset import FactExtractor, rare_lines
 from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER
 from pydantic_ai_compaction.runtime.engine import Outcome, run_compaction
+from pydantic_ai_compaction.runtime.segment import segment
 
 from .test_reset_scale import _context, _copy, _fingerprint, _loop
 from .test_review6 import _LOG, _call
@@ -371,3 +372,30 @@ def test_a_reset_whose_extractor_is_changed_after_a_run_compacts_as_a_reset_made
         got = asyncio.run(run_compaction(reset, [*history, *_call(5, 5)], cctx, min_saving=0.0))
         expected = asyncio.run(run_compaction(fresh, _copy([*history, *_call(5, 5)]), cctx, min_saving=0.0))
         assert _fingerprint(got) == _fingerprint(expected), field_name
+
+
+def test_an_extractor_reading_another_history_through_the_same_reset_leaves_both_as_fresh_resets_read_them() -> None:
+    """`extract` calling back into the reset it serves (its `sections` of another branch) while the reset reads:
+    the branch it reads and the history being read each give what a fresh reset gives."""
+    cctx = _context()
+    start = [*_loop(['read']), *_call(1, 1), *_call(2, 2), *_call(3, 3)]
+    first = [*start, *_call(4, 4), *_call(5, 777), *_call(6, 6), *_call(7, 7)]
+    other = [*start, *_call(4, 40), *_call(5, 50), *_call(6, 60)]
+    inner: list[object] = []
+
+    def extract(call: ToolCallPart, text: str) -> list[str]:
+        if 'INCIDENT 777 ' in text and not inner:
+            inner.append(shared.sections(segment(other)))
+        return _plain(call, text)
+
+    shared = _reset(extract)
+    asyncio.run(run_compaction(shared, start, cctx, min_saving=0.0))
+    got = asyncio.run(run_compaction(shared, first, cctx, min_saving=0.0))
+    assert _fingerprint(got) == _fingerprint(
+        asyncio.run(run_compaction(_reset(_plain), _copy(first), cctx, min_saving=0.0))
+    )
+    assert inner == [_reset(_plain).sections(segment(_copy(other)))]
+    again = asyncio.run(run_compaction(shared, other, cctx, min_saving=0.0))
+    assert _fingerprint(again) == _fingerprint(
+        asyncio.run(run_compaction(_reset(_plain), _copy(other), cctx, min_saving=0.0))
+    )
