@@ -370,6 +370,10 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     """The entries of the settled exchanges of the last few histories read: a longer history starting with the
     same exchanges reads only the ones after them."""
 
+    _read_with: tuple[object, ...] = field(init=False, repr=False, compare=False, default=())
+    """The settings `_entries` and `_read` were read with (`_settings`): both are forgotten when a field they
+    depend on is set again between runs."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
         owner = 'ResetToCheckpoint'
@@ -526,15 +530,49 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         does: the checkpoint does not restate the agent's notes. The labels are counted as the entries are read
         and carried forward with them, so folding tens of thousands of entries does not read each one again.
         """
-        with _READING:
-            return self._read_additions(view, carried)
+        # The exchanges' entries are read before the lock is taken: `extract` is the user's, and may wait for
+        # another run (in another thread) that needs the lock. Should another thread move the reading back
+        # meanwhile, the few exchanges before are read the same way and the reading is resumed again.
+        settings = self._settings()
+        if settings != self._read_with:
+            with _READING:
+                self._entries, self._read[:], self._read_with = IdentityMemo[tuple[_Entry, ...]](), [], settings
+        exchanges = view.exchanges
+        have, want = len(exchanges), self._peek(carried, view)
+        entries: list[tuple[_Entry, ...]] = []  # those of `exchanges[have:]`
+        while True:
+            entries[:0] = [
+                () if _no_entries(exchange) else self._exchange_entries(view, exchange)
+                for exchange in exchanges[want:have]
+            ]
+            have = want
+            with _READING:
+                reading, start = self._resume(carried, view)
+                if start >= have:
+                    return self._read_additions(view, carried, reading, entries[start - have :], start)
+            want = start
+
+    def _settings(self) -> tuple[object, ...]:
+        """The fields an exchange's entries are read with (`_exchange_entries`)."""
+        return (self.extract, self.excerpt_chars, self.facts_per_result, self.answer_chars)
+
+    def _peek(self, carried: _Carried, view: ConversationView) -> int:
+        """How many of *view*'s exchanges `_resume` would find read (nothing is cut back here)."""
+        for read in tuple(self._read):
+            if read.reading.carried == carried.sections and _starts_with(view, read.exchanges):
+                return len(read.exchanges)
+        return 0
 
     def _read_additions(
-        self, view: ConversationView, carried: _Carried
+        self,
+        view: ConversationView,
+        carried: _Carried,
+        reading: _Reading,
+        entries: Sequence[tuple[_Entry, ...]],
+        start: int,
     ) -> tuple[dict[str, list[str]], dict[str, Counter[str]]]:
+        """`_additions` from *reading*, which has read *view*'s first *start* exchanges (*entries*: the others')."""
         exchanges = view.exchanges
-        reading, start = self._resume(carried, view)
-        entries_of = self._exchange_entries
         seen = reading.seen
         settled = settled_prefix(exchanges)
         for position in range(start, len(exchanges)):
@@ -542,10 +580,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 point = _Read(reading, exchanges[:settled], reading.size())
                 self._read[:] = [point, *self._read][:_READ_KEPT]
                 note_start(view, point.exchanges, _no_entries)  # the next view sharing them is not checked again
-            exchange = exchanges[position]
-            if _no_entries(exchange):
-                continue
-            for name, line, at, label in entries_of(view, exchange):
+            for name, line, at, label in entries[position - start]:
                 if line not in seen[name]:
                     reading.add(name, line, at, label)
         # Copies: the reading goes on growing (a pointer copy each, in C); their sizes are known.
