@@ -6,6 +6,7 @@ import asyncio
 import os
 import sys
 import threading
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -364,9 +365,10 @@ def test_a_reset_whose_extractor_is_changed_after_a_run_compacts_as_a_reset_made
 
     reset = _reset()
     asyncio.run(run_compaction(reset, history, cctx, min_saving=0.0))
-    for field_name, value in (('extract', shout), ('facts_per_result', 1), ('answer_chars', 5), ('excerpt_chars', 0)):
+    changes = (('extract', shout), ('facts_per_result', 1), ('answer_chars', 5), ('excerpt_chars', 0))
+    for field_name, value in (*changes, ('write_tools', r'read_log')):
         setattr(reset, field_name, value)
-        fresh = _reset(reset.extract)
+        fresh = replace(_reset(reset.extract), write_tools=reset.write_tools)
         fresh.facts_per_result, fresh.answer_chars = reset.facts_per_result, reset.answer_chars
         fresh.excerpt_chars = reset.excerpt_chars
         got = asyncio.run(run_compaction(reset, [*history, *_call(5, 5)], cctx, min_saving=0.0))

@@ -372,7 +372,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
 
     _read_with: tuple[object, ...] = field(init=False, repr=False, compare=False, default=())
     """The settings `_entries` and `_read` were read with (`_settings`): both are forgotten when a field they
-    depend on is set again between runs."""
+    depend on is set again between runs (and `_writes` is compiled again from a new `write_tools`)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -535,6 +535,8 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         # meanwhile, the few exchanges before are read the same way and the reading is resumed again.
         settings = self._settings()
         if settings != self._read_with:
+            if self.write_tools != self._writes.pattern:  # set again since: checked as `__post_init__` checks it
+                (self._writes,) = check_patterns('ResetToCheckpoint', 'write_tools', (self.write_tools,))
             with _READING:
                 self._entries, self._read[:], self._read_with = IdentityMemo[tuple[_Entry, ...]](), [], settings
         exchanges = view.exchanges
@@ -554,7 +556,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
 
     def _settings(self) -> tuple[object, ...]:
         """The fields an exchange's entries are read with (`_exchange_entries`)."""
-        return (self.extract, self.excerpt_chars, self.facts_per_result, self.answer_chars)
+        return (self.extract, self.excerpt_chars, self.facts_per_result, self.answer_chars, self.write_tools)
 
     def _peek(self, carried: _Carried, view: ConversationView) -> int:
         """How many of *view*'s exchanges `_resume` would find read (nothing is cut back here)."""
