@@ -263,16 +263,21 @@ class _Reading:
         """How many new entries each section holds: where to cut back to."""
         return tuple(len(self.added[name]) for name in SECTIONS)
 
-    def add(self, name: str, line: str, at: int, label: str) -> None:
-        """Read one entry (the caller checked it is not `seen`)."""
-        self.seen[name].add(line)
-        self.added[name].append(line)
-        self.labels[name].append(label)
-        self.counts[name][label] += 1
-        self.sizes[name] += len(line) + 3
-        if name == 'found':
-            self.at.append(at)
-            self.placed += bool(at)
+    def read(self, entries: tuple[_Entry, ...]) -> None:
+        """Read those of one exchange's *entries* not `seen` yet, in order (a call per exchange, not per entry)."""
+        seen, added, labels, counts, sizes = self.seen, self.added, self.labels, self.counts, self.sizes
+        for name, line, at, label in entries:
+            known = seen[name]
+            if line in known:
+                continue
+            known.add(line)
+            added[name].append(line)
+            labels[name].append(label)
+            counts[name][label] += 1
+            sizes[name] += len(line) + 3
+            if name == 'found':
+                self.at.append(at)
+                self.placed += bool(at)
 
     def cut(self, size: tuple[int, ...]) -> None:
         """Back to *size* (an earlier `size()`): the entries read after it are forgotten, as never seen."""
@@ -639,9 +644,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 point = _Read(reading, exchanges[:settled], reading.size())
                 self._read[:] = [point, *self._read][:_READ_KEPT]
                 note_start(view, point.exchanges, _no_entries)  # the next view sharing them is not checked again
-            for name, line, at, label in entries[position - start]:
-                if line not in seen[name]:
-                    reading.add(name, line, at, label)
+            reading.read(entries[position - start])
         # Copies: the reading goes on growing (a pointer copy each, in C); their sizes are known.
         added: dict[str, list[str]] = {name: _Lines(reading.added[name], reading.sizes[name]) for name in SECTIONS}
         labels = {name: Counter(counts) for name, counts in reading.counts.items()}
