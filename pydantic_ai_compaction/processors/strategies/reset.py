@@ -194,6 +194,7 @@ def _shape(line: str) -> tuple[str, ...]:
 
 
 _ASCII_DIGIT = re.compile('[0-9]')
+"""What `str.isdigit` accepts among ASCII characters."""
 
 
 def _no_entries(exchange: Exchange) -> bool:
@@ -206,6 +207,7 @@ _TOOL_LABELS: dict[str, str] = {}
 """The label of a call's entries (`_label_of` of their `_head`), per tool name."""
 
 _TOOL_LABELS_KEPT = 1_024
+"""Tool names `_TOOL_LABELS` holds at most (names past them are labelled each time)."""
 
 _READ_KEPT = 4
 """Histories whose reading a reset keeps (conversations sharing one capability each keep theirs)."""
