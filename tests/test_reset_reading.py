@@ -38,7 +38,8 @@ from pydantic_ai_compaction.processors.strategies.reset import (
     rare_lines,
 )
 from pydantic_ai_compaction.runtime import segment
-from pydantic_ai_compaction.runtime.encoding import args_text, clean_text
+from pydantic_ai_compaction.runtime.encoding import args_text, clean_text, clean_value
+from pydantic_ai_compaction.runtime.engine import _clean_record  # pyright: ignore[reportPrivateUsage]
 from pydantic_ai_compaction.runtime.instructions import line_body
 from pydantic_ai_compaction.runtime.transcript import clip, return_text
 
@@ -290,3 +291,31 @@ def test_the_quick_reading_covers_the_common_exchange_and_leaves_the_others_to_t
         view = segment([*history, ModelResponse(parts=[TextPart('end')])])
         (exchange,) = [e for e in view.exchanges if e.kind == 'tools']
         assert reset._exchange_entries(view, exchange) == reference_entries(reset, list(view.messages_of(exchange)))  # pyright: ignore[reportPrivateUsage]
+
+
+# --- the boundary record's cleaning --------------------------------------------------------------------------
+
+_SCALARS = st.one_of(
+    st.text(alphabet=st.sampled_from(['a', 'g', '7', ' ', 'é', '\ud800', '\udfff', '\x00'])),
+    st.integers(),
+    st.none(),
+    st.booleans(),
+    st.binary(max_size=3),
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(alphabet=st.sampled_from(['k', '\ud800', 'é']), max_size=3), inner, max_size=4)
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=EXAMPLES * 10, deadline=None)
+@given(st.dictionaries(st.sampled_from(['kept', 'dropped', 'extra', 'notes', 'strategy']), _VALUES))
+def test_a_boundary_record_is_cleaned_as_clean_value_cleans_it(metadata: dict[str, Any]) -> None:
+    cleaned = _clean_record(metadata)
+    assert cleaned == clean_value(metadata)
+    assert repr(cleaned) == repr(clean_value(metadata))  # the same types too (lists for tuples)
