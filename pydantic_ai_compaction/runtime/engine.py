@@ -189,11 +189,28 @@ _ID_LISTS = frozenset({'kept', 'dropped'})
 def _clean_record(metadata: dict[str, Any]) -> dict[str, Any]:
     """`clean_value(metadata)`, with an ASCII list of exchange ids checked in C instead of item by item."""
     return {
-        key: value
-        if key in _ID_LISTS and isinstance(value, list) and all(map(str.isascii, cast('list[str]', value)))
-        else clean_value(value)
-        for key, value in metadata.items()
+        key: value if key in _ID_LISTS and _ascii_strings(value) else _clean(value) for key, value in metadata.items()
     }
+
+
+def _clean(value: Any) -> Any:
+    """`clean_value(value)`, a list of ASCII strings (a checkpoint's section) copied without a call per item."""
+    if isinstance(value, list):
+        items = cast('list[Any]', value)
+        return list(items) if _ascii_strings(items) else [_clean(item) for item in items]
+    if isinstance(value, dict):
+        return {clean_value(key): _clean(item) for key, item in cast('dict[Any, Any]', value).items()}
+    return clean_value(value)
+
+
+def _ascii_strings(value: object) -> bool:
+    """Whether *value* is a list of strings that are all ASCII (so none holds a lone surrogate), found in C."""
+    if not isinstance(value, list):
+        return False
+    try:
+        return ''.join(cast('list[str]', value)).isascii()
+    except TypeError:  # an item is not a string
+        return False
 
 
 def _warn_if_misconfigured(error: BaseException, strategy: Strategy) -> None:

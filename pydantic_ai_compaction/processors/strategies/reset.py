@@ -120,11 +120,17 @@ def rare_lines(call: ToolCallPart, text: str, *, limit: int = 20) -> list[str]:
     placeholder, so the hundreds of lines a log repeats share a few shapes and the handful of events
     among them (an `INCIDENT`, an `UPDATE`, a marked `CHANGE:` line) stand out.
     """
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line for piece in _lines_of(text) if (line := piece.strip())]
     if not lines:
         return []
     shapes = [_shape(line) for line in lines]
-    counts = Counter(shapes)
+    if len(shapes) > _COUNTED_IN_C:
+        counts: dict[tuple[str, ...], int] = Counter(shapes)
+    else:
+        # A few lines (a log's header and one long line): a plain count costs less than building a `Counter`.
+        counts = {}
+        for shape in shapes:
+            counts[shape] = counts.get(shape, 0) + 1
     rare = max(2, len(lines) // 10)
     found = [line for line, shape in zip(lines, shapes, strict=True) if counts[shape] <= rare]
     if len(found) > limit:
@@ -132,16 +138,63 @@ def rare_lines(call: ToolCallPart, text: str, *, limit: int = 20) -> list[str]:
     return found
 
 
+_COUNTED_IN_C = 16
+"""Lines past which `rare_lines` counts shapes with a `Counter` (its fixed cost pays off)."""
+
+_BREAKS = ('\r', '\x0b', '\x0c', '\x1c', '\x1d', '\x1e', '\x85', '\u2028', '\u2029')
+"""The line boundaries `str.splitlines` knows besides `\\n`."""
+
+
+def _lines_of(text: str) -> list[str]:
+    """`text.splitlines()`, give or take empty pieces (blank lines are dropped anyway).
+
+    `splitlines` looks up every character in a table; a text whose only breaks are `\\n` (most tool
+    output, found by a few scans in C) is split at them at about half its cost.
+    """
+    for mark in _BREAKS:
+        if mark in text:
+            return text.splitlines()
+    # `split` also compares every character; `find` scans for one in C at memory speed, which a result of a
+    # line or two (a JSON value, a header and a long line) takes.
+    first = text.find('\n')
+    if first < 0:
+        return [text]
+    if text.find('\n', first + 1) < 0:
+        return [text[:first], text[first + 1 :]]
+    return text.split('\n')
+
+
+_SHAPE_READ = 256
+"""Characters of a line's body `_shape` reads first: its first eight words are usually in them."""
+
+
 def _shape(line: str) -> tuple[str, ...]:
+    """The first eight words of `line_body(line)`, each reduced to its kind (see `rare_lines`)."""
+    if len(line) > _SHAPE_READ and not line[:1].isspace():
+        # A long line's first words, without copying the rest of it (`split` copies what follows the eighth).
+        # A timestamp is under 50 characters and, the line not starting blank, starts it: within the first
+        # `_SHAPE_READ` it is matched as in the whole line, unless the blanks after it reach past them, and
+        # then no ninth word is read there. A ninth word means the eighth is whole.
+        words = line_body(line[:_SHAPE_READ]).split(maxsplit=8)
+        if len(words) < 9:
+            words = line_body(line).split(maxsplit=8)
+    else:
+        words = line_body(line).split(maxsplit=8)
     tokens: list[str] = []
-    for token in line_body(line).split(maxsplit=8)[:8]:
+    for token in words[:8]:
         if '=' in token:
-            tokens.append(token.split('=', 1)[0] + '=')
-        elif token.isalpha() and token.isupper():
-            tokens.append(token)
+            tokens.append(token.partition('=')[0] + '=')
+        elif token.isalpha():  # letters only: no digit among them
+            tokens.append(token if token.isupper() else 'w')
+        elif token.isascii():  # the ASCII characters `str.isdigit` accepts are 0 to 9: one search in C
+            tokens.append('w' if _ASCII_DIGIT.search(token) is None else '0')
         else:
             tokens.append('0' if any(map(str.isdigit, token)) else 'w')
     return tuple(tokens)
+
+
+_ASCII_DIGIT = re.compile('[0-9]')
+"""What `str.isdigit` accepts among ASCII characters."""
 
 
 def _no_entries(exchange: Exchange) -> bool:
@@ -149,6 +202,12 @@ def _no_entries(exchange: Exchange) -> bool:
     progress, pins), or of a kind that holds none."""
     return exchange.protected is not None or exchange.unfinished or exchange.kind not in _ENTRY_KINDS
 
+
+_TOOL_LABELS: dict[str, str] = {}
+"""The label of a call's entries (`_label_of` of their `_head`), per tool name."""
+
+_TOOL_LABELS_KEPT = 1_024
+"""Tool names `_TOOL_LABELS` holds at most (names past them are labelled each time)."""
 
 _READ_KEPT = 4
 """Histories whose reading a reset keeps (conversations sharing one capability each keep theirs)."""
@@ -206,16 +265,21 @@ class _Reading:
         """How many new entries each section holds: where to cut back to."""
         return tuple(len(self.added[name]) for name in SECTIONS)
 
-    def add(self, name: str, line: str, at: int, label: str) -> None:
-        """Read one entry (the caller checked it is not `seen`)."""
-        self.seen[name].add(line)
-        self.added[name].append(line)
-        self.labels[name].append(label)
-        self.counts[name][label] += 1
-        self.sizes[name] += len(line) + 3
-        if name == 'found':
-            self.at.append(at)
-            self.placed += bool(at)
+    def read(self, entries: tuple[_Entry, ...]) -> None:
+        """Read those of one exchange's *entries* not `seen` yet, in order (a call per exchange, not per entry)."""
+        seen, added, labels, counts, sizes = self.seen, self.added, self.labels, self.counts, self.sizes
+        for name, line, at, label in entries:
+            known = seen[name]
+            if line in known:
+                continue
+            known.add(line)
+            added[name].append(line)
+            labels[name].append(label)
+            counts[name][label] += 1
+            sizes[name] += len(line) + 3
+            if name == 'found':
+                self.at.append(at)
+                self.placed += bool(at)
 
     def cut(self, size: tuple[int, ...]) -> None:
         """Back to *size* (an earlier `size()`): the entries read after it are forgotten, as never seen."""
@@ -582,9 +646,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 point = _Read(reading, exchanges[:settled], reading.size())
                 self._read[:] = [point, *self._read][:_READ_KEPT]
                 note_start(view, point.exchanges, _no_entries)  # the next view sharing them is not checked again
-            for name, line, at, label in entries[position - start]:
-                if line not in seen[name]:
-                    reading.add(name, line, at, label)
+            reading.read(entries[position - start])
         # Copies: the reading goes on growing (a pointer copy each, in C); their sizes are known.
         added: dict[str, list[str]] = {name: _Lines(reading.added[name], reading.sizes[name]) for name in SECTIONS}
         labels = {name: Counter(counts) for name, counts in reading.counts.items()}
@@ -652,9 +714,31 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         `at` is where the fact a "Found" entry states starts in its line (0 for other entries), to tell whether
         the agent's own words already state it; `label` is what a fold counts the entry under (`label_counts`).
         """
+        history = view.messages
+        refs = exchange.refs
+        if exchange.kind == 'tools' and len(refs) == 2 and refs[0][1] is None and refs[1][1] is None:
+            # The common exchange: a response and the request returning its call, read without building the
+            # sections and the exchange's parts (`_tool_entries` reads it alike; `_call_entries` says when).
+            response, request = history[refs[0][0]], history[refs[1][0]]
+            if type(response) is ModelResponse and type(request) is ModelRequest and len(request.parts) == 1:
+                result = request.parts[0]
+                if isinstance(result, ToolReturnPart):
+                    content = result.content
+                    if isinstance(content, str) and len(content) <= self.excerpt_chars:
+                        # Read whole, as cheaply as it is found in the memo: not kept there.
+                        found = self._call_entries(response, result)
+                        if found is not None:
+                            return found
+                    else:
+                        parts = (*response.parts, result)
+                        cached = self._entries.get(parts)
+                        if cached is not None:
+                            return cached
+                        found = self._call_entries(response, result)
+                        if found is not None:
+                            return self._entries.put(parts, found)
         # The parts are read through the refs, without building the exchange's message fragments: most
         # exchanges were read by an earlier reset, and only a new one needs its messages.
-        history = view.messages
         parts = tuple(
             chain.from_iterable(
                 history[index].parts if chosen is None else [history[index].parts[p] for p in chosen]
@@ -716,6 +800,57 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 else:
                     facts = [clean_text(str(line)) for line in extract(part, content)]
                 sections['found'].extend((f'{call}: {fact}', len(call) + 2) for fact in facts if fact.strip())
+
+    def _call_entries(self, response: ModelResponse, result: ToolReturnPart) -> tuple[_Entry, ...] | None:
+        """`_exchange_entries` of an exchange of *response* and the one request returning *result*, or `None`
+        when *response* holds more than one call *result* returns (`_tool_entries` reads those).
+
+        What `_tool_entries` and the labels give for it, in the same order, with fewer steps: every entry of one
+        call has the call's label, and the default extractor's lines need no cleaning (they are lines of the
+        cleaned result, stripped and never blank).
+        """
+        said: list[_Entry] = []
+        call_part: ToolCallPart | None = None
+        for part in response.parts:
+            if isinstance(part, TextPart):
+                if part.content.strip():
+                    said.append(('conversation', 'you: ' + self._clip(part.content), 0, 'you'))
+            elif isinstance(part, ToolCallPart) and part.tool_call_id == result.tool_call_id:
+                if call_part is not None:
+                    return None
+                call_part = part
+        if call_part is None:
+            return tuple(said)
+        name = call_part.tool_name
+        label = _TOOL_LABELS.get(name)
+        if label is None:
+            label = _label_of(_head(name))  # an entry starts `name(`: its head is the name's
+            if len(_TOOL_LABELS) < _TOOL_LABELS_KEPT:
+                _TOOL_LABELS[name] = label
+        call = f'{name}({clean_text(args_text(call_part.args))})'
+        content = clean_text(return_text(result))
+        outcome = result.outcome
+        entry = f'{call} → {outcome}, {len(content):,} chars'
+        writes = self._writes.search(name) is not None
+        entries = [*said] if writes else [*said, ('read', entry, 0, label)]
+        if outcome != 'success':
+            entries.append(('found', f'{call}: {clip(content, self.excerpt_chars or 200)}', 0, label))
+        elif len(content) <= self.excerpt_chars:
+            if fact := ' '.join(content.split()):
+                entries.append(('found', f'{call}: {fact}', len(call) + 2, label))
+        elif self.extract is None:
+            at = len(call) + 2
+            entries.extend(
+                ('found', f'{call}: {fact}', at, label)
+                for fact in rare_lines(call_part, content, limit=self.facts_per_result)
+            )
+        else:
+            at = len(call) + 2
+            facts = [clean_text(str(line)) for line in self.extract(call_part, content)]
+            entries.extend(('found', f'{call}: {fact}', at, label) for fact in facts if fact.strip())
+        if writes:
+            entries.append(('changed', entry, 0, label))
+        return tuple(entries)
 
     def _default_extract(self, call: ToolCallPart, text: str) -> list[str]:
         return rare_lines(call, text, limit=self.facts_per_result)
