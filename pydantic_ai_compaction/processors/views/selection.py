@@ -25,11 +25,12 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelRequest, SystemPromptPart, UserPromptPart
 from pydantic_ai.tools import AgentDepsT, RunContext
 
-from pydantic_ai_compaction.protocols.types import Exchange
+from pydantic_ai_compaction.protocols.types import Exchange, PartRef
 from pydantic_ai_compaction.runtime.checks import check_callable, check_int, check_number
 from pydantic_ai_compaction.runtime.events import EventObserver
 from pydantic_ai_compaction.runtime.instructions import tool_provided
 from pydantic_ai_compaction.runtime.memo import IdentityMemo
+from pydantic_ai_compaction.runtime.project import Unchanged
 from pydantic_ai_compaction.runtime.project import project as checked_request
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, segment
 from pydantic_ai_compaction.runtime.shape import ShapeCheck
@@ -447,15 +448,24 @@ class _Selecting:
         """The projection."""
         self.offsets: list[int] = [0]
         """Per exchange: where its messages start in the projection (one more entry than exchanges)."""
+        self.identical = 0
+        """Leading exchanges whose messages the projection holds exactly where the history does (each sent whole,
+        the same message objects at the same positions): when that is every exchange and the projection is as
+        long as the history, the projection is the history itself and is not copied."""
         self.check = ShapeCheck()
         """The projection's shape check, extended the same way."""
-        self.returned: list[ModelMessage] = []
+        self.returned: Sequence[ModelMessage] = ()
         """The last projection handed out (what the shape check is told the next one extends)."""
 
     def selection(
         self, view: ConversationView, budget: int, *, retrieve: int, share: float
-    ) -> tuple[list[ModelMessage], str]:
-        """The projection and the request text, for a view `segment` made."""
+    ) -> tuple[Sequence[ModelMessage], str, bool]:
+        """The projection, the request text and whether the projection is the history itself (the same message
+        objects in the same order), for a view `segment` made.
+
+        The projection is handed out as a sequence nothing changes afterwards: the view's own `messages` tuple
+        when it is the history itself (no copy of a history sent whole, a long tool loop), else a copy.
+        """
         previous, self.view = self.view, None  # until this completes: a failure leaves nothing to reuse
         exchanges = view.exchanges
         reused = _reused(previous, view)
@@ -466,12 +476,13 @@ class _Selecting:
         start = min(reused, self.starts[first] if first < len(self.starts) else len(exchanges))
         kept = self.offsets[start] if previous is not None else 0  # before `_project` truncates the offsets
         self._project(view, start)
-        out = list(self.out)
+        whole = self.identical == len(exchanges) and len(self.out) == len(view.messages)
+        out: Sequence[ModelMessage] = view.messages if whole else list(self.out)
         # The shape check of this projection compares only what follows the messages kept from the last one.
         self.check.kept(kept, since=self.returned)
         self.returned = out
         self.view = view
-        return out, request
+        return out, request, whole
 
     def _prompts(self, view: ConversationView, reused: int) -> None:
         """The messages holding user prompts, read again from the first one a changed exchange covers."""
@@ -577,16 +588,27 @@ class _Selecting:
 
     def _project(self, view: ConversationView, start: int) -> None:
         """The projection, rebuilt from exchange position *start* on."""
-        del self.out[self.offsets[start] :]
+        out = self.out
+        del out[self.offsets[start] :]
         del self.offsets[start + 1 :]
+        identical = min(self.identical, start)
         starts = self.starts
+        exchanges = view.exchanges
         bundle = max(0, bisect_right(starts, start) - 1)
-        for position in range(start, len(view.exchanges)):
+        for position in range(start, len(exchanges)):
             while bundle + 1 < len(starts) and position >= starts[bundle + 1]:
                 bundle += 1
             if self.sent[bundle]:
-                self.out.extend(self.fragments[position])
-            self.offsets.append(len(self.out))
+                if identical == position and _in_place(exchanges[position].refs, len(out)):
+                    identical += 1
+                out.extend(self.fragments[position])
+            self.offsets.append(len(out))
+        self.identical = identical
+
+
+def _in_place(refs: tuple[PartRef, ...], at: int) -> bool:
+    """Whether *refs* name whole messages, one after the other from index *at* (their fragments are those messages)."""
+    return all(parts is None and index == at + offset for offset, (index, parts) in enumerate(refs))
 
 
 @dataclass
@@ -634,8 +656,10 @@ class BoundedSelection(AbstractCapability[AgentDepsT]):
     ) -> ModelRequestContext:
         """Send the selection; the persisted history is not touched."""
 
-        async def build() -> list[ModelMessage]:
-            return self.selection(request_context.messages, prompt=ctx.prompt)
+        async def build() -> Sequence[ModelMessage] | Unchanged:
+            projected, whole = self._select(request_context.messages, ctx.prompt)
+            # A projection that is the history itself sends the request as it arrived (no copy of it).
+            return Unchanged(projected) if whole else projected
 
         return await checked_request(
             'BoundedSelection',
@@ -653,6 +677,10 @@ class BoundedSelection(AbstractCapability[AgentDepsT]):
         Always `project(view, select(view, current_request_text(messages), ...))` for `view = segment(messages)`,
         computed from the previous call's result where the history only grew.
         """
+        return list(self._select(messages, prompt)[0])
+
+    def _select(self, messages: Sequence[ModelMessage], prompt: object) -> tuple[Sequence[ModelMessage], bool]:
+        """The projection (a sequence nothing changes afterwards) and whether it is *messages* itself."""
         view = segment(messages, prompt=prompt)
-        projected, _ = self._run.selection(view, self.budget, retrieve=self.retrieve, share=self.retrieval_share)
-        return projected
+        projected, _, whole = self._run.selection(view, self.budget, retrieve=self.retrieve, share=self.retrieval_share)
+        return projected, whole
