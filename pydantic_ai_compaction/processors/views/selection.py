@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import math
 import operator
-import re
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from itertools import pairwise
+from itertools import filterfalse, pairwise
 from typing import TYPE_CHECKING
 
 from pydantic_ai.capabilities import AbstractCapability
@@ -109,12 +108,19 @@ STOP_WORDS = frozenset(
 )
 """A fixed stop-word list: selection must not depend on anything that varies between runs."""
 
-_TERM = re.compile(r'[a-z0-9_]+')
+_TERM_BYTES = bytes(byte if byte in b'abcdefghijklmnopqrstuvwxyz0123456789_' else 0x20 for byte in range(256))
+"""Every byte but those of a term (`[a-z0-9_]`) made a space."""
 
 
 def terms(text: str) -> list[str]:
-    """Lowercase terms without stop words."""
-    return [t for t in _TERM.findall(text.lower()) if t not in STOP_WORDS]
+    """Lowercase terms without stop words: the runs of `[a-z0-9_]` in the lowercased text, in order.
+
+    Found in C-level passes over the text (a character that is not ASCII becomes `?`, then every character that is
+    not in a term a space, then the text is split), several times faster on a tool result than the pattern's
+    `findall`, whose terms these are (tested on any text).
+    """
+    words = text.lower().encode('ascii', 'replace').translate(_TERM_BYTES).decode('ascii').split()
+    return list(filterfalse(STOP_WORDS.__contains__, words))
 
 
 def current_request_text(messages: Sequence[ModelMessage]) -> str:
@@ -223,8 +229,9 @@ def bundle_of(found: Sequence[Bundle]) -> dict[str, Bundle]:
     return {e.id: bundle for bundle in found for e in bundle.exchanges}
 
 
-_TERMS: IdentityMemo[tuple[Counter[str], str]] = IdentityMemo()
-"""Bundle terms by the identity of the bundle's parts (weak: never keeps a history alive)."""
+_TERMS: IdentityMemo[tuple[Counter[str], str, int]] = IdentityMemo()
+"""Bundle terms by the identity of the bundle's parts (weak: never keeps a history alive): their counts, the terms
+joined (for phrases) and how many there are."""
 
 
 def bundle_terms(view: ConversationView, bundle: Bundle) -> tuple[Counter[str], str]:
@@ -233,13 +240,20 @@ def bundle_terms(view: ConversationView, bundle: Bundle) -> tuple[Counter[str], 
     Parts are reused as the same objects from request to request, so after the first request only new
     bundles are tokenized: selection then costs O(new messages) in tokenizing.
     """
+    counts, text, _ = _bag(view, bundle)
+    return counts, text
+
+
+def _bag(view: ConversationView, bundle: Bundle) -> tuple[Counter[str], str, int]:
+    """`bundle_terms` and the number of terms (their counts summed once, not on every ranking: a long tool loop's
+    bundle holds millions)."""
     messages = [m for e in bundle.exchanges for m in view.messages_of(e)]
     parts = tuple(part for message in messages for part in message.parts)
     cached = _TERMS.get(parts)
     if cached is not None:
         return cached
     words = terms(render_messages(messages))
-    return _TERMS.put(parts, (Counter(words), ' '.join(words)))
+    return _TERMS.put(parts, (Counter(words), ' '.join(words), len(words)))
 
 
 def rank(view: ConversationView, candidates: Sequence[Bundle], request: str) -> list[tuple[str, float]]:
@@ -247,17 +261,17 @@ def rank(view: ConversationView, candidates: Sequence[Bundle], request: str) -> 
     wanted = terms(request)
     if not wanted:
         return []
-    bags = {b.id: bundle_terms(view, b) for b in candidates}
+    bags = {b.id: _bag(view, b) for b in candidates}
     documents = max(len(bags), 1)
     unique = set(wanted)
     # Document frequency once per query term, not once per bundle and term.
-    frequency = {term: sum(1 for bag, _ in bags.values() if term in bag) for term in unique}
+    frequency = {term: sum(1 for bag, _, _ in bags.values() if term in bag) for term in unique}
     idf = {term: math.log((1 + documents) / (1 + frequency[term])) + 1 for term in unique}
     phrases = [' '.join(pair) for pair in pairwise(wanted)]
     scored: list[tuple[str, float]] = []
     for position, bundle in enumerate(candidates):
-        bag, text = bags[bundle.id]
-        total = max(sum(bag.values()), 1)
+        bag, text, count = bags[bundle.id]
+        total = max(count, 1)
         score = sum((bag[term] / total) * idf[term] for term in unique if bag[term])
         score += sum(0.5 for phrase in phrases if phrase in text)
         if score > 0:
