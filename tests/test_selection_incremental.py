@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import operator
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -33,7 +34,7 @@ from pydantic_ai.models.test import TestModel
 from pydantic_ai.tools import RunContext
 from pydantic_ai.usage import RunUsage
 
-from pydantic_ai_compaction import BoundedSelection
+from pydantic_ai_compaction import BoundedSelection, CompactionEvent
 from pydantic_ai_compaction.processors.views.selection import current_request_text, project, select
 from pydantic_ai_compaction.runtime.project import project_request
 from pydantic_ai_compaction.runtime.segment import segment, segment_fresh
@@ -384,3 +385,92 @@ async def test_a_curated_selection_run_has_its_own_fallback_memory() -> None:
     assert run.fallback is not curated.fallback and run.fallback == curated.fallback
     run.fallback.selection(tool_loop(5))
     assert run.fallback._run.view is not None and curated.fallback._run.view is None  # pyright: ignore[reportPrivateUsage]
+
+
+def _requests(
+    history: list[ModelMessage], other: list[ModelMessage], keep: int, middle: int
+) -> list[list[ModelMessage]]:
+    """A run's requests: grown step by step, replaced from a point on, truncated, edited in the middle, then loaded
+    again as equal copies (other objects: an old object sent in their place would be another request)."""
+    keep = min(keep, len(history) - 1)
+    replaced = [*history[: max(keep, 1)], *other[1:]]
+    middle = min(middle, len(history) - 1)
+    edited = [*history[:middle], _edited(history[middle]), *history[middle + 1 :]] if middle else list(history)
+    copied = [history[0], *copy.deepcopy(history[1:])]
+    return [
+        *(history[:end] for end in range(1, len(history) + 1)),
+        replaced,
+        *(replaced[:end] for end in range(max(keep, 1), len(replaced) + 1)),
+        history[: max(middle, 1)],
+        edited,
+        history,
+        copied,
+        [*copied, *copy.deepcopy(other[1:])],
+    ]
+
+
+def _same(sent: ModelMessage, expected: ModelMessage) -> bool:
+    """The same message object, or a fragment of one (a request split between exchanges is sent narrowed to its
+    parts, a new message each time it is built) holding the very same part objects."""
+    if sent is expected:
+        return True
+    return (
+        type(sent) is type(expected)
+        and len(sent.parts) == len(expected.parts)
+        and all(map(operator.is_, sent.parts, expected.parts))
+        and sent == expected
+    )
+
+
+@EXAMPLES
+@given(histories(), histories(), st.integers(0, 30), st.integers(0, 30), SETTINGS)
+@pytest.mark.anyio
+async def test_the_hook_sends_the_very_messages_a_fresh_checked_selection_sends(
+    history: list[ModelMessage],
+    other: list[ModelMessage],
+    keep: int,
+    middle: int,
+    setting: tuple[int, int, float, str | None],
+) -> None:
+    """Message by message the same objects, the same events and warnings; a projection that is the whole history
+    sends the request as it arrived (the same request object, nothing copied)."""
+    budget, retrieve, share, prompt = setting
+    events: list[CompactionEvent] = []
+    selection = BoundedSelection[Any](budget=budget, retrieve=retrieve, retrieval_share=share, observer=events.append)
+    ctx = _context(prompt)
+    for messages in _requests(history, other, keep, middle):
+        request = _request(list(messages))
+        expected_events: list[CompactionEvent] = []
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter('always', RuntimeWarning)
+            projected = fresh(messages, selection, prompt)
+            expected = project_request(
+                messages, projected, 'BoundedSelection', reason='selection', observer=expected_events.append
+            )
+            events.clear()
+            sent = await selection.before_model_request(ctx, request)
+        assert len(sent.messages) == len(expected)
+        assert all(map(_same, sent.messages, expected))
+        assert events == expected_events
+        said = [str(w.message) for w in warned if issubclass(w.category, RuntimeWarning)]
+        assert said[: len(said) // 2] == said[len(said) // 2 :]  # the fresh check's warnings, then the hook's
+        whole = len(projected) == len(messages) and all(map(operator.is_, projected, messages))
+        assert (sent is request) == whole
+
+
+@pytest.mark.anyio
+async def test_a_tool_loop_sent_whole_is_the_request_as_it_arrived() -> None:
+    """Each request of the running tool loop goes out as it arrived (it is sent whole, outside the budget); once a
+    new user turn makes the loop a candidate that does not fit the budget, a new list is sent."""
+    selection = BoundedSelection[Any](budget=1)
+    ctx = _context(None)
+    history = tool_loop(3)
+    first = _request(list(history[:5]))
+    assert await selection.before_model_request(ctx, first) is first
+    grown_request = _request(list(history))
+    assert await selection.before_model_request(ctx, grown_request) is grown_request
+    # A new user turn: the earlier tool loop is now a candidate, and it does not fit the budget.
+    later = [*history, ModelResponse(parts=[TextPart('done')]), ModelRequest(parts=[UserPromptPart('now beta')])]
+    sent = await selection.before_model_request(ctx, _request(list(later)))
+    assert len(sent.messages) < len(later)
+    assert sent.messages == fresh(later, selection, None)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import operator
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from itertools import compress, count
 from typing import TYPE_CHECKING, Any
 
@@ -79,16 +79,48 @@ def project_request(
         checker: The owner's per-run `ShapeCheck`, which scans only what follows the request it checked
             last (the same problems as `shape_problems`, found without re-reading an unchanged prefix).
     """
+    if _accepted_projection(original, projected, owner, reason, tracer, observer, checker, unchanged=False):
+        return list(projected)
+    return list(original)
+
+
+@dataclass(frozen=True)
+class Unchanged:
+    """What a view's `build` returns (see `project`) when its projection is the request as it arrived: the request's
+    messages, the same objects in the same order.
+
+    The projection is checked as any other, and the request then goes out as it arrived, without a copy of its
+    messages: a view that sends a history whole (one within its budget, a long tool loop) costs no step per message.
+    """
+
+    messages: Sequence[ModelMessage]
+    """The request's messages in a sequence nothing changes afterwards (a tuple): the owner's `ShapeCheck` may hold
+    it to compare the next request with."""
+
+
+def _accepted_projection(
+    original: Sequence[ModelMessage],
+    projected: Sequence[ModelMessage],
+    owner: str,
+    reason: str,
+    tracer: Tracer | None,
+    observer: EventObserver | None,
+    checker: shape.ShapeCheck | None,
+    *,
+    unchanged: bool,
+) -> bool:
+    """Whether *projected* may be sent in place of *original*: checked, refused with a warning and an event, or
+    reported when it changed the request (never when *unchanged*: it holds *original*'s messages)."""
     if checker is not None:
         problems = checker.problems(projected, before=original)
     else:
         problems = shape.shape_problems(projected, before=original)
     if problems:
         _refuse(owner, 'sent the request unprojected', problems, original, tracer, observer)
-        return list(original)
-    if _observed(tracer, observer) and _changed(original, projected):
+        return False
+    if not unchanged and _observed(tracer, observer) and _changed(original, projected):
         _report(owner, reason, original, projected, tracer, observer)
-    return list(projected)
+    return True
 
 
 def rewrite_log(
@@ -378,7 +410,7 @@ async def project(
     owner: str,
     ctx: RunContext[Any],
     request_context: ModelRequestContext,
-    build: Callable[[], Awaitable[Sequence[ModelMessage]]],
+    build: Callable[[], Awaitable[Sequence[ModelMessage] | Unchanged]],
     *,
     reason: str,
     observer: EventObserver | None = None,
@@ -387,7 +419,9 @@ async def project(
     """*request_context* with the messages *build* projects, checked by `project_request` (with *checker*).
 
     What a view's `before_model_request` returns. An exception in *build* never fails the run: the
-    request goes out as it arrived, with a warning and an `ignored` event (reason `error`).
+    request goes out as it arrived, with a warning and an `ignored` event (reason `error`). When *build*
+    returns `Unchanged`, its messages are checked the same way and *request_context* itself is returned
+    (the request as it arrived, which is what the projection holds, whether it was accepted or refused).
     """
     original = request_context.messages
     try:
@@ -398,6 +432,9 @@ async def project(
             'ignored', owner, None, None, len(original), len(original), reason='error', detail=repr(error)[:500]
         )
         emit(event, ctx.tracer, observer)
+        return request_context
+    if isinstance(projected, Unchanged):
+        _accepted_projection(original, projected.messages, owner, reason, ctx.tracer, observer, checker, unchanged=True)
         return request_context
     checked = project_request(
         original, projected, owner, reason=reason, tracer=ctx.tracer, observer=observer, checker=checker
