@@ -29,6 +29,7 @@ def test_scale_builds_the_log_concurrently_and_times_both_queries(tmp_path: Path
         store.close()
     line = scale.table([result]).splitlines()[-1]
     assert line.startswith('| SQLite | 96,000 |') and line.count('met') == 2
+    assert result.timed_seconds > 0 and f'| {result.writes_during:,} in {result.timed_seconds:.1f} s |' in line
     detail = scale.detail_table([result]).splitlines()
     # One row per query (each timed twice in 16 rounds of 8 queries), then the store's own read, then the anchor.
     assert [row.split(' | ')[0] for row in detail[2:-2]] == [f'| `{q.format(c=0)}`' for q in scale.QUERIES]

@@ -163,6 +163,9 @@ class ScaleResult:
     bytes_per_million: float
     writes_during: int
     """Results the 8 conversations wrote while the queries were timed."""
+    timed_seconds: float
+    """How long the queries were timed: with `writes_during`, the rate the writers kept (each waits `WRITE_EVERY`
+    after a result, so a store that writes faster takes more results in the same time)."""
     recall_by_query: dict[str, tuple[float, float]] = field(default_factory=dict[str, tuple[float, float]])
     """Each query's recall p50 and p95 (ms)."""
     store_read: tuple[float, float] = (0.0, 0.0)
@@ -281,9 +284,11 @@ def run_backend(
     ]
     for thread in writers:
         thread.start()
+    started = time.perf_counter()
     try:
         asyncio.run(timed())
     finally:
+        timed_seconds = time.perf_counter() - started
         stop.set()
         for thread in writers:
             thread.join()
@@ -305,6 +310,7 @@ def run_backend(
         recover_p95,
         size / (tokens / 1_000_000),
         sum(written),
+        timed_seconds,
         {query: _percentiles(times) for query, times in by_query.items()},
         _percentiles(store_read),
         _percentiles(anchor),
@@ -428,7 +434,8 @@ def table(results: Sequence[ScaleResult]) -> str:
         lines.append(
             f'| {r.backend} | {r.tokens:,} | {r.build_seconds:.0f} | {r.recall_p50:.2f} | {r.recall_p95:.2f} | '
             f'{r.recall_p95 / BOUND_MS:.2f}× ({verdict(r.recall_p95)}) | {r.recover_p50:.2f} | {r.recover_p95:.2f} | '
-            f'{r.recover_p95 / BOUND_MS:.2f}× ({verdict(r.recover_p95)}) | {r.writes_during:,} | '
+            f'{r.recover_p95 / BOUND_MS:.2f}× ({verdict(r.recover_p95)}) | '
+            f'{r.writes_during:,} in {r.timed_seconds:.1f} s | '
             f'{r.bytes_per_million / 2**20:.1f} |'
         )
     return '\n'.join(lines)
