@@ -8,8 +8,10 @@ the in-memory store's, word for word.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,22 @@ from pydantic_ai_compaction.runtime.stores._query import has_word, line_score, r
 from .stores import POSTGRES_DSN, make_store, postgres_store
 
 EXAMPLES = int(os.environ.get('PAC_EXAMPLES', '40'))
+
+
+def _pattern_words(text: str) -> list[str]:
+    """`words` as it was written first: the pattern's runs of letters and digits, lowercased, without repeats."""
+    return list(dict.fromkeys(re.findall(r'[^\W_]+', text.lower())))
+
+
+ODD_TEXT = st.lists(
+    st.one_of(
+        st.characters(max_codepoint=127),  # every ASCII character, controls included
+        st.sampled_from(['é', 'ß', 'İ', '\u212a', '\ud800', '\udfff', '\x00', '\\.', 'Σ', 'ΑΣ ', '٣', '_', '\u2028']),
+    ),
+    max_size=60,
+).map(''.join)
+"""Text a tool may return: any ASCII character, `\\.` (the end of `COPY` data), NUL, lone surrogates, letters whose
+case folds to two characters or differently by context, digits of other scripts."""
 
 # The version 0 log tables, as the stores created them before schema versions.
 SQLITE_V0_LOG = """CREATE VIRTUAL TABLE log USING fts5(
@@ -171,7 +189,8 @@ def test_an_old_postgres_database_is_migrated_on_first_use_and_keeps_its_lines()
         finally:
             store.close()
         with psycopg.connect(target, autocommit=True) as conn:
-            assert conn.execute('SELECT version FROM pac_schema').fetchall() == [(1,)]
+            assert conn.execute('SELECT version FROM pac_schema').fetchall() == [(postgres_module.SCHEMA_VERSION,)]
+            assert _gin_options(conn) == ['fastupdate=on', 'gin_pending_list_limit=64']
             columns = {
                 row[0]
                 for row in conn.execute(
@@ -193,6 +212,123 @@ def test_an_old_postgres_database_is_migrated_on_first_use_and_keeps_its_lines()
     finally:
         with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS {name} WITH (FORCE)')
+
+
+def _gin_options(conn: Any) -> list[str]:
+    row = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'pac_log_owned_terms'").fetchone()
+    return sorted(row[0] or [])
+
+
+POSTGRES_V1_INDEX = 'CREATE INDEX pac_log_owned_terms ON pac_log USING GIN (owned_terms) WITH (fastupdate = off)'
+
+
+def test_a_version_1_postgres_database_gets_the_pending_list_and_keeps_its_lines() -> None:
+    """Version 1 to 2 changes the GIN index's settings only: the lines and their entries stay, the index is not
+    rebuilt, and a worker of version 1 still finds the database ready (its version is at least 1)."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    postgres_store().close()  # skips (or fails in CI) without a server
+    params = conninfo_to_dict(POSTGRES_DSN)
+    name = f'pac_migration_{uuid.uuid4().hex[:12]}'
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE {name}')
+    target = make_conninfo('', **{**params, 'dbname': name})
+    try:
+        with psycopg.connect(target, autocommit=True) as conn:
+            # The version 1 tables: today's, with the index as version 1 made it.
+            conn.execute(postgres_module._SCHEMA.replace(postgres_module._GIN_OPTIONS, 'WITH (fastupdate = off)'))  # pyright: ignore[reportPrivateUsage]
+            conn.execute('INSERT INTO pac_schema (version) VALUES (1)')
+            assert _gin_options(conn) == ['fastupdate=off']
+            index = conn.execute("SELECT 'pac_log_owned_terms'::regclass::oid").fetchone()[0]
+            for conversation, text in OLD_LINES:
+                terms = postgres_module._owned_terms(postgres_module.owner_prefix(conversation), f'{text} read_log  r1')  # pyright: ignore[reportPrivateUsage]
+                conn.execute(
+                    'INSERT INTO pac_log (conversation_id, text, context, source, tool_name, args, result_id, line_no, '
+                    "owned_terms) VALUES (%s, %s, 'read_log  r1', 'tool', 'read_log', '', 'r1', 0, %s::tsvector)",
+                    (conversation, text, terms),
+                )
+        store = PostgresArchiveStore(target)
+        try:
+            assert_migrated_store_works(store)
+        finally:
+            store.close()
+        with psycopg.connect(target, autocommit=True) as conn:
+            assert conn.execute('SELECT version FROM pac_schema').fetchall() == [(2,)]
+            assert _gin_options(conn) == ['fastupdate=on', 'gin_pending_list_limit=64']
+            assert conn.execute("SELECT 'pac_log_owned_terms'::regclass::oid").fetchone()[0] == index  # not rebuilt
+            assert conn.execute('SELECT count(*) FROM pac_log').fetchone()[0] == len(OLD_LINES) + 1
+    finally:
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS {name} WITH (FORCE)')
+
+
+PENDING_QUERIES = st.lists(st.sampled_from(['log', 'read', '37', 'caf', 'café', 'ab', 'x', 'zebra', 'é', 'ss', 'σ']))
+
+
+@pytest.fixture(scope='module')
+def private_postgres() -> Iterator[tuple[str, PostgresArchiveStore]]:
+    """A database of its own (its DSN and a store on it): no other test's writes merge its pending list."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    postgres_store().close()  # skips (or fails in CI) without a server
+    name = f'pac_pending_{uuid.uuid4().hex[:12]}'
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE {name}')
+    target = make_conninfo('', **{**conninfo_to_dict(POSTGRES_DSN), 'dbname': name})
+    store = PostgresArchiveStore(target)
+    try:
+        store.notes('probe')  # creates the tables
+        yield target, store
+    finally:
+        store.close()
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS {name} WITH (FORCE)')
+
+
+@settings(max_examples=max(EXAMPLES // 4, 5), deadline=None)
+@given(
+    lines=st.lists(
+        st.one_of(ODD_TEXT, st.sampled_from(['log 37 café', 'x' * 3000 + ' log', 'read ab\\.ab', 'ab ' * 700])),
+        min_size=1,
+        max_size=12,
+    ),
+    queries=st.lists(PENDING_QUERIES.map(' '.join), min_size=1, max_size=4),
+)
+def test_postgres_hits_are_the_same_from_the_pending_list_and_from_the_merged_index(
+    private_postgres: tuple[str, PostgresArchiveStore], lines: list[str], queries: list[str]
+) -> None:
+    """New lines wait in the GIN index's pending list until a writer merges it: a search finds exactly what it finds
+    once they are merged, and what it finds in lines indexed one by one without a list (as version 1 did)."""
+    import psycopg
+
+    target, store = private_postgres
+    keys = [f'pending-{uuid.uuid4().hex}', f'direct-{uuid.uuid4().hex}']
+
+    def log(key: str) -> list[LogLine]:
+        return [
+            LogLine(key, f'part-{n // 5}', n, text, 'tool', 'read_log', '{"i": 37}', 'r1')
+            for n, text in enumerate(lines)
+        ]
+
+    def index(key: str) -> None:
+        for start in range(0, len(lines), 5):
+            store.index_lines(log(key)[start : start + 5])
+
+    with psycopg.connect(target, autocommit=True) as conn:
+        conn.execute("SELECT gin_clean_pending_list('pac_log_owned_terms')")  # empty: the lines below stay in it
+        index(keys[0])
+        pending = {query: store.search(keys[0], query) for query in queries}
+        assert conn.execute("SELECT gin_clean_pending_list('pac_log_owned_terms')").fetchone()[0] > 0
+        merged = {query: store.search(keys[0], query) for query in queries}
+        conn.execute('ALTER INDEX pac_log_owned_terms SET (fastupdate = off)')
+        try:
+            index(keys[1])
+        finally:
+            conn.execute('ALTER INDEX pac_log_owned_terms SET (fastupdate = on)')
+    direct = {query: store.search(keys[1], query) for query in queries}
+    assert pending == merged == direct
 
 
 # Both ---------------------------------------------------------------------------------------------------------
@@ -445,11 +581,25 @@ def test_the_sqlite_score_bound_is_never_below_a_candidate_s_score(text: str, qu
         )
 
 
+@settings(max_examples=EXAMPLES * 5, deadline=None)
+@given(text=ODD_TEXT)
+def test_words_are_the_pattern_s_words_whatever_the_text(text: str) -> None:
+    """The ASCII shortcut (`str.translate`) splits exactly as the pattern does, and other text goes to the pattern."""
+    assert words(text) == _pattern_words(text)
+    assert words(text.upper()) == _pattern_words(text.upper())
+
+
+def test_words_of_every_ascii_character() -> None:
+    for code in range(128):
+        text = f'a{chr(code)}b {chr(code)}{chr(code)}C'
+        assert words(text) == _pattern_words(text), repr(chr(code))
+
+
 def _owned_terms_word_by_word(prefix: str, text: str) -> str:
-    """`_owned_terms` as it was written first: every word's size counted."""
+    """`_owned_terms` as it was written first: every word's size counted, each term formatted on its own."""
     kept: list[str] = []
     size = 0
-    for word in words(text):
+    for word in _pattern_words(text):
         length = len(word.encode())
         if length > postgres_module._LONGEST_WORD:  # pyright: ignore[reportPrivateUsage]
             continue
@@ -462,8 +612,11 @@ def _owned_terms_word_by_word(prefix: str, text: str) -> str:
 
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(
-    text=st.lists(st.sampled_from(['a', 'bb', 'é', 'x' * 9, 'ß' * 5, '\u212a', ' ', '_', '-', 'İ']), max_size=40).map(
-        ''.join
+    text=st.one_of(
+        st.lists(st.sampled_from(['a', 'bb', 'é', 'x' * 9, 'ß' * 5, '\u212a', ' ', '_', '-', 'İ']), max_size=40).map(
+            ''.join
+        ),
+        ODD_TEXT,
     ),
     longest=st.integers(1, 12),
     budget=st.integers(0, 200),

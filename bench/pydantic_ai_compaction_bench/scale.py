@@ -45,8 +45,15 @@ CONVERSATIONS = 8
 RESULT_CHARS = 8_000
 """Characters per tool result (about 2,000 tokens, 80 lines)."""
 
-WRITE_EVERY = 0.05
-"""Seconds between two results of one conversation while queries are timed (a real agent step takes seconds)."""
+WRITE_EVERY = float(os.environ.get('PAC_SCALE_WRITE_EVERY', '0.05'))
+"""Seconds between two results of one conversation while queries are timed (a real agent step takes seconds;
+`PAC_SCALE_WRITE_EVERY` sets another)."""
+
+SCHEDULE = os.environ.get('PAC_SCALE_SCHEDULE', 'after')
+"""When a conversation writes its next result while queries are timed: `after` (the default, the published
+figures) `WRITE_EVERY` after the previous one was written, so a store that writes faster is sent more results in
+the same time; or `fixed` (`PAC_SCALE_SCHEDULE=fixed`) one every `WRITE_EVERY` (at once when behind), the same
+load whatever the store, to compare two versions of a store at one rate of writing."""
 
 WRITERS = os.environ.get('PAC_SCALE_WRITERS', 'threads')
 """How the 8 conversations write while queries are timed: `threads` of the timing process (the default, the
@@ -122,6 +129,15 @@ def _write(store: ArchiveStore, conversation_id: str, rng: random.Random, conver
     store.put_archived([entry])
 
 
+def next_write(due: float, now: float, schedule: str) -> tuple[float, float]:
+    """When a writer that just wrote the result due at *due* (`time.perf_counter()` seconds) writes the next one,
+    at *now*: that result's due time and the seconds to wait for it, on *schedule* (`SCHEDULE`)."""
+    if schedule == 'fixed':
+        due = max(due + WRITE_EVERY, now)  # behind schedule: at once, without a burst to catch up
+        return due, due - now
+    return now + WRITE_EVERY, WRITE_EVERY
+
+
 def build_log(open_store: Callable[[], Any], total_tokens: int = TOTAL_TOKENS) -> float:
     """Write the log with 8 conversations at once, each through a store of its own; the seconds it took."""
     per_conversation = total_tokens * 4 // RESULT_CHARS // CONVERSATIONS
@@ -163,6 +179,9 @@ class ScaleResult:
     bytes_per_million: float
     writes_during: int
     """Results the 8 conversations wrote while the queries were timed."""
+    timed_seconds: float
+    """How long the queries were timed: with `writes_during`, the rate the writers kept (each waits `WRITE_EVERY`
+    after a result, so a store that writes faster takes more results in the same time)."""
     recall_by_query: dict[str, tuple[float, float]] = field(default_factory=dict[str, tuple[float, float]])
     """Each query's recall p50 and p95 (ms)."""
     store_read: tuple[float, float] = (0.0, 0.0)
@@ -210,6 +229,8 @@ def run_backend(
 
     *built_in*: the store already holds the log (`build_log` built it, in that many seconds): only time.
     """
+    if SCHEDULE not in ('after', 'fixed'):
+        raise ValueError(f"PAC_SCALE_SCHEDULE must be 'after' or 'fixed', got {SCHEDULE!r}.")
     per_conversation = total_tokens * 4 // RESULT_CHARS // CONVERSATIONS
     errors: list[BaseException] = []
     build_seconds = build_log(open_store, total_tokens) if built_in is None else built_in
@@ -229,13 +250,15 @@ def run_backend(
     def keep_writing(conversation: int) -> None:
         store = open_store()
         try:
+            due = time.perf_counter()
             for lines, entry in pending[conversation]:
                 if stop.is_set():
                     break
                 store.index_lines(lines)
                 store.put_archived([entry])
                 written[conversation] += 1
-                stop.wait(WRITE_EVERY)
+                due, pause = next_write(due, time.perf_counter(), SCHEDULE)
+                stop.wait(pause)
         except BaseException as error:
             errors.append(error)
             if processes:
@@ -281,9 +304,11 @@ def run_backend(
     ]
     for thread in writers:
         thread.start()
+    started = time.perf_counter()
     try:
         asyncio.run(timed())
     finally:
+        timed_seconds = time.perf_counter() - started
         stop.set()
         for thread in writers:
             thread.join()
@@ -305,6 +330,7 @@ def run_backend(
         recover_p95,
         size / (tokens / 1_000_000),
         sum(written),
+        timed_seconds,
         {query: _percentiles(times) for query, times in by_query.items()},
         _percentiles(store_read),
         _percentiles(anchor),
@@ -428,7 +454,8 @@ def table(results: Sequence[ScaleResult]) -> str:
         lines.append(
             f'| {r.backend} | {r.tokens:,} | {r.build_seconds:.0f} | {r.recall_p50:.2f} | {r.recall_p95:.2f} | '
             f'{r.recall_p95 / BOUND_MS:.2f}× ({verdict(r.recall_p95)}) | {r.recover_p50:.2f} | {r.recover_p95:.2f} | '
-            f'{r.recover_p95 / BOUND_MS:.2f}× ({verdict(r.recover_p95)}) | {r.writes_during:,} | '
+            f'{r.recover_p95 / BOUND_MS:.2f}× ({verdict(r.recover_p95)}) | '
+            f'{r.writes_during:,} in {r.timed_seconds:.1f} s | '
             f'{r.bytes_per_million / 2**20:.1f} |'
         )
     return '\n'.join(lines)
@@ -454,7 +481,8 @@ def main(total_tokens: int = TOTAL_TOKENS, backends: Sequence[str] = ('sqlite', 
     """Print the scale table of *backends* (PostgreSQL skipped, with the reason, when `PAC_POSTGRES_DSN` is unset)."""
     print(
         f'## Scale of memory: a {total_tokens / 1e6:g}M-token log, {CONVERSATIONS} conversations writing '
-        f'(one {RESULT_CHARS // 1000} KB result every {WRITE_EVERY * 1000:.0f} ms each) while queries are timed\n'
+        f'(one {RESULT_CHARS // 1000} KB result every {WRITE_EVERY * 1000:.0f} ms each'
+        f'{", on a fixed schedule" if SCHEDULE == "fixed" else ""}) while queries are timed\n'
     )
     results = [sqlite_result(total_tokens)] if 'sqlite' in backends else []
     dsn = os.environ.get('PAC_POSTGRES_DSN')

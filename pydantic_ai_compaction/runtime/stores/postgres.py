@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable, Sequence
+from itertools import chain, repeat
 from typing import Any, TypeVar
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Hit, LogLine, Note
@@ -37,7 +38,19 @@ _LONGEST_WORD = 2_000
 """PostgreSQL does not index words over 2,047 bytes; longer ones are left out of the terms and queries."""
 
 
-_SCHEMA = """
+_PENDING_KB = 64
+"""The GIN index's pending list, in kB (`gin_pending_list_limit`, the server's least): new lines' entries wait
+there, and the writer whose line fills it merges them into the index, one visit of each word's entry for all
+the lines waiting. Without a list (`fastupdate = off`) each line visited the entries of its words one by one
+(about 20 for a log line): measured on the 10M-token log, one writer's server CPU per 80-line result was
+10.8 to 15 ms without a list and 6.0 to 7.2 ms with this one. With the default 4 MB list every search read
+thousands of waiting lines and the merge stalled the other writers; this one holds a result or two, though eight
+writers fill it past its limit while one of them merges it (up to about 50 pages were seen), which `_PRESENT`
+is written for."""
+
+_GIN_OPTIONS = f'WITH (fastupdate = on, gin_pending_list_limit = {_PENDING_KB})'
+
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS pac_counters (
     conversation_id TEXT NOT NULL, name TEXT NOT NULL, value BIGINT NOT NULL,
     PRIMARY KEY (conversation_id, name)
@@ -59,19 +72,20 @@ CREATE TABLE IF NOT EXISTS pac_log (
     source TEXT NOT NULL, tool_name TEXT NOT NULL, args TEXT NOT NULL, result_id TEXT NOT NULL,
     line_no INTEGER NOT NULL, owned_terms TSVECTOR NOT NULL
 );
-CREATE INDEX IF NOT EXISTS pac_log_owned_terms ON pac_log USING GIN (owned_terms) WITH (fastupdate = off);
+CREATE INDEX IF NOT EXISTS pac_log_owned_terms ON pac_log USING GIN (owned_terms) {_GIN_OPTIONS};
 CREATE INDEX IF NOT EXISTS pac_log_conversation_newest ON pac_log (conversation_id, id);
 CREATE TABLE IF NOT EXISTS pac_schema (version INTEGER NOT NULL);
 """
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """`pac_schema.version` of the current tables. 0 (no `pac_schema`): the log's search vector held each line's
 words as they are, so a word every line holds (`log`, from the call `read_log`) had one GIN entry listing
 every line of every conversation; 1: `owned_terms`, each word prefixed with its conversation's token
 (`owner_prefix`), so an entry lists one conversation's lines; its GIN index without a pending list
-(`fastupdate = off`: with one, every search read the whole list of recent lines, and the writer that flushed
-it stalled the others, which tripled recall p95 with 8 conversations writing). An older database is migrated
-on first use."""
+(`fastupdate = off`: with the default 4 MB one, every search read the whole list of recent lines, and the
+writer that flushed it stalled the others, which tripled recall p95 with 8 conversations writing); 2: the
+same tables, the index with a small pending list (`_PENDING_KB`). An older database is migrated on first use;
+workers of version 1 read and write a database of version 2 as before (only the index's settings differ)."""
 
 _MIGRATE_TO_1 = """
 ALTER TABLE pac_log ADD COLUMN owned_terms TSVECTOR;
@@ -85,6 +99,9 @@ DROP INDEX IF EXISTS pac_log_conversation;
 ALTER TABLE pac_log DROP COLUMN tsv, DROP COLUMN terms;
 """
 """Version 0 to 1, in the schema transaction: the vector rebuilt from the words each line kept (`terms`)."""
+
+_MIGRATE_TO_2 = f'ALTER INDEX pac_log_owned_terms SET (fastupdate = on, gin_pending_list_limit = {_PENDING_KB})'
+"""Version 1 to 2: the index's settings only (no rebuild; the lines and their entries stay as they are)."""
 
 _PROBE = 150
 """The conversation's newest lines a search reads first, whatever the words (see `_NEWEST_MATCHES`): a sample
@@ -155,15 +172,18 @@ SELECT asked.n, (
         WHERE probe.owned_terms @@ asked.query
     )
     OR EXISTS (
-        SELECT 1 FROM (SELECT conversation_id FROM pac_log WHERE owned_terms @@ asked.query OFFSET 0) AS every
-        WHERE every.conversation_id = %(key)s
+        WITH every AS MATERIALIZED (SELECT conversation_id FROM pac_log WHERE owned_terms @@ asked.query)
+        SELECT 1 FROM every WHERE every.conversation_id = %(key)s
     )
 ) FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS asked(query, n) ORDER BY asked.n
 """
 """For each `tsquery` of `%(queries)s`, whether a line of the conversation matches it: a common word is found
 among the `_PROBE` newest lines, else the GIN index lists every match (none, for a word no line holds; the
 second test runs only when the first fails). Told to find one row with the conversation's key, the server
-scanned the whole log for a word no line holds, expecting a match among the first lines."""
+scanned the whole log for a word no line holds, expecting a match among the first lines: it weighs that bet
+against the GIN index's cost, which grows with the index's pending list (`_PENDING_KB`; 0.5 s per word with
+40 pending pages). The lines matching are planned as a whole (`MATERIALIZED`), so the server reads them from
+the index whatever its estimates; they are still read only until the first of the conversation."""
 
 
 def owner_prefix(conversation_id: str) -> str:
@@ -213,10 +233,10 @@ def _owned_terms(prefix: str, text: str) -> str:
             if size > _TERMS_BUDGET:
                 break
             kept.append(word)
-    # Words are letters and digits only: nothing to escape inside the quotes.
-    if len(kept) <= _LAST_POSITION:
-        return ' '.join([f"{lead}{word}':{n}" for n, word in enumerate(kept, start=1)])
-    return ' '.join([f"{lead}{word}':{min(n, _LAST_POSITION)}" for n, word in enumerate(kept, start=1)])
+    # Words are letters and digits only: nothing to escape inside the quotes. Joined in C (`chain` of the lead,
+    # the word and its position's text), not formatted word by word: a writer does this for every line.
+    positions = _POSITIONS if len(kept) <= _LAST_POSITION else chain(_POSITIONS, repeat(_POSITIONS[-1]))
+    return ''.join(chain.from_iterable(zip(repeat(lead), kept, positions)))[:-1]
 
 
 _LOG_COLUMNS = 'conversation_id, text, context, source, tool_name, args, result_id, line_no, owned_terms'
@@ -226,6 +246,9 @@ _COPY_LOG = f'COPY pac_log ({_LOG_COLUMNS}) FROM STDIN'
 
 _LAST_POSITION = 16_383
 """The largest position a `tsvector` holds; later words share it."""
+
+_POSITIONS = tuple(f"':{n} " for n in range(1, _LAST_POSITION + 1))
+"""What follows the *n*-th word in `_owned_terms`: the quote closing it, its position and a space."""
 
 
 def _query(prefix: str, wanted: Sequence[str], suffix: str) -> str:
@@ -312,6 +335,7 @@ class PostgresArchiveStore:
             if old_log is not None:
                 conn.execute(_MIGRATE_TO_1)
             conn.execute(_SCHEMA)
+            conn.execute(_MIGRATE_TO_2)  # an index of version 1 kept by `CREATE INDEX IF NOT EXISTS`
             conn.execute('DELETE FROM pac_schema')
             conn.execute('INSERT INTO pac_schema (version) VALUES (%s)', (SCHEMA_VERSION,))
         self._schema_ready = True
