@@ -321,10 +321,6 @@ def test_a_boundary_record_is_cleaned_as_clean_value_cleans_it(metadata: dict[st
     assert repr(cleaned) == repr(clean_value(metadata))  # the same types too (lists for tuples)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='`return_text` renders a structured result through pydantic-ai, whose serializer refuses a lone surrogate',
-)
 def test_a_structured_result_holding_a_lone_surrogate_is_read_without_falling_back() -> None:
     import asyncio
 

@@ -21,9 +21,10 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from pydantic_core import to_jsonable_python
 
 from pydantic_ai_compaction.protocols.types import Exchange
-from pydantic_ai_compaction.runtime.encoding import args_text
+from pydantic_ai_compaction.runtime.encoding import args_text, clean_text, to_json
 from pydantic_ai_compaction.runtime.pins import is_pinned
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, tool_content_parts
 
@@ -61,11 +62,24 @@ def user_text(part: UserPromptPart) -> str:
 
 
 def return_text(part: ToolReturnPart) -> str:
-    """A tool return's content as the model reads it."""
+    """A tool return's content as the model reads it (a value pydantic-ai cannot write as JSON: losslessly encoded)."""
     content = part.content
     if isinstance(content, str) and part.outcome not in ERROR_OUTCOMES:
         return content  # what `model_response_str` returns for a string, without its walk for files
-    return part.model_response_str()
+    try:
+        return part.model_response_str()
+    except ValueError:
+        # pydantic will not write a lone surrogate as JSON (it has no UTF-8 form): the value is read in the
+        # lossless encoding instead (the surrogate as its escape), as recall stores it, so one odd character
+        # in a result never stops a compaction from reading the rest.
+        if isinstance(content, str):
+            value = content  # an error's text: its wrapper below writes the surrogate as an escape
+        else:
+            try:
+                value = to_json(to_jsonable_python(content))
+            except ValueError:
+                value = clean_text(str(content))
+        return to_json({'error': value}) if part.outcome in ERROR_OUTCOMES else value
 
 
 def result_chars(part: ToolReturnPart) -> int:
@@ -80,7 +94,7 @@ def result_chars(part: ToolReturnPart) -> int:
         return len(content)
     known = _RESULT_CHARS.get(part)
     if known is None:
-        known = _RESULT_CHARS.put(part, len(part.model_response_str()))
+        known = _RESULT_CHARS.put(part, len(return_text(part)))
     return known
 
 

@@ -40,7 +40,7 @@ from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.encoding import args_text, clean_text
 from pydantic_ai_compaction.runtime.instructions import InstructionSources, gather_instructions
 from pydantic_ai_compaction.runtime.segment import ConversationView
-from pydantic_ai_compaction.runtime.transcript import clip, render_messages, user_text
+from pydantic_ai_compaction.runtime.transcript import clip, render_messages, return_text, user_text
 from pydantic_ai_compaction.runtime.wrappers import neutralize
 
 Check = Literal['not_empty', 'smaller', 'facts', 'instructions', 'omissions']
@@ -134,7 +134,7 @@ def plain_text(messages: Iterable[ModelMessage]) -> str:
             if isinstance(part, UserPromptPart):
                 pieces.append(user_text(part))
             elif isinstance(part, ToolReturnPart):
-                pieces.append(part.model_response_str())
+                pieces.append(return_text(part))
             elif isinstance(part, ToolCallPart):
                 pieces.append(args_text(part.args))
             elif isinstance(part, TextPart):

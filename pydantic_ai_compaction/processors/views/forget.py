@@ -54,6 +54,7 @@ from pydantic_ai_compaction.runtime.checks import (
     check_number,
     fail,
 )
+from pydantic_ai_compaction.runtime.encoding import args_text
 from pydantic_ai_compaction.runtime.events import EventObserver
 from pydantic_ai_compaction.runtime.project import never_fails, rewrite_log_at, rewritten_request
 from pydantic_ai_compaction.runtime.scoring import (
@@ -65,6 +66,7 @@ from pydantic_ai_compaction.runtime.scoring import (
 )
 from pydantic_ai_compaction.runtime.scoring import compression_gain as default_scorer
 from pydantic_ai_compaction.runtime.segment import is_restatement
+from pydantic_ai_compaction.runtime.transcript import return_text
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
@@ -417,9 +419,9 @@ def _context_before(messages: Sequence[ModelMessage], end: int, limit: int = CON
     for index in range(end - 1, -1, -1):
         for part in reversed(messages[index].parts):
             if isinstance(part, ToolCallPart):
-                text = f'{part.tool_name}({part.args_as_json_str()})'
+                text = f'{part.tool_name}({args_text(part.args)})'
             elif isinstance(part, ToolReturnPart):
-                text = part.model_response_str()
+                text = return_text(part)
             else:
                 content = getattr(part, 'content', '')
                 text = content if isinstance(content, str) else str(content)

@@ -311,7 +311,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             part = request.parts[part_index]
             assert isinstance(part, ToolReturnPart)
             call = calls.get(part.tool_call_id)
-            content = part.model_response_str()
+            content = return_text(part)
             where = f'context_recover("{ref}") returns it' if ref else 'use recall or run it again for details'
             stub = (
                 f'[cleared: output of {part.tool_name}({args_json(call) if call else ""}), {len(content):,} chars, '
@@ -419,7 +419,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
 
 def _saving(view: Sequence[ModelMessage], results: Sequence[tuple[int, int]]) -> int:
     """Estimated tokens clearing *results* saves: each stub is about 200 characters, the rest goes."""
-    return sum(max(len(_part_at(view, i, p).model_response_str()) - 200, 0) for i, p in results) // 4
+    return sum(max(len(return_text(_part_at(view, i, p))) - 200, 0) for i, p in results) // 4
 
 
 def _part_at(view: Sequence[ModelMessage], index: int, part_index: int) -> ToolReturnPart:

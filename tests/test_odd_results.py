@@ -1,0 +1,55 @@
+"""Tool results pydantic-ai cannot write as JSON (a lone surrogate in structured content, or in an error's text)
+are read by every reader in the lossless encoding, never as an error that stops a compaction or a view."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
+
+from pydantic_ai_compaction.processors.views.forget import context_text
+from pydantic_ai_compaction.runtime.encoding import to_json
+from pydantic_ai_compaction.runtime.transcript import result_chars, return_text
+
+
+@pytest.mark.parametrize(
+    ('content', 'outcome', 'expected'),
+    [
+        ({'rows': 'a\ud800b'}, 'success', '{"rows":"a\\ud800b"}'),
+        (['x', '\udfff', 12345678901234567890123], 'success', '["x","\\udfff",12345678901234567890123]'),
+        ('bad \ud800 input', 'failed', '{"error":"bad \\ud800 input"}'),
+        ({'k': '\ud800'}, 'failed', to_json({'error': '{"k":"\\ud800"}'})),
+    ],
+)
+def test_a_result_pydantic_cannot_write_is_read_in_the_lossless_encoding(
+    content: Any, outcome: Any, expected: str
+) -> None:
+    part = ToolReturnPart('read', content, tool_call_id='c1', outcome=outcome)
+    with pytest.raises(ValueError):
+        part.model_response_str()  # what the readers used to call, and what made them fail
+    assert return_text(part) == expected
+    assert result_chars(part) == len(expected)
+
+
+def test_a_result_pydantic_writes_reads_as_pydantic_writes_it() -> None:
+    for part in (
+        ToolReturnPart('read', {'b': 1, 'a': [1.5, None]}, tool_call_id='c1'),
+        ToolReturnPart('read', 'plain \ud800 text', tool_call_id='c1'),  # a string is sent as it is
+        ToolReturnPart('read', 'boom', tool_call_id='c1', outcome='failed'),
+        ToolReturnPart('read', None, tool_call_id='c1'),
+    ):
+        content = part.content
+        expected = content if isinstance(content, str) and part.outcome == 'success' else part.model_response_str()
+        assert return_text(part) == expected
+        assert result_chars(part) == len(expected)
+
+
+def test_forget_reasoning_context_reads_odd_calls_and_results() -> None:
+    messages: list[ModelMessage] = [
+        ModelResponse(parts=[ToolCallPart('lookup', {'q': 'x\ud800'}, tool_call_id='c1')]),
+        ModelRequest(parts=[ToolReturnPart('lookup', {'hit': '\udc00'}, tool_call_id='c1')]),
+    ]
+    with pytest.raises(ValueError):
+        messages[0].parts[0].args_as_json_str()  # pyright: ignore[reportAttributeAccessIssue]
+    assert context_text(messages) == 'lookup({"q":"x\\ud800"})\n\n{"hit":"\\udc00"}'
