@@ -53,3 +53,37 @@ def test_forget_reasoning_context_reads_odd_calls_and_results() -> None:
     with pytest.raises(ValueError):
         messages[0].parts[0].args_as_json_str()  # pyright: ignore[reportAttributeAccessIssue]
     assert context_text(messages) == 'lookup({"q":"x\\ud800"})\n\n{"hit":"\\udc00"}'
+
+
+def test_a_fork_that_cannot_send_such_a_result_falls_back_and_the_run_goes_on() -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import TextPart, UserPromptPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from pydantic_ai_compaction import CompactionEvent, Fork, Trigger
+
+    sent: list[list[ModelMessage]] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(messages)
+        return ModelResponse(parts=[TextPart('done')])
+
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('go')])]
+    for step in range(30):
+        content: object = {'rows': 'a\ud800b' * 300} if step == 1 else 'ok ' * 300
+        history.append(ModelResponse(parts=[ToolCallPart('read', {'i': step}, tool_call_id=f'c{step}')]))
+        history.append(ModelRequest(parts=[ToolReturnPart('read', content, tool_call_id=f'c{step}')]))
+    history.append(ModelResponse(parts=[TextPart('read them all')]))
+    events: list[CompactionEvent] = []
+    agent = Agent(FunctionModel(respond), capabilities=[Fork(trigger=Trigger(tokens=100), observer=events.append)])
+    assert agent.run_sync('next', message_history=history).output == 'done'
+    records = [event.record for event in events if event.record is not None]
+    assert [record.fallback_reason for record in records] == ['compactor_error']
+    assert 'surrogates not allowed' in (records[0].detail or '')
+    # The fallback dropped the exchange holding the result, so the agent's own request (the last) could be sent.
+    assert not [
+        part
+        for message in sent[-1]
+        for part in message.parts
+        if isinstance(part, ToolReturnPart) and not isinstance(part.content, str)
+    ]
