@@ -62,6 +62,7 @@ ODD = [
     'unanswered',
     'foreign-return',
     'instructions',
+    'metadata',
 ]
 
 
@@ -75,6 +76,8 @@ def tool_loops(draw: Callable[[Any], Any]) -> list[ModelMessage]:
                 ModelRequest(parts=[UserPromptPart('Audit every log.')], instructions='Be brief.'),
                 ModelRequest(parts=[UserPromptPart(['Audit', TextContent('every log.')])]),
                 ModelRequest(parts=[UserPromptPart('Audit.')], metadata={'pydantic_ai_compaction': {'exchange': 'g7'}}),
+                ModelRequest(parts=[UserPromptPart('Audit.')], metadata={'pydantic_ai_compaction': {'exchange': ''}}),
+                ModelRequest(parts=[UserPromptPart('Audit.')], metadata={'__pydantic_ai__': {'durable': True}}),
                 ModelRequest(parts=[], instructions='You audit logs.'),
             ]
         )
@@ -97,9 +100,12 @@ def tool_loops(draw: Callable[[Any], Any]) -> list[ModelMessage]:
         returns: list[Any] = [ToolReturnPart('read', draw(TEXTS), tool_call_id=c.tool_call_id) for c in calls]
         request = ModelRequest(parts=returns)
         if kind == 'stamped':
-            response = replace(
-                response, metadata={'pydantic_ai_compaction': {'exchange': f'g{draw(st.integers(1, 40))}'}}
-            )
+            stamp = draw(st.sampled_from([f'g{draw(st.integers(1, 40))}', '', 'not-an-id']))
+            response = replace(response, metadata={'pydantic_ai_compaction': {'exchange': stamp}})
+        elif kind == 'metadata':
+            # Metadata that holds no exchange stamp (pydantic-ai's own namespace, a user's keys) changes nothing.
+            response = replace(response, metadata={'__pydantic_ai__': {'context_input_tokens': 5}, 'user': 1})
+            request = replace(request, metadata={'pydantic_ai_compaction': {'exchange': 'g2'}})
         elif kind == 'retried':
             request = ModelRequest(parts=[replace(returns[0], outcome='retried'), *returns[1:]])
         elif kind == 'deferred' and pending:

@@ -565,11 +565,7 @@ class _Raw:
 
 def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _State | None) -> _Raw:
     start = state.cut if state is not None else 0
-    token_counts: list[int] = []
-    sizes: list[int | None] = []
-    units, snapshots, compacted, notable = _build_units(
-        history, prompt, start=start, state=state, measures=(token_counts, sizes)
-    )
+    units, snapshots, compacted, notable = _build_units(history, prompt, start=start, state=state)
     groups = _merge_linked(units)
     tail_highest, stamped, record_highest = _id_counter(history, units, compacted)
     stamped_numbers = {number for _, number in stamped}
@@ -582,6 +578,7 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
     else:
         next_number = assigned_from = tail_highest
         offset = 0
+    token_counts, sizes = _measure(history[start:])
 
     exchanges: list[Exchange] = []
     # Only a stamped group reads the ids handed out before it: a history without stamps keeps no set of them.
@@ -716,9 +713,10 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
 def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _State | None:
     """The state `_segment_raw` leaves after reading the plain opening and tool steps *history* starts with, or `None`.
 
-    A plain opening is a request of system prompts and string user prompts, without metadata; a plain tool step is a
-    response without metadata holding only texts, thinking and at least one tool call, followed by a request holding
-    only tool returns (not retries) to that response's calls. Each step is then its own exchange, numbered in order,
+    A plain opening is a request of system prompts and string user prompts, without an exchange stamp; a plain tool
+    step is a response without one holding only texts, thinking and at least one tool call, followed by a request
+    holding only tool returns (not retries) to that response's calls (a request's stamp is read only for its user
+    parts). Each step is then its own exchange, numbered in order,
     spanning both messages whole, protected by nothing: what the general builder gives them, read here without its
     units, snapshots and merges (most of the cost of a long tool loop never seen). The cut is put at the last such
     step's response, so that the rest (a request that also answers it with a user prompt, a deferred return, a stamp
@@ -729,7 +727,7 @@ def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _Stat
     if count < 5:
         return None
     opening = history[0]
-    if type(opening) is not ModelRequest or opening.metadata or not opening.parts:
+    if type(opening) is not ModelRequest or not opening.parts or (opening.metadata and message_stamp(opening)):
         return None
     for part in opening.parts:
         if not (type(part) is SystemPromptPart or (type(part) is UserPromptPart and type(part.content) is str)):
@@ -737,7 +735,7 @@ def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _Stat
     index = 1
     while index + 1 < count:
         response = history[index]
-        if type(response) is not ModelResponse or response.metadata:
+        if type(response) is not ModelResponse or (response.metadata and message_stamp(response)):
             break
         calls: set[str] = set()
         for part in response.parts:
@@ -955,12 +953,7 @@ _Snapshot = tuple[int | None, int | None, int | None]
 
 
 def _build_units(
-    messages: Sequence[ModelMessage],
-    prompt: object = None,
-    *,
-    start: int = 0,
-    state: _State | None = None,
-    measures: tuple[list[int], list[int | None]] | None = None,
+    messages: Sequence[ModelMessage], prompt: object = None, *, start: int = 0, state: _State | None = None
 ) -> tuple[list[_Unit], list[_Snapshot], list[int], set[int]]:
     """The units of `messages[start:]`, the builder's state before each of those messages, the indices of
     the messages holding a `CompactionPart` (the only ones a boundary record can be read from), and of the
@@ -969,9 +962,6 @@ def _build_units(
     From a cut (*state* given), units before it are reused as they are: a message that would add to one
     of them (a return whose call is not after the cut, feedback or a retry answer for a response before
     it) raises `_Stale`, and the caller segments from the start.
-
-    With *measures*, each message's `_measure` figures are appended to its two lists in the same pass (a history
-    never seen is read once, not once for its units and again for its sizes).
     """
     units: list[_Unit] = []
     snapshots: list[_Snapshot] = []
@@ -982,32 +972,9 @@ def _build_units(
     last_response: int | None = _FROZEN if calls_before else None
     retrying: int | None = _FROZEN if state is not None and state.retrying else None
     opening: int | None = _FROZEN if state is not None and state.opening else None
-    memo = _TOKENS
-    entries = memo.entries
-    if measures is not None:
-        add_tokens, add_size = measures[0].append, measures[1].append
-    else:
-        add_tokens = add_size = None
     for index in range(start, len(messages)):
         message = messages[index]
         snapshots.append((last_response, retrying, opening))
-        if add_tokens is not None and add_size is not None:
-            # `_measure`'s body, for this message.
-            if id(message) in entries and (entry := memo.entry(message)) is not None:
-                add_tokens(entry[2])
-                add_size(entry[3])
-            elif (measured := measure_message_text(message)) is None:
-                add_tokens(message_tokens(message))
-                add_size(None)
-            else:
-                chars, converted = measured
-                tokens = chars // CHARS_PER_TOKEN
-                if isinstance(message, ModelResponse):
-                    tokens = max(tokens, message.usage.output_tokens)
-                if converted >= _REMEMBER_CONVERTED:
-                    memo.put(message, tokens, chars)
-                add_tokens(tokens)
-                add_size(chars)
         if isinstance(message, ModelResponse):
             parts = message.parts
             boundary = False
