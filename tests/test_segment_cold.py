@@ -9,6 +9,7 @@ prompts, native tool calls, legacy retry prompts, compaction parts, empty reques
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -39,7 +40,9 @@ from pydantic_ai_compaction.runtime.segment import ConversationView, segment, se
 from . import segment_reference as reference
 from .reliability import histories
 
-EXAMPLES = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+EXAMPLES = settings(
+    max_examples=int(os.environ.get('PAC_EXAMPLES', '40')), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 TEXTS = st.sampled_from(['ok', 'log 7 read', 'CHANGE: lower case', 'lone \ud800 surrogate', '', 'x' * 300])
 
