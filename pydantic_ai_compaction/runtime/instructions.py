@@ -254,8 +254,10 @@ def _gather(
     """Append the instruction lines of *exchanges* to *found* (*owner_map*: the part owners, once built)."""
     messages = view.messages
     lines_in = sources.lines_in
+    lead = sources._lead  # pyright: ignore[reportPrivateUsage]
     for exchange in exchanges:
-        if _no_lines(exchange):
+        kind = exchange.kind
+        if kind == 'opening' or kind == 'boundary' or kind == 'restatement':  # `_no_lines`, without a call
             continue
         for index, chosen in exchange.refs:
             message = messages[index]
@@ -266,6 +268,8 @@ def _gather(
                 if isinstance(part, ToolReturnPart):
                     content = part.content
                     if type(part) is ToolReturnPart and type(content) is str and part.outcome == 'success':
+                        if lead is not None and lead not in content:
+                            continue  # `lines_in`'s first test, without the call: no marker starts in this text
                         # A plain string is searched again rather than remembered: one search for a marker
                         # costs about what remembering its result does (what `model_response_str` returns).
                         lines = lines_in(content)

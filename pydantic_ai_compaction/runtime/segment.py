@@ -47,7 +47,10 @@ from pydantic_ai.messages import (
     ModelSettingsDeltaPart,
     RetryFeedbackPart,
     RetryPromptPart,  # pyright: ignore[reportDeprecated]
+    SystemPromptPart,
     TextContent,
+    TextPart,
+    ThinkingPart,
     ToolAvailabilityDeltaPart,
     ToolCallPart,
     ToolReturnPart,
@@ -303,7 +306,10 @@ def segment(
             the user speaking even where it follows tool returns in the same request.
     """
     history = tuple(messages)
-    state = _reusable(history, prompt)
+    reused = _reusable(history, prompt)
+    # A history never seen: its leading run of plain tool steps is read by `_tool_loop_state`, without the general
+    # builder's units, and the rest is segmented from there as a history extended since its last request is.
+    state = reused if reused is not None else _tool_loop_state(history, prompt)
     raw: _Raw | None = None
     if state is not None:
         try:
@@ -312,7 +318,7 @@ def segment(
             raw = None
     if raw is None:
         raw = _segment_raw(history, prompt, None)
-    if raw.state is not None and raw.state is not state:
+    if raw.state is not None and raw.state is not reused:
         _remember(history, raw.state)
     return _finish(history, raw, protect)
 
@@ -452,11 +458,13 @@ class _Shared:
     def __init__(self, messages: list[ModelMessage], exchanges: list[Exchange]) -> None:
         self.messages = messages
         """Messages after the first one, by identity (held)."""
-        self.exchanges: list[Exchange] = []
+        self.exchanges: list[Exchange] = list(exchanges)
         """Exchanges, before the final passes."""
-        self.positions: dict[str, int] = {}
+        count = len(exchanges)
+        # Built from the end, so that an id held twice keeps its first position, as `extend` does (in C: a
+        # history never seen fills it with every exchange at once).
+        self.positions: dict[str, int] = dict(zip(map(_ID, reversed(exchanges)), range(count - 1, -1, -1), strict=True))
         """Where each id first occurs in `exchanges` (whether a state's prefix holds it)."""
-        self.extend(exchanges)
 
     def extend(self, exchanges: Sequence[Exchange]) -> None:
         """Append *exchanges*."""
@@ -573,7 +581,8 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
     token_counts, sizes = _measure(history[start:])
 
     exchanges: list[Exchange] = []
-    used: set[str] = set()
+    # Only a stamped group reads the ids handed out before it: a history without stamps keeps no set of them.
+    used: set[str] | None = set() if any(group[0].stamp is not None for group in groups) else None
     counters: list[int] = []
     starts: list[int] = []
     numbers: list[int] = []
@@ -592,6 +601,7 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
             exchange_id, number = 'g0', 0
         elif (
             stamp is not None
+            and used is not None
             and stamp not in used
             and (state is None or not state.known(stamp))
             and (number := exchange_number(stamp)) is not None
@@ -599,10 +609,12 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
             exchange_id = stamp
         else:
             next_number += 1
-            while next_number in stamped_numbers:
-                next_number += 1
+            if stamped_numbers:
+                while next_number in stamped_numbers:
+                    next_number += 1
             exchange_id, number = f'g{next_number}', next_number
-        used.add(exchange_id)
+        if used is not None:
+            used.add(exchange_id)
         counters.append(next_number)
         numbers.append(number)
         refs: list[PartRef] = []
@@ -695,6 +707,98 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
         tail_start=offset,
         chars=_add_sizes(state.chars if state is not None else 0, sizes),
         instructions=newest[1] if newest is not None else earlier,
+    )
+
+
+def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _State | None:
+    """The state `_segment_raw` leaves after reading the plain opening and tool steps *history* starts with, or `None`.
+
+    A plain opening is a request of system prompts and string user prompts, without an exchange stamp; a plain tool
+    step is a response without one holding only texts, thinking and at least one tool call, followed by a request
+    holding only tool returns (not retries) to that response's calls (a request's stamp is read only for its user
+    parts). Each step is then its own exchange, numbered in order,
+    spanning both messages whole, protected by nothing: what the general builder gives them, read here without its
+    units, snapshots and merges (most of the cost of a long tool loop never seen). The cut is put at the last such
+    step's response, so that the rest (a request that also answers it with a user prompt, a deferred return, a stamp
+    or a record anywhere after it) is segmented by `_segment_raw` from this state as for any extended history, which
+    declines with `_Stale` wherever it must read the history from the start.
+    """
+    count = len(history)
+    if count < 5:
+        return None
+    opening = history[0]
+    if type(opening) is not ModelRequest or not opening.parts or (opening.metadata and message_stamp(opening)):
+        return None
+    for part in opening.parts:
+        if not (type(part) is SystemPromptPart or (type(part) is UserPromptPart and type(part.content) is str)):
+            return None
+    index = 1
+    while index + 1 < count:
+        response = history[index]
+        if type(response) is not ModelResponse or (response.metadata and message_stamp(response)):
+            break
+        calls: set[str] = set()
+        for part in response.parts:
+            if type(part) is ToolCallPart:
+                calls.add(part.tool_call_id)
+            elif type(part) is not TextPart and type(part) is not ThinkingPart:
+                calls.clear()
+                break
+        if not calls:
+            break
+        request = history[index + 1]
+        if type(request) is not ModelRequest or not request.parts:
+            break
+        for part in request.parts:
+            if type(part) is not ToolReturnPart or part.tool_call_id not in calls or part.outcome == 'retried':
+                break
+        else:
+            index += 2
+            continue
+        break
+    cut = index - 2  # the last plain step's response: that step is read again with whatever follows it
+    if cut < 3:
+        return None
+    token_counts, sizes = _measure(history[:cut])
+    # Built as `_exchange` builds them (the same objects), without a call per step.
+    new, fields = _NEW, vars
+    opening_exchange = new(Exchange)
+    fields(opening_exchange).update(
+        id='g0', kind='opening', refs=((0, None),), tokens=token_counts[0], protected='opening', unfinished=False
+    )
+    exchanges = [opening_exchange]
+    add = exchanges.append
+    for number, position in enumerate(range(1, cut, 2), start=1):
+        exchange = new(Exchange)
+        fields(exchange).update(
+            id=f'g{number}',
+            kind='tools',
+            refs=((position, None), (position + 1, None)),
+            tokens=token_counts[position] + token_counts[position + 1],
+            protected=None,
+            unfinished=False,
+        )
+        add(exchange)
+    first = weakref.ref(history[0])
+    steps = len(exchanges) - 1
+    return _State(
+        cut=cut,
+        first=first,
+        last=weakref.ref(history[cut - 1], functools.partial(_forget_state, first)),
+        shared=_Shared(list(history[1 : cut - 1]), exchanges),
+        length=cut - 2,
+        count=len(exchanges),
+        prompt=prompt,
+        assigned_from=0,
+        highest_before_cut=0,
+        counter=steps,
+        chars=_add_sizes(0, sizes),
+        instructions=_newest_instructions(history, 0, cut, None),
+        top_number=steps,
+        last_turn=0,
+        response=True,
+        retrying=False,
+        opening=True,
     )
 
 
@@ -905,6 +1009,17 @@ def _build_units(
             continue
 
         parts = message.parts
+        if len(parts) == 1 and type(part := parts[0]) is ToolReturnPart:
+            # A tool loop's usual request, one return answering a known call: what the loop below does for it.
+            owner = owner_of_call.get(part.tool_call_id)
+            if owner is not None:
+                held = units[owner].parts.get(index)
+                if held is None:
+                    units[owner].parts[index] = [0]
+                else:
+                    held.append(0)
+                retrying = last_response if part.outcome == 'retried' and last_response is not None else None
+                continue
         if not parts:
             # A request with no parts (an agent with `instructions=` only, or `run(None, ...)` continuing
             # after a response) still belongs to exactly one exchange: the opening when it is first,
@@ -1020,21 +1135,28 @@ def _merge_linked(units: list[_Unit]) -> list[list[_Unit]]:
     would only repeat it). The groups' spans never overlap, so exchanges are ordered by start and by end.
     """
     groups: list[list[_Unit]] = []
-    reach_end = (-1, -1)
+    # The furthest end so far, as (message, part): compared message first, and the part only on the same message
+    # (a tuple per unit cost more than the rest of the sweep).
+    reach_message = reach_part = -1
     for unit in units:
         parts = unit.parts
         first = next(iter(parts))
-        held = parts[first]
-        if groups and (first, held[0] if held else -1) <= reach_end:
+        if first < reach_message or (first == reach_message and _first_part(parts[first]) <= reach_part):
             groups[-1].append(unit)
         else:
             groups.append([unit])
         last = next(reversed(parts))
-        held = parts[last]
-        end = (last, held[-1] if held else -1)
-        if end > reach_end:
-            reach_end = end
+        if last >= reach_message:
+            held = parts[last]
+            part = held[-1] if held else -1
+            if last > reach_message or part > reach_part:
+                reach_message, reach_part = last, part
     return groups
+
+
+def _first_part(held: list[int]) -> int:
+    """The first part index a unit holds in a message (-1 for an empty request, held whole)."""
+    return held[0] if held else -1
 
 
 def _merge_parts(group: list[_Unit]) -> dict[int, list[int]]:
@@ -1168,27 +1290,31 @@ def _measure(messages: Sequence[ModelMessage]) -> tuple[list[int], list[int | No
     """`messages_tokens`, and each message's characters (`None` for one holding an instruction change)."""
     memo = _TOKENS
     entries = memo.entries
+    measure = measure_message_text
+    response = ModelResponse
     out: list[int] = []
     sizes: list[int | None] = []
+    add_tokens = out.append
+    add_size = sizes.append
     for message in messages:
         # The lookup is inlined: a history never seen misses it for every message.
-        entry = memo.entry(message) if id(message) in entries else None
-        if entry is None:
-            measured = measure_message_text(message)
-            if measured is None:
-                tokens = message_tokens(message)
-                chars = None
-            else:
-                chars = measured[0]
-                tokens = chars // CHARS_PER_TOKEN
-                if isinstance(message, ModelResponse):
-                    tokens = max(tokens, message.usage.output_tokens)
-                if measured[1] >= _REMEMBER_CONVERTED:
-                    memo.put(message, tokens, chars)
-        else:
-            tokens, chars = entry[2], entry[3]
-        out.append(tokens)
-        sizes.append(chars)
+        if id(message) in entries and (entry := memo.entry(message)) is not None:
+            add_tokens(entry[2])
+            add_size(entry[3])
+            continue
+        measured = measure(message)
+        if measured is None:
+            add_tokens(message_tokens(message))
+            add_size(None)
+            continue
+        chars, converted = measured
+        tokens = chars // CHARS_PER_TOKEN
+        if isinstance(message, response):
+            tokens = max(tokens, message.usage.output_tokens)
+        if converted >= _REMEMBER_CONVERTED:
+            memo.put(message, tokens, chars)
+        add_tokens(tokens)
+        add_size(chars)
     return out, sizes
 
 
