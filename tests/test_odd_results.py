@@ -87,3 +87,25 @@ def test_a_fork_that_cannot_send_such_a_result_falls_back_and_the_run_goes_on() 
         for part in message.parts
         if isinstance(part, ToolReturnPart) and not isinstance(part.content, str)
     ]
+
+
+def test_reassert_reads_a_failed_result_holding_a_lone_surrogate_as_it_reads_any_failed_result() -> None:
+    from pydantic_ai.messages import UserPromptPart
+
+    from pydantic_ai_compaction.runtime.instructions import InstructionSources, gather_instructions
+    from pydantic_ai_compaction.runtime.segment import segment
+
+    def gathered(text: str, outcome: Any) -> tuple[str, ...]:
+        history: list[ModelMessage] = [
+            ModelRequest(parts=[UserPromptPart('go')]),
+            ModelResponse(parts=[ToolCallPart('deploy', {}, tool_call_id='c1')]),
+            ModelRequest(parts=[ToolReturnPart('deploy', text, tool_call_id='c1', outcome=outcome)]),
+            ModelResponse(parts=[ToolCallPart('deploy', {}, tool_call_id='c2')]),
+            ModelRequest(parts=[ToolReturnPart('deploy', 'ok', tool_call_id='c2')]),
+        ]
+        return tuple(gather_instructions(segment(history), InstructionSources(markers=('CHANGE:',))))
+
+    # A failed result is read inside its `{"error": ...}` wrapper, where no marker starts a line; the surrogate
+    # used to raise instead.
+    assert gathered('CHANGE: use port 8\ud800\nrest', 'failed') == gathered('CHANGE: use port 8\nrest', 'failed') == ()
+    assert gathered('CHANGE: use port 8\ud800\nrest', 'success') == ('CHANGE: use port 8\ud800',)
