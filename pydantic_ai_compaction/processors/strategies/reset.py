@@ -209,6 +209,9 @@ _TOOL_LABELS: dict[str, str] = {}
 _TOOL_LABELS_KEPT = 1_024
 """Tool names `_TOOL_LABELS` holds at most (names past them are labelled each time)."""
 
+_TOOL_LABEL_NAME_CHARS = 256
+"""Longest tool name `_TOOL_LABELS` keeps: a model's made-up name of a megabyte is not held for the process's life."""
+
 _READ_KEPT = 4
 """Histories whose reading a reset keeps (conversations sharing one capability each keep theirs)."""
 
@@ -754,7 +757,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         ]
         sections: dict[str, list[tuple[str, int]]] = {name: [] for name in SECTIONS}
         if exchange.kind == 'tools':
-            self._tool_entries(messages, sections, self.extract or self._default_extract)
+            self._tool_entries(messages, sections, self._default_extract if self.extract is None else self.extract)
         else:
             sections['conversation'].extend((line, 0) for line in self._conversation(messages))
         # In the order the section lines were produced (each section keeps its own order). An exchange's entries
@@ -822,12 +825,15 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         if call_part is None:
             return tuple(said)
         name = call_part.tool_name
-        label = _TOOL_LABELS.get(name)
-        if label is None:
-            label = _label_of(_head(name))  # an entry starts `name(`: its head is the name's
-            if len(_TOOL_LABELS) < _TOOL_LABELS_KEPT:
-                _TOOL_LABELS[name] = label
         call = f'{name}({clean_text(args_text(call_part.args))})'
+        # Kept per plain name only: a `str` subclass (an enum member) may format unlike its value, and an entry
+        # is labelled by the name as formatted in it.
+        plain = type(name) is str and len(name) <= _TOOL_LABEL_NAME_CHARS
+        label = _TOOL_LABELS.get(name) if plain else None
+        if label is None:
+            label = _label_of(_head(call))  # every entry starts with the call
+            if plain and len(_TOOL_LABELS) < _TOOL_LABELS_KEPT:
+                _TOOL_LABELS[name] = label
         content = clean_text(return_text(result))
         outcome = result.outcome
         entry = f'{call} → {outcome}, {len(content):,} chars'
