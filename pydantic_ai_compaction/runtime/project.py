@@ -439,16 +439,13 @@ async def project(
         )
         emit(event, ctx.tracer, observer)
         return request_context
-    unchanged = isinstance(projected, Unchanged)
-    messages = projected.messages if isinstance(projected, Unchanged) else projected
-    # One call for both kinds of projection: a refusal warns from one place in this function, as it did before a
-    # projection could be the request itself (the `default` warning filter shows it once per place).
-    accepted = _accepted_projection(
-        original, messages, owner, reason, ctx.tracer, observer, checker, unchanged=unchanged
-    )
-    if unchanged:
+    if isinstance(projected, Unchanged):
+        _accepted_projection(original, projected.messages, owner, reason, ctx.tracer, observer, checker, unchanged=True)
         return request_context
-    return replace(request_context, messages=list(messages if accepted else original))
+    checked = project_request(
+        original, projected, owner, reason=reason, tracer=ctx.tracer, observer=observer, checker=checker
+    )
+    return replace(request_context, messages=checked)
 
 
 def never_fails(owner: str, error: Exception, outcome: str = 'sent the request unprojected') -> None:
