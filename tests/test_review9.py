@@ -127,6 +127,10 @@ class Editor(AbstractCapability[Any]):
                 history[middle] = replace(message, parts=[*message.parts, UserPromptPart(f'edit {self.edits} beta')])
             else:
                 history[middle] = replace(message, parts=[*message.parts, TextPart(f'edit {self.edits} alpha')])
+        elif self.how == 'turn' and self.edits % 3 == 2 and isinstance(history[-1], ModelRequest):
+            # The user speaks mid-run: a new turn in the request that carries the tool returns.
+            last = history[-1]
+            history[-1] = replace(last, parts=[*last.parts, UserPromptPart(f'now about gamma {self.edits}')])
         elif self.how == 'last' and history:
             history[-1] = replace(history[-1])
         elif self.how == 'window':
@@ -238,7 +242,7 @@ RUNS = st.lists(
 @given(
     RUNS,
     st.sampled_from([1, 40, 150, 10_000]),
-    st.sampled_from(['none', 'middle', 'last', 'window', 'copies']),
+    st.sampled_from(['none', 'middle', 'last', 'turn', 'window', 'copies']),
     st.sampled_from(['none', 'setitem', 'delete', 'reassign']),
 )
 @pytest.mark.anyio
