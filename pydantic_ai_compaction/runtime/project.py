@@ -79,7 +79,8 @@ def project_request(
         checker: The owner's per-run `ShapeCheck`, which scans only what follows the request it checked
             last (the same problems as `shape_problems`, found without re-reading an unchanged prefix).
     """
-    if _accepted_projection(original, projected, owner, reason, tracer, observer, checker, unchanged=False):
+    # The warning names this function's caller, as it did when the check was written here.
+    if _accepted_projection(original, projected, owner, reason, tracer, observer, checker, unchanged=False, level=4):
         return list(projected)
     return list(original)
 
@@ -108,15 +109,18 @@ def _accepted_projection(
     checker: shape.ShapeCheck | None,
     *,
     unchanged: bool,
+    level: int = 3,
 ) -> bool:
     """Whether *projected* may be sent in place of *original*: checked, refused with a warning and an event, or
-    reported when it changed the request (never when *unchanged*: it holds *original*'s messages)."""
+    reported when it changed the request (never when *unchanged*: it holds *original*'s messages).
+
+    *level* is the warning's `stacklevel` counted from `_refuse`: 3 names this function's caller."""
     if checker is not None:
         problems = checker.problems(projected, before=original)
     else:
         problems = shape.shape_problems(projected, before=original)
     if problems:
-        _refuse(owner, 'sent the request unprojected', problems, original, tracer, observer)
+        _refuse(owner, 'sent the request unprojected', problems, original, tracer, observer, level=level)
         return False
     if not unchanged and _observed(tracer, observer) and _changed(original, projected):
         _report(owner, reason, original, projected, tracer, observer)
@@ -356,9 +360,11 @@ def _refuse(
     original: Sequence[ModelMessage],
     tracer: Tracer | None,
     observer: EventObserver | None,
+    *,
+    level: int = 3,
 ) -> None:
     detail = '; '.join(problems[:3])
-    warnings.warn(f'{owner} {outcome}: it would break the history ({detail}).', RuntimeWarning, stacklevel=3)
+    warnings.warn(f'{owner} {outcome}: it would break the history ({detail}).', RuntimeWarning, stacklevel=level)
     event = CompactionEvent(
         'ignored', owner, None, None, len(original), len(original), reason='shape', detail='; '.join(problems[:5])
     )
