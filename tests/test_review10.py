@@ -170,3 +170,52 @@ def test_workers_migrating_a_version_1_database_together_all_work(version_1_data
     with psycopg.connect(version_1_database, autocommit=True) as conn:
         assert conn.execute('SELECT version FROM pac_schema').fetchall() == [(2,)]
         assert _gin_options(conn) == ['fastupdate=on', 'gin_pending_list_limit=64']
+
+
+def test_a_required_migration_that_waits_too_long_says_so_and_the_store_stays_usable() -> None:
+    """A version 0 database must be migrated before use; while another connection holds the log, the migration
+    waited `busy_timeout_ms` and the operation failed with PostgreSQL's bare `canceling statement due to lock
+    timeout`, naming neither the migration nor what to do. The message now says both; nothing was changed, and
+    the same store migrates and works once the log is free."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from pydantic_ai_compaction.protocols.archive import ArchiveError
+    from pydantic_ai_compaction.runtime.stores._query import words
+
+    from .test_store_schema import POSTGRES_V0
+
+    postgres_store().close()  # skips (or fails in CI) without a server
+    name = f'pac_review10_{uuid.uuid4().hex[:12]}'
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE {name}')
+    target = make_conninfo('', **{**conninfo_to_dict(POSTGRES_DSN), 'dbname': name})
+    try:
+        with psycopg.connect(target, autocommit=True) as conn:
+            conn.execute(POSTGRES_V0)
+            conn.execute(
+                'INSERT INTO pac_log (conversation_id, text, context, source, tool_name, args, result_id, line_no, '
+                "terms) VALUES ('a', 'media timeout_ms = 1050', '', 'tool', 'read_log', '', 'r1', 0, %s)",
+                (' '.join(words('media timeout_ms = 1050 read_log r1')),),
+            )
+        store = PostgresArchiveStore(target, busy_timeout_ms=300)
+        try:
+            with psycopg.connect(target) as writer:
+                writer.execute('LOCK TABLE pac_log IN ROW EXCLUSIVE MODE')
+                with pytest.raises(ArchiveError) as raised:
+                    store.search('a', 'timeout')
+                writer.rollback()
+            message = str(raised.value)
+            assert raised.value.operation == 'search'
+            assert 'canceling statement due to lock timeout: moving the tables to schema version 2' in message
+            assert 'busy_timeout_ms (300 ms)' in message and 'nothing was changed' in message
+            with psycopg.connect(target, autocommit=True) as conn:
+                assert conn.execute("SELECT to_regclass('pac_schema')").fetchone() == (None,)
+            assert [hit.text for hit in store.search('a', 'timeout')] == ['media timeout_ms = 1050']
+        finally:
+            store.close()
+        with psycopg.connect(target, autocommit=True) as conn:
+            assert conn.execute('SELECT version FROM pac_schema').fetchall() == [(2,)]
+    finally:
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS {name} WITH (FORCE)')

@@ -314,7 +314,7 @@ class PostgresArchiveStore:
         """Close the pool and its connections."""
         self._pool.close()
 
-    def _error(self, operation: str, error: BaseException) -> ArchiveError:
+    def _error(self, operation: str, error: BaseException | str) -> ArchiveError:
         return ArchiveError(
             f'PostgreSQL archive: {operation} failed on {self.target}: {error}'.strip(),
             operation=operation,
@@ -393,6 +393,14 @@ class PostgresArchiveStore:
                 # one more round trip.
                 self._pool.check()
             except (psycopg.Error, ValueError, OverflowError) as error:
+                if isinstance(error, psycopg.errors.LockNotAvailable) and not self._schema_ready:
+                    # Raised by `_ensure_schema` (the operation itself never ran): say what waited, and what next.
+                    raise self._error(
+                        operation,
+                        f'{error}: moving the tables to schema version {SCHEMA_VERSION} waits until no other '
+                        f'connection uses them, longer than busy_timeout_ms ({self.busy_timeout_ms} ms); nothing '
+                        'was changed, and the next operation tries again',
+                    ) from error
                 raise self._error(operation, error) from error
         raise self._error(operation, lost or RuntimeError('connection lost'))
 
