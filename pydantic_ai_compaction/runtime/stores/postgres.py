@@ -103,6 +103,10 @@ ALTER TABLE pac_log DROP COLUMN tsv, DROP COLUMN terms;
 _MIGRATE_TO_2 = f'ALTER INDEX pac_log_owned_terms SET (fastupdate = on, gin_pending_list_limit = {_PENDING_KB})'
 """Version 1 to 2: the index's settings only (no rebuild; the lines and their entries stay as they are)."""
 
+_TUNE_LOCK_MS = 500
+"""Longest the move from version 1 to 2 waits for the log's lock (`PostgresArchiveStore._tune_version_1`): the
+other workers' statements on the log wait behind it as long."""
+
 _PROBE = 150
 """The conversation's newest lines a search reads first, whatever the words (see `_NEWEST_MATCHES`): a sample
 of how common they are, small since a query with no common word pays for it (about 2 µs a line)."""
@@ -310,7 +314,7 @@ class PostgresArchiveStore:
         """Close the pool and its connections."""
         self._pool.close()
 
-    def _error(self, operation: str, error: BaseException) -> ArchiveError:
+    def _error(self, operation: str, error: BaseException | str) -> ArchiveError:
         return ArchiveError(
             f'PostgreSQL archive: {operation} failed on {self.target}: {error}'.strip(),
             operation=operation,
@@ -323,22 +327,50 @@ class PostgresArchiveStore:
         with self._schema_lock, conn.transaction():
             # Serialize schema creation and migration across workers starting together.
             conn.execute('SELECT pg_advisory_xact_lock(7415)')
+            version = None
             if conn.execute("SELECT to_regclass('pac_schema')").fetchone()[0] is not None:
                 row = conn.execute('SELECT max(version) FROM pac_schema').fetchone()
-                if row[0] is not None and int(row[0]) >= SCHEMA_VERSION:
+                version = None if row[0] is None else int(row[0])
+                if version is not None and version >= SCHEMA_VERSION:
                     self._schema_ready = True
                     return
-            old_log = conn.execute(
-                "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('pac_log') AND attname = 'terms' "
-                'AND NOT attisdropped'
-            ).fetchone()
-            if old_log is not None:
-                conn.execute(_MIGRATE_TO_1)
-            conn.execute(_SCHEMA)
-            conn.execute(_MIGRATE_TO_2)  # an index of version 1 kept by `CREATE INDEX IF NOT EXISTS`
+            if version == 1:
+                if not self._tune_version_1(conn):
+                    self._schema_ready = True  # used as version 1 left it: workers of both versions read it alike
+                    return
+            else:
+                old_log = conn.execute(
+                    "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('pac_log') AND attname = 'terms' "
+                    'AND NOT attisdropped'
+                ).fetchone()
+                if old_log is not None:
+                    conn.execute(_MIGRATE_TO_1)
+                conn.execute(_SCHEMA)
+                conn.execute(_MIGRATE_TO_2)  # an index of version 1 kept by `CREATE INDEX IF NOT EXISTS`
             conn.execute('DELETE FROM pac_schema')
             conn.execute('INSERT INTO pac_schema (version) VALUES (%s)', (SCHEMA_VERSION,))
         self._schema_ready = True
+
+    def _tune_version_1(self, conn: Any) -> bool:
+        """Version 1 to 2 (the index's settings), if it can be done now: whether it was.
+
+        Version 1's tables are version 2's, so the move is a tuning, never a condition of use. A role that may
+        only read and write rows (no `CREATE` on the schema, not the index's owner) cannot make it, and while
+        any worker's transaction holds the log it waits for that transaction, every other worker's statement on
+        the log queued behind it: it waits `_TUNE_LOCK_MS` at most, then the database is used as it is, and the
+        next store to start tries again.
+        """
+        import psycopg
+
+        wait = min(self.busy_timeout_ms, _TUNE_LOCK_MS) if self.busy_timeout_ms else _TUNE_LOCK_MS
+        try:
+            with conn.transaction():  # a savepoint: undone alone if the tuning fails
+                conn.execute(f"SET LOCAL lock_timeout = '{wait}ms'")
+                conn.execute(_SCHEMA)  # an index dropped by hand is built again, as for any older version
+                conn.execute(_MIGRATE_TO_2)
+        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.LockNotAvailable):
+            return False
+        return True
 
     def _run(self, operation: str, work: Callable[[Any], T]) -> T:
         """*work* on a pooled connection; once more on a fresh one if the first broke; `ArchiveError` else."""
@@ -361,6 +393,14 @@ class PostgresArchiveStore:
                 # one more round trip.
                 self._pool.check()
             except (psycopg.Error, ValueError, OverflowError) as error:
+                if isinstance(error, psycopg.errors.LockNotAvailable) and not self._schema_ready:
+                    # Raised by `_ensure_schema` (the operation itself never ran): say what waited, and what next.
+                    raise self._error(
+                        operation,
+                        f'{error}: moving the tables to schema version {SCHEMA_VERSION} waits until no other '
+                        f'connection uses them, longer than busy_timeout_ms ({self.busy_timeout_ms} ms); nothing '
+                        'was changed, and the next operation tries again',
+                    ) from error
                 raise self._error(operation, error) from error
         raise self._error(operation, lost or RuntimeError('connection lost'))
 
