@@ -254,7 +254,8 @@ def _gather(
     """Append the instruction lines of *exchanges* to *found* (*owner_map*: the part owners, once built)."""
     messages = view.messages
     lines_in = sources.lines_in
-    lead = sources._lead  # pyright: ignore[reportPrivateUsage]
+    # The first-character test is `lines_in`'s own: a subclass that reads lines its own way is always called.
+    lead = sources._lead if type(sources).lines_in is InstructionSources.lines_in else None  # pyright: ignore[reportPrivateUsage]
     for exchange in exchanges:
         kind = exchange.kind
         if kind == 'opening' or kind == 'boundary' or kind == 'restatement':  # `_no_lines`, without a call
