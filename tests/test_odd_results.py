@@ -109,3 +109,39 @@ def test_reassert_reads_a_failed_result_holding_a_lone_surrogate_as_it_reads_any
     # used to raise instead.
     assert gathered('CHANGE: use port 8\ud800\nrest', 'failed') == gathered('CHANGE: use port 8\nrest', 'failed') == ()
     assert gathered('CHANGE: use port 8\ud800\nrest', 'success') == ('CHANGE: use port 8\ud800',)
+
+
+def test_a_reset_of_a_resumed_history_holding_such_a_result_checkpoints_it_and_the_run_goes_on() -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import TextPart, UserPromptPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from pydantic_ai_compaction import CompactionEvent, ResetToCheckpoint, Trigger
+
+    sent: list[list[ModelMessage]] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(messages)
+        return ModelResponse(parts=[TextPart('done')])
+
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('go')])]
+    for step in range(30):
+        content: object = {'rows': 'a\ud800b' * 300} if step == 1 else 'ok ' * 300
+        history.append(ModelResponse(parts=[ToolCallPart('read', {'i': step}, tool_call_id=f'c{step}')]))
+        history.append(ModelRequest(parts=[ToolReturnPart('read', content, tool_call_id=f'c{step}')]))
+    history.append(ModelResponse(parts=[TextPart('read them all')]))
+    events: list[CompactionEvent] = []
+    reset = ResetToCheckpoint(trigger=Trigger(tokens=1_000), max_chars=200_000, observer=events.append)
+    agent = Agent(FunctionModel(respond), capabilities=[reset])
+    assert agent.run_sync('next', message_history=history).output == 'done'
+    records = [event.record for event in events if event.record is not None]
+    assert records and [record.fallback_reason for record in records] == [None] * len(records)
+    assert not [
+        part
+        for message in sent[-1]
+        for part in message.parts
+        if isinstance(part, ToolReturnPart) and not isinstance(part.content, str)
+    ]
+    # The call is listed in the checkpoint, with its result's size as the model read it (the lossless encoding).
+    checkpoint = '\n'.join(str(getattr(part, 'content', '')) for message in sent[-1] for part in message.parts)
+    assert 'read({"i":1}) → success, 2,411 chars' in checkpoint
