@@ -46,12 +46,13 @@ def test_a_result_pydantic_writes_reads_as_pydantic_writes_it() -> None:
 
 
 def test_forget_reasoning_context_reads_odd_calls_and_results() -> None:
+    call = ToolCallPart('lookup', {'q': 'x\ud800'}, tool_call_id='c1')
     messages: list[ModelMessage] = [
-        ModelResponse(parts=[ToolCallPart('lookup', {'q': 'x\ud800'}, tool_call_id='c1')]),
+        ModelResponse(parts=[call]),
         ModelRequest(parts=[ToolReturnPart('lookup', {'hit': '\udc00'}, tool_call_id='c1')]),
     ]
     with pytest.raises(ValueError):
-        messages[0].parts[0].args_as_json_str()  # pyright: ignore[reportAttributeAccessIssue]
+        call.args_as_json_str()
     assert context_text(messages) == 'lookup({"q":"x\\ud800"})\n\n{"hit":"\\udc00"}'
 
 
