@@ -56,12 +56,12 @@ def test_forget_reasoning_context_reads_odd_calls_and_results() -> None:
     assert context_text(messages) == 'lookup({"q":"x\\ud800"})\n\n{"hit":"\\udc00"}'
 
 
-def test_a_fork_that_cannot_send_such_a_result_falls_back_and_the_run_goes_on() -> None:
+def _run_over_a_resumed_history(capability: Any) -> list[ModelMessage]:
+    """What the model was last sent when *capability* compacts a resumed 30-step history whose second result is
+    structured and holds a lone surrogate (the run must answer `done`)."""
     from pydantic_ai import Agent
     from pydantic_ai.messages import TextPart, UserPromptPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
-
-    from pydantic_ai_compaction import CompactionEvent, Fork, Trigger
 
     sent: list[list[ModelMessage]] = []
 
@@ -75,19 +75,41 @@ def test_a_fork_that_cannot_send_such_a_result_falls_back_and_the_run_goes_on() 
         history.append(ModelResponse(parts=[ToolCallPart('read', {'i': step}, tool_call_id=f'c{step}')]))
         history.append(ModelRequest(parts=[ToolReturnPart('read', content, tool_call_id=f'c{step}')]))
     history.append(ModelResponse(parts=[TextPart('read them all')]))
-    events: list[CompactionEvent] = []
-    agent = Agent(FunctionModel(respond), capabilities=[Fork(trigger=Trigger(tokens=100), observer=events.append)])
+    agent = Agent(FunctionModel(respond), capabilities=[capability])
     assert agent.run_sync('next', message_history=history).output == 'done'
-    records = [event.record for event in events if event.record is not None]
-    assert [record.fallback_reason for record in records] == ['compactor_error']
-    assert 'surrogates not allowed' in (records[0].detail or '')
-    # The fallback dropped the exchange holding the result, so the agent's own request (the last) could be sent.
+    last = sent[-1]
+    # The compaction dropped the exchange holding the result, so the agent's own request could be sent.
     assert not [
         part
-        for message in sent[-1]
+        for message in last
         for part in message.parts
         if isinstance(part, ToolReturnPart) and not isinstance(part.content, str)
     ]
+    return last
+
+
+def test_a_fork_that_cannot_send_such_a_result_falls_back_and_the_run_goes_on() -> None:
+    from pydantic_ai_compaction import CompactionEvent, Fork, Trigger
+
+    events: list[CompactionEvent] = []
+    _run_over_a_resumed_history(Fork(trigger=Trigger(tokens=100), observer=events.append))
+    records = [event.record for event in events if event.record is not None]
+    assert [record.fallback_reason for record in records] == ['compactor_error']
+    assert 'surrogates not allowed' in (records[0].detail or '')
+
+
+def test_a_reset_of_a_resumed_history_holding_such_a_result_checkpoints_it_and_the_run_goes_on() -> None:
+    from pydantic_ai_compaction import CompactionEvent, ResetToCheckpoint, Trigger
+
+    events: list[CompactionEvent] = []
+    last = _run_over_a_resumed_history(
+        ResetToCheckpoint(trigger=Trigger(tokens=1_000), max_chars=200_000, observer=events.append)
+    )
+    records = [event.record for event in events if event.record is not None]
+    assert records and [record.fallback_reason for record in records] == [None] * len(records)
+    # The call is listed in the checkpoint, with its result's size as the model read it (the lossless encoding).
+    checkpoint = '\n'.join(str(getattr(part, 'content', '')) for message in last for part in message.parts)
+    assert 'read({"i":1}) → success, 2,411 chars' in checkpoint
 
 
 def test_reassert_reads_a_failed_result_holding_a_lone_surrogate_as_it_reads_any_failed_result() -> None:
@@ -110,39 +132,3 @@ def test_reassert_reads_a_failed_result_holding_a_lone_surrogate_as_it_reads_any
     # used to raise instead.
     assert gathered('CHANGE: use port 8\ud800\nrest', 'failed') == gathered('CHANGE: use port 8\nrest', 'failed') == ()
     assert gathered('CHANGE: use port 8\ud800\nrest', 'success') == ('CHANGE: use port 8\ud800',)
-
-
-def test_a_reset_of_a_resumed_history_holding_such_a_result_checkpoints_it_and_the_run_goes_on() -> None:
-    from pydantic_ai import Agent
-    from pydantic_ai.messages import TextPart, UserPromptPart
-    from pydantic_ai.models.function import AgentInfo, FunctionModel
-
-    from pydantic_ai_compaction import CompactionEvent, ResetToCheckpoint, Trigger
-
-    sent: list[list[ModelMessage]] = []
-
-    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        sent.append(messages)
-        return ModelResponse(parts=[TextPart('done')])
-
-    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('go')])]
-    for step in range(30):
-        content: object = {'rows': 'a\ud800b' * 300} if step == 1 else 'ok ' * 300
-        history.append(ModelResponse(parts=[ToolCallPart('read', {'i': step}, tool_call_id=f'c{step}')]))
-        history.append(ModelRequest(parts=[ToolReturnPart('read', content, tool_call_id=f'c{step}')]))
-    history.append(ModelResponse(parts=[TextPart('read them all')]))
-    events: list[CompactionEvent] = []
-    reset = ResetToCheckpoint(trigger=Trigger(tokens=1_000), max_chars=200_000, observer=events.append)
-    agent = Agent(FunctionModel(respond), capabilities=[reset])
-    assert agent.run_sync('next', message_history=history).output == 'done'
-    records = [event.record for event in events if event.record is not None]
-    assert records and [record.fallback_reason for record in records] == [None] * len(records)
-    assert not [
-        part
-        for message in sent[-1]
-        for part in message.parts
-        if isinstance(part, ToolReturnPart) and not isinstance(part.content, str)
-    ]
-    # The call is listed in the checkpoint, with its result's size as the model read it (the lossless encoding).
-    checkpoint = '\n'.join(str(getattr(part, 'content', '')) for message in sent[-1] for part in message.parts)
-    assert 'read({"i":1}) → success, 2,411 chars' in checkpoint
