@@ -317,8 +317,21 @@ _VALUES = st.recursive(
 @given(st.dictionaries(st.sampled_from(['kept', 'dropped', 'extra', 'notes', 'strategy']), _VALUES))
 def test_a_boundary_record_is_cleaned_as_clean_value_cleans_it(metadata: dict[str, Any]) -> None:
     cleaned = _clean_record(metadata)
-    assert cleaned == clean_value(metadata)
-    assert repr(cleaned) == repr(clean_value(metadata))  # the same types too (lists for tuples)
+    expected = reference_clean_value(metadata)
+    assert cleaned == expected == clean_value(metadata)
+    # The same types too (lists for tuples), and lone surrogates replaced wherever they were.
+    assert repr(cleaned) == repr(expected) == repr(clean_value(metadata))
+
+
+def reference_clean_value(value: Any) -> Any:
+    """`clean_value` walked item by item, as first written (it now takes a list of ASCII strings at once)."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {reference_clean_value(key): reference_clean_value(item) for key, item in value.items()}  # pyright: ignore[reportUnknownVariableType]
+    if isinstance(value, list | tuple):
+        return [reference_clean_value(item) for item in value]  # pyright: ignore[reportUnknownVariableType]
+    return value
 
 
 def test_a_structured_result_holding_a_lone_surrogate_is_read_without_falling_back() -> None:
@@ -344,3 +357,13 @@ def test_a_structured_result_holding_a_lone_surrogate_is_read_without_falling_ba
         run_compaction(ResetToCheckpoint[None](trigger=Trigger(tokens=1)), history, cctx, min_saving=0.0)
     )
     assert outcome.record.fallback_reason is None  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+
+
+@settings(max_examples=EXAMPLES * 5, deadline=None)
+@given(st.lists(st.text(alphabet=st.sampled_from(['a', '7', ' ', 'é', '\ud800', '\udfff']), max_size=4), max_size=6))
+def test_a_list_of_strings_is_cleaned_item_by_item(lines: list[str]) -> None:
+    for value in (lines, tuple(lines)):
+        cleaned = clean_value(value)
+        assert type(cleaned) is list
+        assert cleaned == [clean_text(line) for line in lines]
+    assert clean_value(['ok', 'b\ud800']) == ['ok', 'b\ufffd']

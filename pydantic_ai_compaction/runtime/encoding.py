@@ -27,7 +27,7 @@ import json
 import math
 import re
 from datetime import date, datetime, time
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -60,8 +60,24 @@ def clean_value(value: Any) -> Any:
     if isinstance(value, dict):
         return {clean_value(key): clean_value(item) for key, item in value.items()}  # pyright: ignore[reportUnknownVariableType]
     if isinstance(value, list | tuple):
+        if ascii_strings(value):  # pyright: ignore[reportUnknownArgumentType]
+            return list(cast('list[str] | tuple[str, ...]', value))
         return [clean_value(item) for item in value]  # pyright: ignore[reportUnknownVariableType]
     return value
+
+
+def ascii_strings(value: object) -> bool:
+    """Whether *value* is a list or tuple of strings that are all ASCII (so none holds a lone surrogate).
+
+    Found in C, with one join, not a call per item: a boundary record lists every dropped exchange's id, and a
+    checkpoint's sections are lists of lines.
+    """
+    if not isinstance(value, list | tuple):
+        return False
+    try:
+        return ''.join(value).isascii()  # pyright: ignore[reportUnknownArgumentType]
+    except TypeError:  # an item is not a string
+        return False
 
 
 def args_text(args: object) -> str:

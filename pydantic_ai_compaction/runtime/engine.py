@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import ModelMessage
@@ -13,7 +13,7 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai_compaction.protocols.types import CompactionRecord, Layout, Proposal, Summary
 from pydantic_ai_compaction.runtime.apply import apply_layout, assemble
 from pydantic_ai_compaction.runtime.context import CompactionContext, Strategy
-from pydantic_ai_compaction.runtime.encoding import clean_value
+from pydantic_ai_compaction.runtime.encoding import ascii_strings, clean_value
 from pydantic_ai_compaction.runtime.notes import gather_notes, with_notes
 from pydantic_ai_compaction.runtime.retry import is_context_overflow
 from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, compactions_recorded, segment
@@ -187,30 +187,11 @@ _ID_LISTS = frozenset({'kept', 'dropped'})
 
 
 def _clean_record(metadata: dict[str, Any]) -> dict[str, Any]:
-    """`clean_value(metadata)`, with an ASCII list of exchange ids checked in C instead of item by item."""
+    """`clean_value(metadata)`, with an ASCII list of exchange ids kept as it is rather than copied."""
     return {
-        key: value if key in _ID_LISTS and _ascii_strings(value) else _clean(value) for key, value in metadata.items()
+        key: value if key in _ID_LISTS and ascii_strings(value) and isinstance(value, list) else clean_value(value)
+        for key, value in metadata.items()
     }
-
-
-def _clean(value: Any) -> Any:
-    """`clean_value(value)`, a list of ASCII strings (a checkpoint's section) copied without a call per item."""
-    if isinstance(value, list):
-        items = cast('list[Any]', value)
-        return list(items) if _ascii_strings(items) else [_clean(item) for item in items]
-    if isinstance(value, dict):
-        return {clean_value(key): _clean(item) for key, item in cast('dict[Any, Any]', value).items()}
-    return clean_value(value)
-
-
-def _ascii_strings(value: object) -> bool:
-    """Whether *value* is a list of strings that are all ASCII (so none holds a lone surrogate), found in C."""
-    if not isinstance(value, list):
-        return False
-    try:
-        return ''.join(cast('list[str]', value)).isascii()
-    except TypeError:  # an item is not a string
-        return False
 
 
 def _warn_if_misconfigured(error: BaseException, strategy: Strategy) -> None:
