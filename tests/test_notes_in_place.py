@@ -6,6 +6,7 @@ Real `Agent` runs with `Notes`: every request shows every note written so far ex
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections import Counter
 from typing import Any
@@ -71,7 +72,8 @@ def _run(steps: list[Step], strategy: Any) -> tuple[list[list[ModelMessage]], li
         """Read one log."""
         return log_text(index, lines=60)
 
-    result = agent.run_sync('Go.')
+    # `asyncio.run` closes its loop: a loop `run_sync` leaves set would be reported unclosed in a later test.
+    result = asyncio.run(agent.run('Go.'))
     return seen, written, result.all_messages()
 
 
