@@ -126,6 +126,19 @@ def notes_section(notes: Sequence[str]) -> str:
     return '\n'.join([NOTES_HEADER, *(f'- {note}' for note in notes)])
 
 
+def _items_shown(content: str, notes: Sequence[str]) -> list[str]:
+    """The *notes* that *content*'s notes section shows as items.
+
+    Item by item, not the whole section: a user who deletes one note's line from a kept boundary leaves the
+    others shown, and restating them would show them twice.
+    """
+    at = content.find(NOTES_HEADER)
+    if at < 0:
+        return []
+    section = content[at + len(NOTES_HEADER) :] + '\n'
+    return [note for note in map(clean_text, notes) if f'\n- {note}\n' in section]
+
+
 def notes_in_place(view: ConversationView, keep: Iterable[str]) -> set[str]:
     """The notes (`[kind] text`) that the exchanges *keep* names show verbatim.
 
@@ -144,7 +157,7 @@ def notes_in_place(view: ConversationView, keep: Iterable[str]) -> set[str]:
                     record = our_record(part)
                     notes = record_strings(record_extra(record), 'notes') if record is not None else []
                     content = getattr(part, 'content', None)
-                    if notes and isinstance(content, str) and notes_section(notes) in content:
-                        held.update(map(clean_text, notes))
+                    if notes and isinstance(content, str):
+                        held.update(_items_shown(content, notes))
         held.update(_notes_in(messages))
     return held
