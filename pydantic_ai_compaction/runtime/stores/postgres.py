@@ -122,9 +122,10 @@ _OWN = '(conversation_id, id) > (%(key)s, 0) AND (conversation_id, id) <= (%(key
 newest first: told the key is one value, it orders by `id` alone and prefers the primary key, whose scan
 reads every conversation's lines (8 for each one kept, with 8 conversations writing)."""
 
-_NEWEST_MATCHES = f"""
-SELECT asked.n, matches.* FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS asked(query, n)
-CROSS JOIN LATERAL (
+def _newest_of(limit: str) -> str:
+    """The best *limit* (an SQL expression) of the conversation's newest `SEARCH_CANDIDATES` lines matching
+    `asked.query`, as a `LATERAL` subquery; see `_NEWEST_MATCHES`."""
+    return f"""(
 WITH probe AS MATERIALIZED (
     SELECT {_COLUMNS}, owned_terms @@ asked.query AS hit
     FROM pac_log WHERE {_OWN} ORDER BY conversation_id DESC, id DESC LIMIT {_PROBE}
@@ -151,8 +152,13 @@ found AS (
 )
 SELECT id, text, source, tool_name, args, result_id, line_no, ts_rank(owned_terms, asked.query) AS score
 FROM (SELECT * FROM found ORDER BY id DESC LIMIT {SEARCH_CANDIDATES}) AS newest
-ORDER BY source <> 'tool', score DESC, id DESC LIMIT %(limit)s
-) AS matches
+ORDER BY source <> 'tool', score DESC, id DESC LIMIT {limit}
+)"""
+
+
+_NEWEST_MATCHES = f"""
+SELECT asked.n, matches.* FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS asked(query, n)
+CROSS JOIN LATERAL {_newest_of('%(limit)s')} AS matches
 """
 """For each `tsquery` of `%(queries)s` (its position `n`), the best `%(limit)s` of the conversation's newest
 `SEARCH_CANDIDATES` lines matching it: one statement (for all the words of a query, when recall ranks each
@@ -166,9 +172,7 @@ branches not taken never run (their condition is a one-time filter). The server 
 over the whole log read the GIN entry of a word every line holds (tens of thousands of lines), or scanned tens
 of thousands of lines for a rare one."""
 
-
-_PRESENT = f"""
-SELECT asked.n, (
+_HELD = f"""(
     EXISTS (
         SELECT 1 FROM (
             SELECT owned_terms FROM pac_log WHERE {_OWN} ORDER BY conversation_id DESC, id DESC LIMIT {_PROBE}
@@ -179,7 +183,11 @@ SELECT asked.n, (
         WITH every AS MATERIALIZED (SELECT conversation_id FROM pac_log WHERE owned_terms @@ asked.query)
         SELECT 1 FROM every WHERE every.conversation_id = %(key)s
     )
-) FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS asked(query, n) ORDER BY asked.n
+)"""
+"""Whether a line of the conversation matches `asked.query`; see `_PRESENT`."""
+
+_PRESENT = f"""
+SELECT asked.n, {_HELD} FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS asked(query, n) ORDER BY asked.n
 """
 """For each `tsquery` of `%(queries)s`, whether a line of the conversation matches it: a common word is found
 among the `_PROBE` newest lines, else the GIN index lists every match (none, for a word no line holds; the
@@ -188,6 +196,56 @@ scanned the whole log for a word no line holds, expecting a match among the firs
 against the GIN index's cost, which grows with the index's pending list (`_PENDING_KB`; 0.5 s per word with
 40 pending pages). The lines matching are planned as a whole (`MATERIALIZED`), so the server reads them from
 the index whatever its estimates; they are still read only until the first of the conversation."""
+
+_SEARCH = f"""
+WITH every_whole AS MATERIALIZED (
+    SELECT 0 AS stage, asked.n, matches.* FROM unnest(%(every_whole)s::tsquery[]) WITH ORDINALITY AS asked(query, n)
+    CROSS JOIN LATERAL {_newest_of('%(limit)s')} AS matches
+),
+present AS MATERIALIZED (
+    SELECT asked.n, {_HELD} AS held FROM unnest(%(each_prefix)s::tsquery[]) WITH ORDINALITY AS asked(query, n)
+    WHERE cardinality(%(each_prefix)s::tsquery[]) > 1 AND NOT EXISTS (SELECT FROM every_whole)
+),
+every_prefix AS MATERIALIZED (
+    SELECT 1 AS stage, asked.n, matches.* FROM unnest(%(every_prefix)s::tsquery[]) WITH ORDINALITY AS asked(query, n)
+    CROSS JOIN LATERAL {_newest_of('%(limit)s')} AS matches
+    WHERE NOT EXISTS (SELECT FROM every_whole) AND NOT EXISTS (SELECT FROM present WHERE NOT held)
+),
+each_whole AS MATERIALIZED (
+    SELECT 2 AS stage, asked.n, matches.* FROM unnest(%(each_whole)s::tsquery[]) WITH ORDINALITY AS asked(query, n)
+    JOIN present ON present.n = asked.n AND present.held
+    CROSS JOIN LATERAL {_newest_of(str(SEARCH_CANDIDATES))} AS matches
+    WHERE NOT EXISTS (SELECT FROM every_whole) AND NOT EXISTS (SELECT FROM every_prefix)
+),
+each_prefix AS MATERIALIZED (
+    SELECT 3 AS stage, asked.n, matches.* FROM unnest(%(each_prefix)s::tsquery[]) WITH ORDINALITY AS asked(query, n)
+    JOIN present ON present.n = asked.n AND present.held
+    CROSS JOIN LATERAL {_newest_of(str(SEARCH_CANDIDATES))} AS matches
+    WHERE NOT EXISTS (SELECT FROM every_whole) AND NOT EXISTS (SELECT FROM every_prefix)
+        AND NOT EXISTS (SELECT FROM each_whole)
+)
+SELECT * FROM every_whole UNION ALL SELECT * FROM every_prefix
+UNION ALL SELECT * FROM each_whole UNION ALL SELECT * FROM each_prefix
+"""
+"""A whole search in one statement, one round trip (`PostgresArchiveStore.search`): each stage runs only when
+the ones before it found nothing (its condition is a one-time filter, and a `MATERIALIZED` stage is read only
+when a later one asks). Stage 0: lines holding every word (`_newest_of`, the best `%(limit)s`); else which
+words some line starts (`present`, `_HELD`; asked only of a query of several words); stage 1, when every word
+is held: lines holding a word each word starts; else, for the words held, each word's newest
+`SEARCH_CANDIDATES` matches as a whole word (stage 2), else as a prefix (stage 3), which recall ranks together.
+
+Asked in turn, statement by statement, a search took up to four round trips (a query whose words are
+prefixes, `inc-00001`, took three): with eight conversations writing on two cores, each round trip waited
+for the server's process and then the reader's to be scheduled again, which made the slowest searches."""
+
+
+_SESSION_OPTIONS = '-c plan_cache_mode=force_generic_plan -c jit=off'
+"""Every connection's settings besides the lock timeout. A statement run often on a connection is prepared there
+(psycopg does it from the fifth run), and its plan is made once (`force_generic_plan`): the server otherwise
+planned every search again (0.6 ms of CPU for one stage, 3 ms for `_SEARCH`), since the plan for any key, whose
+shape the statements fix (`_newest_of`), is estimated costlier than one for the key given. No JIT compilation:
+a plan estimated over `jit_above_cost` (a search of ten words, or the plan for any key, which counts ten rows in
+each array) was compiled for about 45 ms before a search that then ran in 1 ms."""
 
 
 def owner_prefix(conversation_id: str) -> str:
@@ -303,7 +361,7 @@ class PostgresArchiveStore:
             kwargs={
                 'autocommit': True,
                 'connect_timeout': max(1, round(self.connect_timeout)),
-                'options': f'-c lock_timeout={self.busy_timeout_ms}',
+                'options': f'-c lock_timeout={self.busy_timeout_ms} {_SESSION_OPTIONS}',
             },
             timeout=self.connect_timeout,
             name='pydantic-ai-compaction',
@@ -546,43 +604,24 @@ class PostgresArchiveStore:
 
         Tool output first. Lines holding every word: the newest `SEARCH_CANDIDATES` of them ranked by
         `ts_rank`; else each word's newest `SEARCH_CANDIDATES` matches ranked together by `rank_any_word`,
-        as the SQLite store does. Every query of one search runs on one pooled connection.
+        as the SQLite store does. One statement (`_SEARCH`), one round trip.
         """
         wanted = [word for word in words(query) if len(word.encode()) <= _LONGEST_WORD]
         if not wanted:
             return []
         key = db_text(conversation_id)
         prefix = owner_prefix(key)
+        params = {
+            'key': key,
+            'limit': limit,
+            'every_whole': [_query(prefix, wanted, '')],
+            'every_prefix': [_query(prefix, wanted, ':*')],
+            'each_whole': [_query(prefix, [word], '') for word in wanted],
+            'each_prefix': [_query(prefix, [word], ':*') for word in wanted],
+        }
 
         def work(conn: Any) -> list[Hit]:
-            (rows,) = _candidates(conn, key, [_query(prefix, wanted, '')], limit)
-            if rows:
-                return [_hit(row) for _, row in rows]
-            # A word no line of the conversation starts matches nothing, whole or as a prefix: one statement
-            # says which words some line holds (`_PRESENT`), so a query of words nothing holds does not read
-            # the newest lines once per word and form (ten times for four words).
-            present = (
-                [bool(row[1]) for row in conn.execute(
-                    _PRESENT, {'key': key, 'queries': [_query(prefix, [word], ':*') for word in wanted]}
-                ).fetchall()]
-                if len(wanted) > 1
-                else [True]
-            )  # fmt: skip
-            if all(present):
-                (rows,) = _candidates(conn, key, [_query(prefix, wanted, ':*')], limit)
-                if rows:
-                    return [_hit(row) for _, row in rows]
-            if len(wanted) == 1 or not any(present):
-                return []  # "any word" of one word is "every word": nothing more to find
-            held = [word for word, found in zip(wanted, present, strict=True) if found]
-            for suffix in ('', ':*'):
-                matches = iter(
-                    _candidates(conn, key, [_query(prefix, [word], suffix) for word in held], SEARCH_CANDIDATES)
-                )
-                per_word = [next(matches) if found else [] for found in present]
-                if any(per_word):
-                    return rank_any_word([[(r, _hit(row)) for r, row in rows] for rows in per_word], limit)
-            return []
+            return _ranked(conn.execute(_SEARCH, params).fetchall(), len(wanted), limit)
 
         return self._run('search', work)
 
@@ -593,6 +632,19 @@ def _candidates(conn: Any, key: str, tsqueries: Sequence[str], limit: int) -> li
     for row in conn.execute(_NEWEST_MATCHES, {'key': key, 'queries': list(tsqueries), 'limit': limit}).fetchall():
         found[int(row[0]) - 1].append((int(row[1]), tuple(row[2:])))
     return found
+
+
+def _ranked(rows: Sequence[Sequence[Any]], count: int, limit: int) -> list[Hit]:
+    """The hits of `_SEARCH`'s rows `(stage, n, id, ...)` for a query of *count* words (one stage has rows)."""
+    if not rows:
+        return []
+    if rows[0][0] < 2:  # lines holding every word, the best *limit*: in the order `_newest_of` ranks them
+        best = sorted(rows, key=lambda row: (row[4] != 'tool', -row[9], -row[2]))
+        return [_hit(tuple(row[3:])) for row in best]
+    per_word: list[list[tuple[int, Hit]]] = [[] for _ in range(count)]
+    for row in rows:
+        per_word[int(row[1]) - 1].append((int(row[2]), _hit(tuple(row[3:]))))
+    return rank_any_word(per_word, limit)
 
 
 def _hit(row: tuple[Any, ...]) -> Hit:
