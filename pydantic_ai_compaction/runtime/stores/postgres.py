@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from itertools import chain, repeat
 from typing import Any, TypeVar
@@ -18,6 +19,7 @@ from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveErro
 from pydantic_ai_compaction.runtime.checks import check_int, check_number
 from pydantic_ai_compaction.runtime.stores._query import (
     ARCHIVED_COLUMNS,
+    MAX_BUSY_TIMEOUT_MS,
     SEARCH_CANDIDATES,
     archived_from_row,
     archived_row,
@@ -50,7 +52,7 @@ is written for."""
 
 _GIN_OPTIONS = f'WITH (fastupdate = on, gin_pending_list_limit = {_PENDING_KB})'
 
-_SCHEMA = f"""
+_BASE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS pac_counters (
     conversation_id TEXT NOT NULL, name TEXT NOT NULL, value BIGINT NOT NULL,
     PRIMARY KEY (conversation_id, name)
@@ -72,10 +74,32 @@ CREATE TABLE IF NOT EXISTS pac_log (
     source TEXT NOT NULL, tool_name TEXT NOT NULL, args TEXT NOT NULL, result_id TEXT NOT NULL,
     line_no INTEGER NOT NULL, owned_terms TSVECTOR NOT NULL
 );
-CREATE INDEX IF NOT EXISTS pac_log_owned_terms ON pac_log USING GIN (owned_terms) {_GIN_OPTIONS};
 CREATE INDEX IF NOT EXISTS pac_log_conversation_newest ON pac_log (conversation_id, id);
 CREATE TABLE IF NOT EXISTS pac_schema (version INTEGER NOT NULL);
 """
+"""Every table and index but the search index (`_CREATE_GIN`)."""
+
+_GIN_NAME = 'pac_log_owned_terms'
+
+_CREATE_GIN = f'CREATE INDEX IF NOT EXISTS {_GIN_NAME} ON pac_log USING GIN (owned_terms) {_GIN_OPTIONS};'
+"""The search index, made only when no index of its definition exists under any name (`_FIND_GIN`)."""
+
+_FIND_GIN = """
+SELECT index.relname FROM pg_index AS i
+JOIN pg_class AS index ON index.oid = i.indexrelid
+JOIN pg_am AS am ON am.oid = index.relam
+JOIN pg_opclass AS opclass ON opclass.oid = i.indclass[0]
+JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+WHERE i.indrelid = to_regclass('pac_log') AND am.amname = 'gin' AND i.indnatts = 1 AND a.attname = 'owned_terms'
+    AND opclass.opcname = 'tsvector_ops' AND i.indexprs IS NULL AND i.indpred IS NULL AND i.indisvalid
+ORDER BY index.relname <> %s, index.relname LIMIT 1
+"""
+"""The name of the log's search index, found by what it is (a valid GIN index over `owned_terms` alone, whole
+table, the default operator class), not by its name: a database whose index was renamed by hand got a second
+index beside it (`CREATE INDEX IF NOT EXISTS` knows names only), which every line written then updated twice."""
+
+_SCHEMA = _BASE_SCHEMA + _CREATE_GIN
+"""The current tables, as a new database gets them."""
 
 SCHEMA_VERSION = 2
 """`pac_schema.version` of the current tables. 0 (no `pac_schema`): the log's search vector held each line's
@@ -100,8 +124,12 @@ ALTER TABLE pac_log DROP COLUMN tsv, DROP COLUMN terms;
 """
 """Version 0 to 1, in the schema transaction: the vector rebuilt from the words each line kept (`terms`)."""
 
-_MIGRATE_TO_2 = f'ALTER INDEX pac_log_owned_terms SET (fastupdate = on, gin_pending_list_limit = {_PENDING_KB})'
-"""Version 1 to 2: the index's settings only (no rebuild; the lines and their entries stay as they are)."""
+_MIGRATE_TO_2 = f'ALTER INDEX {{index}} SET (fastupdate = on, gin_pending_list_limit = {_PENDING_KB})'
+"""Version 1 to 2: the index's settings only (no rebuild; the lines and their entries stay as they are); `{index}`
+is the index's name (`_gin_index`)."""
+
+_TOLD_UNTUNED: set[str] = set()
+"""The servers and databases (`PostgresArchiveStore.target`) this process warned about staying at version 1."""
 
 _TUNE_LOCK_MS = 500
 """Longest the move from version 1 to 2 waits for the log's lock (`PostgresArchiveStore._tune_version_1`): the
@@ -121,6 +149,7 @@ _OWN = '(conversation_id, id) > (%(key)s, 0) AND (conversation_id, id) <= (%(key
 """`conversation_id = %(key)s` (ids start at 1), said so that the server reads the `(conversation_id, id)` index
 newest first: told the key is one value, it orders by `id` alone and prefers the primary key, whose scan
 reads every conversation's lines (8 for each one kept, with 8 conversations writing)."""
+
 
 def _newest_of(limit: str) -> str:
     """The best *limit* (an SQL expression) of the conversation's newest `SEARCH_CANDIDATES` lines matching
@@ -199,26 +228,26 @@ the index whatever its estimates; they are still read only until the first of th
 
 _SEARCH = f"""
 WITH every_whole AS MATERIALIZED (
-    SELECT 0 AS stage, asked.n, matches.* FROM unnest(%(every_whole)s::tsquery[]) WITH ORDINALITY AS asked(query, n)
+    SELECT 0 AS stage, asked.n, matches.* FROM unnest(%(every_whole)b::tsquery[]) WITH ORDINALITY AS asked(query, n)
     CROSS JOIN LATERAL {_newest_of('%(limit)s')} AS matches
 ),
 present AS MATERIALIZED (
-    SELECT asked.n, {_HELD} AS held FROM unnest(%(each_prefix)s::tsquery[]) WITH ORDINALITY AS asked(query, n)
-    WHERE cardinality(%(each_prefix)s::tsquery[]) > 1 AND NOT EXISTS (SELECT FROM every_whole)
+    SELECT asked.n, {_HELD} AS held FROM unnest(%(each_prefix)b::tsquery[]) WITH ORDINALITY AS asked(query, n)
+    WHERE cardinality(%(each_prefix)b::tsquery[]) > 1 AND NOT EXISTS (SELECT FROM every_whole)
 ),
 every_prefix AS MATERIALIZED (
-    SELECT 1 AS stage, asked.n, matches.* FROM unnest(%(every_prefix)s::tsquery[]) WITH ORDINALITY AS asked(query, n)
+    SELECT 1 AS stage, asked.n, matches.* FROM unnest(%(every_prefix)b::tsquery[]) WITH ORDINALITY AS asked(query, n)
     CROSS JOIN LATERAL {_newest_of('%(limit)s')} AS matches
     WHERE NOT EXISTS (SELECT FROM every_whole) AND NOT EXISTS (SELECT FROM present WHERE NOT held)
 ),
 each_whole AS MATERIALIZED (
-    SELECT 2 AS stage, asked.n, matches.* FROM unnest(%(each_whole)s::tsquery[]) WITH ORDINALITY AS asked(query, n)
+    SELECT 2 AS stage, asked.n, matches.* FROM unnest(%(each_whole)b::tsquery[]) WITH ORDINALITY AS asked(query, n)
     JOIN present ON present.n = asked.n AND present.held
     CROSS JOIN LATERAL {_newest_of(str(SEARCH_CANDIDATES))} AS matches
     WHERE NOT EXISTS (SELECT FROM every_whole) AND NOT EXISTS (SELECT FROM every_prefix)
 ),
 each_prefix AS MATERIALIZED (
-    SELECT 3 AS stage, asked.n, matches.* FROM unnest(%(each_prefix)s::tsquery[]) WITH ORDINALITY AS asked(query, n)
+    SELECT 3 AS stage, asked.n, matches.* FROM unnest(%(each_prefix)b::tsquery[]) WITH ORDINALITY AS asked(query, n)
     JOIN present ON present.n = asked.n AND present.held
     CROSS JOIN LATERAL {_newest_of(str(SEARCH_CANDIDATES))} AS matches
     WHERE NOT EXISTS (SELECT FROM every_whole) AND NOT EXISTS (SELECT FROM every_prefix)
@@ -246,6 +275,19 @@ planned every search again (0.6 ms of CPU for one stage, 3 ms for `_SEARCH`), si
 shape the statements fix (`_newest_of`), is estimated costlier than one for the key given. No JIT compilation:
 a plan estimated over `jit_above_cost` (a search of ten words, or the plan for any key, which counts ten rows in
 each array) was compiled for about 45 ms before a search that then ran in 1 ms."""
+
+
+def _create_tables(conn: Any) -> None:
+    """The tables and indexes missing (`_SCHEMA`; the search index looked for by its definition, `_FIND_GIN`),
+    and the search index's version 2 settings (`_MIGRATE_TO_2`)."""
+    from psycopg import sql
+
+    conn.execute(_BASE_SCHEMA)
+    row = conn.execute(_FIND_GIN, (_GIN_NAME,)).fetchone()
+    if row is None:
+        conn.execute(_CREATE_GIN)
+    name = _GIN_NAME if row is None else str(row[0])
+    conn.execute(_MIGRATE_TO_2.format(index=sql.Identifier(name).as_string(conn)))
 
 
 def owner_prefix(conversation_id: str) -> str:
@@ -307,7 +349,8 @@ _INSERT_LINES = f"""
 WITH fresh AS (
     INSERT INTO pac_indexed_parts (conversation_id, fingerprint)
     SELECT part.conversation_id, part.fingerprint
-    FROM unnest(%(part_keys)s::text[], %(part_fingerprints)s::text[]) WITH ORDINALITY AS part(conversation_id, fingerprint, n)
+    FROM unnest(%(part_keys)b::text[], %(part_fingerprints)b::text[])
+        WITH ORDINALITY AS part(conversation_id, fingerprint, n)
     ORDER BY part.n
     ON CONFLICT DO NOTHING RETURNING conversation_id, fingerprint
 ),
@@ -316,8 +359,8 @@ added AS (
     SELECT line.conversation_id, line.text, line.context, line.source, line.tool_name, line.args, line.result_id,
         line.line_no, line.terms::tsvector
     FROM unnest(
-        %(keys)s::text[], %(fingerprints)s::text[], %(texts)s::text[], %(contexts)s::text[], %(sources)s::text[],
-        %(tool_names)s::text[], %(args)s::text[], %(result_ids)s::text[], %(line_nos)s::integer[], %(terms)s::text[]
+        %(keys)b::text[], %(fingerprints)b::text[], %(texts)b::text[], %(contexts)b::text[], %(sources)b::text[],
+        %(tool_names)b::text[], %(args)b::text[], %(result_ids)b::text[], %(line_nos)b::integer[], %(terms)b::text[]
     ) WITH ORDINALITY AS line(
         conversation_id, fingerprint, text, context, source, tool_name, args, result_id, line_no, terms, n
     )
@@ -369,7 +412,9 @@ class PostgresArchiveStore:
             dsn: A libpq connection string, e.g. `postgresql://user:pass@127.0.0.1/db`.
             max_connections: Connections the pool may open (threads of one process share them).
             connect_timeout: Seconds an operation waits for a working connection before it fails.
-            busy_timeout_ms: Longest a statement may wait for a lock held by another worker.
+            busy_timeout_ms: Longest a statement may wait for a lock held by another worker, in milliseconds,
+                as in `SQLiteArchiveStore`: 0 does not wait (an operation that finds the lock taken fails at
+                once; PostgreSQL's `lock_timeout` of 0 would wait forever, so it is set to 1 ms, its least).
         """
         try:
             from psycopg_pool import ConnectionPool
@@ -384,7 +429,9 @@ class PostgresArchiveStore:
         self.connect_timeout = check_number(
             'PostgresArchiveStore', 'connect_timeout', connect_timeout, minimum=0, exclusive_minimum=True
         )
-        self.busy_timeout_ms = check_int('PostgresArchiveStore', 'busy_timeout_ms', busy_timeout_ms, minimum=0)
+        self.busy_timeout_ms = check_int(
+            'PostgresArchiveStore', 'busy_timeout_ms', busy_timeout_ms, minimum=0, maximum=MAX_BUSY_TIMEOUT_MS
+        )
         self.target = redact_dsn(dsn)
         """The server errors name: the DSN without its password."""
         self._schema_ready = False
@@ -397,7 +444,7 @@ class PostgresArchiveStore:
             kwargs={
                 'autocommit': True,
                 'connect_timeout': max(1, round(self.connect_timeout)),
-                'options': f'-c lock_timeout={self.busy_timeout_ms} {_SESSION_OPTIONS}',
+                'options': f'-c lock_timeout={max(self.busy_timeout_ms, 1)} {_SESSION_OPTIONS}',
             },
             timeout=self.connect_timeout,
             name='pydantic-ai-compaction',
@@ -429,8 +476,10 @@ class PostgresArchiveStore:
                     self._schema_ready = True
                     return
             if version == 1:
-                if not self._tune_version_1(conn):
+                skipped = self._tune_version_1(conn)
+                if skipped is not None:
                     self._schema_ready = True  # used as version 1 left it: workers of both versions read it alike
+                    self._tell_untuned(conn, skipped)
                     return
             else:
                 old_log = conn.execute(
@@ -439,14 +488,13 @@ class PostgresArchiveStore:
                 ).fetchone()
                 if old_log is not None:
                     conn.execute(_MIGRATE_TO_1)
-                conn.execute(_SCHEMA)
-                conn.execute(_MIGRATE_TO_2)  # an index of version 1 kept by `CREATE INDEX IF NOT EXISTS`
+                _create_tables(conn)  # an index of version 1 kept as it is, then tuned
             conn.execute('DELETE FROM pac_schema')
             conn.execute('INSERT INTO pac_schema (version) VALUES (%s)', (SCHEMA_VERSION,))
         self._schema_ready = True
 
-    def _tune_version_1(self, conn: Any) -> bool:
-        """Version 1 to 2 (the index's settings), if it can be done now: whether it was.
+    def _tune_version_1(self, conn: Any) -> str | None:
+        """Version 1 to 2 (the index's settings), if it can be done now: `None` if it was, else why not.
 
         Version 1's tables are version 2's, so the move is a tuning, never a condition of use. A role that may
         only read and write rows (no `CREATE` on the schema, not the index's owner) cannot make it, and while
@@ -456,15 +504,37 @@ class PostgresArchiveStore:
         """
         import psycopg
 
-        wait = min(self.busy_timeout_ms, _TUNE_LOCK_MS) if self.busy_timeout_ms else _TUNE_LOCK_MS
+        wait = max(1, min(self.busy_timeout_ms, _TUNE_LOCK_MS))  # `lock_timeout = 0` would wait forever
         try:
             with conn.transaction():  # a savepoint: undone alone if the tuning fails
                 conn.execute(f"SET LOCAL lock_timeout = '{wait}ms'")
-                conn.execute(_SCHEMA)  # an index dropped by hand is built again, as for any older version
-                conn.execute(_MIGRATE_TO_2)
-        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.LockNotAvailable):
-            return False
-        return True
+                _create_tables(conn)  # an index dropped by hand is built again, as for any older version
+        except psycopg.errors.InsufficientPrivilege as error:
+            return f'this role may not change them: {error.diag.message_primary or error}'
+        except psycopg.errors.LockNotAvailable:
+            return f'another connection held the log longer than {wait} ms; the next store to open tries again'
+        return None
+
+    def _tell_untuned(self, conn: Any, reason: str) -> None:
+        """Warn, once per server and database in the process, that the database stays at version 1, and what to
+        run to finish the move: `pac_schema.version` was the only sign, and version 1's index makes every
+        writer's lines cost about twice the server's time (see `_PENDING_KB`)."""
+        if self.target in _TOLD_UNTUNED:
+            return
+        _TOLD_UNTUNED.add(self.target)
+        row = conn.execute(_FIND_GIN, (_GIN_NAME,)).fetchone()
+        from psycopg import sql
+
+        name = sql.Identifier(_GIN_NAME if row is None else str(row[0])).as_string(conn)
+        warnings.warn(
+            f'PostgreSQL archive on {self.target}: the tables stay at schema version 1 ({reason}). Recall works as '
+            'before, but its writes cost the server about twice the time of version 2. To finish the move, run as '
+            'the owner of the tables, or open a PostgresArchiveStore with that role: '
+            f'ALTER INDEX {name} SET (fastupdate = on, gin_pending_list_limit = {_PENDING_KB}); '
+            f'UPDATE pac_schema SET version = {SCHEMA_VERSION};',
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
     def _run(self, operation: str, work: Callable[[Any], T]) -> T:
         """*work* on a pooled connection; once more on a fresh one if the first broke; `ArchiveError` else."""
@@ -679,14 +749,6 @@ def _line_columns(lines: Sequence[LogLine]) -> dict[str, list[Any]]:
             for key, text, context in zip(keys, texts, contexts, strict=True)
         ],
     }
-
-
-def _candidates(conn: Any, key: str, tsqueries: Sequence[str], limit: int) -> list[list[tuple[int, tuple[Any, ...]]]]:
-    """For each of *tsqueries*, the best *limit* of the newest `SEARCH_CANDIDATES` lines matching it, as `(id, row)`."""
-    found: list[list[tuple[int, tuple[Any, ...]]]] = [[] for _ in tsqueries]
-    for row in conn.execute(_NEWEST_MATCHES, {'key': key, 'queries': list(tsqueries), 'limit': limit}).fetchall():
-        found[int(row[0]) - 1].append((int(row[1]), tuple(row[2:])))
-    return found
 
 
 def _ranked(rows: Sequence[Sequence[Any]], count: int, limit: int) -> list[Hit]:
