@@ -47,7 +47,7 @@ the lines waiting. Without a list (`fastupdate = off`) each line visited the ent
 (about 20 for a log line): measured on the 10M-token log, one writer's server CPU per 80-line result was
 10.8 to 15 ms without a list and 6.0 to 7.2 ms with this one. With the default 4 MB list every search read
 thousands of waiting lines and the merge stalled the other writers; this one holds a result or two, though eight
-writers fill it past its limit while one of them merges it (up to about 50 pages were seen), which `_PRESENT`
+writers fill it past its limit while one of them merges it (up to about 50 pages were seen), which `_HELD`
 is written for."""
 
 _GIN_OPTIONS = f'WITH (fastupdate = on, gin_pending_list_limit = {_PENDING_KB})'
@@ -126,7 +126,7 @@ ALTER TABLE pac_log DROP COLUMN tsv, DROP COLUMN terms;
 
 _MIGRATE_TO_2 = f'ALTER INDEX {{index}} SET (fastupdate = on, gin_pending_list_limit = {_PENDING_KB})'
 """Version 1 to 2: the index's settings only (no rebuild; the lines and their entries stay as they are); `{index}`
-is the index's name (`_gin_index`)."""
+is the index's name (`_FIND_GIN`)."""
 
 _TOLD_UNTUNED: set[str] = set()
 """The servers and databases (`PostgresArchiveStore.target`) this process warned about staying at version 1."""
@@ -213,13 +213,8 @@ _HELD = f"""(
         SELECT 1 FROM every WHERE every.conversation_id = %(key)s
     )
 )"""
-"""Whether a line of the conversation matches `asked.query`; see `_PRESENT`."""
-
-_PRESENT = f"""
-SELECT asked.n, {_HELD} FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS asked(query, n) ORDER BY asked.n
-"""
-"""For each `tsquery` of `%(queries)s`, whether a line of the conversation matches it: a common word is found
-among the `_PROBE` newest lines, else the GIN index lists every match (none, for a word no line holds; the
+"""Whether a line of the conversation matches `asked.query` (a word and its prefix matches): a common word is
+found among the `_PROBE` newest lines, else the GIN index lists every match (none, for a word no line holds; the
 second test runs only when the first fails). Told to find one row with the conversation's key, the server
 scanned the whole log for a word no line holds, expecting a match among the first lines: it weighs that bet
 against the GIN index's cost, which grows with the index's pending list (`_PENDING_KB`; 0.5 s per word with
@@ -273,8 +268,8 @@ _SESSION_OPTIONS = '-c plan_cache_mode=force_generic_plan -c jit=off'
 (psycopg does it from the fifth run), and its plan is made once (`force_generic_plan`): the server otherwise
 planned every search again (0.6 ms of CPU for one stage, 3 ms for `_SEARCH`), since the plan for any key, whose
 shape the statements fix (`_newest_of`), is estimated costlier than one for the key given. No JIT compilation:
-a plan estimated over `jit_above_cost` (a search of ten words, or the plan for any key, which counts ten rows in
-each array) was compiled for about 45 ms before a search that then ran in 1 ms."""
+a plan estimated over `jit_above_cost` (the plan for any key, which counts ten rows in each array, or one for a
+query of many words) was compiled for about 45 ms before a search that then ran in 1 ms."""
 
 
 def _create_tables(conn: Any) -> None:
@@ -372,8 +367,9 @@ SELECT count(*) FROM added
 """
 """New lines in one statement, one round trip (a statement is its own transaction): their parts registered (in
 the order given, `_part_keys`), and the lines of the parts new to the log inserted, in the order given (ids
-follow it). Each column is one array parameter, formatted in psycopg's C code. A transaction with `COPY` took
-four round trips (begin, the parts, the copy, commit), and `executemany` ran Python for every row."""
+follow it). Each column is one array parameter, sent in binary: as text, psycopg quoted every element in
+Python, which cost the writer twice the client time `COPY` took; in binary about the same. A transaction with
+`COPY` took four round trips (begin, the parts, the copy, commit)."""
 
 
 def _part_keys(lines: Sequence[LogLine]) -> list[tuple[str, str]]:
