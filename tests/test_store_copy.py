@@ -1,4 +1,4 @@
-"""PostgreSQL writes a log's new lines in one statement: exactly the rows, ids and hits a row-by-row `INSERT` gave."""
+"""PostgreSQL writes a log's new lines with `COPY`: exactly the rows, ids and hits a row-by-row `INSERT` gave."""
 
 from __future__ import annotations
 

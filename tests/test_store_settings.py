@@ -26,7 +26,7 @@ from pydantic_ai_compaction.runtime.stores import postgres as postgres_module
 from .stores import POSTGRES_DSN, postgres_store
 from .test_review10 import version_1_database  # noqa: F401  # pyright: ignore[reportUnusedImport]
 
-HELD_SECONDS = 6.0
+HELD_SECONDS = 4.0
 """How long another connection holds the lock: an operation that waited for it would succeed afterwards."""
 
 

@@ -340,36 +340,13 @@ def _owned_terms(prefix: str, text: str) -> str:
 
 _LOG_COLUMNS = 'conversation_id, text, context, source, tool_name, args, result_id, line_no, owned_terms'
 
-_INSERT_LINES = f"""
-WITH fresh AS (
-    INSERT INTO pac_indexed_parts (conversation_id, fingerprint)
-    SELECT part.conversation_id, part.fingerprint
-    FROM unnest(%(part_keys)b::text[], %(part_fingerprints)b::text[])
-        WITH ORDINALITY AS part(conversation_id, fingerprint, n)
-    ORDER BY part.n
-    ON CONFLICT DO NOTHING RETURNING conversation_id, fingerprint
-),
-added AS (
-    INSERT INTO pac_log ({_LOG_COLUMNS})
-    SELECT line.conversation_id, line.text, line.context, line.source, line.tool_name, line.args, line.result_id,
-        line.line_no, line.terms::tsvector
-    FROM unnest(
-        %(keys)b::text[], %(fingerprints)b::text[], %(texts)b::text[], %(contexts)b::text[], %(sources)b::text[],
-        %(tool_names)b::text[], %(args)b::text[], %(result_ids)b::text[], %(line_nos)b::integer[], %(terms)b::text[]
-    ) WITH ORDINALITY AS line(
-        conversation_id, fingerprint, text, context, source, tool_name, args, result_id, line_no, terms, n
-    )
-    JOIN fresh ON fresh.conversation_id = line.conversation_id AND fresh.fingerprint = line.fingerprint
-    ORDER BY line.n
-    RETURNING 1
-)
-SELECT count(*) FROM added
-"""
-"""New lines in one statement, one round trip (a statement is its own transaction): their parts registered (in
-the order given, `_part_keys`), and the lines of the parts new to the log inserted, in the order given (ids
-follow it). Each column is one array parameter, sent in binary: as text, psycopg quoted every element in
-Python, which cost the writer twice the client time `COPY` took; in binary about the same. A transaction with
-`COPY` took four round trips (begin, the parts, the copy, commit)."""
+_COPY_LOG = f'COPY pac_log ({_LOG_COLUMNS}) FROM STDIN'
+"""New lines in bulk (the `owned_terms` text is read as `tsvector` input, as the cast of an insert reads it).
+
+Not one `INSERT ... SELECT FROM unnest(...)` of the parts and the lines, which takes one round trip where this
+transaction takes four: with eight conversations writing, the searches of a reader timed between them were
+slower with it (recall p95 1.3 to 2.5 times in three interleaved runs), though a write cost the server as much
+CPU; `COPY` inserts its rows in batches."""
 
 
 def _part_keys(lines: Sequence[LogLine]) -> list[tuple[str, str]]:
@@ -649,10 +626,16 @@ class PostgresArchiveStore:
         import psycopg
 
         try:
-            # No savepoint (more round trips): a line the server will not index fails the whole statement, and
-            # the lines go in again one by one.
-            row = conn.execute(_INSERT_LINES, _line_columns(lines)).fetchone()
-            return int(row[0])
+            # `COPY`: the rows are formatted in psycopg's C code, where `executemany` ran Python for each row
+            # (about 4 ms of interpreter time a 80-line result, which a search in another thread of the process
+            # waited for). No savepoint around it (two more round trips): a line the server will not index
+            # undoes the whole transaction, and the lines go in again one by one.
+            with conn.transaction():
+                rows = self._fresh_rows(conn, lines)
+                with conn.cursor() as cursor, cursor.copy(_COPY_LOG) as copy:
+                    for row in rows:
+                        copy.write_row(row)
+            return len(rows)
         except (psycopg.errors.DataError, psycopg.errors.ProgramLimitExceeded):
             pass
         # One line the server will not index must not keep the others out: line by line, skipping it.
@@ -718,33 +701,6 @@ class PostgresArchiveStore:
             return _ranked(conn.execute(_SEARCH, params).fetchall(), len(wanted), limit)
 
         return self._run('search', work)
-
-
-def _line_columns(lines: Sequence[LogLine]) -> dict[str, list[Any]]:
-    """`_INSERT_LINES`'s parameters: the parts of *lines*, and each column of their `pac_log` rows as a list."""
-    parts = _part_keys(lines)
-    keys = [db_text(line.conversation_id) for line in lines]
-    texts = [index_text(line.text) for line in lines]
-    contexts = [line_context(line) for line in lines]
-    prefixes = {key: owner_prefix(key) for key in set(keys)}
-    return {
-        'part_keys': [key for key, _ in parts],
-        'part_fingerprints': [fingerprint for _, fingerprint in parts],
-        'keys': keys,
-        'fingerprints': [db_text(line.fingerprint) for line in lines],
-        'texts': texts,
-        'contexts': contexts,
-        'sources': [line.source for line in lines],
-        'tool_names': [index_text(line.tool_name) for line in lines],
-        'args': [index_text(line.args) for line in lines],
-        'result_ids': [index_text(line.result_id) for line in lines],
-        'line_nos': [line.line_no for line in lines],
-        # The search vector is built from the same words every store matches on (see `_fresh_rows`).
-        'terms': [
-            _owned_terms(prefixes[key], f'{text} {context}')
-            for key, text, context in zip(keys, texts, contexts, strict=True)
-        ],
-    }
 
 
 def _ranked(rows: Sequence[Sequence[Any]], count: int, limit: int) -> list[Hit]:
