@@ -31,6 +31,7 @@ from pydantic_ai_compaction_bench import perf
 
 from pydantic_ai_compaction import CompactionEvent
 from pydantic_ai_compaction.processors.memory.recall import Recall
+from pydantic_ai_compaction.runtime import project as runtime_project
 from pydantic_ai_compaction.runtime.project import Unchanged
 from pydantic_ai_compaction.runtime.project import project as checked_project
 from pydantic_ai_compaction.runtime.stores import SQLiteArchiveStore
@@ -306,3 +307,83 @@ async def test_the_compared_warnings_still_hold_every_warning_but_resource_ones(
     assert loud[2] == ['RuntimeWarning: refused'] * 2
     assert user[2] == ['UserWarning: refused'] * 2
     assert quiet[0] == loud[0] == user[0]
+
+
+# The library's own views, given a request that is broken already.
+
+
+@dataclass
+class BreakEvery(AbstractCapability[Any]):
+    """Listed first: drops the first tool call from every request (its return stays), so every projection a view
+    makes of it, the request itself or a copy, is refused."""
+
+    async def before_model_request(self, ctx: RunContext[Any], request_context: ModelRequestContext) -> Any:
+        messages = request_context.messages
+        request_context.messages = [messages[0], *messages[2:]]
+        return request_context
+
+
+@pytest.mark.parametrize('budget', [100_000, 30])
+@pytest.mark.anyio
+async def test_a_selection_given_a_broken_request_sends_it_as_it_arrived_and_warns_each_text_once(
+    budget: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`BoundedSelection` projects the request itself (`Unchanged`, a large budget) or a copy (a small one); either way
+    the refusal leaves the request as it arrived, object for object, and the `default` filter shows each text once."""
+    from pydantic_ai_compaction import BoundedSelection
+
+    given: list[list[ModelMessage]] = []
+    sent: list[list[ModelMessage]] = []
+
+    @dataclass
+    class Seen(AbstractCapability[Any]):
+        into: list[list[ModelMessage]]
+
+        async def before_model_request(self, ctx: RunContext[Any], request_context: ModelRequestContext) -> Any:
+            self.into.append(list(request_context.messages))
+            return request_context
+
+    def history() -> list[ModelMessage]:
+        # Later turns on other subjects, which a small budget leaves out: its projection is then a copy.
+        later = [
+            message
+            for n in range(4)
+            for message in (
+                ModelRequest(parts=[UserPromptPart(f'gamma delta {n} ' * 30)]),
+                ModelResponse(parts=[TextPart(f'gamma noted {n} ' * 30)]),
+            )
+        ]
+        return [*_broken_history(), *later]
+
+    kinds: list[bool] = []
+    accepted_projection = runtime_project._accepted_projection  # pyright: ignore[reportPrivateUsage]
+
+    def spy(*args: Any, unchanged: bool, **kwargs: Any) -> bool:
+        kinds.append(unchanged)
+        return accepted_projection(*args, unchanged=unchanged, **kwargs)
+
+    monkeypatch.setattr(runtime_project, '_accepted_projection', spy)
+    events: list[CompactionEvent] = []
+    selection = BoundedSelection[Any](budget=budget, observer=events.append)
+    agent = Agent(_calls_twice(), capabilities=[BreakEvery(), Seen(given), selection, Seen(sent)])
+
+    @agent.tool_plain
+    def read() -> str:
+        return 'beta ' * 40
+
+    with warnings.catch_warnings(record=True) as always:
+        warnings.simplefilter('always')
+        await agent.run('and beta?', message_history=history())
+    texts = [str(w.message) for w in always if issubclass(w.category, RuntimeWarning)]
+    given.clear()
+    sent.clear()
+    with warnings.catch_warnings(record=True) as default:
+        warnings.simplefilter('default')
+        await agent.run('and beta?', message_history=history())
+    shown = [str(w.message) for w in default if issubclass(w.category, RuntimeWarning)]
+    assert len(texts) == 4  # the model, sent one call fewer, asks for one more
+    assert all(text.startswith('BoundedSelection sent the request unprojected') for text in texts)
+    assert sorted(shown) == sorted(set(texts))
+    assert [[id(m) for m in s] for s in sent] == [[id(m) for m in g] for g in given]
+    assert [e.kind for e in events] == ['ignored'] * 8
+    assert kinds == [budget == 100_000] * 8  # the request itself, or a copy of it
