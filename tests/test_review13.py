@@ -172,7 +172,7 @@ class Orphaning(AbstractCapability[Any]):
         return await checked_project('Orphaning', ctx, request_context, build, reason='x', observer=self.events.append)
 
 
-def _calls_twice() -> FunctionModel:
+def _calls_until_three() -> FunctionModel:
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         calls = sum(isinstance(p, ToolCallPart) for m in messages for p in m.parts)
         if calls < 3:
@@ -191,7 +191,7 @@ async def _run(capability: AbstractCapability[Any], seen: list[list[ModelMessage
             seen.append(list(request_context.messages))
             return request_context
 
-    agent = Agent(_calls_twice(), capabilities=[Breaker(), capability, Sent()])
+    agent = Agent(_calls_until_three(), capabilities=[Breaker(), capability, Sent()])
 
     @agent.tool_plain
     def read() -> str:
@@ -365,7 +365,7 @@ async def test_a_selection_given_a_broken_request_sends_it_as_it_arrived_and_war
     monkeypatch.setattr(runtime_project, '_accepted_projection', spy)
     events: list[CompactionEvent] = []
     selection = BoundedSelection[Any](budget=budget, observer=events.append)
-    agent = Agent(_calls_twice(), capabilities=[BreakEvery(), Seen(given), selection, Seen(sent)])
+    agent = Agent(_calls_until_three(), capabilities=[BreakEvery(), Seen(given), selection, Seen(sent)])
 
     @agent.tool_plain
     def read() -> str:
