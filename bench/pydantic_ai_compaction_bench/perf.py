@@ -310,9 +310,10 @@ def _request_context(messages: list[ModelMessage]) -> Any:
 
 
 PER_REQUEST_RUNS = 7
-"""Runs per path and size in the per-request table: each is a fresh capability on a fresh copy of the history,
-one untimed request, then `PER_REQUEST_STEPS` timed requests, each adding one new step (new objects) to what the
-previous one left."""
+"""Runs per path and size in the per-request table: each is a fresh capability on a fresh list of the same history
+objects, one untimed request, then `PER_REQUEST_STEPS` timed requests, each adding one new step (new objects) to
+what the previous one left. The untimed request may find what earlier runs remembered of those objects; the timed
+ones read only their new step (fresh copies of the history give the same ratios, at three times the run time)."""
 
 PER_REQUEST_STEPS = 7
 """Timed requests per run: a history grows by this many steps in a run, so each size stays about what it is named
