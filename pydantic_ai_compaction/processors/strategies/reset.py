@@ -123,6 +123,9 @@ def rare_lines(call: ToolCallPart, text: str, *, limit: int = 20) -> list[str]:
     lines = [line for piece in _lines_of(text) if (line := piece.strip())]
     if not lines:
         return []
+    if len(lines) <= 2:
+        # No shape can be shared by more than `rare` (at least 2) lines: every line is rare, no shape is read.
+        return lines if len(lines) <= limit else [*lines[:limit], f'(+{len(lines) - limit} more such lines)']
     shapes = [_shape(line) for line in lines]
     if len(shapes) > _COUNTED_IN_C:
         counts: dict[tuple[str, ...], int] = Counter(shapes)
@@ -182,10 +185,10 @@ def _shape(line: str) -> tuple[str, ...]:
         words = line_body(line).split(maxsplit=8)
     tokens: list[str] = []
     for token in words[:8]:
-        if '=' in token:
-            tokens.append(token.partition('=')[0] + '=')
-        elif token.isalpha():  # letters only: no digit among them
+        if token.isalpha():  # letters only: no digit and no `=` among them
             tokens.append(token if token.isupper() else 'w')
+        elif '=' in token:
+            tokens.append(token.partition('=')[0] + '=')
         elif token.isascii():  # the ASCII characters `str.isdigit` accepts are 0 to 9: one search in C
             tokens.append('w' if _ASCII_DIGIT.search(token) is None else '0')
         else:
