@@ -8,11 +8,11 @@ along the way must be the one a reset that never saw the history proposes.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic_ai import Agent
@@ -86,39 +86,35 @@ async def _proposal(reset: ResetToCheckpoint[None], messages: list[ModelMessage]
     requests=st.lists(st.tuples(ACTIONS, st.lists(steps(), max_size=3), st.integers(0, 30)), min_size=1, max_size=8),
     excerpt=st.sampled_from([0, 40, 400]),
 )
-def test_steps_read_as_they_arrive_give_the_checkpoint_a_fresh_reset_gives(
+@pytest.mark.anyio
+async def test_steps_read_as_they_arrive_give_the_checkpoint_a_fresh_reset_gives(
     first: list[list[ModelMessage]], requests: list[tuple[str, list[list[ModelMessage]], int]], excerpt: int
 ) -> None:
     opening = ModelRequest(parts=[UserPromptPart('Audit every log.')])
     history: list[ModelMessage] = [opening, *(m for step in first for m in step)]
     reset = ResetToCheckpoint[None](trigger=Trigger(tokens=1), excerpt_chars=excerpt)
-
-    async def run() -> None:
-        nonlocal history
-        for action, new, at in requests:
-            if action == 'truncate':
-                history = history[: max(1, min(at, len(history)))]
-            elif action == 'copy':
-                history = _copied(history)
-            elif action == 'edit' and len(history) > 2:
-                index = 1 + at % (len(history) - 1)
-                message = history[index]
-                history[index] = replace(message, parts=[replace(p) for p in message.parts])  # pyright: ignore[reportArgumentType]
-            elif action == 'turn':
-                history = [*history, ModelRequest(parts=[UserPromptPart('And the payments?')])]
-            history = [*history, *(m for step in new for m in step)]
-            reset._read_arrived(history)  # pyright: ignore[reportPrivateUsage]
-            if at % 3 == 0 and len(history) > 1:  # a compaction at this request (its history is not saved here)
-                fresh = ResetToCheckpoint[None](trigger=Trigger(tokens=1), excerpt_chars=excerpt)
-                assert await _proposal(reset, history) == await _proposal(fresh, history)
-        assert await _proposal(reset, history) == await _proposal(
-            ResetToCheckpoint[None](trigger=Trigger(tokens=1), excerpt_chars=excerpt), history
-        )
-
-    asyncio.run(run())
+    for action, new, at in requests:
+        if action == 'truncate':
+            history = history[: max(1, min(at, len(history)))]
+        elif action == 'copy':
+            history = _copied(history)
+        elif action == 'edit' and len(history) > 2:
+            index = 1 + at % (len(history) - 1)
+            message = history[index]
+            history[index] = replace(message, parts=[replace(p) for p in message.parts])  # pyright: ignore[reportArgumentType]
+        elif action == 'turn':
+            history = [*history, ModelRequest(parts=[UserPromptPart('And the payments?')])]
+        history = [*history, *(m for step in new for m in step)]
+        reset._read_arrived(history)  # pyright: ignore[reportPrivateUsage]
+        if at % 3 == 0 and len(history) > 1:  # a compaction at this request (its history is not saved here)
+            fresh = ResetToCheckpoint[None](trigger=Trigger(tokens=1), excerpt_chars=excerpt)
+            assert await _proposal(reset, history) == await _proposal(fresh, history)
+    fresh = ResetToCheckpoint[None](trigger=Trigger(tokens=1), excerpt_chars=excerpt)
+    assert await _proposal(reset, history) == await _proposal(fresh, history)
 
 
-def test_a_run_reads_each_step_as_it_arrives_and_its_checkpoint_is_a_fresh_resets() -> None:
+@pytest.mark.anyio
+async def test_a_run_reads_each_step_as_it_arrives_and_its_checkpoint_is_a_fresh_resets() -> None:
     """In a real `agent.run` below the trigger, every long result is read by the request that brings it."""
     count = 12
 
@@ -134,12 +130,11 @@ def test_a_run_reads_each_step_as_it_arrives_and_its_checkpoint_is_a_fresh_reset
 
     reset = ResetToCheckpoint[None](trigger=Trigger(tokens=10**9))
     agent = Agent(FunctionModel(model), tools=[read_log], capabilities=[reset])
-    result = agent.run_sync('Audit every log.')
+    result = await agent.run('Audit every log.')
     history = result.all_messages()
     assert len(reset._entries) == count  # pyright: ignore[reportPrivateUsage]
-    view = segment(history)
-    ours = asyncio.run(reset.propose(view, _context()))
-    fresh = asyncio.run(ResetToCheckpoint[None](trigger=Trigger(tokens=1)).propose(segment(history), _context()))
+    ours = await _proposal(reset, history)
+    fresh = await _proposal(ResetToCheckpoint[None](trigger=Trigger(tokens=1)), history)
     assert ours == fresh
     assert 'ERROR disk full' in ours.summary.text  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
 

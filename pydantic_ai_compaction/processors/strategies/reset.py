@@ -679,6 +679,10 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 found = self._call_entries(response, result)
                 if found is None:
                     return
+                for entry in found:
+                    # The compaction's set of entries seen hashes each line; a string keeps its hash once taken,
+                    # and hashing a fact of a long line costs microseconds.
+                    hash(entry[1])
                 self._entries.put(parts, found)
         except Exception:
             # Only a head start: a compaction reads the same step again, and reports what fails there.
