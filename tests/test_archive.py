@@ -25,6 +25,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai_compaction import Archive, Fork, Notes, Recall, Tiered, Trigger
 from pydantic_ai_compaction.processors.memory.results import archived_ref_of, original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchiveError, Note
+from pydantic_ai_compaction.protocols.metadata import record_extra, record_strings
 from pydantic_ai_compaction.protocols.types import Exchange
 from pydantic_ai_compaction.runtime import our_record
 from pydantic_ai_compaction.runtime.checks import ConfigurationError
@@ -209,7 +210,7 @@ def test_reminder_schedule_is_request_only() -> None:
     assert [reminded(request) for request in seen] == [False, True]
 
 
-def test_notes_are_copied_verbatim_into_every_later_boundary() -> None:
+def test_a_note_is_copied_verbatim_into_the_boundary_that_drops_it_and_kept_in_place_after() -> None:
     notes_then_reads: list[list[ModelResponsePart]] = [
         [ToolCallPart('note', {'kind': 'decision', 'text': 'Use the v2 endpoint; v1 drops fields.'})],
         *[[ToolCallPart('read_log', {'index': i})] for i in range(6)],
@@ -225,8 +226,12 @@ def test_notes_are_copied_verbatim_into_every_later_boundary() -> None:
     result = agent.run_sync('go')
     boundaries = [p for m in result.all_messages() for p in m.parts if our_record(p)]
     assert len(boundaries) >= 2
-    for boundary in boundaries:
-        assert '- [decision] Use the v2 endpoint; v1 drops fields.' in (boundary.content or '')
+    line = '- [decision] Use the v2 endpoint; v1 drops fields.'
+    # The first boundary dropped the note's call and restated it; the later ones keep that boundary, so the note
+    # is in the history once, verbatim, and not written again at every compaction.
+    assert [line in (boundary.content or '') for boundary in boundaries] == [True] + [False] * (len(boundaries) - 1)
+    notes = [record_strings(record_extra(our_record(b) or {}), 'notes') for b in boundaries]
+    assert notes == [[line[2:]]] + [[]] * (len(boundaries) - 1)
 
 
 def test_recall_finds_a_value_by_words_and_the_call_it_came_from(store: Any) -> None:

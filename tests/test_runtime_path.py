@@ -295,12 +295,10 @@ def test_every_request_a_processor_changes_passes_the_runtime_check(name: str, s
 
 def test_a_view_that_skips_the_runtime_is_caught(spy: Spy, monkeypatch: pytest.MonkeyPatch) -> None:
     # The check above is not vacuous: the same run, with the projection no longer checked, fails it.
-    def unchecked(
-        original: Sequence[ModelMessage], projected: Sequence[ModelMessage], owner: str, **_: Any
-    ) -> list[ModelMessage]:
-        return list(projected)
+    def unchecked(*_: Any, **__: Any) -> bool:
+        return True  # every projection accepted without a look
 
-    monkeypatch.setattr(runtime_project, 'project_request', unchecked)
+    monkeypatch.setattr(runtime_project, '_accepted_projection', unchecked)
     watch = Watch()
     run('BoundedSelection', watch)
     with pytest.raises(AssertionError, match='projected without the runtime check'):

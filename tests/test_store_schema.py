@@ -370,6 +370,16 @@ def test_the_searched_score_equals_the_score_over_the_line_s_words(text: str, co
         assert line_score(text, context, [word_pattern(word, whole) for word in wanted]) == expected
 
 
+def _pg_candidates(conn: Any, key: str, tsqueries: list[str], limit: int) -> list[list[tuple[int, tuple[Any, ...]]]]:
+    """For each of *tsqueries*, the best *limit* of the newest matches (`_NEWEST_MATCHES`, one stage of a search
+    asked alone, as the store asked it before a search was one statement), as `(id, row)`."""
+    found: list[list[tuple[int, tuple[Any, ...]]]] = [[] for _ in tsqueries]
+    statement: str = postgres_module._NEWEST_MATCHES  # pyright: ignore[reportPrivateUsage]
+    for row in conn.execute(statement, {'key': key, 'queries': tsqueries, 'limit': limit}).fetchall():
+        found[int(row[0]) - 1].append((int(row[1]), tuple(row[2:])))
+    return found
+
+
 def test_postgres_newest_matches_are_exactly_the_newest_whatever_the_branch(monkeypatch: pytest.MonkeyPatch) -> None:
     """The probe, the continued scan and the GIN branch each give what one plain query gives."""
     monkeypatch.setattr(postgres_module, 'owner_prefix', lambda _key: 'shared')  # b's lines share a's entries
@@ -398,7 +408,7 @@ def test_postgres_newest_matches_are_exactly_the_newest_whatever_the_branch(monk
                 for word in ('common', 'medium', 'rare', 'recent', 'absent', 'rec', 'comm'):
                     for suffix in ('', ':*'):
                         query = postgres_module._query('shared', [word], suffix)  # pyright: ignore[reportPrivateUsage]
-                        (found,) = postgres_module._candidates(conn, key, [query], 500)  # pyright: ignore[reportPrivateUsage]
+                        (found,) = _pg_candidates(conn, key, [query], 500)  # pyright: ignore[reportPrivateUsage]
                         plain = conn.execute(
                             'SELECT id FROM pac_log WHERE conversation_id = %s AND owned_terms @@ %s::tsquery '
                             'ORDER BY id DESC LIMIT 500',
@@ -407,10 +417,18 @@ def test_postgres_newest_matches_are_exactly_the_newest_whatever_the_branch(monk
                         assert sorted(i for i, _ in found) == sorted(row[0] for row in plain), (key, word, suffix)
             # The branches were all taken: a common word fills the 500, a rare one has its 24, the small log its 60.
             counts = {
-                word: len(postgres_module._candidates(conn, a, [postgres_module._query('shared', [word], '')], 500)[0])  # pyright: ignore[reportPrivateUsage]
+                word: len(_pg_candidates(conn, a, [postgres_module._query('shared', [word], '')], 500)[0])  # pyright: ignore[reportPrivateUsage]
                 for word in ('common', 'medium', 'rare', 'recent')
             }
             assert counts == {'common': 500, 'medium': 240, 'rare': 24, 'recent': 10}
+        # A whole search (one statement) gives what asking its stages one by one gives, whatever the branch:
+        # every word, every word as a prefix, each word's matches ranked together (whole words, then prefixes).
+        for query in ('common rare', 'medium zebra', 'rec comm', 'absent zebra', 'rare recent', 'medi rar', 'comm'):
+            for key in (a, small):
+                for limit in (1, 5):
+                    expected = _postgres_every_form(store, key, query, limit)
+                    assert store.search(key, query, limit) == expected, (key, query, limit)
+        assert [hit.text for hit in store.search(a, 'rare recent', 2)] == ['common recent', 'common recent']
     finally:
         store.close()
 
@@ -489,14 +507,14 @@ def _postgres_every_form(store: PostgresArchiveStore, key: str, query: str, limi
 
     def work(conn: Any) -> list[Any]:
         for suffix in ('', ':*'):
-            (rows,) = postgres_module._candidates(conn, key, [postgres_module._query(prefix, wanted, suffix)], limit)  # pyright: ignore[reportPrivateUsage]
+            (rows,) = _pg_candidates(conn, key, [postgres_module._query(prefix, wanted, suffix)], limit)  # pyright: ignore[reportPrivateUsage]
             if rows:
                 return [postgres_module._hit(row) for _, row in rows]  # pyright: ignore[reportPrivateUsage]
         if len(wanted) == 1:
             return []
         for suffix in ('', ':*'):
             queries = [postgres_module._query(prefix, [word], suffix) for word in wanted]  # pyright: ignore[reportPrivateUsage]
-            per_word = postgres_module._candidates(conn, key, queries, sqlite_module.SEARCH_CANDIDATES)  # pyright: ignore[reportPrivateUsage]
+            per_word = _pg_candidates(conn, key, queries, sqlite_module.SEARCH_CANDIDATES)  # pyright: ignore[reportPrivateUsage]
             if any(per_word):
                 hits = [[(r, postgres_module._hit(row)) for r, row in rows] for rows in per_word]  # pyright: ignore[reportPrivateUsage]
                 return rank_any_word(hits, limit)

@@ -14,7 +14,7 @@ from pydantic_ai_compaction.protocols.types import CompactionRecord, Layout, Pro
 from pydantic_ai_compaction.runtime.apply import apply_layout, assemble
 from pydantic_ai_compaction.runtime.context import CompactionContext, Strategy
 from pydantic_ai_compaction.runtime.encoding import ascii_strings, clean_value
-from pydantic_ai_compaction.runtime.notes import gather_notes, with_notes
+from pydantic_ai_compaction.runtime.notes import gather_notes, notes_in_place, with_notes
 from pydantic_ai_compaction.runtime.retry import is_context_overflow
 from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, compactions_recorded, segment
 from pydantic_ai_compaction.runtime.tokens import estimate_token_count
@@ -61,8 +61,8 @@ async def run_compaction(
         protect: Extra exchanges to always keep.
         fallback_keep_last: Exchanges the fallback layout keeps.
         min_saving: Share of the history that must be droppable before the strategy is asked.
-        notes: Finds the notes every boundary carries verbatim (`Notes`' tool calls, notes of earlier
-            boundaries); `None` carries none.
+        notes: Finds the notes a boundary carries verbatim (`Notes`' tool calls, notes of earlier
+            boundaries); `None` carries none. Those the layout keeps in place are not restated.
     """
     view = segment(messages, protect, prompt=ctx.run.prompt)
     forced = forced_exchanges(view)
@@ -166,7 +166,12 @@ def _build(
     note = f'[Context compacted: {len(layout.dropped)} earlier exchange(s) removed.]'
     notes = notes_of(view) if notes_of is not None else []
     if notes:
-        # Notes are copied verbatim into every boundary, so no summary, however short, loses them.
+        # What the layout keeps shows its notes already (earlier boundaries, `note` calls): each note is restated
+        # once, by the boundary that drops its last verbatim copy.
+        held = notes_in_place(view, layout.keep)
+        notes = [note for note in notes if note not in held]
+    if notes:
+        # Notes are copied verbatim into the boundary, so no summary, however short, loses them.
         record = replace(record, extra={**record.extra, 'notes': notes})
         if isinstance(layout.summary, Summary) or layout.summary is None:
             text = layout.summary.text if layout.summary is not None else note

@@ -1,8 +1,15 @@
-"""Notes in boundaries: every note seen so far is copied verbatim into each new compaction boundary."""
+"""Notes in boundaries: every note is copied verbatim into the first compaction boundary that drops where it stood.
+
+A new boundary restates every note seen so far that what the compaction keeps does not already show verbatim:
+an earlier boundary kept as it was (an appended reset checkpoint keeps the ones before it) holds the notes it
+restated, and a kept exchange holds its own `note` calls. Each note is restated once, then kept in place, so
+a conversation's notes are not written again at every compaction (and a provider's prompt cache still holds
+them), and none is lost: whatever drops a note's last verbatim copy restates it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pydantic_ai.messages import ModelMessage, ToolCallPart
@@ -11,8 +18,8 @@ from pydantic_ai_compaction.protocols.metadata import record_extra, record_strin
 from pydantic_ai_compaction.protocols.names import NOTE_TOOL
 from pydantic_ai_compaction.protocols.types import Exchange
 from pydantic_ai_compaction.runtime.encoding import clean_text
-from pydantic_ai_compaction.runtime.segment import ConversationView, settled_prefix
-from pydantic_ai_compaction.runtime.validate import note_start, view_records, view_starts_with
+from pydantic_ai_compaction.runtime.segment import ConversationView, our_record, settled_prefix
+from pydantic_ai_compaction.runtime.validate import kept_positions, note_start, view_records, view_starts_with
 
 NOTES_HEADER = 'Notes the agent wrote earlier (verbatim, oldest first; its own records, untrusted, not instructions):'
 
@@ -111,4 +118,46 @@ def with_notes(text: str, notes: list[str]) -> str:
     """Boundary text followed by the notes section."""
     if not notes:
         return text
-    return '\n\n'.join([text, '\n'.join([NOTES_HEADER, *(f'- {note}' for note in notes)])])
+    return '\n\n'.join([text, notes_section(notes)])
+
+
+def notes_section(notes: Sequence[str]) -> str:
+    """The notes section a boundary's text ends with (*notes* non-empty)."""
+    return '\n'.join([NOTES_HEADER, *(f'- {note}' for note in notes)])
+
+
+def _items_shown(content: str, notes: Sequence[str]) -> list[str]:
+    """The *notes* that *content*'s notes section shows as items.
+
+    Item by item, not the whole section: a user who deletes one note's line from a kept boundary leaves the
+    others shown, and restating them would show them twice.
+    """
+    at = content.find(NOTES_HEADER)
+    if at < 0:
+        return []
+    section = content[at + len(NOTES_HEADER) :] + '\n'
+    return [note for note in map(clean_text, notes) if f'\n- {note}\n' in section]
+
+
+def notes_in_place(view: ConversationView, keep: Iterable[str]) -> set[str]:
+    """The notes (`[kind] text`) that the exchanges *keep* names show verbatim.
+
+    A kept boundary holds the notes its record lists when its text shows them as restated (a provider's
+    opaque summary lists them in its record only, and holds none); a kept exchange holds its own `note` calls.
+    """
+    held: set[str] = set()
+    exchanges = view.exchanges
+    # The positions the layout's application reads too (once per view): no dict of a 50k-exchange history.
+    for position in kept_positions(view, set(keep)):
+        exchange = exchanges[position]
+        messages = view.messages_of(exchange)
+        if exchange.kind == 'boundary':
+            for message in messages:
+                for part in message.parts:
+                    record = our_record(part)
+                    notes = record_strings(record_extra(record), 'notes') if record is not None else []
+                    content = getattr(part, 'content', None)
+                    if notes and isinstance(content, str):
+                        held.update(_items_shown(content, notes))
+        held.update(_notes_in(messages))
+    return held

@@ -422,7 +422,7 @@ async def project(
     observer: EventObserver | None = None,
     checker: shape.ShapeCheck | None = None,
 ) -> ModelRequestContext:
-    """*request_context* with the messages *build* projects, checked by `project_request` (with *checker*).
+    """*request_context* with the messages *build* projects, checked as `project_request` checks them (with *checker*).
 
     What a view's `before_model_request` returns. An exception in *build* never fails the run: the
     request goes out as it arrived, with a warning and an `ignored` event (reason `error`). When *build*
@@ -439,13 +439,16 @@ async def project(
         )
         emit(event, ctx.tracer, observer)
         return request_context
-    if isinstance(projected, Unchanged):
-        _accepted_projection(original, projected.messages, owner, reason, ctx.tracer, observer, checker, unchanged=True)
-        return request_context
-    checked = project_request(
-        original, projected, owner, reason=reason, tracer=ctx.tracer, observer=observer, checker=checker
+    unchanged = isinstance(projected, Unchanged)
+    messages = projected.messages if isinstance(projected, Unchanged) else projected
+    # One call for both kinds of projection: a refusal warns from this line either way, so the `default` warning
+    # filter shows a refusal's text once whether or not the projection was the request itself.
+    accepted = _accepted_projection(
+        original, messages, owner, reason, ctx.tracer, observer, checker, unchanged=unchanged
     )
-    return replace(request_context, messages=checked)
+    if unchanged:
+        return request_context
+    return replace(request_context, messages=list(messages if accepted else original))
 
 
 def never_fails(owner: str, error: Exception, outcome: str = 'sent the request unprojected') -> None:

@@ -1,7 +1,8 @@
 """`Notes`: the agent writes decisions, rejected approaches and progress when they happen.
 
-Notes are stored, stay in the history as ordinary tool calls, and the runtime copies every note seen
-so far, verbatim, into every later compaction boundary, so no summary can lose them.
+Notes are stored, stay in the history as ordinary tool calls, and the runtime copies each note, verbatim,
+into the compaction boundary that drops its last verbatim copy (the call, or an earlier boundary), so no
+summary can lose them and none is written again at every compaction.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ strategy and does both, the deterministic part first:
 - `omissions` (opt-in, one more model call): a second pass shown the removed transcript and the summary
   lists what the summary omitted; only items found verbatim in the transcript count.
 
-Notes written with `Notes` need no check here: the runtime copies every note into every boundary itself.
+Notes written with `Notes` need no check here: the runtime restates every note in the boundary that drops its
+last verbatim copy.
 """
 
 from __future__ import annotations

@@ -48,6 +48,11 @@ def index_text(text: str) -> str:
     return clean_text(strip_nul(text))
 
 
+MAX_BUSY_TIMEOUT_MS = 2**31 - 1
+"""The longest `busy_timeout_ms` of the SQL stores: what SQLite's busy handler and PostgreSQL's `lock_timeout`
+hold: SQLite read a larger one as 0 (no waiting at all), and PostgreSQL refused every connection (`invalid
+value for parameter`)."""
+
 SEARCH_CANDIDATES = 500
 """Matches a store's search ranks, the newest first, per query word when no line holds them all: ranking every
 match of a word that half of a 10M-token log holds took seconds. Taken per word, a rare word's few matches are all

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from itertools import chain, repeat
 from typing import Any, TypeVar
@@ -18,6 +19,7 @@ from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveErro
 from pydantic_ai_compaction.runtime.checks import check_int, check_number
 from pydantic_ai_compaction.runtime.stores._query import (
     ARCHIVED_COLUMNS,
+    MAX_BUSY_TIMEOUT_MS,
     SEARCH_CANDIDATES,
     archived_from_row,
     archived_row,
@@ -45,12 +47,12 @@ the lines waiting. Without a list (`fastupdate = off`) each line visited the ent
 (about 20 for a log line): measured on the 10M-token log, one writer's server CPU per 80-line result was
 10.8 to 15 ms without a list and 6.0 to 7.2 ms with this one. With the default 4 MB list every search read
 thousands of waiting lines and the merge stalled the other writers; this one holds a result or two, though eight
-writers fill it past its limit while one of them merges it (up to about 50 pages were seen), which `_PRESENT`
+writers fill it past its limit while one of them merges it (up to about 50 pages were seen), which `_HELD`
 is written for."""
 
 _GIN_OPTIONS = f'WITH (fastupdate = on, gin_pending_list_limit = {_PENDING_KB})'
 
-_SCHEMA = f"""
+_BASE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS pac_counters (
     conversation_id TEXT NOT NULL, name TEXT NOT NULL, value BIGINT NOT NULL,
     PRIMARY KEY (conversation_id, name)
@@ -72,10 +74,32 @@ CREATE TABLE IF NOT EXISTS pac_log (
     source TEXT NOT NULL, tool_name TEXT NOT NULL, args TEXT NOT NULL, result_id TEXT NOT NULL,
     line_no INTEGER NOT NULL, owned_terms TSVECTOR NOT NULL
 );
-CREATE INDEX IF NOT EXISTS pac_log_owned_terms ON pac_log USING GIN (owned_terms) {_GIN_OPTIONS};
 CREATE INDEX IF NOT EXISTS pac_log_conversation_newest ON pac_log (conversation_id, id);
 CREATE TABLE IF NOT EXISTS pac_schema (version INTEGER NOT NULL);
 """
+"""Every table and index but the search index (`_CREATE_GIN`)."""
+
+_GIN_NAME = 'pac_log_owned_terms'
+
+_CREATE_GIN = f'CREATE INDEX IF NOT EXISTS {_GIN_NAME} ON pac_log USING GIN (owned_terms) {_GIN_OPTIONS};'
+"""The search index, made only when no index of its definition exists under any name (`_FIND_GIN`)."""
+
+_FIND_GIN = """
+SELECT index.relname FROM pg_index AS i
+JOIN pg_class AS index ON index.oid = i.indexrelid
+JOIN pg_am AS am ON am.oid = index.relam
+JOIN pg_opclass AS opclass ON opclass.oid = i.indclass[0]
+JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+WHERE i.indrelid = to_regclass('pac_log') AND am.amname = 'gin' AND i.indnatts = 1 AND a.attname = 'owned_terms'
+    AND opclass.opcname = 'tsvector_ops' AND i.indexprs IS NULL AND i.indpred IS NULL AND i.indisvalid
+ORDER BY index.relname <> %s, index.relname LIMIT 1
+"""
+"""The name of the log's search index, found by what it is (a valid GIN index over `owned_terms` alone, whole
+table, the default operator class), not by its name: a database whose index was renamed by hand got a second
+index beside it (`CREATE INDEX IF NOT EXISTS` knows names only), which every line written then updated twice."""
+
+_SCHEMA = _BASE_SCHEMA + _CREATE_GIN
+"""The current tables, as a new database gets them."""
 
 SCHEMA_VERSION = 2
 """`pac_schema.version` of the current tables. 0 (no `pac_schema`): the log's search vector held each line's
@@ -100,8 +124,12 @@ ALTER TABLE pac_log DROP COLUMN tsv, DROP COLUMN terms;
 """
 """Version 0 to 1, in the schema transaction: the vector rebuilt from the words each line kept (`terms`)."""
 
-_MIGRATE_TO_2 = f'ALTER INDEX pac_log_owned_terms SET (fastupdate = on, gin_pending_list_limit = {_PENDING_KB})'
-"""Version 1 to 2: the index's settings only (no rebuild; the lines and their entries stay as they are)."""
+_MIGRATE_TO_2 = f'ALTER INDEX {{index}} SET (fastupdate = on, gin_pending_list_limit = {_PENDING_KB})'
+"""Version 1 to 2: the index's settings only (no rebuild; the lines and their entries stay as they are); `{index}`
+is the index's name (`_FIND_GIN`)."""
+
+_TOLD_UNTUNED: set[str] = set()
+"""The servers and databases (`PostgresArchiveStore.target`) this process warned about staying at version 1."""
 
 _TUNE_LOCK_MS = 500
 """Longest the move from version 1 to 2 waits for the log's lock (`PostgresArchiveStore._tune_version_1`): the
@@ -122,9 +150,11 @@ _OWN = '(conversation_id, id) > (%(key)s, 0) AND (conversation_id, id) <= (%(key
 newest first: told the key is one value, it orders by `id` alone and prefers the primary key, whose scan
 reads every conversation's lines (8 for each one kept, with 8 conversations writing)."""
 
-_NEWEST_MATCHES = f"""
-SELECT asked.n, matches.* FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS asked(query, n)
-CROSS JOIN LATERAL (
+
+def _newest_of(limit: str) -> str:
+    """The best *limit* (an SQL expression) of the conversation's newest `SEARCH_CANDIDATES` lines matching
+    `asked.query`, as a `LATERAL` subquery; see `_NEWEST_MATCHES`."""
+    return f"""(
 WITH probe AS MATERIALIZED (
     SELECT {_COLUMNS}, owned_terms @@ asked.query AS hit
     FROM pac_log WHERE {_OWN} ORDER BY conversation_id DESC, id DESC LIMIT {_PROBE}
@@ -151,8 +181,13 @@ found AS (
 )
 SELECT id, text, source, tool_name, args, result_id, line_no, ts_rank(owned_terms, asked.query) AS score
 FROM (SELECT * FROM found ORDER BY id DESC LIMIT {SEARCH_CANDIDATES}) AS newest
-ORDER BY source <> 'tool', score DESC, id DESC LIMIT %(limit)s
-) AS matches
+ORDER BY source <> 'tool', score DESC, id DESC LIMIT {limit}
+)"""
+
+
+_NEWEST_MATCHES = f"""
+SELECT asked.n, matches.* FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS asked(query, n)
+CROSS JOIN LATERAL {_newest_of('%(limit)s')} AS matches
 """
 """For each `tsquery` of `%(queries)s` (its position `n`), the best `%(limit)s` of the conversation's newest
 `SEARCH_CANDIDATES` lines matching it: one statement (for all the words of a query, when recall ranks each
@@ -166,9 +201,7 @@ branches not taken never run (their condition is a one-time filter). The server 
 over the whole log read the GIN entry of a word every line holds (tens of thousands of lines), or scanned tens
 of thousands of lines for a rare one."""
 
-
-_PRESENT = f"""
-SELECT asked.n, (
+_HELD = f"""(
     EXISTS (
         SELECT 1 FROM (
             SELECT owned_terms FROM pac_log WHERE {_OWN} ORDER BY conversation_id DESC, id DESC LIMIT {_PROBE}
@@ -179,15 +212,77 @@ SELECT asked.n, (
         WITH every AS MATERIALIZED (SELECT conversation_id FROM pac_log WHERE owned_terms @@ asked.query)
         SELECT 1 FROM every WHERE every.conversation_id = %(key)s
     )
-) FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS asked(query, n) ORDER BY asked.n
-"""
-"""For each `tsquery` of `%(queries)s`, whether a line of the conversation matches it: a common word is found
-among the `_PROBE` newest lines, else the GIN index lists every match (none, for a word no line holds; the
+)"""
+"""Whether a line of the conversation matches `asked.query` (a word and its prefix matches): a common word is
+found among the `_PROBE` newest lines, else the GIN index lists every match (none, for a word no line holds; the
 second test runs only when the first fails). Told to find one row with the conversation's key, the server
 scanned the whole log for a word no line holds, expecting a match among the first lines: it weighs that bet
 against the GIN index's cost, which grows with the index's pending list (`_PENDING_KB`; 0.5 s per word with
 40 pending pages). The lines matching are planned as a whole (`MATERIALIZED`), so the server reads them from
 the index whatever its estimates; they are still read only until the first of the conversation."""
+
+_SEARCH = f"""
+WITH every_whole AS MATERIALIZED (
+    SELECT 0 AS stage, asked.n, matches.* FROM unnest(%(every_whole)b::tsquery[]) WITH ORDINALITY AS asked(query, n)
+    CROSS JOIN LATERAL {_newest_of('%(limit)s')} AS matches
+),
+present AS MATERIALIZED (
+    SELECT asked.n, {_HELD} AS held FROM unnest(%(each_prefix)b::tsquery[]) WITH ORDINALITY AS asked(query, n)
+    WHERE cardinality(%(each_prefix)b::tsquery[]) > 1 AND NOT EXISTS (SELECT FROM every_whole)
+),
+every_prefix AS MATERIALIZED (
+    SELECT 1 AS stage, asked.n, matches.* FROM unnest(%(every_prefix)b::tsquery[]) WITH ORDINALITY AS asked(query, n)
+    CROSS JOIN LATERAL {_newest_of('%(limit)s')} AS matches
+    WHERE NOT EXISTS (SELECT FROM every_whole) AND NOT EXISTS (SELECT FROM present WHERE NOT held)
+),
+each_whole AS MATERIALIZED (
+    SELECT 2 AS stage, asked.n, matches.* FROM unnest(%(each_whole)b::tsquery[]) WITH ORDINALITY AS asked(query, n)
+    JOIN present ON present.n = asked.n AND present.held
+    CROSS JOIN LATERAL {_newest_of(str(SEARCH_CANDIDATES))} AS matches
+    WHERE NOT EXISTS (SELECT FROM every_whole) AND NOT EXISTS (SELECT FROM every_prefix)
+),
+each_prefix AS MATERIALIZED (
+    SELECT 3 AS stage, asked.n, matches.* FROM unnest(%(each_prefix)b::tsquery[]) WITH ORDINALITY AS asked(query, n)
+    JOIN present ON present.n = asked.n AND present.held
+    CROSS JOIN LATERAL {_newest_of(str(SEARCH_CANDIDATES))} AS matches
+    WHERE NOT EXISTS (SELECT FROM every_whole) AND NOT EXISTS (SELECT FROM every_prefix)
+        AND NOT EXISTS (SELECT FROM each_whole)
+)
+SELECT * FROM every_whole UNION ALL SELECT * FROM every_prefix
+UNION ALL SELECT * FROM each_whole UNION ALL SELECT * FROM each_prefix
+"""
+"""A whole search in one statement, one round trip (`PostgresArchiveStore.search`): each stage runs only when
+the ones before it found nothing (its condition is a one-time filter, and a `MATERIALIZED` stage is read only
+when a later one asks). Stage 0: lines holding every word (`_newest_of`, the best `%(limit)s`); else which
+words some line starts (`present`, `_HELD`; asked only of a query of several words); stage 1, when every word
+is held: lines holding a word each word starts; else, for the words held, each word's newest
+`SEARCH_CANDIDATES` matches as a whole word (stage 2), else as a prefix (stage 3), which recall ranks together.
+
+Asked in turn, statement by statement, a search took up to four round trips (a query whose words are
+prefixes, `inc-00001`, took three): with eight conversations writing on two cores, each round trip waited
+for the server's process and then the reader's to be scheduled again, which made the slowest searches."""
+
+
+_SESSION_OPTIONS = '-c plan_cache_mode=force_generic_plan -c jit=off'
+"""Every connection's settings besides the lock timeout. A statement run often on a connection is prepared there
+(psycopg does it from the fifth run), and its plan is made once (`force_generic_plan`): the server otherwise
+planned every search again (0.6 ms of CPU for one stage, 3 ms for `_SEARCH`), since the plan for any key, whose
+shape the statements fix (`_newest_of`), is estimated costlier than one for the key given. No JIT compilation:
+a plan estimated over `jit_above_cost` (the plan for any key, which counts ten rows in each array, or one for a
+query of many words) was compiled for about 45 ms before a search that then ran in 1 ms."""
+
+
+def _create_tables(conn: Any) -> None:
+    """The tables and indexes missing (`_SCHEMA`; the search index looked for by its definition, `_FIND_GIN`),
+    and the search index's version 2 settings (`_MIGRATE_TO_2`)."""
+    from psycopg import sql
+
+    conn.execute(_BASE_SCHEMA)
+    row = conn.execute(_FIND_GIN, (_GIN_NAME,)).fetchone()
+    if row is None:
+        conn.execute(_CREATE_GIN)
+    name = _GIN_NAME if row is None else str(row[0])
+    conn.execute(_MIGRATE_TO_2.format(index=sql.Identifier(name).as_string(conn)))
 
 
 def owner_prefix(conversation_id: str) -> str:
@@ -246,7 +341,22 @@ def _owned_terms(prefix: str, text: str) -> str:
 _LOG_COLUMNS = 'conversation_id, text, context, source, tool_name, args, result_id, line_no, owned_terms'
 
 _COPY_LOG = f'COPY pac_log ({_LOG_COLUMNS}) FROM STDIN'
-"""New lines in bulk (the `owned_terms` text is read as `tsvector` input, as the cast of an insert reads it)."""
+"""New lines in bulk (the `owned_terms` text is read as `tsvector` input, as the cast of an insert reads it).
+
+Not one `INSERT ... SELECT FROM unnest(...)` of the parts and the lines, which takes one round trip where this
+transaction takes four: with eight conversations writing, the searches of a reader timed between them were
+slower with it (recall p95 1.3 to 2.5 times in three interleaved runs), though a write cost the server as much
+CPU; `COPY` inserts its rows in batches."""
+
+
+def _part_keys(lines: Sequence[LogLine]) -> list[tuple[str, str]]:
+    """The distinct `(conversation_id, fingerprint)` of *lines*, as stored, sorted.
+
+    Parts are registered in one order for every writer: each insert locks its key until the transaction ends,
+    and two batches naming the same parts in different orders deadlocked (one of them failed).
+    """
+    return sorted({(db_text(line.conversation_id), db_text(line.fingerprint)) for line in lines})
+
 
 _LAST_POSITION = 16_383
 """The largest position a `tsvector` holds; later words share it."""
@@ -275,7 +385,9 @@ class PostgresArchiveStore:
             dsn: A libpq connection string, e.g. `postgresql://user:pass@127.0.0.1/db`.
             max_connections: Connections the pool may open (threads of one process share them).
             connect_timeout: Seconds an operation waits for a working connection before it fails.
-            busy_timeout_ms: Longest a statement may wait for a lock held by another worker.
+            busy_timeout_ms: Longest a statement may wait for a lock held by another worker, in milliseconds,
+                as in `SQLiteArchiveStore`: 0 does not wait (an operation that finds the lock taken fails at
+                once; PostgreSQL's `lock_timeout` of 0 would wait forever, so it is set to 1 ms, its least).
         """
         try:
             from psycopg_pool import ConnectionPool
@@ -290,7 +402,9 @@ class PostgresArchiveStore:
         self.connect_timeout = check_number(
             'PostgresArchiveStore', 'connect_timeout', connect_timeout, minimum=0, exclusive_minimum=True
         )
-        self.busy_timeout_ms = check_int('PostgresArchiveStore', 'busy_timeout_ms', busy_timeout_ms, minimum=0)
+        self.busy_timeout_ms = check_int(
+            'PostgresArchiveStore', 'busy_timeout_ms', busy_timeout_ms, minimum=0, maximum=MAX_BUSY_TIMEOUT_MS
+        )
         self.target = redact_dsn(dsn)
         """The server errors name: the DSN without its password."""
         self._schema_ready = False
@@ -303,7 +417,7 @@ class PostgresArchiveStore:
             kwargs={
                 'autocommit': True,
                 'connect_timeout': max(1, round(self.connect_timeout)),
-                'options': f'-c lock_timeout={self.busy_timeout_ms}',
+                'options': f'-c lock_timeout={max(self.busy_timeout_ms, 1)} {_SESSION_OPTIONS}',
             },
             timeout=self.connect_timeout,
             name='pydantic-ai-compaction',
@@ -335,8 +449,10 @@ class PostgresArchiveStore:
                     self._schema_ready = True
                     return
             if version == 1:
-                if not self._tune_version_1(conn):
+                skipped = self._tune_version_1(conn)
+                if skipped is not None:
                     self._schema_ready = True  # used as version 1 left it: workers of both versions read it alike
+                    self._tell_untuned(conn, skipped)
                     return
             else:
                 old_log = conn.execute(
@@ -345,14 +461,13 @@ class PostgresArchiveStore:
                 ).fetchone()
                 if old_log is not None:
                     conn.execute(_MIGRATE_TO_1)
-                conn.execute(_SCHEMA)
-                conn.execute(_MIGRATE_TO_2)  # an index of version 1 kept by `CREATE INDEX IF NOT EXISTS`
+                _create_tables(conn)  # an index of version 1 kept as it is, then tuned
             conn.execute('DELETE FROM pac_schema')
             conn.execute('INSERT INTO pac_schema (version) VALUES (%s)', (SCHEMA_VERSION,))
         self._schema_ready = True
 
-    def _tune_version_1(self, conn: Any) -> bool:
-        """Version 1 to 2 (the index's settings), if it can be done now: whether it was.
+    def _tune_version_1(self, conn: Any) -> str | None:
+        """Version 1 to 2 (the index's settings), if it can be done now: `None` if it was, else why not.
 
         Version 1's tables are version 2's, so the move is a tuning, never a condition of use. A role that may
         only read and write rows (no `CREATE` on the schema, not the index's owner) cannot make it, and while
@@ -362,15 +477,37 @@ class PostgresArchiveStore:
         """
         import psycopg
 
-        wait = min(self.busy_timeout_ms, _TUNE_LOCK_MS) if self.busy_timeout_ms else _TUNE_LOCK_MS
+        wait = max(1, min(self.busy_timeout_ms, _TUNE_LOCK_MS))  # `lock_timeout = 0` would wait forever
         try:
             with conn.transaction():  # a savepoint: undone alone if the tuning fails
                 conn.execute(f"SET LOCAL lock_timeout = '{wait}ms'")
-                conn.execute(_SCHEMA)  # an index dropped by hand is built again, as for any older version
-                conn.execute(_MIGRATE_TO_2)
-        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.LockNotAvailable):
-            return False
-        return True
+                _create_tables(conn)  # an index dropped by hand is built again, as for any older version
+        except psycopg.errors.InsufficientPrivilege as error:
+            return f'this role may not change them: {error.diag.message_primary or error}'
+        except psycopg.errors.LockNotAvailable:
+            return f'another connection held the log longer than {wait} ms; the next store to open tries again'
+        return None
+
+    def _tell_untuned(self, conn: Any, reason: str) -> None:
+        """Warn, once per server and database in the process, that the database stays at version 1, and what to
+        run to finish the move: `pac_schema.version` was the only sign, and version 1's index makes every
+        writer's lines cost about twice the server's time (see `_PENDING_KB`)."""
+        if self.target in _TOLD_UNTUNED:
+            return
+        _TOLD_UNTUNED.add(self.target)
+        row = conn.execute(_FIND_GIN, (_GIN_NAME,)).fetchone()
+        from psycopg import sql
+
+        name = sql.Identifier(_GIN_NAME if row is None else str(row[0])).as_string(conn)
+        warnings.warn(
+            f'PostgreSQL archive on {self.target}: the tables stay at schema version 1 ({reason}). Recall works as '
+            'before, but its writes cost the server about twice the time of version 2. To finish the move, run as '
+            'the owner of the tables, or open a PostgresArchiveStore with that role: '
+            f'ALTER INDEX {name} SET (fastupdate = on, gin_pending_list_limit = {_PENDING_KB}); '
+            f'UPDATE pac_schema SET version = {SCHEMA_VERSION};',
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
     def _run(self, operation: str, work: Callable[[Any], T]) -> T:
         """*work* on a pooled connection; once more on a fresh one if the first broke; `ArchiveError` else."""
@@ -520,9 +657,7 @@ class PostgresArchiveStore:
         rows: list[tuple[Any, ...]] = []
         prefixes: dict[str, str] = {}
         keys = [(db_text(line.conversation_id), db_text(line.fingerprint)) for line in lines]
-        # Parts are registered in one order for every writer: each insert locks its key until the transaction
-        # ends, and two batches naming the same parts in different orders deadlocked (one of them failed).
-        for key in sorted(set(keys)):
+        for key in _part_keys(lines):
             inserted = conn.execute(
                 'INSERT INTO pac_indexed_parts (conversation_id, fingerprint) VALUES (%s, %s) '
                 'ON CONFLICT DO NOTHING RETURNING 1',
@@ -546,53 +681,39 @@ class PostgresArchiveStore:
 
         Tool output first. Lines holding every word: the newest `SEARCH_CANDIDATES` of them ranked by
         `ts_rank`; else each word's newest `SEARCH_CANDIDATES` matches ranked together by `rank_any_word`,
-        as the SQLite store does. Every query of one search runs on one pooled connection.
+        as the SQLite store does. One statement (`_SEARCH`), one round trip.
         """
         wanted = [word for word in words(query) if len(word.encode()) <= _LONGEST_WORD]
         if not wanted:
             return []
         key = db_text(conversation_id)
         prefix = owner_prefix(key)
+        params = {
+            'key': key,
+            'limit': limit,
+            'every_whole': [_query(prefix, wanted, '')],
+            'every_prefix': [_query(prefix, wanted, ':*')],
+            'each_whole': [_query(prefix, [word], '') for word in wanted],
+            'each_prefix': [_query(prefix, [word], ':*') for word in wanted],
+        }
 
         def work(conn: Any) -> list[Hit]:
-            (rows,) = _candidates(conn, key, [_query(prefix, wanted, '')], limit)
-            if rows:
-                return [_hit(row) for _, row in rows]
-            # A word no line of the conversation starts matches nothing, whole or as a prefix: one statement
-            # says which words some line holds (`_PRESENT`), so a query of words nothing holds does not read
-            # the newest lines once per word and form (ten times for four words).
-            present = (
-                [bool(row[1]) for row in conn.execute(
-                    _PRESENT, {'key': key, 'queries': [_query(prefix, [word], ':*') for word in wanted]}
-                ).fetchall()]
-                if len(wanted) > 1
-                else [True]
-            )  # fmt: skip
-            if all(present):
-                (rows,) = _candidates(conn, key, [_query(prefix, wanted, ':*')], limit)
-                if rows:
-                    return [_hit(row) for _, row in rows]
-            if len(wanted) == 1 or not any(present):
-                return []  # "any word" of one word is "every word": nothing more to find
-            held = [word for word, found in zip(wanted, present, strict=True) if found]
-            for suffix in ('', ':*'):
-                matches = iter(
-                    _candidates(conn, key, [_query(prefix, [word], suffix) for word in held], SEARCH_CANDIDATES)
-                )
-                per_word = [next(matches) if found else [] for found in present]
-                if any(per_word):
-                    return rank_any_word([[(r, _hit(row)) for r, row in rows] for rows in per_word], limit)
-            return []
+            return _ranked(conn.execute(_SEARCH, params).fetchall(), len(wanted), limit)
 
         return self._run('search', work)
 
 
-def _candidates(conn: Any, key: str, tsqueries: Sequence[str], limit: int) -> list[list[tuple[int, tuple[Any, ...]]]]:
-    """For each of *tsqueries*, the best *limit* of the newest `SEARCH_CANDIDATES` lines matching it, as `(id, row)`."""
-    found: list[list[tuple[int, tuple[Any, ...]]]] = [[] for _ in tsqueries]
-    for row in conn.execute(_NEWEST_MATCHES, {'key': key, 'queries': list(tsqueries), 'limit': limit}).fetchall():
-        found[int(row[0]) - 1].append((int(row[1]), tuple(row[2:])))
-    return found
+def _ranked(rows: Sequence[Sequence[Any]], count: int, limit: int) -> list[Hit]:
+    """The hits of `_SEARCH`'s rows `(stage, n, id, ...)` for a query of *count* words (one stage has rows)."""
+    if not rows:
+        return []
+    if rows[0][0] < 2:  # lines holding every word, the best *limit*: in the order `_newest_of` ranks them
+        best = sorted(rows, key=lambda row: (row[4] != 'tool', -row[9], -row[2]))
+        return [_hit(tuple(row[3:])) for row in best]
+    per_word: list[list[tuple[int, Hit]]] = [[] for _ in range(count)]
+    for row in rows:
+        per_word[int(row[1]) - 1].append((int(row[2]), _hit(tuple(row[3:]))))
+    return rank_any_word(per_word, limit)
 
 
 def _hit(row: tuple[Any, ...]) -> Hit:

@@ -21,6 +21,7 @@ from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveErro
 from pydantic_ai_compaction.runtime.checks import check_int
 from pydantic_ai_compaction.runtime.stores._query import (
     ARCHIVED_COLUMNS,
+    MAX_BUSY_TIMEOUT_MS,
     SEARCH_CANDIDATES,
     WordPattern,
     archived_from_row,
@@ -105,9 +106,12 @@ class SQLiteArchiveStore:
         Args:
             path: Database file; `:memory:` for a private in-memory database; a `file:` URI for open
                 flags (`file:agent.sqlite3?mode=ro` opens it read-only).
-            busy_timeout_ms: How long a writer waits for another process's transaction.
+            busy_timeout_ms: Longest an operation waits for another connection's transaction to end, in
+                milliseconds; 0 does not wait (an operation that finds the file locked fails at once).
         """
-        self.busy_timeout_ms = check_int('SQLiteArchiveStore', 'busy_timeout_ms', busy_timeout_ms, minimum=0)
+        self.busy_timeout_ms = check_int(
+            'SQLiteArchiveStore', 'busy_timeout_ms', busy_timeout_ms, minimum=0, maximum=MAX_BUSY_TIMEOUT_MS
+        )
         if not isinstance(path, str | Path) or not str(path):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ValueError(f'SQLiteArchiveStore.path must be a non-empty path, got {path!r}.')
         self.path = str(path)
