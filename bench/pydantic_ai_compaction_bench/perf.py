@@ -385,6 +385,7 @@ _PER_REQUEST_PATHS = (
     'forget-reasoning (whole hook)',
     'archive (number new results)',
     'recall (index new parts)',
+    'reset (read new steps ahead)',
 )
 
 
@@ -441,6 +442,13 @@ def _per_request_path(name: str) -> tuple[_Path, Callable[[], None]]:
             return messages
 
         return archive_path, nothing
+    if name == 'reset (read new steps ahead)':
+        reset = ResetToCheckpoint[None](trigger=Trigger(tokens=10**9))
+
+        async def reset_path(messages: list[ModelMessage]) -> None:
+            reset._read_arrived(messages)  # pyright: ignore[reportPrivateUsage]  # its hook below the trigger
+
+        return reset_path, nothing
     store = SQLiteArchiveStore(':memory:')
     recall = Recall[None](store=store)
 
@@ -534,7 +542,69 @@ async def compaction_paths(repeat: int = 5) -> list[tuple[str, float, float]]:
         await run_compaction(reset, messages, cctx)
         reset_step.append((time.perf_counter() - started) * 1000)
     rows.append(('reset, whole compaction (one new step)', statistics.median(reset_step), clear_ms))
+    live = [await _live_reset_ms(steps) for _ in range(max(1, repeat // 2))]
+    rows.append(('reset, first compaction of a live run (hook time)', statistics.median(live), clear_ms))
     return rows
+
+
+async def _live_reset_ms(steps: int) -> float:
+    """Hook time of the reset's first compaction in a real `agent.run` that reads *steps* 8 KB logs, one a request.
+
+    The trigger is crossed by the request that brings the last log (the history is then `tool_loop(steps)`'s size),
+    so every earlier request ran the reset's hook below the trigger, as a run's requests do.
+    """
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import TextPart, ThinkingPart
+    from pydantic_ai.models.function import FunctionModel
+    from pydantic_ai.usage import UsageLimits
+
+    history = tool_loop(steps)
+    pool = ''.join(random.Random(7).choices('abcdefghijklmnopqrstuvwxyz     0123456789=_', k=32_000))
+    asked = [0]
+
+    async def model(messages: list[ModelMessage], info: Any) -> ModelResponse:
+        del messages, info
+        step = asked[0]
+        asked[0] += 1
+        if step >= steps:
+            return ModelResponse(parts=[TextPart('done')], usage=RequestUsage(input_tokens=1, output_tokens=1))
+        return ModelResponse(
+            parts=[
+                ThinkingPart('checking the next log ' * 8),
+                ToolCallPart('read_log', {'index': step}, tool_call_id=f'c{step}'),
+            ],
+            usage=RequestUsage(input_tokens=20 + step * 2_040, output_tokens=60),
+        )
+
+    def read_log(index: int) -> str:
+        offset = (index * 7_919) % (len(pool) - 8_000)
+        return f'log {index}\n{pool[offset : offset + 8_000]}'
+
+    reset = ResetToCheckpoint[None](trigger=Trigger(tokens=Trigger(tokens=1).measure(history[:-2]) + 1))
+    spent: list[tuple[float, bool]] = []
+    original = ResetToCheckpoint.before_model_request
+
+    async def timed(self: Any, ctx: Any, request_context: Any) -> Any:
+        before = len(ctx.messages)
+        started = time.perf_counter()
+        try:
+            return await original(self, ctx, request_context)
+        finally:
+            spent.append(((time.perf_counter() - started) * 1000, len(ctx.messages) < before))
+
+    agent = Agent(FunctionModel(model), tools=[read_log], capabilities=[cast(Any, reset)])
+    setattr(ResetToCheckpoint, 'before_model_request', timed)  # noqa: B010
+    gc.collect()
+    gc.disable()  # as `model_calling` times hooks: a collection of the run's garbage is not the hook's time
+    try:
+        await agent.run('Audit every log and report incidents.', usage_limits=UsageLimits(request_limit=steps + 5))
+    finally:
+        gc.enable()
+        setattr(ResetToCheckpoint, 'before_model_request', original)  # noqa: B010
+    compacted = [ms for ms, shrank in spent if shrank]
+    if not compacted:
+        raise RuntimeError('the live run never compacted')
+    return compacted[0]
 
 
 async def instant_reply(messages: list[ModelMessage], info: Any) -> ModelResponse:

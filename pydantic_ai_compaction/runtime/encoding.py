@@ -131,6 +131,8 @@ def to_json(value: Any) -> str:
 
 
 _EXACT_SCALARS = (str, int, bool, type(None))
+_SCALAR_SET = frozenset(_EXACT_SCALARS)
+_STR_ONLY = frozenset({str})
 
 
 def _orjson_writes_as_json(value: Any) -> bool:
@@ -144,6 +146,9 @@ def _orjson_writes_as_json(value: Any) -> bool:
     if kind in _EXACT_SCALARS:
         return True
     if kind is dict:
+        # Most arguments are flat: string keys and exact scalars, told in C without a call per item.
+        if _STR_ONLY.issuperset(map(type, value)) and _SCALAR_SET.issuperset(map(type, value.values())):  # pyright: ignore[reportUnknownArgumentType]
+            return True
         return all(type(key) is str and _orjson_writes_as_json(item) for key, item in value.items())  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
     if kind is list or kind is tuple:
         return all(_orjson_writes_as_json(item) for item in value)  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]

@@ -9,11 +9,15 @@ history alive, and an id reused by a new object can never read an old value.
 
 from __future__ import annotations
 
+import operator
 import weakref
-from collections.abc import Sequence
-from typing import Generic, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar, cast
 
 V = TypeVar('V')
+
+_CALL = cast('Callable[[weakref.ref[object]], object | None]', weakref.ref.__call__)  # pyright: ignore[reportUnknownMemberType]
+"""A reference's referent (or `None`), as a function `map` calls in C."""
 
 
 class IdentityMemo(Generic[V]):
@@ -27,7 +31,9 @@ class IdentityMemo(Generic[V]):
         entry = self._entries.get(tuple(map(id, objects)))
         if entry is None or len(entry[0]) != len(objects):
             return None
-        if all(ref() is obj for ref, obj in zip(entry[0], objects, strict=True)):
+        # Each reference called and compared by identity in C (no frame per object): a run's first compaction
+        # looks up every step of the history.
+        if all(map(operator.is_, map(_CALL, entry[0]), objects)):
             return entry[1]
         return None
 

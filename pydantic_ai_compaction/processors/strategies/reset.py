@@ -34,6 +34,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import AgentDepsT, RunContext
 
 from pydantic_ai_compaction.protocols.metadata import ours, record_extra, str_dict
@@ -123,6 +124,9 @@ def rare_lines(call: ToolCallPart, text: str, *, limit: int = 20) -> list[str]:
     lines = [line for piece in _lines_of(text) if (line := piece.strip())]
     if not lines:
         return []
+    if len(lines) <= 2:
+        # No shape can be shared by more than `rare` (at least 2) lines: every line is rare, no shape is read.
+        return lines if len(lines) <= limit else [*lines[:limit], f'(+{len(lines) - limit} more such lines)']
     shapes = [_shape(line) for line in lines]
     if len(shapes) > _COUNTED_IN_C:
         counts: dict[tuple[str, ...], int] = Counter(shapes)
@@ -182,10 +186,10 @@ def _shape(line: str) -> tuple[str, ...]:
         words = line_body(line).split(maxsplit=8)
     tokens: list[str] = []
     for token in words[:8]:
-        if '=' in token:
-            tokens.append(token.partition('=')[0] + '=')
-        elif token.isalpha():  # letters only: no digit among them
+        if token.isalpha():  # letters only: no digit and no `=` among them
             tokens.append(token if token.isupper() else 'w')
+        elif '=' in token:
+            tokens.append(token.partition('=')[0] + '=')
         elif token.isascii():  # the ASCII characters `str.isdigit` accepts are 0 to 9: one search in C
             tokens.append('w' if _ASCII_DIGIT.search(token) is None else '0')
         else:
@@ -214,6 +218,10 @@ _TOOL_LABEL_NAME_CHARS = 256
 
 _READ_KEPT = 4
 """Histories whose reading a reset keeps (conversations sharing one capability each keep theirs)."""
+
+_ARRIVED_STEPS = 8
+"""Newest tool steps a request reads ahead at most (`_read_arrived`): a run adds one a request; a history passed in
+whole is read by its first compaction."""
 
 _READING = threading.RLock()
 """Held while a history is read: the readings in `_read` are changed in place, and runs in threads (one agent
@@ -600,12 +608,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         # The exchanges' entries are read before the lock is taken: `extract` is the user's, and may wait for
         # another run (in another thread) that needs the lock. Should another thread move the reading back
         # meanwhile, the few exchanges before are read the same way and the reading is resumed again.
-        settings = self._settings()
-        if settings != self._read_with:
-            if self.write_tools != self._writes.pattern:  # set again since: checked as `__post_init__` checks it
-                (self._writes,) = check_patterns('ResetToCheckpoint', 'write_tools', (self.write_tools,))
-            with _READING:
-                self._entries, self._read[:], self._read_with = IdentityMemo[tuple[_Entry, ...]](), [], settings
+        self._check_settings()
         exchanges = view.exchanges
         have, want = len(exchanges), self._peek(carried, view)
         entries: list[tuple[_Entry, ...]] = []  # those of `exchanges[have:]`
@@ -621,9 +624,69 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                     return self._read_additions(view, carried, reading, entries[start - have :], start)
             want = start
 
+    def _check_settings(self) -> None:
+        """Forget what was read with other settings (a field `_settings` names was set again since)."""
+        settings = self._settings()
+        if settings != self._read_with:
+            if self.write_tools != self._writes.pattern:  # set again since: checked as `__post_init__` checks it
+                (self._writes,) = check_patterns('ResetToCheckpoint', 'write_tools', (self.write_tools,))
+            with _READING:
+                self._entries, self._read[:], self._read_with = IdentityMemo[tuple[_Entry, ...]](), [], settings
+
     def _settings(self) -> tuple[object, ...]:
         """The fields an exchange's entries are read with (`_exchange_entries`)."""
         return (self.extract, self.excerpt_chars, self.facts_per_result, self.answer_chars, self.write_tools)
+
+    async def before_model_request(
+        self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        """Read the newest tool steps' entries as they arrive, then compact when the trigger is crossed.
+
+        A run's first compaction then finds each step's entries read already (as it finds them on a history an
+        earlier reset read), instead of reading every result of the history at once.
+        """
+        self._read_arrived(ctx.messages)
+        return await super().before_model_request(ctx, request_context)
+
+    def _read_arrived(self, messages: Sequence[ModelMessage]) -> None:
+        """Put in `_entries` the entries of the newest tool steps of *messages* (a response, then a request of one
+        result to it), as `_exchange_entries` reads and keeps them, from the newest back to one already kept
+        (at most `_ARRIVED_STEPS`): a request costs what its new messages do, whatever the history's length."""
+        if self.checkpoint is not None or self.extract is not None:
+            return  # a custom checkpoint reads no entries, and a user's `extract` is called at a compaction only
+        try:
+            self._check_settings()
+            end = len(messages)
+            for _ in range(_ARRIVED_STEPS):
+                if end < 2:
+                    return
+                response, request = messages[end - 2], messages[end - 1]
+                end -= 2
+                if type(response) is not ModelResponse or type(request) is not ModelRequest or len(request.parts) != 1:
+                    return
+                result = request.parts[0]
+                if not isinstance(result, ToolReturnPart):
+                    return
+                content = result.content
+                if content is None or (isinstance(content, str) and len(content) <= self.excerpt_chars):
+                    return  # not a step `_exchange_entries` keeps (a short result is read again: as cheap)
+                call_id = result.tool_call_id
+                if not any(type(part) is ToolCallPart and part.tool_call_id == call_id for part in response.parts):
+                    return  # not a step: segmentation would not make the two one exchange of tools
+                parts = (*response.parts, result)
+                if self._entries.get(parts) is not None:
+                    return  # read at an earlier request, and so were the steps before it
+                found = self._call_entries(response, result)
+                if found is None:
+                    return
+                for entry in found:
+                    # The compaction's set of entries seen hashes each line; a string keeps its hash once taken,
+                    # and hashing a fact of a long line costs microseconds.
+                    hash(entry[1])
+                self._entries.put(parts, found)
+        except Exception:
+            # Only a head start: a compaction reads the same step again, and reports what fails there.
+            pass
 
     def _peek(self, carried: _Carried, view: ConversationView) -> int:
         """How many of *view*'s exchanges `_resume` would find read (nothing is cut back here)."""
