@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 import warnings
 from typing import Any
@@ -44,6 +45,16 @@ def _old_search(store: PostgresArchiveStore, conversation_id: str, query: str, l
     prefix = pg.owner_prefix(key)
 
     def work(conn: Any) -> list[Any]:
+        # As before the change: plans made for the values given, JIT as the server's default.
+        conn.execute('SET plan_cache_mode = force_custom_plan')
+        conn.execute('SET jit = on')
+        try:
+            return statements(conn)
+        finally:
+            conn.execute('RESET plan_cache_mode')
+            conn.execute('RESET jit')
+
+    def statements(conn: Any) -> list[Any]:
         (rows,) = _old_candidates(conn, key, [q(prefix, wanted, '')], limit)
         if rows:
             return [hit(row) for _, row in rows]
@@ -73,9 +84,33 @@ def _old_search(store: PostgresArchiveStore, conversation_id: str, query: str, l
 
 VOCABULARY = ['media', 'timeout', 'med', 'time', 'région', 'café', 'x', '100%', 'a_b', "o'neil", 'back\\slash', 'the']
 ODD_QUERIES = [
-    '', 'the and of', '"', "'", '\\', '%', '_', '\x00', '\ud800', 'media\x00timeout', "o'neil", 'me', 'ti me',
-    'médi', 'RÉGION café', 'media ' * 300, ' '.join(f'w{i}' for i in range(200)), 'x' * 3000, 'media timeout zzz',
-    'zzz yyy', 'med tim', 'a_b 100', '100% back\\slash', '*:', '!', '& | !', 'media:* & time',
+    '',
+    'the and of',
+    '"',
+    "'",
+    '\\',
+    '%',
+    '_',
+    '\x00',
+    '\ud800',
+    'media\x00timeout',
+    "o'neil",
+    'me',
+    'ti me',
+    'médi',
+    'RÉGION café',
+    'media ' * 300,
+    ' '.join(f'w{i}' for i in range(200)),
+    'x' * 3000,
+    'media timeout zzz',
+    'zzz yyy',
+    'med tim',
+    'a_b 100',
+    '100% back\\slash',
+    '*:',
+    '!',
+    '& | !',
+    'media:* & time',
 ]
 
 
@@ -86,7 +121,9 @@ def store() -> Any:
     s.close()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=int(os.environ.get('PAC_EXAMPLES', '25')), deadline=None, suppress_health_check=list(HealthCheck)
+)
 @given(
     lines=st.lists(
         st.tuples(
@@ -115,6 +152,9 @@ def test_one_statement_search_gives_what_the_statements_before_gave(
         ]
     )
     assert store.search(key, query, limit) == _old_search(store, key, query, limit)
+    # The store's connections keep their own settings (the old search's `SET`s were undone).
+    settings_now = store._run('t', lambda conn: conn.execute('SHOW plan_cache_mode').fetchone()[0])  # pyright: ignore[reportPrivateUsage]
+    assert settings_now == 'force_generic_plan'
 
 
 @pytest.mark.parametrize('query', ODD_QUERIES)
@@ -191,3 +231,27 @@ def test_two_spellings_of_one_database_warn_once(application_role: tuple[str, An
                 s.close()
         told += [str(w.message) for w in caught if 'schema version 1' in str(w.message)]
     assert len(told) == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a capital letter whose lowercase takes a combining mark ('İ' lowers to 'i' + U+0307) splits the word "
+    "for `words` (the memory and PostgreSQL stores: 'i', 'stanbul') but not for SQLite's unicode61 tokenizer "
+    "('istanbul'), so the stores find different lines; not changed by the one-statement search",
+)
+@pytest.mark.parametrize('query', ['istanbul', 'İstanbul office'])
+def test_the_three_stores_find_the_same_lines_for_a_dotted_capital(query: str) -> None:
+    from pydantic_ai_compaction.runtime.stores import InMemoryArchiveStore
+
+    key = f'rev15-{uuid.uuid4().hex}'
+    lines = [LogLine(key, 'p', 0, 'İstanbul office', 'tool', 't'), LogLine(key, 'p', 1, 'office hours', 'tool', 't')]
+    found: list[list[str]] = []
+    for s in (postgres_store(), SQLiteArchiveStore(':memory:'), InMemoryArchiveStore()):
+        try:
+            s.index_lines(lines)
+            found.append([hit.text for hit in s.search(key, query, 8)])
+        finally:
+            close = getattr(s, 'close', None)
+            if close is not None:
+                close()
+    assert found[0] == found[1] == found[2], found
