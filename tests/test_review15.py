@@ -255,3 +255,22 @@ def test_the_three_stores_find_the_same_lines_for_a_dotted_capital(query: str) -
             if close is not None:
                 close()
     assert found[0] == found[1] == found[2], found
+
+
+@pytest.mark.parametrize('setting', ['statement_timeout=12345', 'search_path=public,pg_catalog'])
+def test_the_dsns_own_session_options_are_kept(setting: str) -> None:
+    """The store's `options` (lock timeout, generic plans, no JIT) replaced those of the DSN: a user's
+    `options=-c statement_timeout=...` was silently dropped."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    postgres_store().close()  # skips without a server
+    name, value = setting.split('=')
+    dsn = make_conninfo('', **{**conninfo_to_dict(POSTGRES_DSN), 'options': f'-c {setting}'})
+    s = PostgresArchiveStore(dsn, busy_timeout_ms=250)
+    try:
+        shown = s._run(
+            't', lambda conn: [conn.execute(f'SHOW {n}').fetchone()[0] for n in (name, 'lock_timeout', 'jit')]
+        )  # pyright: ignore[reportPrivateUsage]
+        assert shown == [value if name != 'statement_timeout' else '12345ms', '250ms', 'off']
+    finally:
+        s.close()

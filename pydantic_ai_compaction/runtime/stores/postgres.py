@@ -273,6 +273,23 @@ a plan estimated over `jit_above_cost` (the plan for any key, which counts ten r
 query of many words) was compiled for about 45 ms before a search that then ran in 1 ms."""
 
 
+def _own_options(dsn: str) -> str:
+    """The `options` the DSN (else `PGOPTIONS`) gives, after a space: the store's `options` replaced them, so a
+    DSN's `-c search_path=...` or `-c statement_timeout=...` was dropped without a word. Set after the store's,
+    they win where both set one parameter, as the user asked."""
+    import os
+
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        given = conninfo_to_dict(dsn).get('options')
+    except ProgrammingError:
+        return ''  # a DSN libpq cannot read: the connections report it
+    given = os.environ.get('PGOPTIONS') if given is None else given
+    return f' {given}' if given and str(given).strip() else ''
+
+
 def _create_tables(conn: Any) -> None:
     """The tables and indexes missing (`_SCHEMA`; the search index looked for by its definition, `_FIND_GIN`),
     and the search index's version 2 settings (`_MIGRATE_TO_2`)."""
@@ -418,7 +435,7 @@ class PostgresArchiveStore:
             kwargs={
                 'autocommit': True,
                 'connect_timeout': max(1, round(self.connect_timeout)),
-                'options': f'-c lock_timeout={max(self.busy_timeout_ms, 1)} {_SESSION_OPTIONS}',
+                'options': f'-c lock_timeout={max(self.busy_timeout_ms, 1)} {_SESSION_OPTIONS}{_own_options(dsn)}',
             },
             timeout=self.connect_timeout,
             name='pydantic-ai-compaction',
