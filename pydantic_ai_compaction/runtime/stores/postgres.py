@@ -9,6 +9,7 @@ naming the operation and the server (its DSN without the password).
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import warnings
 from collections.abc import Callable, Sequence
@@ -129,7 +130,7 @@ _MIGRATE_TO_2 = f'ALTER INDEX {{index}} SET (fastupdate = on, gin_pending_list_l
 is the index's name (`_FIND_GIN`)."""
 
 _TOLD_UNTUNED: set[str] = set()
-"""The servers and databases (`PostgresArchiveStore.target`) this process warned about staying at version 1."""
+"""The databases (server's system identifier and database name) this process warned about staying at version 1."""
 
 _TUNE_LOCK_MS = 500
 """Longest the move from version 1 to 2 waits for the log's lock (`PostgresArchiveStore._tune_version_1`): the
@@ -270,6 +271,23 @@ planned every search again (0.6 ms of CPU for one stage, 3 ms for `_SEARCH`), si
 shape the statements fix (`_newest_of`), is estimated costlier than one for the key given. No JIT compilation:
 a plan estimated over `jit_above_cost` (the plan for any key, which counts ten rows in each array, or one for a
 query of many words) was compiled for about 45 ms before a search that then ran in 1 ms."""
+
+
+def _own_options(dsn: str) -> str:
+    """The `options` the DSN (else `PGOPTIONS`) gives, after a space: the store's `options` replaced them, so a
+    DSN's `-c search_path=...` or `-c statement_timeout=...` was dropped without a word. Set after the store's,
+    they win where both set one parameter, as the user asked."""
+    import os
+
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        given = conninfo_to_dict(dsn).get('options')
+    except ProgrammingError:
+        return ''  # a DSN libpq cannot read: the connections report it
+    given = os.environ.get('PGOPTIONS') if given is None else given
+    return f' {given}' if given and str(given).strip() else ''
 
 
 def _create_tables(conn: Any) -> None:
@@ -417,7 +435,7 @@ class PostgresArchiveStore:
             kwargs={
                 'autocommit': True,
                 'connect_timeout': max(1, round(self.connect_timeout)),
-                'options': f'-c lock_timeout={max(self.busy_timeout_ms, 1)} {_SESSION_OPTIONS}',
+                'options': f'-c lock_timeout={max(self.busy_timeout_ms, 1)} {_SESSION_OPTIONS}{_own_options(dsn)}',
             },
             timeout=self.connect_timeout,
             name='pydantic-ai-compaction',
@@ -492,22 +510,30 @@ class PostgresArchiveStore:
         """Warn, once per server and database in the process, that the database stays at version 1, and what to
         run to finish the move: `pac_schema.version` was the only sign, and version 1's index makes every
         writer's lines cost about twice the server's time (see `_PENDING_KB`)."""
-        if self.target in _TOLD_UNTUNED:
+        # The database itself, not the DSN: two spellings of one server (`localhost`, `127.0.0.1`, a socket)
+        # warned twice. `pg_control_system()` may be run by any role.
+        database = conn.execute('SELECT (SELECT system_identifier FROM pg_control_system()), current_database()')
+        told = '/'.join(str(value) for value in database.fetchone())
+        if told in _TOLD_UNTUNED:
             return
-        _TOLD_UNTUNED.add(self.target)
+        _TOLD_UNTUNED.add(told)
         row = conn.execute(_FIND_GIN, (_GIN_NAME,)).fetchone()
         from psycopg import sql
 
         name = sql.Identifier(_GIN_NAME if row is None else str(row[0])).as_string(conn)
-        warnings.warn(
+        message = (
             f'PostgreSQL archive on {self.target}: the tables stay at schema version 1 ({reason}). Recall works as '
             'before, but its writes cost the server about twice the time of version 2. To finish the move, run as '
             'the owner of the tables, or open a PostgresArchiveStore with that role: '
             f'ALTER INDEX {name} SET (fastupdate = on, gin_pending_list_limit = {_PENDING_KB}); '
-            f'UPDATE pac_schema SET version = {SCHEMA_VERSION};',
-            RuntimeWarning,
-            stacklevel=2,
+            f'UPDATE pac_schema SET version = {SCHEMA_VERSION};'
         )
+        try:
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+        except Warning:
+            # Warnings made errors (`-W error`): raised here, it escaped the store and failed the agent's run,
+            # though the store works. Logged instead.
+            logging.getLogger(__name__).warning(message)
 
     def _run(self, operation: str, work: Callable[[Any], T]) -> T:
         """*work* on a pooled connection; once more on a fresh one if the first broke; `ArchiveError` else."""
