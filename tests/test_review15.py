@@ -196,11 +196,6 @@ def test_a_version_1_warning_made_an_error_does_not_fail_the_run(
         store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='processors/memory/recall.py (outside runtime/stores) warns when the store fails to index a request; '
-    'made an error by `-W error`, that warning fails the run it means to keep going',
-)
 def test_a_store_failure_warning_made_an_error_does_not_fail_the_run() -> None:
     store = PostgresArchiveStore('postgresql://nobody@127.0.0.1:1/none', connect_timeout=0.2)
     try:

@@ -12,7 +12,6 @@ compaction span is under our namespace, not `gen_ai.usage.*`: the child model-re
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from opentelemetry.trace import NoOpTracer, Span, Status, StatusCode, Tracer
 
 from pydantic_ai_compaction.protocols.types import CompactionEvent
+from pydantic_ai_compaction.runtime.degraded import warn_degraded
 
 SPAN_NAME = 'pydantic_ai_compaction.compact'
 """Name of the span each compaction (or ignored crossing) emits."""
@@ -86,7 +86,7 @@ def emit(
         try:
             observer(event)
         except Exception as error:  # an observer's bug must not fail the run it observes
-            warnings.warn(f'compaction observer raised {error!r}', RuntimeWarning, stacklevel=2)
+            warn_degraded(f'compaction observer raised {error!r}', stacklevel=2)
 
 
 def _attributes(event: CompactionEvent) -> dict[str, Any]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import operator
-import warnings
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -37,6 +36,7 @@ from pydantic_core import to_jsonable_python
 from pydantic_ai_compaction.processors.memory.results import args_json, original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore, Hit, LineSource, LogLine
 from pydantic_ai_compaction.runtime.checks import check_instance, check_int
+from pydantic_ai_compaction.runtime.degraded import warn_degraded
 from pydantic_ai_compaction.runtime.encoding import strip_nul, to_bytes, to_json
 from pydantic_ai_compaction.runtime.project import rewrites_accepted
 from pydantic_ai_compaction.runtime.stores.access import (
@@ -139,7 +139,7 @@ class Recall(AbstractCapability[AgentDepsT]):
             await call_store('index_lines', self._index_pending, self.conversation_id(ctx), messages, pending)
         except ArchiveError as error:
             # Recall degrades; the run goes on (the next request indexes what this one could not).
-            warnings.warn(f'Recall could not index this request: {error}', RuntimeWarning, stacklevel=2)
+            warn_degraded(f'Recall could not index this request: {error}', stacklevel=2)
         else:
             self._advance(messages, start)
         return request_context

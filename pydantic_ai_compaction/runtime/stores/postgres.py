@@ -9,15 +9,14 @@ naming the operation and the server (its DSN without the password).
 from __future__ import annotations
 
 import hashlib
-import logging
 import threading
-import warnings
 from collections.abc import Callable, Sequence
 from itertools import chain, repeat
 from typing import Any, TypeVar
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Hit, LogLine, Note
 from pydantic_ai_compaction.runtime.checks import check_int, check_number
+from pydantic_ai_compaction.runtime.degraded import warn_degraded
 from pydantic_ai_compaction.runtime.stores._query import (
     ARCHIVED_COLUMNS,
     MAX_BUSY_TIMEOUT_MS,
@@ -528,12 +527,8 @@ class PostgresArchiveStore:
             f'ALTER INDEX {name} SET (fastupdate = on, gin_pending_list_limit = {_PENDING_KB}); '
             f'UPDATE pac_schema SET version = {SCHEMA_VERSION};'
         )
-        try:
-            warnings.warn(message, RuntimeWarning, stacklevel=2)
-        except Warning:
-            # Warnings made errors (`-W error`): raised here, it escaped the store and failed the agent's run,
-            # though the store works. Logged instead.
-            logging.getLogger(__name__).warning(message)
+        # Made an error (`-W error`), it escaped the store and failed the agent's run, though the store works.
+        warn_degraded(message, stacklevel=2)
 
     def _run(self, operation: str, work: Callable[[Any], T]) -> T:
         """*work* on a pooled connection; once more on a fresh one if the first broke; `ArchiveError` else."""

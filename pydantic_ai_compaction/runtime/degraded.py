@@ -1,0 +1,30 @@
+"""Telling a user that something degraded while the run goes on.
+
+A store that fails, an observer that raises, a database left at an older schema: each is worked around and
+reported with a `RuntimeWarning`. Under warnings made errors (`-W error`, pytest's `filterwarnings = error`)
+`warnings.warn` raises, and raised from a capability's hook it ends the agent's run, which the workaround
+exists to keep going. There the report goes to the `pydantic_ai_compaction` logger instead. A warning about
+a mistake in the user's code (a view whose projection is refused, a misconfigured strategy) is not one of
+these: it follows the filters, so a test suite that makes warnings errors fails on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+LOGGER = logging.getLogger('pydantic_ai_compaction')
+"""Where a degraded report goes when the warnings filters would make it an exception."""
+
+
+def warn_degraded(message: str, *, stacklevel: int = 1) -> None:
+    """Warn *message* as a `RuntimeWarning`, or log it when the filters turn it into an exception.
+
+    Args:
+        message: What degraded and what was done instead.
+        stacklevel: As for `warnings.warn`, counted from the caller of this function.
+    """
+    try:
+        warnings.warn(message, RuntimeWarning, stacklevel=stacklevel + 1)
+    except Warning:
+        LOGGER.warning(message)

@@ -1,0 +1,102 @@
+"""A degraded report never ends a run, even when the warnings filters make warnings errors.
+
+A store that fails, an observer that raises: each is worked around and reported with a `RuntimeWarning`.
+Under `-W error` (or pytest's `filterwarnings = error`) `warnings.warn` raises, which from a capability's hook
+ended the agent's run; the report goes to the `pydantic_ai_compaction` logger instead. A mistake in the
+user's own code (a refused projection) still follows the filters: `tests/test_review13.py` shows it raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import warnings
+from pathlib import Path
+
+import pytest
+
+from pydantic_ai_compaction import Fork, Trigger
+from pydantic_ai_compaction.protocols.types import CompactionEvent
+from pydantic_ai_compaction.runtime.degraded import warn_degraded
+from pydantic_ai_compaction.runtime.stores import SQLiteArchiveStore
+
+from .support import ScriptedAgentModel, audit_agent, fork_json
+from .test_store_faults import EVERY_TOOL, answers, key, memory_agent
+
+
+def test_a_degraded_report_warns_from_its_callers_caller_and_is_logged_when_warnings_are_errors(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def hook() -> None:
+        warn_degraded('store down', stacklevel=2)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        hook()  # the line a user's code would see named
+    assert [(str(w.message), w.category, w.filename) for w in caught] == [('store down', RuntimeWarning, __file__)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        with caplog.at_level(logging.WARNING, logger='pydantic_ai_compaction'):
+            hook()
+    assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records] == [
+        ('pydantic_ai_compaction', 'WARNING', 'store down')
+    ]
+
+
+def test_a_failing_store_does_not_fail_the_run_when_warnings_are_errors(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / 'corrupt.sqlite3'
+    path.write_bytes(b'this is not a database\x00' * 512)
+    agent, seen = memory_agent(SQLiteArchiveStore(path), key(), EVERY_TOOL)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        with caplog.at_level(logging.WARNING, logger='pydantic_ai_compaction'):
+            output = agent.run_sync('What is the media timeout?').output
+    assert output == 'done'
+    assert 'Recall is unavailable' in answers(seen)['recall']
+    logged = [r.getMessage() for r in caplog.records if r.name == 'pydantic_ai_compaction']
+    assert any(m.startswith('Recall could not index this request') and 'not a database' in m for m in logged)
+    numbered = 'Archive numbered new results from the history alone'
+    assert any(m.startswith(numbered) and 'not a database' in m for m in logged)
+
+
+def test_archive_numbering_from_the_history_does_not_fail_the_run_when_warnings_are_errors(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / 'locked.sqlite3'
+    store = SQLiteArchiveStore(path, busy_timeout_ms=20)
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute('BEGIN EXCLUSIVE')
+    try:
+        agent, _ = memory_agent(store, key(), EVERY_TOOL)
+        with warnings.catch_warnings():
+            warnings.simplefilter('error')
+            with caplog.at_level(logging.WARNING, logger='pydantic_ai_compaction'):
+                assert agent.run_sync('go').output == 'done'
+    finally:
+        holder.execute('ROLLBACK')
+        holder.close()
+        store.close()
+    logged = [r.getMessage() for r in caplog.records if r.name == 'pydantic_ai_compaction']
+    assert any('numbered new results from the history alone' in m and 'database is locked' in m for m in logged)
+
+
+def test_an_observer_that_raises_does_not_fail_the_run_when_warnings_are_errors(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seen: list[CompactionEvent] = []
+
+    def observer(event: CompactionEvent) -> None:
+        seen.append(event)
+        raise ValueError('observer bug')
+
+    script = ScriptedAgentModel(logs=8, compactor=lambda messages, kind: fork_json(['g1']))
+    agent = audit_agent(script, [Fork(trigger=Trigger(tokens=3_000), observer=observer)])
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        with caplog.at_level(logging.WARNING, logger='pydantic_ai_compaction'):
+            assert agent.run_sync('Audit.').output == 'report: done'
+    assert [e.kind for e in seen].count('compacted') >= 1
+    logged = [r.getMessage() for r in caplog.records if r.name == 'pydantic_ai_compaction']
+    assert logged == ["compaction observer raised ValueError('observer bug')"] * len(seen)
