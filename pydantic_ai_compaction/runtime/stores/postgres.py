@@ -405,6 +405,9 @@ class PostgresArchiveStore:
             busy_timeout_ms: Longest a statement may wait for a lock held by another worker, in milliseconds,
                 as in `SQLiteArchiveStore`: 0 does not wait (an operation that finds the lock taken fails at
                 once; PostgreSQL's `lock_timeout` of 0 would wait forever, so it is set to 1 ms, its least).
+                On PostgreSQL that also bounds the server's own short locks, which writers of different
+                conversations take on the shared tables: with several writers, 0 makes an occasional write
+                fail (reported as any store fault is, the run goes on). Keep the default where writes matter.
         """
         try:
             from psycopg_pool import ConnectionPool
