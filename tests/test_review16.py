@@ -325,14 +325,16 @@ PIECES = ['', ' ', '\t', 'INFO ok id=7', 'INFO ok id=8', 'a=b', 'ERROR x', 'w w'
     breaks=st.lists(st.sampled_from(BREAKS), min_size=4, max_size=4),
     limit=st.integers(-3, 3),
 )
-def test_rare_lines_of_one_or_two_lines_are_those_the_shapes_give(pieces: list[str], breaks: list[str], limit: int) -> None:
+def test_rare_lines_of_one_or_two_lines_are_those_the_shapes_give(
+    pieces: list[str], breaks: list[str], limit: int
+) -> None:
     text = ''.join(piece + brk for piece, brk in zip(pieces, breaks * 2, strict=False))
     call = ToolCallPart('read_log', {})
     assert rare_lines(call, text, limit=limit) == _old_rare_lines(text, limit)
 
 
 def test_facts_per_result_below_one_is_refused() -> None:
-    with pytest.raises(ValueError, match='ResetToCheckpoint.facts_per_result'):
+    with pytest.raises(ValueError, match=r'ResetToCheckpoint\.facts_per_result'):
         ResetToCheckpoint[None](facts_per_result=0)
 
 
@@ -379,7 +381,7 @@ class Level(enum.IntEnum):
     LOW = 1
 
 
-class Name(str, enum.Enum):
+class Name(str, enum.Enum):  # noqa: UP042 - a str mixin, as users still write it
     A = 'a'
 
 
@@ -453,3 +455,15 @@ def test_identity_memo_reads_only_the_same_live_objects() -> None:
     impostor = Box()
     memo._entries[(id(a), id(impostor))] = (refs, 'stale')  # pyright: ignore[reportPrivateUsage]
     assert memo.get((a, impostor)) is None and memo.get((a, c)) == 'ac'
+
+
+@pytest.mark.anyio
+async def test_a_bad_write_tools_set_between_runs_is_reported_by_the_compaction() -> None:
+    """The read-ahead swallows the check's error; the compaction, which reads the same settings, raises it."""
+    reset = ResetToCheckpoint[None](trigger=Trigger(tokens=10**9))
+    agent = Agent(_loop_model(2), tools=[read_log], capabilities=[reset])
+    history = (await agent.run('Audit every log.')).all_messages()
+    reset.write_tools = '(unclosed'
+    again = (await agent.run('Again.', message_history=history)).all_messages()
+    with pytest.raises(ValueError, match=r'ResetToCheckpoint\.write_tools'):
+        await _proposal(reset, again)
