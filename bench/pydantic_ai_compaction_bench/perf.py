@@ -239,10 +239,12 @@ GROWTH_LIMIT = 2.0
 """A per-request path "does not grow with the history" when 5M costs at most this many times 100k (50× the history)."""
 
 
-def tool_loop(steps: int, result_bytes: int = 8_000, *, seed: int = 7) -> list[ModelMessage]:
+def tool_loop(steps: int, result_bytes: int = 8_000, *, seed: int = 7, line_chars: int = 0) -> list[ModelMessage]:
     """`synthetic_history`'s shape, built in milliseconds: results are slices of one random pool.
 
-    The 5M-token history would take a minute to draw character by character.
+    The 5M-token history would take a minute to draw character by character. Each result is a `log N` line
+    and one long line, unless *line_chars* is set: then the body is broken into lines of that many characters,
+    as a log's are (a reader of lines, the reset's, pays per line).
     """
     rng = random.Random(seed)
     alphabet = 'abcdefghijklmnopqrstuvwxyz     0123456789=_'
@@ -253,13 +255,15 @@ def tool_loop(steps: int, result_bytes: int = 8_000, *, seed: int = 7) -> list[M
         )
     ]
     for step in range(steps):
-        messages.extend(_step(step, result_bytes, pool, marked=step == steps // 2))
+        messages.extend(_step(step, result_bytes, pool, marked=step == steps // 2, line_chars=line_chars))
     return messages
 
 
-def _step(step: int, result_bytes: int, pool: str, *, marked: bool = False) -> list[ModelMessage]:
+def _step(step: int, result_bytes: int, pool: str, *, marked: bool = False, line_chars: int = 0) -> list[ModelMessage]:
     offset = (step * 7_919) % (len(pool) - result_bytes)
     body = pool[offset : offset + result_bytes]
+    if line_chars:
+        body = '\n'.join(body[at : at + line_chars] for at in range(0, len(body), line_chars))
     if marked:
         body = 'CHANGE: report ids in lowercase\n' + body
     return [
@@ -535,6 +539,17 @@ async def compaction_paths(repeat: int = 5) -> list[tuple[str, float, float]]:
         await run_compaction(reset, copy, cctx)
         reset_cold.append((time.perf_counter() - started) * 1000)
     rows.append(('reset, whole compaction (cold)', statistics.median(reset_cold), clear_ms))
+    # The results above are two lines each (`log N` and 8 KB on one line); a log of 80 lines of 100 characters
+    # costs a reader of lines far more. Its own `ClearToolResults` anchor, on the same history.
+    lined = tool_loop(steps, line_chars=100)
+    lined_clear_ms = await _ams(lambda: clear.compact(lined, ctx), repeat)
+    lined_cold: list[float] = []
+    for _ in range(max(1, repeat // 2)):
+        copy = fresh_copy(lined)
+        started = time.perf_counter()
+        await run_compaction(reset, copy, cctx)
+        lined_cold.append((time.perf_counter() - started) * 1000)
+    rows.append(('reset, whole compaction (cold; results of 80 lines)', statistics.median(lined_cold), lined_clear_ms))
     await run_compaction(reset, history, cctx)
     reset_step: list[float] = []
     for messages in grown[: max(1, repeat // 2)]:
