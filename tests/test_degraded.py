@@ -14,9 +14,11 @@ import warnings
 from pathlib import Path
 
 import pytest
+from pydantic_ai.messages import ModelRequest
 
-from pydantic_ai_compaction import Fork, Trigger
+from pydantic_ai_compaction import ForgetReasoning, Fork, Trigger
 from pydantic_ai_compaction.protocols.types import CompactionEvent
+from pydantic_ai_compaction.runtime import engine
 from pydantic_ai_compaction.runtime.degraded import warn_degraded
 from pydantic_ai_compaction.runtime.stores import SQLiteArchiveStore
 
@@ -100,3 +102,40 @@ def test_an_observer_that_raises_does_not_fail_the_run_when_warnings_are_errors(
     assert [e.kind for e in seen].count('compacted') >= 1
     logged = [r.getMessage() for r in caplog.records if r.name == 'pydantic_ai_compaction']
     assert logged == ["compaction observer raised ValueError('observer bug')"] * len(seen)
+
+
+def test_a_compaction_that_fails_does_not_fail_the_run_when_warnings_are_errors(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*args: object, **kwargs: object) -> object:
+        raise KeyError('internal bug')
+
+    monkeypatch.setattr(engine, '_build', broken)
+    script = ScriptedAgentModel(logs=8, compactor=lambda messages, kind: fork_json(['g1']))
+    agent = audit_agent(script, [Fork(trigger=Trigger(tokens=3_000))])
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        with caplog.at_level(logging.WARNING, logger='pydantic_ai_compaction'):
+            result = agent.run_sync('Audit.')
+    assert result.output == 'report: done'
+    logged = [r.getMessage() for r in caplog.records if r.name == 'pydantic_ai_compaction']
+    failed = "fork compaction failed and left the history unchanged: KeyError('internal bug')"
+    assert logged and set(logged) == {failed}
+    # Left unchanged: the prompt and every log the agent read are still in the history it ends with.
+    assert sum(isinstance(m, ModelRequest) for m in result.all_messages()) == 1 + 8  # the prompt, 8 logs
+
+
+def test_a_view_that_raises_does_not_fail_the_run_when_warnings_are_errors(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(self: ForgetReasoning[None], log: object) -> object:
+        raise ValueError('scorer bug')
+
+    monkeypatch.setattr(ForgetReasoning, 'decisions', broken)
+    agent = audit_agent(ScriptedAgentModel(logs=3), [ForgetReasoning()])
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        with caplog.at_level(logging.WARNING, logger='pydantic_ai_compaction'):
+            assert agent.run_sync('Audit.').output == 'report: done'
+    logged = [r.getMessage() for r in caplog.records if r.name == 'pydantic_ai_compaction']
+    assert logged == ["ForgetReasoning kept the history as it was: ValueError('scorer bug')"] * 4

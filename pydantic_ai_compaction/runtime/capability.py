@@ -7,7 +7,6 @@ can be a tier of `TieredCompaction` / `FallbackCompaction` or be driven by `comp
 
 from __future__ import annotations
 
-import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
@@ -22,6 +21,7 @@ from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai_compaction.protocols.types import CompactionEvent, CompactionState, Proposal
 from pydantic_ai_compaction.runtime.checks import check_bool, check_callable, check_instance, check_int, check_number
 from pydantic_ai_compaction.runtime.context import CompactionContext
+from pydantic_ai_compaction.runtime.degraded import warn_degraded
 from pydantic_ai_compaction.runtime.engine import DEFAULT_MIN_SAVING, run_compaction
 from pydantic_ai_compaction.runtime.events import EventObserver, compaction_span, emit, record_failure
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
@@ -100,9 +100,7 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
                 parameters=request_context.model_request_parameters,
             )
         except Exception as error:  # a user predicate or trigger bug must not end the run
-            warnings.warn(
-                f'{self.strategy_name} compaction was skipped for this request: {error!r}', RuntimeWarning, stacklevel=2
-            )
+            warn_degraded(f'{self.strategy_name} compaction was skipped for this request: {error!r}', stacklevel=2)
             return request_context
         if compacted is None:
             return request_context
@@ -225,10 +223,8 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
             )
         except Exception as error:  # compaction must never fail a run; a runtime bug leaves the history as it was
             record_failure(span, error)
-            warnings.warn(
-                f'{chosen.strategy_name} compaction failed and left the history unchanged: {error!r}',
-                RuntimeWarning,
-                stacklevel=2,
+            warn_degraded(
+                f'{chosen.strategy_name} compaction failed and left the history unchanged: {error!r}', stacklevel=2
             )
             return None
         if isinstance(outcome, Skipped):

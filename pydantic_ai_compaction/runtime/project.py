@@ -33,6 +33,7 @@ from pydantic_ai.tools import RunContext
 
 from pydantic_ai_compaction.protocols.types import CompactionEvent, CompactionRecord, CompactorUsage
 from pydantic_ai_compaction.runtime import shape
+from pydantic_ai_compaction.runtime.degraded import warn_degraded
 from pydantic_ai_compaction.runtime.events import EventObserver, emit
 from pydantic_ai_compaction.runtime.tokens import estimate_token_count
 
@@ -453,4 +454,4 @@ async def project(
 
 def never_fails(owner: str, error: Exception, outcome: str = 'sent the request unprojected') -> None:
     """Report *error* raised while *owner* built a change; the caller then goes on as if it made none."""
-    warnings.warn(f'{owner} {outcome}: {error!r}', RuntimeWarning, stacklevel=3)
+    warn_degraded(f'{owner} {outcome}: {error!r}', stacklevel=3)
