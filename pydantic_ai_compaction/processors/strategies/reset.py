@@ -184,17 +184,45 @@ def _shape(line: str) -> tuple[str, ...]:
             words = line_body(line).split(maxsplit=8)
     else:
         words = line_body(line).split(maxsplit=8)
-    tokens: list[str] = []
-    for token in words[:8]:
-        if token.isalpha():  # letters only: no digit and no `=` among them
-            tokens.append(token if token.isupper() else 'w')
-        elif '=' in token:
-            tokens.append(token.partition('=')[0] + '=')
-        elif token.isascii():  # the ASCII characters `str.isdigit` accepts are 0 to 9: one search in C
-            tokens.append('w' if _ASCII_DIGIT.search(token) is None else '0')
-        else:
-            tokens.append('0' if any(map(str.isdigit, token)) else 'w')
-    return tuple(tokens)
+    # A log repeats its words (levels, names, `key=`s) far more than its lines: a word seen is looked up in C.
+    return tuple(map(_KINDS.__getitem__, words[:8]))
+
+
+def _kind(token: str) -> str:
+    """A word's kind in a shape: itself if upper-case letters, its `key=` name, `0` if it holds a digit, else `w`."""
+    if token.isalpha():  # letters only: no digit and no `=` among them
+        return token if token.isupper() else 'w'
+    if '=' in token:
+        return token.partition('=')[0] + '='
+    if token.isascii():  # the ASCII characters `str.isdigit` accepts are 0 to 9: one search in C
+        return 'w' if _ASCII_DIGIT.search(token) is None else '0'
+    return '0' if any(map(str.isdigit, token)) else 'w'
+
+
+class _Kinds(dict[str, str]):
+    """`_kind` of the words seen, told once each: a word missing is told by `_kind` and kept if short.
+
+    Held for the process: at most `_KINDS_KEPT` words of at most `_KIND_WORD_CHARS` characters, emptied when full
+    (a word missing is told again, so what it holds changes the time a shape takes, never the shape).
+    """
+
+    def __missing__(self, token: str) -> str:
+        kind = _kind(token)
+        if len(token) <= _KIND_WORD_CHARS:
+            if len(self) >= _KINDS_KEPT:
+                self.clear()
+            self[token] = kind
+        return kind
+
+
+_KINDS_KEPT = 16_384
+"""Words `_KINDS` holds at most."""
+
+_KIND_WORD_CHARS = 64
+"""Longest word `_KINDS` keeps: a long word is seldom seen twice, and holding it costs memory for the process's life."""
+
+_KINDS = _Kinds()
+"""The kinds of the words seen (see `_Kinds`)."""
 
 
 _ASCII_DIGIT = re.compile('[0-9]')
