@@ -496,3 +496,7 @@ def test_the_kinds_kept_are_bounded_and_a_full_store_tells_the_same_kinds() -> N
     long_word = 'q' * (reset_module._KIND_WORD_CHARS + 1)  # pyright: ignore[reportPrivateUsage]
     assert kinds[long_word] == 'w' and long_word not in kinds
     assert kinds['ÉTÉ'] == 'ÉTÉ' and kinds['a=b=c'] == 'a=' and kinds['x٣'] == '0' and kinds['Ab'] == 'w'
+    for word in [*LOG_WORDS, '²', 'x²', 'Ⅻ', 'ⅻ', '𝟘', 'ab٣=', 'ǅX', '\ud800']:
+        if word.split() == [word]:
+            assert kinds[word] == _word_counted_shape(word)[0], word  # told, then looked up
+            assert kinds[word] == _word_counted_shape(word)[0], word
