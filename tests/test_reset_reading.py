@@ -500,3 +500,15 @@ def test_the_kinds_kept_are_bounded_and_a_full_store_tells_the_same_kinds() -> N
         if word.split() == [word]:
             assert kinds[word] == _word_counted_shape(word)[0], word  # told, then looked up
             assert kinds[word] == _word_counted_shape(word)[0], word
+
+
+def test_a_line_starting_with_neither_a_bracket_nor_a_digit_has_no_timestamp() -> None:
+    """`_shapes` reads a timestamp only where one can start: `[` or what the pattern's `\\d` takes (`isdecimal`)."""
+    import sys
+
+    digit = re.compile(r'\d')
+    assert [c for c in map(chr, range(sys.maxunicode + 1)) if (digit.match(c) is None) == c.isdecimal()] == []
+    for head in ['a', 'É', '²', 'Ⅻ', '(', '-', '\ud800']:
+        line = head + '2026-03-15 08:01:05 x'
+        assert line_body(line) == line
+    assert line_body('٣٣:٠٠ x') == 'x' and line_body('[x] y') == 'y'

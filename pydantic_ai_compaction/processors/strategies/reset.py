@@ -127,7 +127,7 @@ def rare_lines(call: ToolCallPart, text: str, *, limit: int = 20) -> list[str]:
     if len(lines) <= 2:
         # No shape can be shared by more than `rare` (at least 2) lines: every line is rare, no shape is read.
         return lines if len(lines) <= limit else [*lines[:limit], f'(+{len(lines) - limit} more such lines)']
-    shapes = [_shape(line) for line in lines]
+    shapes = _shapes(lines)
     if len(shapes) > _COUNTED_IN_C:
         counts: dict[tuple[str, ...], int] = Counter(shapes)
     else:
@@ -169,23 +169,36 @@ def _lines_of(text: str) -> list[str]:
 
 
 _SHAPE_READ = 256
-"""Characters of a line's body `_shape` reads first: its first eight words are usually in them."""
+"""Characters of a line's body `_shapes` reads first: its first eight words are usually in them."""
 
 
-def _shape(line: str) -> tuple[str, ...]:
-    """The first eight words of `line_body(line)`, each reduced to its kind (see `rare_lines`)."""
-    if len(line) > _SHAPE_READ and not line[:1].isspace():
-        # A long line's first words, without copying the rest of it (`split` copies what follows the eighth).
-        # A timestamp is under 50 characters and, the line not starting blank, starts it: within the first
-        # `_SHAPE_READ` it is matched as in the whole line, unless the blanks after it reach past them, and
-        # then no ninth word is read there. A ninth word means the eighth is whole.
-        words = line_body(line[:_SHAPE_READ]).split(maxsplit=8)
-        if len(words) < 9:
-            words = line_body(line).split(maxsplit=8)
-    else:
-        words = line_body(line).split(maxsplit=8)
-    # A log repeats its words (levels, names, `key=`s) far more than its lines: a word seen is looked up in C.
-    return tuple(map(_KINDS.__getitem__, words[:8]))
+def _shapes(lines: list[str]) -> list[tuple[str, ...]]:
+    """The first eight words of `line_body(line)` of each of *lines* (stripped, not empty), each reduced to its kind.
+
+    One loop for a result's lines: a log has thousands, and a call per line cost as much as the rest of a line's
+    reading. A stripped line starts with neither blank, so its body is itself unless a timestamp opens it, which
+    starts with `[` or a digit (`\\d`, `str.isdecimal`).
+    """
+    kinds = _KINDS.__getitem__
+    shapes: list[tuple[str, ...]] = []
+    for line in lines:
+        head = line[0]
+        stamped = head == '[' or head.isdecimal()
+        body = line_body(line) if stamped else line
+        if len(line) > _SHAPE_READ:
+            # A long line's first words, without copying the rest of it (`split` copies what follows the eighth).
+            # A timestamp is under 50 characters and, the line not starting blank, starts it: within the first
+            # `_SHAPE_READ` it is matched as in the whole line, unless the blanks after it reach past them, and
+            # then no ninth word is read there. A ninth word means the eighth is whole.
+            first = line[:_SHAPE_READ]
+            words = (line_body(first) if stamped else first).split(maxsplit=8)
+            if len(words) < 9:
+                words = body.split(maxsplit=8)
+        else:
+            words = body.split(maxsplit=8)
+        # A log repeats its words (levels, names, `key=`s) far more than its lines: a word seen is looked up in C.
+        shapes.append(tuple(map(kinds, words[:8])))
+    return shapes
 
 
 def _kind(token: str) -> str:
