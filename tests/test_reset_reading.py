@@ -10,6 +10,7 @@ lines, lone surrogates, empty and structured results, error outcomes, several ca
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from itertools import chain
@@ -394,3 +395,120 @@ def reference_orjson_writes_as_json(value: Any) -> bool:
 def test_a_call_s_arguments_take_the_path_they_took(value: Any) -> None:
     """The encoder chosen for a tool call's arguments is the one the item-by-item test chose."""
     assert encoding._orjson_writes_as_json(value) is reference_orjson_writes_as_json(value)  # pyright: ignore[reportPrivateUsage]
+
+
+# --- words' kinds told once: `rare_lines` as it read every word of every line ----------------------------------
+
+
+def _word_counted_rare_lines(call: ToolCallPart, text: str, *, limit: int = 20) -> list[str]:
+    lines = [line for piece in _word_counted_lines_of(text) if (line := piece.strip())]
+    if not lines:
+        return []
+    if len(lines) <= 2:
+        # No shape can be shared by more than `rare` (at least 2) lines: every line is rare, no shape is read.
+        return lines if len(lines) <= limit else [*lines[:limit], f'(+{len(lines) - limit} more such lines)']
+    shapes = [_word_counted_shape(line) for line in lines]
+    if len(shapes) > 16:
+        counts: dict[tuple[str, ...], int] = Counter(shapes)
+    else:
+        # A few lines (a log's header and one long line): a plain count costs less than building a `Counter`.
+        counts = {}
+        for shape in shapes:
+            counts[shape] = counts.get(shape, 0) + 1
+    rare = max(2, len(lines) // 10)
+    found = [line for line, shape in zip(lines, shapes, strict=True) if counts[shape] <= rare]
+    if len(found) > limit:
+        found = [*found[:limit], f'(+{len(found) - limit} more such lines)']
+    return found
+
+
+def _word_counted_lines_of(text: str) -> list[str]:
+    for mark in ('\r', '\x0b', '\x0c', '\x1c', '\x1d', '\x1e', '\x85', '\u2028', '\u2029'):
+        if mark in text:
+            return text.splitlines()
+    # `split` also compares every character; `find` scans for one in C at memory speed, which a result of a
+    # line or two (a JSON value, a header and a long line) takes.
+    first = text.find('\n')
+    if first < 0:
+        return [text]
+    if text.find('\n', first + 1) < 0:
+        return [text[:first], text[first + 1 :]]
+    return text.split('\n')
+
+
+def _word_counted_shape(line: str) -> tuple[str, ...]:
+    if len(line) > 256 and not line[:1].isspace():
+        # A long line's first words, without copying the rest of it (`split` copies what follows the eighth).
+        # A timestamp is under 50 characters and, the line not starting blank, starts it: within the first
+        # `_SHAPE_READ` it is matched as in the whole line, unless the blanks after it reach past them, and
+        # then no ninth word is read there. A ninth word means the eighth is whole.
+        words = line_body(line[:256]).split(maxsplit=8)
+        if len(words) < 9:
+            words = line_body(line).split(maxsplit=8)
+    else:
+        words = line_body(line).split(maxsplit=8)
+    tokens: list[str] = []
+    for token in words[:8]:
+        if token.isalpha():  # letters only: no digit and no `=` among them
+            tokens.append(token if token.isupper() else 'w')
+        elif '=' in token:
+            tokens.append(token.partition('=')[0] + '=')
+        elif token.isascii():  # the ASCII characters `str.isdigit` accepts are 0 to 9: one search in C
+            tokens.append('w' if re.search('[0-9]', token) is None else '0')
+        else:
+            tokens.append('0' if any(map(str.isdigit, token)) else 'w')
+    return tuple(tokens)
+
+
+LOG_WORDS = [*WORDS, 'INFO', 'id=7', 'user=ann', 'x' * 70, 'X' * 70, '7' * 70, '١٢', 'Ünïcode', 'ÀB', 'ß', 'ǈ']
+
+
+@st.composite
+def logs(draw: st.DrawFn) -> str:
+    """Many lines, repeated, of words a log repeats (some long enough not to be kept), with any line break."""
+    chosen = draw(st.lists(lines() | st.lists(st.sampled_from(LOG_WORDS), max_size=12).map(' '.join), max_size=12))
+    repeated = chosen * draw(st.integers(1, 6)) + draw(
+        st.lists(st.sampled_from(chosen), max_size=30) if chosen else st.just([])
+    )
+    breaks = [draw(st.sampled_from(BREAKS)) if draw(st.booleans()) else '\n' for _ in repeated]
+    blank = draw(st.sampled_from(['', *BLANKS]))
+    return blank.join(chain.from_iterable(zip(repeated, breaks, strict=True)))
+
+
+@settings(max_examples=EXAMPLES * 5, deadline=None)
+@given(logs(), st.integers(1, 25))
+def test_rare_lines_with_kinds_told_once_finds_what_reading_every_word_finds(text: str, limit: int) -> None:
+    call = ToolCallPart('read_log', {})
+    assert rare_lines(call, text, limit=limit) == _word_counted_rare_lines(call, text, limit=limit)
+    # Read again, every word's kind is now looked up: the same lines.
+    assert rare_lines(call, text, limit=limit) == _word_counted_rare_lines(call, text, limit=limit)
+
+
+def test_the_kinds_kept_are_bounded_and_a_full_store_tells_the_same_kinds() -> None:
+    from pydantic_ai_compaction.processors.strategies import reset as reset_module
+
+    kinds = reset_module._KINDS  # pyright: ignore[reportPrivateUsage]
+    words = [f'w{n}' for n in range(reset_module._KINDS_KEPT + 10)]  # pyright: ignore[reportPrivateUsage]
+    text = '\n'.join(f'{word} STATUS=ok {word.upper()}' for word in words)
+    call = ToolCallPart('read_log', {})
+    assert rare_lines(call, text, limit=5) == _word_counted_rare_lines(call, text, limit=5)
+    assert len(kinds) <= reset_module._KINDS_KEPT  # pyright: ignore[reportPrivateUsage]
+    long_word = 'q' * (reset_module._KIND_WORD_CHARS + 1)  # pyright: ignore[reportPrivateUsage]
+    assert kinds[long_word] == 'w' and long_word not in kinds
+    assert kinds['ÉTÉ'] == 'ÉTÉ' and kinds['a=b=c'] == 'a=' and kinds['x٣'] == '0' and kinds['Ab'] == 'w'
+    for word in [*LOG_WORDS, '²', 'x²', 'Ⅻ', 'ⅻ', '𝟘', 'ab٣=', 'ǅX', '\ud800']:
+        if word.split() == [word]:
+            assert kinds[word] == _word_counted_shape(word)[0], word  # told, then looked up
+            assert kinds[word] == _word_counted_shape(word)[0], word
+
+
+def test_a_line_starting_with_neither_a_bracket_nor_a_digit_has_no_timestamp() -> None:
+    """`_shapes` reads a timestamp only where one can start: `[` or what the pattern's `\\d` takes (`isdecimal`)."""
+    import sys
+
+    digit = re.compile(r'\d')
+    assert [c for c in map(chr, range(sys.maxunicode + 1)) if (digit.match(c) is None) == c.isdecimal()] == []
+    for head in ['a', 'É', '²', 'Ⅻ', '(', '-', '\ud800']:
+        line = head + '2026-03-15 08:01:05 x'
+        assert line_body(line) == line
+    assert line_body('٣٣:٠٠ x') == 'x' and line_body('[x] y') == 'y'

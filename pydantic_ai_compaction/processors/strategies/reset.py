@@ -127,7 +127,7 @@ def rare_lines(call: ToolCallPart, text: str, *, limit: int = 20) -> list[str]:
     if len(lines) <= 2:
         # No shape can be shared by more than `rare` (at least 2) lines: every line is rare, no shape is read.
         return lines if len(lines) <= limit else [*lines[:limit], f'(+{len(lines) - limit} more such lines)']
-    shapes = [_shape(line) for line in lines]
+    shapes = _shapes(lines)
     if len(shapes) > _COUNTED_IN_C:
         counts: dict[tuple[str, ...], int] = Counter(shapes)
     else:
@@ -169,32 +169,73 @@ def _lines_of(text: str) -> list[str]:
 
 
 _SHAPE_READ = 256
-"""Characters of a line's body `_shape` reads first: its first eight words are usually in them."""
+"""Characters of a line's body `_shapes` reads first: its first eight words are usually in them."""
 
 
-def _shape(line: str) -> tuple[str, ...]:
-    """The first eight words of `line_body(line)`, each reduced to its kind (see `rare_lines`)."""
-    if len(line) > _SHAPE_READ and not line[:1].isspace():
-        # A long line's first words, without copying the rest of it (`split` copies what follows the eighth).
-        # A timestamp is under 50 characters and, the line not starting blank, starts it: within the first
-        # `_SHAPE_READ` it is matched as in the whole line, unless the blanks after it reach past them, and
-        # then no ninth word is read there. A ninth word means the eighth is whole.
-        words = line_body(line[:_SHAPE_READ]).split(maxsplit=8)
-        if len(words) < 9:
-            words = line_body(line).split(maxsplit=8)
-    else:
-        words = line_body(line).split(maxsplit=8)
-    tokens: list[str] = []
-    for token in words[:8]:
-        if token.isalpha():  # letters only: no digit and no `=` among them
-            tokens.append(token if token.isupper() else 'w')
-        elif '=' in token:
-            tokens.append(token.partition('=')[0] + '=')
-        elif token.isascii():  # the ASCII characters `str.isdigit` accepts are 0 to 9: one search in C
-            tokens.append('w' if _ASCII_DIGIT.search(token) is None else '0')
+def _shapes(lines: list[str]) -> list[tuple[str, ...]]:
+    """The first eight words of `line_body(line)` of each of *lines* (stripped, not empty), each reduced to its kind.
+
+    One loop for a result's lines: a log has thousands, and a call per line cost as much as the rest of a line's
+    reading. A stripped line starts with neither blank, so its body is itself unless a timestamp opens it, which
+    starts with `[` or a digit (`\\d`, `str.isdecimal`).
+    """
+    kinds = _KINDS.__getitem__
+    shapes: list[tuple[str, ...]] = []
+    for line in lines:
+        head = line[0]
+        stamped = head == '[' or head.isdecimal()
+        body = line_body(line) if stamped else line
+        if len(line) > _SHAPE_READ:
+            # A long line's first words, without copying the rest of it (`split` copies what follows the eighth).
+            # A timestamp is under 50 characters and, the line not starting blank, starts it: within the first
+            # `_SHAPE_READ` it is matched as in the whole line, unless the blanks after it reach past them, and
+            # then no ninth word is read there. A ninth word means the eighth is whole.
+            first = line[:_SHAPE_READ]
+            words = (line_body(first) if stamped else first).split(maxsplit=8)
+            if len(words) < 9:
+                words = body.split(maxsplit=8)
         else:
-            tokens.append('0' if any(map(str.isdigit, token)) else 'w')
-    return tuple(tokens)
+            words = body.split(maxsplit=8)
+        # A log repeats its words (levels, names, `key=`s) far more than its lines: a word seen is looked up in C.
+        shapes.append(tuple(map(kinds, words[:8])))
+    return shapes
+
+
+def _kind(token: str) -> str:
+    """A word's kind in a shape: itself if upper-case letters, its `key=` name, `0` if it holds a digit, else `w`."""
+    if token.isalpha():  # letters only: no digit and no `=` among them
+        return token if token.isupper() else 'w'
+    if '=' in token:
+        return token.partition('=')[0] + '='
+    if token.isascii():  # the ASCII characters `str.isdigit` accepts are 0 to 9: one search in C
+        return 'w' if _ASCII_DIGIT.search(token) is None else '0'
+    return '0' if any(map(str.isdigit, token)) else 'w'
+
+
+class _Kinds(dict[str, str]):
+    """`_kind` of the words seen, told once each: a word missing is told by `_kind` and kept if short.
+
+    Held for the process: at most `_KINDS_KEPT` words of at most `_KIND_WORD_CHARS` characters, emptied when full
+    (a word missing is told again, so what it holds changes the time a shape takes, never the shape).
+    """
+
+    def __missing__(self, token: str) -> str:
+        kind = _kind(token)
+        if len(token) <= _KIND_WORD_CHARS:
+            if len(self) >= _KINDS_KEPT:
+                self.clear()
+            self[token] = kind
+        return kind
+
+
+_KINDS_KEPT = 16_384
+"""Words `_KINDS` holds at most."""
+
+_KIND_WORD_CHARS = 64
+"""Longest word `_KINDS` keeps: a long word is seldom seen twice, and holding it costs memory for the process's life."""
+
+_KINDS = _Kinds()
+"""The kinds of the words seen (see `_Kinds`)."""
 
 
 _ASCII_DIGIT = re.compile('[0-9]')
