@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from typing import Any
 
 import pytest
@@ -31,26 +30,7 @@ from pydantic_ai_compaction.runtime import our_record
 from pydantic_ai_compaction.runtime.notes import NOTES_HEADER
 
 from .support import log_text
-
-Step = tuple[str, int]
-
-
-def _note_text(index: int) -> str:
-    return f'log {index} holds threshold={index * 7}; keep it'
-
-
-def _shown(messages: list[ModelMessage]) -> Counter[str]:
-    """Every note a request shows verbatim: `note` calls, and each item of a boundary's notes section."""
-    shown = Counter[str]()
-    for message in messages:
-        for part in message.parts:
-            if isinstance(part, ToolCallPart) and part.tool_name == 'note':
-                args = part.args_as_dict()
-                shown[f'[{args["kind"]}] {args["text"]}'] += 1
-            elif isinstance(part, CompactionPart) and part.content and NOTES_HEADER in part.content:
-                section = part.content.split(NOTES_HEADER, 1)[1]
-                shown.update(line[2:] for line in section.splitlines() if line.startswith('- '))
-    return shown
+from .test_notes_in_place import Step, _note_text, _shown, _steps  # pyright: ignore[reportPrivateUsage]
 
 
 def _run(
@@ -100,10 +80,6 @@ def _missing_or_twice(seen: list[list[ModelMessage]], written: list[str]) -> lis
         problems.extend(f'request {at}: {n}x {note}' for note, n in shown.items() if n > 1)
         so_far = list(dict.fromkeys([*so_far, *shown]))
     return problems
-
-
-def _steps(count: int) -> list[Step]:
-    return [('note', n) if n % 3 == 0 else ('read', n) for n in range(count)]
 
 
 def test_summary_with_a_selection_view_shows_every_note() -> None:

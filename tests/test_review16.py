@@ -11,7 +11,6 @@ import gc
 import math
 import os
 import threading
-from collections import Counter
 from dataclasses import replace
 from typing import Any
 
@@ -42,6 +41,8 @@ from pydantic_ai_compaction.runtime import segment
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.encoding import _orjson_writes_as_json  # pyright: ignore[reportPrivateUsage]
 from pydantic_ai_compaction.runtime.memo import IdentityMemo
+
+from .test_reset_reading import reference_rare_lines
 
 EXAMPLES = settings(
     max_examples=int(os.environ.get('PAC_EXAMPLES', '30')), deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -289,32 +290,6 @@ def test_a_custom_checkpoint_reads_nothing_ahead() -> None:
 # --- 2. rare_lines with one or two lines ---------------------------------------------------------------------------
 
 
-def _old_shape(line: str) -> tuple[str, ...]:
-    tokens: list[str] = []
-    for token in reset_module.line_body(line).split(maxsplit=8)[:8]:
-        if '=' in token:
-            tokens.append(token.partition('=')[0] + '=')
-        elif token.isalpha():
-            tokens.append(token if token.isupper() else 'w')
-        else:
-            tokens.append('0' if any(map(str.isdigit, token)) else 'w')
-    return tuple(tokens)
-
-
-def _old_rare_lines(text: str, limit: int) -> list[str]:
-    """`rare_lines` before the shortcut: shapes read and counted for every result."""
-    lines = [line for piece in text.splitlines() if (line := piece.strip())]
-    if not lines:
-        return []
-    shapes = [_old_shape(line) for line in lines]
-    counts = Counter(shapes)
-    rare = max(2, len(lines) // 10)
-    found = [line for line, shape in zip(lines, shapes, strict=True) if counts[shape] <= rare]
-    if len(found) > limit:
-        found = [*found[:limit], f'(+{len(found) - limit} more such lines)']
-    return found
-
-
 BREAKS = ['\n', '\r', '\r\n', '\x0b', '\x0c', '\x1c', '\x1d', '\x1e', '\x85', '\u2028', '\u2029']
 PIECES = ['', ' ', '\t', 'INFO ok id=7', 'INFO ok id=8', 'a=b', 'ERROR x', 'w w', '٣ digits', 'É=1', '  x  ', '\u3000']
 
@@ -330,7 +305,7 @@ def test_rare_lines_of_one_or_two_lines_are_those_the_shapes_give(
 ) -> None:
     text = ''.join(piece + brk for piece, brk in zip(pieces, breaks * 2, strict=False))
     call = ToolCallPart('read_log', {})
-    assert rare_lines(call, text, limit=limit) == _old_rare_lines(text, limit)
+    assert rare_lines(call, text, limit=limit) == reference_rare_lines(call, text, limit=limit)
 
 
 def test_facts_per_result_below_one_is_refused() -> None:
