@@ -313,13 +313,16 @@ def test_facts_per_result_below_one_is_refused() -> None:
         ResetToCheckpoint[None](facts_per_result=0)
 
 
+@pytest.mark.bench
 def test_the_bench_tool_loop_results_are_two_lines() -> None:
-    """The cold 1M bench row reads only two-line results (the shortcut); multi-line logs do not take it."""
+    """The cold 1M bench row reads only two-line results (the shortcut); its 80-line row does not take it."""
     from pydantic_ai_compaction_bench.perf import tool_loop
 
-    history = tool_loop(6)
-    counts = {len(p.content.splitlines()) for m in history for p in m.parts if isinstance(p, ToolReturnPart)}
-    assert counts == {2, 3}  # the marked step has a `CHANGE:` line more
+    def line_counts(history: list[ModelMessage]) -> set[int]:
+        return {len(p.content.splitlines()) for m in history for p in m.parts if isinstance(p, ToolReturnPart)}
+
+    assert line_counts(tool_loop(6)) == {2, 3}  # the marked step has a `CHANGE:` line more
+    assert line_counts(tool_loop(6, line_chars=100)) == {81, 82}  # `log N` and 8,000 characters in 80 lines
 
 
 # --- 3. `_orjson_writes_as_json` and `IdentityMemo.get` -----------------------------------------------------------
