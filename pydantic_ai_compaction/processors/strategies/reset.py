@@ -197,7 +197,9 @@ def _shapes(lines: list[str]) -> list[tuple[str, ...]]:
         else:
             words = body.split(maxsplit=8)
         # A log repeats its words (levels, names, `key=`s) far more than its lines: a word seen is looked up in C.
-        shapes.append(tuple(map(kinds, words[:8])))
+        # Only a plain `str`'s words (plain too) are: a subclass's `==` and `hash` may make words of other kinds
+        # equal, and a word it left in the store would be told its kind for a later text's equal word.
+        shapes.append(tuple(map(kinds if type(line) is str else _kind, words[:8])))
     return shapes
 
 
