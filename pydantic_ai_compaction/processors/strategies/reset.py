@@ -217,8 +217,10 @@ def _kind(token: str) -> str:
 class _Kinds(dict[str, str]):
     """`_kind` of the words seen, told once each: a word missing is told by `_kind` and kept if short.
 
-    Held for the process: at most `_KINDS_KEPT` words of at most `_KIND_WORD_CHARS` characters, emptied when full
-    (a word missing is told again, so what it holds changes the time a shape takes, never the shape).
+    At most `_KINDS_KEPT` words of at most `_KIND_WORD_CHARS` characters, emptied when full (a word missing is
+    told again, so what it holds changes the time a shape takes, never the shape), and emptied when a reset's
+    reading ends (a compaction's, or a request's read-ahead): words of tool output (ids, keys, tokens) are not
+    held after the results holding them are read. A direct call of `rare_lines` leaves its words until the next.
     """
 
     def __missing__(self, token: str) -> str:
@@ -523,7 +525,10 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             text = self.checkpoint(ctx.run, view)
             return Proposal(summary=Summary(text), supersedes=self.strategy_name, variant='custom')
         carried = self._carried(view)
-        added, labels = self._additions(view, carried)
+        try:
+            added, labels = self._additions(view, carried)
+        finally:
+            _KINDS.clear()  # the words of the results read are not held after the reading (see `_Kinds`)
         dropped = self._dropped_tokens(view)
         room = self.max_chars - carried.chars
         if dropped and room > 0 and (dropped * 3 <= room or _entries_size(added) <= room):
@@ -688,7 +693,10 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         A run's first compaction then finds each step's entries read already (as it finds them on a history an
         earlier reset read), instead of reading every result of the history at once.
         """
-        self._read_arrived(ctx.messages)
+        try:
+            self._read_arrived(ctx.messages)
+        finally:
+            _KINDS.clear()  # the words of the results read are not held after the reading (see `_Kinds`)
         return await super().before_model_request(ctx, request_context)
 
     def _read_arrived(self, messages: Sequence[ModelMessage]) -> None:
