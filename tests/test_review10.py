@@ -78,15 +78,13 @@ def _assert_reads_and_writes(store: PostgresArchiveStore) -> None:
     ]
 
 
-def test_an_application_role_keeps_using_a_version_1_database(version_1_database: str) -> None:
-    """A role with rights on the rows only (no `CREATE` on the schema, not the index's owner) read and wrote a
-    version 1 database with version 1's code; version 2's code failed every operation with `permission denied for
-    schema public` (its `CREATE TABLE IF NOT EXISTS`, run to migrate). The database stays at version 1 for that
-    role, and is migrated by the first worker whose role owns it."""
+@pytest.fixture
+def application_role(version_1_database: str) -> Iterator[tuple[str, Any]]:
+    """A role with rights on the rows only (its DSN), and the owner's connection."""
     import psycopg
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    role = f'pac_review10_{uuid.uuid4().hex[:8]}'
+    role = f'pac_role_{uuid.uuid4().hex[:8]}'
     with psycopg.connect(version_1_database, autocommit=True) as owner:
         try:
             owner.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'app'")
@@ -95,24 +93,34 @@ def test_an_application_role_keeps_using_a_version_1_database(version_1_database
         try:
             owner.execute(f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}')
             owner.execute(f'GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}')
-            params = {**conninfo_to_dict(version_1_database), 'user': role, 'password': 'app'}
-            store = PostgresArchiveStore(make_conninfo('', **params))
-            try:
-                _assert_reads_and_writes(store)
-            finally:
-                store.close()
-            assert owner.execute('SELECT version FROM pac_schema').fetchall() == [(1,)]
-            assert _gin_options(owner) == ['fastupdate=off']
-            store = PostgresArchiveStore(version_1_database)  # the owner's worker migrates it
-            try:
-                assert store.notes('a') == []
-            finally:
-                store.close()
-            assert owner.execute('SELECT version FROM pac_schema').fetchall() == [(2,)]
-            assert _gin_options(owner) == ['fastupdate=on', 'gin_pending_list_limit=64']
+            yield make_conninfo('', **{**conninfo_to_dict(version_1_database), 'user': role, 'password': 'app'}), owner
         finally:
             owner.execute(f'DROP OWNED BY {role}')
             owner.execute(f'DROP ROLE {role}')
+
+
+def test_an_application_role_keeps_using_a_version_1_database(
+    version_1_database: str, application_role: tuple[str, Any]
+) -> None:
+    """A role with rights on the rows only (no `CREATE` on the schema, not the index's owner) read and wrote a
+    version 1 database with version 1's code; version 2's code failed every operation with `permission denied for
+    schema public` (its `CREATE TABLE IF NOT EXISTS`, run to migrate). The database stays at version 1 for that
+    role, and is migrated by the first worker whose role owns it."""
+    dsn, owner = application_role
+    store = PostgresArchiveStore(dsn)
+    try:
+        _assert_reads_and_writes(store)
+    finally:
+        store.close()
+    assert owner.execute('SELECT version FROM pac_schema').fetchall() == [(1,)]
+    assert _gin_options(owner) == ['fastupdate=off']
+    store = PostgresArchiveStore(version_1_database)  # the owner's worker migrates it
+    try:
+        assert store.notes('a') == []
+    finally:
+        store.close()
+    assert owner.execute('SELECT version FROM pac_schema').fetchall() == [(2,)]
+    assert _gin_options(owner) == ['fastupdate=on', 'gin_pending_list_limit=64']
 
 
 def test_a_version_1_database_with_a_writer_in_a_transaction_is_used_at_once(version_1_database: str) -> None:

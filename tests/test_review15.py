@@ -19,9 +19,11 @@ from pydantic_ai_compaction.runtime.stores import postgres as pg
 from pydantic_ai_compaction.runtime.stores._query import db_text, rank_any_word, words
 
 from .stores import POSTGRES_DSN, postgres_store
-from .test_review10 import version_1_database  # noqa: F401  # pyright: ignore[reportUnusedImport]
+from .test_review10 import (
+    application_role,  # noqa: F401  # pyright: ignore[reportUnusedImport]
+    version_1_database,  # noqa: F401  # pyright: ignore[reportUnusedImport]
+)
 from .test_store_faults import memory_agent
-from .test_store_settings import application_role  # noqa: F401  # pyright: ignore[reportUnusedImport]
 
 _OLD_PRESENT = f"""
 SELECT asked.n, {pg._HELD} FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS asked(query, n) ORDER BY asked.n

@@ -12,7 +12,6 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from pydantic_ai_compaction.runtime.stores import PostgresArchiveStore, SQLiteAr
 from pydantic_ai_compaction.runtime.stores import postgres as postgres_module
 
 from .stores import POSTGRES_DSN, postgres_store
-from .test_review10 import version_1_database  # noqa: F401  # pyright: ignore[reportUnusedImport]
+from .test_review10 import application_role, version_1_database  # noqa: F401  # pyright: ignore[reportUnusedImport]
 
 HELD_SECONDS = 4.0
 """How long another connection holds the lock: an operation that waited for it would succeed afterwards."""
@@ -107,28 +106,9 @@ def _untuned_warnings(open_store: Any) -> list[str]:
     return [str(w.message) for w in caught if 'schema version 1' in str(w.message)]
 
 
-@pytest.fixture
-def application_role(version_1_database: str) -> Iterator[tuple[str, Any]]:  # noqa: F811
-    """A role with rights on the rows only (its DSN), and the owner's connection."""
-    import psycopg
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    role = f'pac_settings_{uuid.uuid4().hex[:8]}'
-    with psycopg.connect(version_1_database, autocommit=True) as owner:
-        try:
-            owner.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'app'")
-        except psycopg.errors.InsufficientPrivilege:
-            pytest.skip('the test server role cannot create roles')
-        try:
-            owner.execute(f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}')
-            owner.execute(f'GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}')
-            yield make_conninfo('', **{**conninfo_to_dict(version_1_database), 'user': role, 'password': 'app'}), owner
-        finally:
-            owner.execute(f'DROP OWNED BY {role}')
-            owner.execute(f'DROP ROLE {role}')
-
-
-def test_a_database_left_at_version_1_says_so_once_and_what_to_run(application_role: tuple[str, Any]) -> None:
+def test_a_database_left_at_version_1_says_so_once_and_what_to_run(
+    application_role: tuple[str, Any],  # noqa: F811
+) -> None:
     """The role may not alter the index, so the store keeps version 1: before, only `pac_schema.version` said so.
     It warns once per database in a process, and the statements it names finish the move when run."""
     dsn, owner = application_role
