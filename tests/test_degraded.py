@@ -3,7 +3,8 @@
 A store that fails, an observer that raises: each is worked around and reported with a `RuntimeWarning`.
 Under `-W error` (or pytest's `filterwarnings = error`) `warnings.warn` raises, which from a capability's hook
 ended the agent's run; the report goes to the `pydantic_ai_compaction` logger instead. A mistake in the
-user's own code (a refused projection) still follows the filters: `tests/test_review13.py` shows it raises.
+user's own code or setup (a refused projection, an unknown model window, a compactor that cannot run) still
+follows the filters: `tests/test_review13.py` and the last two tests here show it raises.
 """
 
 from __future__ import annotations
@@ -139,3 +140,41 @@ def test_a_view_that_raises_does_not_fail_the_run_when_warnings_are_errors(
             assert agent.run_sync('Audit.').output == 'report: done'
     logged = [r.getMessage() for r in caplog.records if r.name == 'pydantic_ai_compaction']
     assert logged == ["ForgetReasoning kept the history as it was: ValueError('scorer bug')"] * 4
+
+
+def test_a_setup_mistake_fails_the_run_when_warnings_are_errors(caplog: pytest.LogCaptureFixture) -> None:
+    # Not a degraded report: a model whose window is unknown is the user's to fix. Swallowed and logged, the
+    # compaction would be skipped on every request while the history grew, and the suite would pass without it.
+    script = ScriptedAgentModel(logs=4, compactor=lambda messages, kind: fork_json(['g1']))
+    agent = audit_agent(script, [Fork(trigger=Trigger(fraction=0.5))])
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        with (
+            caplog.at_level(logging.WARNING, logger='pydantic_ai_compaction'),
+            pytest.raises(RuntimeWarning, match=r'context window of function:.* is not known'),
+        ):
+            agent.run_sync('Audit.')
+    assert [r for r in caplog.records if r.name == 'pydantic_ai_compaction'] == []
+
+
+def test_a_compactor_that_cannot_run_fails_the_run_when_warnings_are_errors(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    script = ScriptedAgentModel(logs=8)
+    agent = audit_agent(script, [Fork(model='nosuch:model', trigger=Trigger(tokens=3_000))])
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        with (
+            caplog.at_level(logging.WARNING, logger='pydantic_ai_compaction'),
+            pytest.raises(RuntimeWarning, match=r'fork: the compactor cannot run \(UserError: Unknown model'),
+        ):
+            agent.run_sync('Audit.')
+    assert [r for r in caplog.records if r.name == 'pydantic_ai_compaction'] == []
+    # Under the default filters the same run goes on: the mistake is shown, and compaction falls back.
+    with pytest.warns(RuntimeWarning, match='the compactor cannot run'):
+        assert (
+            audit_agent(ScriptedAgentModel(logs=8), [Fork(model='nosuch:model', trigger=Trigger(tokens=3_000))])
+            .run_sync('Audit.')
+            .output
+            == 'report: done'
+        )

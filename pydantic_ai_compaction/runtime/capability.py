@@ -99,6 +99,11 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
                 model_settings=request_context.model_settings,
                 parameters=request_context.model_request_parameters,
             )
+        except Warning:
+            # Only a warning the filters made an error reaches here (degraded reports never raise): it names a
+            # mistake in the user's setup, such as a model whose window is unknown, and skipping compaction on
+            # every request instead would hide it while the history grows.
+            raise
         except Exception as error:  # a user predicate or trigger bug must not end the run
             warn_degraded(f'{self.strategy_name} compaction was skipped for this request: {error!r}', stacklevel=2)
             return request_context
@@ -221,6 +226,8 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
                 fallback_keep_last=settings.fallback_keep_last,
                 min_saving=settings.min_saving,
             )
+        except Warning:
+            raise  # a setup mistake the filters made an error (a compactor that cannot run), as in the hook above
         except Exception as error:  # compaction must never fail a run; a runtime bug leaves the history as it was
             record_failure(span, error)
             warn_degraded(
