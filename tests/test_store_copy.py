@@ -1,4 +1,4 @@
-"""PostgreSQL writes a log's new lines with `COPY`: exactly the rows, ids and hits a row-by-row `INSERT` gave."""
+"""PostgreSQL writes a log's new lines in one statement: exactly the rows, ids and hits a row-by-row `INSERT` gave."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from .stores import POSTGRES_DSN, postgres_store
 EXAMPLES = int(os.environ.get('PAC_EXAMPLES', '25'))
 
 TEXT = st.text(st.sampled_from('ab Z1_\t\n\r\\\x00\'".:;é\u212a\ud800\U0001f600|,'), max_size=14)
-"""Letters, digits and what `COPY`'s text format escapes or splits on (tab, newlines, backslash), quotes, a NUL,
-a lone surrogate and characters outside ASCII."""
+"""Letters, digits, what JSON escapes (quotes, backslash, tab, newlines), a NUL, a lone surrogate and characters
+outside ASCII (the lines go to the server as one JSON text)."""
 
 SOURCES: list[LineSource] = ['tool', 'user']
 
@@ -32,7 +32,8 @@ _INSERT = (
 
 
 def _insert_one_by_one(store: PostgresArchiveStore, lines: list[LogLine]) -> int:
-    """How the store wrote lines before `COPY`: the parts registered, then one `INSERT` per line of a new part."""
+    """How the store wrote lines before `COPY` and the one statement: the parts registered, then one `INSERT` per line
+    of a new part."""
 
     def work(conn: Any) -> int:
         with conn.transaction():
@@ -86,7 +87,7 @@ def _stored(key: str) -> list[tuple[Any, ...]]:
     query=st.sampled_from(['ab', 'z1', 'é', 'a b', 'kab', 'ab zz']),
 )
 @example(parts=[[('a\\b\tc\nd\re', '\\N', 'tool')], [('\\.', 'x\x00y', 'user')]], again=[1], query='a b')
-def test_postgres_lines_written_by_copy_are_the_lines_insert_wrote(
+def test_postgres_lines_written_in_one_statement_are_the_lines_insert_wrote(
     parts: list[list[tuple[str, str, LineSource]]], again: list[int], query: str
 ) -> None:
     store = postgres_store()
@@ -113,3 +114,41 @@ def test_postgres_lines_written_by_copy_are_the_lines_insert_wrote(
         assert store.search(copied, query, 20) == store.search(inserted, query, 20)
     finally:
         store.close()
+
+
+def test_postgres_parts_written_by_many_writers_at_once_are_indexed_once() -> None:
+    """Eight writers send overlapping batches of the same parts, each in its own order: every part's lines are in
+    the log once, in their order, and no writer fails (parts are registered in one order, so none deadlocks)."""
+    import random
+    import threading
+
+    key = f'many-{uuid.uuid4().hex}'
+    parts = [[LogLine(key, f'part-{n}', no, f'line {no} of {n}', 'tool', 't', '{}', f'r{n}') for no in (1, 2, 3)]
+             for n in range(12)]  # fmt: skip
+    failures: list[BaseException] = []
+    added: list[int] = []
+
+    def write(seed: int) -> None:
+        store = postgres_store()
+        try:
+            order = random.Random(seed).sample(range(len(parts)), len(parts))
+            for start in range(0, len(order), 4):
+                added.append(store.index_lines([line for n in order[start : start + 4] for line in parts[n]]))
+        except BaseException as error:
+            failures.append(error)
+        finally:
+            store.close()
+
+    writers = [threading.Thread(target=write, args=(seed,)) for seed in range(8)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    assert failures == []
+    assert sum(added) == 3 * len(parts)
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+        rows = conn.execute('SELECT text FROM pac_log WHERE conversation_id = %s ORDER BY id', (key,)).fetchall()
+    texts = [row[0] for row in rows]
+    assert sorted(texts) == sorted(line.text for part in parts for line in part)
+    for n in range(len(parts)):  # a part's lines keep their order
+        assert [text for text in texts if text.endswith(f' of {n}')] == [f'line {no} of {n}' for no in (1, 2, 3)]
