@@ -1,4 +1,4 @@
-"""PostgreSQL writes a log's new lines in one statement: exactly the rows, ids and hits a row-by-row `INSERT` gave."""
+"""PostgreSQL writes a log's new lines with `COPY`: exactly the rows, ids and hits a row-by-row `INSERT` gave."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from .stores import POSTGRES_DSN, postgres_store
 EXAMPLES = int(os.environ.get('PAC_EXAMPLES', '25'))
 
 TEXT = st.text(st.sampled_from('ab Z1_\t\n\r\\\x00\'".:;é\u212a\ud800\U0001f600|,'), max_size=14)
-"""Letters, digits, what JSON escapes (quotes, backslash, tab, newlines), a NUL, a lone surrogate and characters
-outside ASCII (the lines go to the server as one JSON text)."""
+"""Letters, digits and what `COPY`'s text format escapes or splits on (tab, newlines, backslash), quotes, a NUL,
+a lone surrogate and characters outside ASCII."""
 
 SOURCES: list[LineSource] = ['tool', 'user']
 
@@ -32,8 +32,7 @@ _INSERT = (
 
 
 def _insert_one_by_one(store: PostgresArchiveStore, lines: list[LogLine]) -> int:
-    """How the store wrote lines before `COPY` and the one statement: the parts registered, then one `INSERT` per line
-    of a new part."""
+    """How the store wrote lines before `COPY`: the parts registered, then one `INSERT` per line of a new part."""
 
     def work(conn: Any) -> int:
         with conn.transaction():
@@ -87,7 +86,7 @@ def _stored(key: str) -> list[tuple[Any, ...]]:
     query=st.sampled_from(['ab', 'z1', 'é', 'a b', 'kab', 'ab zz']),
 )
 @example(parts=[[('a\\b\tc\nd\re', '\\N', 'tool')], [('\\.', 'x\x00y', 'user')]], again=[1], query='a b')
-def test_postgres_lines_written_in_one_statement_are_the_lines_insert_wrote(
+def test_postgres_lines_written_by_copy_are_the_lines_insert_wrote(
     parts: list[list[tuple[str, str, LineSource]]], again: list[int], query: str
 ) -> None:
     store = postgres_store()

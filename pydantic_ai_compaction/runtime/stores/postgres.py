@@ -9,7 +9,6 @@ naming the operation and the server (its DSN without the password).
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 from collections.abc import Callable, Sequence
 from itertools import chain, repeat
@@ -358,59 +357,13 @@ def _owned_terms(prefix: str, text: str) -> str:
 
 _LOG_COLUMNS = 'conversation_id, text, context, source, tool_name, args, result_id, line_no, owned_terms'
 
-_WRITE_LOG = f"""
-WITH fresh AS (
-    INSERT INTO pac_indexed_parts (conversation_id, fingerprint)
-    SELECT part.conversation_id, part.fingerprint
-    FROM unnest(%(keys)s::text[], %(fingerprints)s::text[]) WITH ORDINALITY AS part(conversation_id, fingerprint, n)
-    ORDER BY part.n
-    ON CONFLICT DO NOTHING RETURNING conversation_id, fingerprint
-)
-INSERT INTO pac_log ({_LOG_COLUMNS})
-SELECT line->>0, line->>2, line->>3, line->>4, line->>5, line->>6, line->>7, (line->>8)::integer, (line->>9)::tsvector
-FROM jsonb_array_elements(%(lines)s::jsonb) WITH ORDINALITY AS given(line, n)
-WHERE (line->>0, line->>1) IN (SELECT conversation_id, fingerprint FROM fresh)
-ORDER BY given.n
-"""
-"""A batch's new lines in one statement, one round trip: its parts registered (`_part_keys`; a part another
-batch registered first is left out, its lines too) and the lines of the parts this one registered, in the batch's
-order (their ids follow it), sent as one JSON array of `_line_rows` rows.
+_COPY_LOG = f'COPY pac_log ({_LOG_COLUMNS}) FROM STDIN'
+"""New lines in bulk (the `owned_terms` text is read as `tsvector` input, as the cast of an insert reads it).
 
-A statement is a transaction of its own: `BEGIN`, the parts' `INSERT`, `COPY` (two round trips) and `COMMIT`
-took five, and each round trip of a writer waits for a core when eight conversations write on two. The rows go
-as one JSON text, dumped in C (`json.dumps`) and read once by the server (`jsonb`): one writer's server CPU per
-80-line result on the 10M-token log was 6.4 ms, as with `COPY` (5.6 to 6.9 ms); with `json`, whose `->>` parses
-the element again for each column, it was 10.8 to 11.3 ms."""
-
-
-def _line_rows(lines: Sequence[LogLine]) -> list[tuple[Any, ...]]:
-    """Each line's `pac_log` row, its part's fingerprint (as stored) second: `(conversation_id, fingerprint,
-    text, context, source, tool_name, args, result_id, line_no, owned_terms)`."""
-    rows: list[tuple[Any, ...]] = []
-    prefixes: dict[str, str] = {}
-    calls: dict[tuple[str, str, str], tuple[str, str, str, str]] = {}
-    for line in lines:
-        key = db_text(line.conversation_id)
-        prefix = prefixes.get(key) or prefixes.setdefault(key, owner_prefix(key))
-        call = (line.tool_name, line.args, line.result_id)
-        # A part's lines share their call: its index texts are made once per batch.
-        known = calls.get(call)
-        if known is None:
-            known = calls[call] = (
-                line_context(line),
-                index_text(line.tool_name),
-                index_text(line.args),
-                index_text(line.result_id),
-            )
-        context, tool_name, args, result_id = known
-        text = index_text(line.text)
-        # The search vector is built from the same words every store matches on, so an email, a path or a
-        # host name splits into words here exactly as in SQLite and in memory.
-        rows.append(
-            (key, db_text(line.fingerprint), text, context, line.source, tool_name, args, result_id, line.line_no,
-             _owned_terms(prefix, f'{text} {context}'))
-        )  # fmt: skip
-    return rows
+Not one `INSERT ... SELECT FROM unnest(...)` of the parts and the lines, which takes one round trip where this
+transaction takes four: with eight conversations writing, the searches of a reader timed between them were
+slower with it (recall p95 1.3 to 2.5 times in three interleaved runs), though a write cost the server as much
+CPU; `COPY` inserts its rows in batches."""
 
 
 def _part_keys(lines: Sequence[LogLine]) -> list[tuple[str, str]]:
@@ -696,44 +649,56 @@ class PostgresArchiveStore:
     def _index(self, conn: Any, lines: Sequence[LogLine]) -> int:
         import psycopg
 
-        keys = _part_keys(lines)
-        rows = _line_rows(lines)
         try:
-            # One statement (`_WRITE_LOG`), no savepoint: a line the server will not index undoes the whole
-            # statement, parts included, and the lines go in again one by one.
-            return conn.execute(
-                _WRITE_LOG,
-                {
-                    'keys': [key for key, _ in keys],
-                    'fingerprints': [fingerprint for _, fingerprint in keys],
-                    'lines': json.dumps(rows, ensure_ascii=False, check_circular=False),
-                },
-            ).rowcount
+            # `COPY`: the rows are formatted in psycopg's C code, where `executemany` ran Python for each row
+            # (about 4 ms of interpreter time a 80-line result, which a search in another thread of the process
+            # waited for). No savepoint around it (two more round trips): a line the server will not index
+            # undoes the whole transaction, and the lines go in again one by one.
+            with conn.transaction():
+                rows = self._fresh_rows(conn, lines)
+                with conn.cursor() as cursor, cursor.copy(_COPY_LOG) as copy:
+                    for row in rows:
+                        copy.write_row(row)
+            return len(rows)
         except (psycopg.errors.DataError, psycopg.errors.ProgramLimitExceeded):
             pass
         # One line the server will not index must not keep the others out: line by line, skipping it.
         insert = f'INSERT INTO pac_log ({_LOG_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::tsvector)'
         added = 0
         with conn.transaction():
-            fresh = {
-                key: conn.execute(
-                    'INSERT INTO pac_indexed_parts (conversation_id, fingerprint) VALUES (%s, %s) '
-                    'ON CONFLICT DO NOTHING RETURNING 1',
-                    key,
-                ).fetchone()
-                is not None
-                for key in keys
-            }
-            for row in rows:
-                if not fresh[(row[0], row[1])]:
-                    continue
+            for row in self._fresh_rows(conn, lines):
                 try:
                     with conn.transaction():
-                        conn.execute(insert, (row[0], *row[2:]))
+                        conn.execute(insert, row)
                     added += 1
                 except (psycopg.errors.DataError, psycopg.errors.ProgramLimitExceeded):
                     continue
         return added
+
+    def _fresh_rows(self, conn: Any, lines: Sequence[LogLine]) -> list[tuple[Any, ...]]:
+        """The `pac_log` rows of *lines* whose parts were not indexed yet, which it marks as indexed."""
+        fresh: dict[tuple[str, str], bool] = {}
+        rows: list[tuple[Any, ...]] = []
+        prefixes: dict[str, str] = {}
+        keys = [(db_text(line.conversation_id), db_text(line.fingerprint)) for line in lines]
+        for key in _part_keys(lines):
+            inserted = conn.execute(
+                'INSERT INTO pac_indexed_parts (conversation_id, fingerprint) VALUES (%s, %s) '
+                'ON CONFLICT DO NOTHING RETURNING 1',
+                key,
+            ).fetchone()
+            fresh[key] = inserted is not None
+        for line, key in zip(lines, keys, strict=True):
+            if fresh[key]:
+                text, context = index_text(line.text), line_context(line)
+                prefix = prefixes.get(key[0]) or prefixes.setdefault(key[0], owner_prefix(key[0]))
+                # The search vector is built from the same words every store matches on, so an email,
+                # a path or a host name splits into words here exactly as in SQLite and in memory.
+                rows.append(
+                    (key[0], text, context, line.source, index_text(line.tool_name), index_text(line.args),
+                     index_text(line.result_id), line.line_no, _owned_terms(prefix, f'{text} {context}'))
+                )  # fmt: skip
+        return rows
 
     def search(self, conversation_id: str, query: str, limit: int = 8) -> list[Hit]:
         """Full-text search over the line and its call; every word, else any word; whole words before prefixes.
