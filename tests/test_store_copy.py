@@ -113,3 +113,41 @@ def test_postgres_lines_written_by_copy_are_the_lines_insert_wrote(
         assert store.search(copied, query, 20) == store.search(inserted, query, 20)
     finally:
         store.close()
+
+
+def test_postgres_parts_written_by_many_writers_at_once_are_indexed_once() -> None:
+    """Eight writers send overlapping batches of the same parts, each in its own order: every part's lines are in
+    the log once, in their order, and no writer fails (parts are registered in one order, so none deadlocks)."""
+    import random
+    import threading
+
+    key = f'many-{uuid.uuid4().hex}'
+    parts = [[LogLine(key, f'part-{n}', no, f'line {no} of {n}', 'tool', 't', '{}', f'r{n}') for no in (1, 2, 3)]
+             for n in range(12)]  # fmt: skip
+    failures: list[BaseException] = []
+    added: list[int] = []
+
+    def write(seed: int) -> None:
+        store = postgres_store()
+        try:
+            order = random.Random(seed).sample(range(len(parts)), len(parts))
+            for start in range(0, len(order), 4):
+                added.append(store.index_lines([line for n in order[start : start + 4] for line in parts[n]]))
+        except BaseException as error:
+            failures.append(error)
+        finally:
+            store.close()
+
+    writers = [threading.Thread(target=write, args=(seed,)) for seed in range(8)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    assert failures == []
+    assert sum(added) == 3 * len(parts)
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+        rows = conn.execute('SELECT text FROM pac_log WHERE conversation_id = %s ORDER BY id', (key,)).fetchall()
+    texts = [row[0] for row in rows]
+    assert sorted(texts) == sorted(line.text for part in parts for line in part)
+    for n in range(len(parts)):  # a part's lines keep their order
+        assert [text for text in texts if text.endswith(f' of {n}')] == [f'line {no} of {n}' for no in (1, 2, 3)]
