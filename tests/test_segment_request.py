@@ -7,7 +7,9 @@ copy too), removed, inserted or moved, anywhere in the history, exactly as the i
 from __future__ import annotations
 
 import copy
+import ctypes
 import importlib
+import sys
 from dataclasses import replace
 from typing import Any
 
@@ -34,7 +36,7 @@ def _states_agree(history: list[ModelMessage], prompt: object) -> int:
     Returns how many states it compared."""
     held = tuple(history)
     states: list[Any] = segment_module._STATES.get((held[0],)) or []  # pyright: ignore[reportPrivateUsage]
-    for state in states:
+    for state in states if segment_module._SAME_ADDRESSES is not None else ():  # pyright: ignore[reportPrivateUsage]
         assert segment_module._same_objects(state, held, prompt) == state.matches(held, prompt)  # pyright: ignore[reportPrivateUsage]
     return len(states)
 
@@ -58,14 +60,41 @@ def _edit(history: list[ModelMessage], kind: str, position: int, other: int) -> 
     return edited
 
 
-@pytest.mark.skipif(segment_module._ADDRESSES is None, reason='addresses are not readable here')  # pyright: ignore[reportPrivateUsage]
-def test_the_addresses_are_read_where_the_interpreter_lays_them_out_as_expected() -> None:
-    # The test below would otherwise compare `segment` with itself.
-    of_tuple, of_list = segment_module._ADDRESSES  # pyright: ignore[reportPrivateUsage]
-    items = [object(), object()]
-    assert of_tuple(tuple(items), 1, 1) == id(items[1]).to_bytes(8 if len(of_list(items, 1)) == 8 else 4, 'little')
-    assert of_list(items, 2) == of_tuple(tuple(items), 0, 2)
-    assert of_list([], 0) == b''
+@pytest.mark.skipif(sys.implementation.name != 'cpython', reason='addresses are compared on CPython only')
+def test_addresses_are_compared_on_cpython() -> None:
+    # A layout check that failed would make every request pay the identity pass again, silently.
+    assert segment_module._SAME_ADDRESSES is not None  # pyright: ignore[reportPrivateUsage]
+
+
+def _comparers(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The address comparison with the C library's `memcmp`, and without it (the bytes copied out)."""
+    with_memcmp = segment_module._addresses_compared()  # pyright: ignore[reportPrivateUsage]
+
+    def unloadable(name: object) -> Any:
+        raise OSError(name)
+
+    monkeypatch.setattr(ctypes, 'PyDLL', unloadable)
+    copied = segment_module._addresses_compared()  # pyright: ignore[reportPrivateUsage]
+    monkeypatch.undo()
+    return [with_memcmp, copied]
+
+
+@pytest.mark.skipif(segment_module._SAME_ADDRESSES is None, reason='addresses are not comparable here')  # pyright: ignore[reportPrivateUsage]
+def test_addresses_are_compared_exactly_with_memcmp_or_copied_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The tests below would otherwise compare `segment` with itself.
+    items = [object() for _ in range(50)]
+    equal = [copy.copy(item) for item in items]
+    for compare in _comparers(monkeypatch):
+        assert compare is not None
+        assert compare((object(), *items), items, 50)
+        assert compare((object(), *items, object()), items[:20], 20)
+        assert compare((object(),), [], 0)
+        for position in (0, 17, 49):
+            changed = list(items)
+            changed[position] = equal[position]
+            assert not compare((object(), *items), changed, 50)
+            assert compare((object(), *items), changed, position)
+        assert not compare((object(), *reversed(items)), items, 50)
 
 
 @EXAMPLES
@@ -131,7 +160,7 @@ def test_an_equal_copy_that_reads_differently_is_segmented_again() -> None:
 
 
 def test_where_addresses_cannot_be_read_it_is_segment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(segment_module, '_ADDRESSES', None)
+    monkeypatch.setattr(segment_module, '_SAME_ADDRESSES', None)
     history = tool_loop(12)
     for end in range(3, len(history) + 1, 2):
         same(segment_request(history[:end]), segment_fresh(history[:end]))

@@ -1379,12 +1379,12 @@ def segment_request(messages: Sequence[ModelMessage], *, prompt: object = None) 
     """`segment(messages, prompt=prompt)`, for a view that segments every request of a run (always the same view).
 
     The remembered segmentation is recognised by comparing the addresses of the history's messages with those it
-    holds, copied out of both sequences in C and compared as bytes (`_same_objects`): an exact identity test, as
+    holds, in one C comparison of both sequences' memory (`_same_objects`): an exact identity test, as
     `_State.matches`' pass is, at a fraction of its cost per message, which was most of what a request on a long
     history paid for the history's length. Where the interpreter's sequences cannot be read so (see
-    `_ADDRESSES`), it is `segment` itself.
+    `_SAME_ADDRESSES`), it is `segment` itself.
     """
-    if _ADDRESSES is None:
+    if _SAME_ADDRESSES is None:
         return segment(messages, prompt=prompt)
     history = tuple(messages)
     reused = None
@@ -1408,38 +1408,38 @@ def segment_request(messages: Sequence[ModelMessage], *, prompt: object = None) 
 
 
 def _same_objects(state: _State, history: tuple[ModelMessage, ...], prompt: object) -> bool:
-    """`state.matches(history, prompt)`, comparing the messages' addresses as bytes instead of one object at a time.
+    """`state.matches(history, prompt)`, comparing the messages' addresses in memory instead of one object at a time.
 
     Both sides hold their messages (the tuple and the state's list keep them alive), so no address can have been
     reused by another object: equal addresses are the same objects, exactly what `operator.is_` tells.
     """
-    readers = _ADDRESSES
+    same = _SAME_ADDRESSES
     cut = state.cut
-    if readers is None or len(history) <= cut or not _same_prompt(state.prompt, prompt):
+    if same is None or len(history) <= cut or not _same_prompt(state.prompt, prompt):
         return False
     if state.first() is not history[0] or state.last() is not history[cut - 1]:
         return False
-    of_tuple, of_list = readers
     length = state.length
     # Under the lock that extending the list takes: a list that grows moves its array, and the address read
-    # before the copy must still be the array's.
+    # before the comparison must still be the array's.
     with _EXTENDING:
         listed = state.shared.messages
-        if len(listed) < length:  # never so (the lists only grow): a read past the array's end is never tried
-            return False
-        held = of_list(listed, length)
-    return held == of_tuple(history, 1, length)
+        # Never shorter (the lists only grow), and the history is longer than the cut: no read past either end.
+        return len(listed) >= length and same(history, listed, length)
 
 
-def _address_readers() -> (
-    tuple[Callable[[tuple[ModelMessage, ...], int, int], bytes], Callable[[list[ModelMessage], int], bytes]] | None
-):
-    """Two functions that copy out the addresses a tuple (from an index) and a list hold, or `None` where they cannot.
+_SameAddresses = Callable[[tuple[ModelMessage, ...], list[ModelMessage], int], bool]
+"""`same(history, listed, count)`: whether `history[1 : count + 1]` and `listed[:count]` hold the same objects."""
+
+
+def _addresses_compared() -> _SameAddresses | None:
+    """A `_SameAddresses` that compares the two sequences' arrays of addresses in C, or `None` where it cannot.
 
     CPython lays a tuple's items out after its header and a list's in an array its header points to; both layouts
     are read from the types' sizes and then checked on a tuple and a list of known objects, so an interpreter
-    that lays them out otherwise (or has no such addresses) falls back to the identity pass. A build without the
-    global interpreter lock is left out: the bytes are copied while other threads may run.
+    that lays them out otherwise (or has no such addresses) falls back to the identity pass. The arrays are
+    compared by the C library's `memcmp`, called with the interpreter's lock held (no other thread runs meanwhile),
+    or, where it cannot be loaded, copied out as bytes and compared. A build without that lock is left out.
     """
     import ctypes
     import sys
@@ -1447,27 +1447,35 @@ def _address_readers() -> (
     if sys.implementation.name != 'cpython' or not getattr(sys, '_is_gil_enabled', lambda: True)():
         return None
     word = ctypes.sizeof(ctypes.c_void_p)
-    items_of_tuple = tuple.__basicsize__
+    items_of_tuple = tuple.__basicsize__ + word  # the first item is the opening, compared on its own
     array_of_list = list.__basicsize__ - 2 * word  # `ob_item` then `allocated` end the list's header
     string_at, pointer = ctypes.string_at, ctypes.c_void_p
+    try:
+        memcmp = ctypes.PyDLL(None).memcmp  # the C library, with the lock held during the call
+        memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+        memcmp.restype = ctypes.c_int
+    except (OSError, AttributeError, TypeError):  # no C library to load by name here
+        memcmp = None
 
-    def of_tuple(items: tuple[ModelMessage, ...], start: int, count: int) -> bytes:
-        return string_at(id(items) + items_of_tuple + start * word, count * word) if count else b''
-
-    def of_list(items: list[ModelMessage], count: int) -> bytes:
-        return string_at(pointer.from_address(id(items) + array_of_list).value or 0, count * word) if count else b''
+    def compared(history: tuple[ModelMessage, ...], listed: list[ModelMessage], count: int) -> bool:
+        if not count:
+            return True
+        array = pointer.from_address(id(listed) + array_of_list).value
+        if memcmp is not None:
+            return memcmp(array, id(history) + items_of_tuple, count * word) == 0
+        return string_at(array or 0, count * word) == string_at(id(history) + items_of_tuple, count * word)
 
     try:
-        probe = [object() for _ in range(3)]
-        expected = b''.join(id(item).to_bytes(word, sys.byteorder) for item in probe)
-        held = cast('tuple[ModelMessage, ...]', tuple(probe))
+        probe = [object() for _ in range(4)]
+        held = cast('tuple[ModelMessage, ...]', (object(), *probe))
         listed = cast('list[ModelMessage]', list(probe))
-        if of_tuple(held, 1, 2) != expected[word:] or of_list(listed, 3) != expected:
+        other = cast('list[ModelMessage]', [*probe[:3], object()])
+        if not compared(held, listed, 4) or compared(held, other, 4) or not compared(held, other, 3):
             return None
     except Exception:  # an unexpected layout: use the identity pass
         return None
-    return of_tuple, of_list
+    return compared
 
 
-_ADDRESSES = _address_readers()
-"""What `_same_objects` reads the messages' addresses with, or `None` (then `segment_request` is `segment`)."""
+_SAME_ADDRESSES = _addresses_compared()
+"""What `_same_objects` compares the messages' addresses with, or `None` (then `segment_request` is `segment`)."""
