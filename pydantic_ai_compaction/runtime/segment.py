@@ -410,7 +410,7 @@ class _State:
     def matches(self, history: tuple[ModelMessage, ...], prompt: object) -> bool:
         """Whether *history* starts with the same message objects and was segmented with the same prompt.
 
-        One identity pass in C (a pointer test per message). Not `==`: an equal copy can read differently
+        An identity test in C (`holds`). Not `==`: an equal copy can read differently
         (`0 == False`, `1 == 1.0`, a dict's key order, a datetime in another zone), and the exchanges and
         estimates reused here would then be the old objects'. What a message or a part holds is not read: sent
         messages and parts are never changed in place (see the module docstring); the messages from the cut on,
@@ -421,6 +421,23 @@ class _State:
             return False
         if self.last() is not history[cut - 1]:
             return False
+        return self.holds(history, _same_addresses())
+
+    def holds(self, history: tuple[ModelMessage, ...], same: _SameAddresses | None) -> bool:
+        """Whether *history*'s messages after the first are its messages (`shared.messages[:length]`), by identity.
+
+        *history* must be longer than the cut. With *same*, the two arrays of addresses are compared at once in C
+        (a fraction of the identity pass's cost per message, which was most of what a request on a long history
+        paid for its length); both sides hold their messages, so no address can have been reused by another
+        object, and equal addresses are the same objects.
+        """
+        if same is not None and type(history) is tuple:  # the items' layout read is an exact tuple's
+            # Under the lock that extending the lists takes: a list that grows moves its array, and the address
+            # read before the comparison must still be the array's. The lists only grow, and the history is longer
+            # than the cut: no read past either end.
+            with _EXTENDING:
+                listed = self.shared.messages
+                return len(listed) >= self.length and same(history, listed, self.length)
         # Compared in place: a slice of either side would touch every message once more (and free them again).
         after_first = iter(history)
         next(after_first)
@@ -1375,59 +1392,6 @@ def _apply_predicate(
     return out
 
 
-def segment_request(messages: Sequence[ModelMessage], *, prompt: object = None) -> ConversationView:
-    """`segment(messages, prompt=prompt)`, for a view that segments every request of a run (always the same view).
-
-    The remembered segmentation is recognised by comparing the addresses of the history's messages with those it
-    holds, in one C comparison of both sequences' memory (`_same_objects`): an exact identity test, as
-    `_State.matches`' pass is, at a fraction of its cost per message, which was most of what a request on a long
-    history paid for the history's length. Where the interpreter's sequences cannot be read so (see
-    `_SAME_ADDRESSES`), it is `segment` itself.
-    """
-    if _SAME_ADDRESSES is None:
-        return segment(messages, prompt=prompt)
-    history = tuple(messages)
-    reused = None
-    if history:
-        for state in _STATES.get((history[0],)) or ():
-            if _same_objects(state, history, prompt):
-                reused = state
-                break
-    state = reused if reused is not None else _tool_loop_state(history, prompt)
-    raw: _Raw | None = None
-    if state is not None:
-        try:
-            raw = _segment_raw(history, prompt, state)
-        except _Stale:
-            raw = None
-    if raw is None:
-        raw = _segment_raw(history, prompt, None)
-    if raw.state is not None and raw.state is not reused:
-        _remember(history, raw.state)
-    return _finish(history, raw, None)
-
-
-def _same_objects(state: _State, history: tuple[ModelMessage, ...], prompt: object) -> bool:
-    """`state.matches(history, prompt)`, comparing the messages' addresses in memory instead of one object at a time.
-
-    Both sides hold their messages (the tuple and the state's list keep them alive), so no address can have been
-    reused by another object: equal addresses are the same objects, exactly what `operator.is_` tells.
-    """
-    same = _SAME_ADDRESSES
-    cut = state.cut
-    if same is None or len(history) <= cut or not _same_prompt(state.prompt, prompt):
-        return False
-    if state.first() is not history[0] or state.last() is not history[cut - 1]:
-        return False
-    length = state.length
-    # Under the lock that extending the list takes: a list that grows moves its array, and the address read
-    # before the comparison must still be the array's.
-    with _EXTENDING:
-        listed = state.shared.messages
-        # Never shorter (the lists only grow), and the history is longer than the cut: no read past either end.
-        return len(listed) >= length and same(history, listed, length)
-
-
 _SameAddresses = Callable[[tuple[ModelMessage, ...], list[ModelMessage], int], bool]
 """`same(history, listed, count)`: whether `history[1 : count + 1]` and `listed[:count]` hold the same objects."""
 
@@ -1437,14 +1401,18 @@ def _addresses_compared() -> _SameAddresses | None:
 
     CPython lays a tuple's items out after its header and a list's in an array its header points to; both layouts
     are read from the types' sizes and then checked on a tuple and a list of known objects, so an interpreter
-    that lays them out otherwise (or has no such addresses) falls back to the identity pass. The arrays are
-    compared by the C library's `memcmp`, called with the interpreter's lock held (no other thread runs meanwhile),
-    or, where it cannot be loaded, copied out as bytes and compared. A build without that lock is left out.
+    that lays them out otherwise (or has no such addresses, or no `ctypes`) falls back to the identity pass. The
+    arrays are compared by the C library's `memcmp`, called with the interpreter's lock held (no other thread runs
+    meanwhile), or, where it cannot be loaded, copied out as bytes and compared. A build without that lock is left
+    out.
     """
-    import ctypes
     import sys
 
     if sys.implementation.name != 'cpython' or not getattr(sys, '_is_gil_enabled', lambda: True)():
+        return None
+    try:
+        import ctypes
+    except ImportError:  # a build without it (some sandboxed or embedded ones)
         return None
     word = ctypes.sizeof(ctypes.c_void_p)
     items_of_tuple = tuple.__basicsize__ + word  # the first item is the opening, compared on its own
@@ -1454,7 +1422,7 @@ def _addresses_compared() -> _SameAddresses | None:
         memcmp = ctypes.PyDLL(None).memcmp  # the C library, with the lock held during the call
         memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
         memcmp.restype = ctypes.c_int
-    except (OSError, AttributeError, TypeError):  # no C library to load by name here
+    except (OSError, AttributeError, TypeError):  # no C library to load by name here (`None` is refused on Windows)
         memcmp = None
 
     def compared(history: tuple[ModelMessage, ...], listed: list[ModelMessage], count: int) -> bool:
@@ -1477,5 +1445,9 @@ def _addresses_compared() -> _SameAddresses | None:
     return compared
 
 
-_SAME_ADDRESSES = _addresses_compared()
-"""What `_same_objects` compares the messages' addresses with, or `None` (then `segment_request` is `segment`)."""
+@functools.cache
+def _same_addresses() -> _SameAddresses | None:
+    """`_addresses_compared()`, made at the first comparison: importing `ctypes` costs milliseconds, which a program
+    importing the package without segmenting anything should not pay. Two threads making it at once make two equal
+    ones, either of which is kept."""
+    return _addresses_compared()

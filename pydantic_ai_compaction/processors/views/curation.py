@@ -35,7 +35,7 @@ from pydantic_ai_compaction.runtime.context import CompactionContext, for_reques
 from pydantic_ai_compaction.runtime.events import EventObserver
 from pydantic_ai_compaction.runtime.project import project as checked_request
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
-from pydantic_ai_compaction.runtime.segment import ConversationView, segment_request
+from pydantic_ai_compaction.runtime.segment import ConversationView, segment
 from pydantic_ai_compaction.runtime.transcript import describe, render_messages
 from pydantic_ai_compaction.runtime.wrappers import neutralize, wrap
 
@@ -207,7 +207,7 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
         )
 
     async def _project(self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext) -> list[ModelMessage]:
-        view = segment_request(request_context.messages, prompt=ctx.prompt)
+        view = segment(request_context.messages, prompt=ctx.prompt)
         request = current_request_text(request_context.messages)
         current = current_user_request(view)
         turn = current.id if current is not None else ''

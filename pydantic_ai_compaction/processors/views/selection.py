@@ -31,7 +31,7 @@ from pydantic_ai_compaction.runtime.instructions import tool_provided
 from pydantic_ai_compaction.runtime.memo import IdentityMemo
 from pydantic_ai_compaction.runtime.project import Unchanged
 from pydantic_ai_compaction.runtime.project import project as checked_request
-from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, segment_request
+from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, segment
 from pydantic_ai_compaction.runtime.shape import ShapeCheck
 from pydantic_ai_compaction.runtime.transcript import render_messages, user_text
 
@@ -695,6 +695,6 @@ class BoundedSelection(AbstractCapability[AgentDepsT]):
 
     def _select(self, messages: Sequence[ModelMessage], prompt: object) -> tuple[Sequence[ModelMessage], bool]:
         """The projection (a sequence nothing changes afterwards) and whether it is *messages* itself."""
-        view = segment_request(messages, prompt=prompt)
+        view = segment(messages, prompt=prompt)
         projected, _, whole = self._run.selection(view, self.budget, retrieve=self.retrieve, share=self.retrieval_share)
         return projected, whole
