@@ -14,6 +14,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -311,3 +312,29 @@ def test_a_history_given_as_a_list_is_compared_one_message_at_a_time() -> None:
             assert state.holds(tuple(history), compare)
             assert state.holds(edited, compare) is (state.cut <= 4)
             assert state.holds(tuple(edited), compare) is (state.cut <= 4)
+
+
+@pytest.mark.parametrize('interpreter', ['pypy', 'graalpy', 'free-threaded', 'no C library'])
+def test_other_interpreters_compare_one_message_at_a_time_or_copy_the_bytes(
+    interpreter: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another interpreter's objects have no such addresses, and a build without the interpreter's lock could see a
+    # list move while it is read: both use the identity pass. Windows refuses `PyDLL(None)` with a `TypeError`.
+    if interpreter == 'free-threaded':
+        monkeypatch.setattr(sys, '_is_gil_enabled', lambda: False, raising=False)
+    elif interpreter == 'no C library':
+
+        def refused(name: object) -> Any:
+            raise TypeError(name)
+
+        monkeypatch.setattr(ctypes, 'PyDLL', refused)
+    else:
+        monkeypatch.setattr(sys, 'implementation', SimpleNamespace(**{**vars(sys.implementation), 'name': interpreter}))
+    compare = segment_module._addresses_compared()  # pyright: ignore[reportPrivateUsage]
+    monkeypatch.undo()
+    if interpreter != 'no C library':
+        assert compare is None
+    elif COMPARERS[0] is not None:
+        items = [object() for _ in range(9)]
+        assert compare is not None and compare((object(), *items), items, 9)
+        assert not compare((object(), *items), [*items[:8], object()], 9)

@@ -344,9 +344,9 @@ class _State:
     """A segmentation's reusable part: every exchange before the start of its last one (the cut).
 
     Kept in `_STATES` under a weak reference to the history's first message. It holds the messages between the
-    first and the last before the cut strongly: comparing them with the next history is then one C-level
-    identity pass (a weak reference would cost a call per message, which made this check the largest cost of a
-    request on a long history). The last message before the cut is held weakly, and the state leaves `_STATES`
+    first and the last before the cut strongly: comparing them with the next history is then one comparison of
+    their addresses in C (`holds`; a weak reference would cost a call per message, which made this check the
+    largest cost of a request on a long history). The last message before the cut is held weakly, and the state leaves `_STATES`
     when it is collected: a history nobody holds any more (a finished run) is freed with it, even when its
     first message lives on (a module-level opening request shared by every run). The states of one history
     share their lists (`_Shared`), which hold the newest state's messages, so the older states leave with the
