@@ -346,9 +346,9 @@ class _State:
     Kept in `_STATES` under a weak reference to the history's first message. It holds the messages between the
     first and the last before the cut strongly: comparing them with the next history is then one comparison of
     their addresses in C (`holds`; a weak reference would cost a call per message, which made this check the
-    largest cost of a request on a long history). The last message before the cut is held weakly, and the state leaves `_STATES`
-    when it is collected: a history nobody holds any more (a finished run) is freed with it, even when its
-    first message lives on (a module-level opening request shared by every run). The states of one history
+    largest cost of a request on a long history). The last message before the cut is held weakly, and the state
+    leaves `_STATES` when it is collected: a history nobody holds any more (a finished run) is freed with it, even
+    when its first message lives on (a module-level opening request shared by every run). The states of one history
     share their lists (`_Shared`), which hold the newest state's messages, so the older states leave with the
     newest one (`_leave`). When the newest state's own last message lives on elsewhere (a canned reply kept at
     module level, answered at once), the history stays until newer states push it out.
@@ -1402,9 +1402,10 @@ def _addresses_compared() -> _SameAddresses | None:
     CPython lays a tuple's items out after its header and a list's in an array its header points to; both layouts
     are read from the types' sizes and then checked on a tuple and a list of known objects, so an interpreter
     that lays them out otherwise (or has no such addresses, or no `ctypes`) falls back to the identity pass. The
-    arrays are compared by the C library's `memcmp`, called with the interpreter's lock held (no other thread runs
-    meanwhile), or, where it cannot be loaded, copied out as bytes and compared. A build without that lock is left
-    out.
+    arrays are compared by the C library's `memcmp` (called without releasing the interpreter's lock: a short
+    call), or, where it cannot be loaded, copied out as bytes and compared. What keeps the list's array where its
+    address was read is `_EXTENDING`, held by the caller from the read to the comparison (other threads may run
+    between them); a build without the interpreter's lock is left out all the same.
     """
     import sys
 
