@@ -338,3 +338,20 @@ def test_other_interpreters_compare_one_message_at_a_time_or_copy_the_bytes(
         items = [object() for _ in range(9)]
         assert compare is not None and compare((object(), *items), items, 9)
         assert not compare((object(), *items), [*items[:8], object()], 9)
+
+
+def test_the_list_s_array_is_compared_under_the_lock_that_extending_it_takes() -> None:
+    # A list that grows moves its array: between reading its address and comparing, no thread may extend it (the
+    # interpreter switches threads between the two; a race a stress test meets too rarely to show).
+    history = tool_loop(10)
+    for end in range(3, len(history) + 1, 2):
+        segment(history[:end])
+    states: list[Any] = segment_module._STATES.get((history[0],)) or []  # pyright: ignore[reportPrivateUsage]
+    held: list[bool] = []
+
+    def compare(history: tuple[ModelMessage, ...], listed: list[ModelMessage], count: int) -> bool:
+        held.append(segment_module._EXTENDING.locked())  # pyright: ignore[reportPrivateUsage]
+        return COMPARERS[-1](history, listed, count) if COMPARERS[-1] is not None else True
+
+    assert all(state.holds(tuple(history), compare) for state in states)
+    assert held and all(held)
