@@ -344,11 +344,11 @@ class _State:
     """A segmentation's reusable part: every exchange before the start of its last one (the cut).
 
     Kept in `_STATES` under a weak reference to the history's first message. It holds the messages between the
-    first and the last before the cut strongly: comparing them with the next history is then one C-level
-    identity pass (a weak reference would cost a call per message, which made this check the largest cost of a
-    request on a long history). The last message before the cut is held weakly, and the state leaves `_STATES`
-    when it is collected: a history nobody holds any more (a finished run) is freed with it, even when its
-    first message lives on (a module-level opening request shared by every run). The states of one history
+    first and the last before the cut strongly: comparing them with the next history is then one comparison of
+    their addresses in C (`holds`; a weak reference would cost a call per message, which made this check the
+    largest cost of a request on a long history). The last message before the cut is held weakly, and the state
+    leaves `_STATES` when it is collected: a history nobody holds any more (a finished run) is freed with it, even
+    when its first message lives on (a module-level opening request shared by every run). The states of one history
     share their lists (`_Shared`), which hold the newest state's messages, so the older states leave with the
     newest one (`_leave`). When the newest state's own last message lives on elsewhere (a canned reply kept at
     module level, answered at once), the history stays until newer states push it out.
@@ -410,7 +410,7 @@ class _State:
     def matches(self, history: tuple[ModelMessage, ...], prompt: object) -> bool:
         """Whether *history* starts with the same message objects and was segmented with the same prompt.
 
-        One identity pass in C (a pointer test per message). Not `==`: an equal copy can read differently
+        An identity test in C (`holds`). Not `==`: an equal copy can read differently
         (`0 == False`, `1 == 1.0`, a dict's key order, a datetime in another zone), and the exchanges and
         estimates reused here would then be the old objects'. What a message or a part holds is not read: sent
         messages and parts are never changed in place (see the module docstring); the messages from the cut on,
@@ -421,6 +421,23 @@ class _State:
             return False
         if self.last() is not history[cut - 1]:
             return False
+        return self.holds(history, _same_addresses())
+
+    def holds(self, history: tuple[ModelMessage, ...], same: _SameAddresses | None) -> bool:
+        """Whether *history*'s messages after the first are its messages (`shared.messages[:length]`), by identity.
+
+        *history* must be longer than the cut. With *same*, the two arrays of addresses are compared at once in C
+        (a fraction of the identity pass's cost per message, which was most of what a request on a long history
+        paid for its length); both sides hold their messages, so no address can have been reused by another
+        object, and equal addresses are the same objects.
+        """
+        if same is not None and type(history) is tuple:  # the items' layout read is an exact tuple's
+            # Under the lock that extending the lists takes: a list that grows moves its array, and the address
+            # read before the comparison must still be the array's. The lists only grow, and the history is longer
+            # than the cut: no read past either end.
+            with _EXTENDING:
+                listed = self.shared.messages
+                return len(listed) >= self.length and same(history, listed, self.length)
         # Compared in place: a slice of either side would touch every message once more (and free them again).
         after_first = iter(history)
         next(after_first)
@@ -1373,3 +1390,65 @@ def _apply_predicate(
             exchange = replace(exchange, protected='predicate')
         out.append(exchange)
     return out
+
+
+_SameAddresses = Callable[[tuple[ModelMessage, ...], list[ModelMessage], int], bool]
+"""`same(history, listed, count)`: whether `history[1 : count + 1]` and `listed[:count]` hold the same objects."""
+
+
+def _addresses_compared() -> _SameAddresses | None:
+    """A `_SameAddresses` that compares the two sequences' arrays of addresses in C, or `None` where it cannot.
+
+    CPython lays a tuple's items out after its header and a list's in an array its header points to; both layouts
+    are read from the types' sizes and then checked on a tuple and a list of known objects, so an interpreter
+    that lays them out otherwise (or has no such addresses, or no `ctypes`) falls back to the identity pass. The
+    arrays are compared by the C library's `memcmp` (called without releasing the interpreter's lock: a short
+    call), or, where it cannot be loaded, copied out as bytes and compared. What keeps the list's array where its
+    address was read is `_EXTENDING`, held by the caller from the read to the comparison (other threads may run
+    between them); a build without the interpreter's lock is left out all the same.
+    """
+    import sys
+
+    if sys.implementation.name != 'cpython' or not getattr(sys, '_is_gil_enabled', lambda: True)():
+        return None
+    try:
+        import ctypes
+    except ImportError:  # a build without it (some sandboxed or embedded ones)
+        return None
+    word = ctypes.sizeof(ctypes.c_void_p)
+    items_of_tuple = tuple.__basicsize__ + word  # the first item is the opening, compared on its own
+    array_of_list = list.__basicsize__ - 2 * word  # `ob_item` then `allocated` end the list's header
+    string_at, pointer = ctypes.string_at, ctypes.c_void_p
+    try:
+        memcmp = ctypes.PyDLL(None).memcmp  # the C library, with the lock held during the call
+        memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+        memcmp.restype = ctypes.c_int
+    except (OSError, AttributeError, TypeError):  # no C library to load by name here (`None` is refused on Windows)
+        memcmp = None
+
+    def compared(history: tuple[ModelMessage, ...], listed: list[ModelMessage], count: int) -> bool:
+        if not count:
+            return True
+        array = pointer.from_address(id(listed) + array_of_list).value
+        if memcmp is not None:
+            return memcmp(array, id(history) + items_of_tuple, count * word) == 0
+        return string_at(array or 0, count * word) == string_at(id(history) + items_of_tuple, count * word)
+
+    try:
+        probe = [object() for _ in range(4)]
+        held = cast('tuple[ModelMessage, ...]', (object(), *probe))
+        listed = cast('list[ModelMessage]', list(probe))
+        other = cast('list[ModelMessage]', [*probe[:3], object()])
+        if not compared(held, listed, 4) or compared(held, other, 4) or not compared(held, other, 3):
+            return None
+    except Exception:  # an unexpected layout: use the identity pass
+        return None
+    return compared
+
+
+@functools.cache
+def _same_addresses() -> _SameAddresses | None:
+    """`_addresses_compared()`, made at the first comparison: importing `ctypes` costs milliseconds, which a program
+    importing the package without segmenting anything should not pay. Two threads making it at once make two equal
+    ones, either of which is kept."""
+    return _addresses_compared()
