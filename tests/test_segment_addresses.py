@@ -355,3 +355,34 @@ def test_the_list_s_array_is_compared_under_the_lock_that_extending_it_takes() -
 
     assert all(state.holds(tuple(history), compare) for state in states)
     assert held and all(held)
+
+
+def test_a_comparison_while_the_lock_is_held_never_waits_and_is_as_exact() -> None:
+    # Held by another thread extending, or by this one (a finalizer run inside `_extended` that segments): waiting
+    # would deadlock the latter, so the identity pass answers instead, without reading the list's array.
+    history = tool_loop(10)
+    for end in range(3, len(history) + 1, 2):
+        segment(history[:end])
+    states: list[Any] = segment_module._STATES.get((history[0],)) or []  # pyright: ignore[reportPrivateUsage]
+    assert states
+    called: list[int] = []
+
+    def compare(history: tuple[ModelMessage, ...], listed: list[ModelMessage], count: int) -> bool:
+        called.append(count)
+        return True  # would say "same" for the changed history below: it must not be asked
+
+    changed = list(history)
+    changed[1] = replace(history[1])
+    lock = segment_module._EXTENDING  # pyright: ignore[reportPrivateUsage]
+    compared = [state for state in states if state.length >= 1]  # those that hold the changed message
+    assert compared
+
+    def answers() -> tuple[bool, bool]:
+        same = all(state.holds(tuple(history), compare) for state in states)
+        return same, any(state.holds(tuple(changed), compare) for state in compared)
+
+    with ThreadPoolExecutor(1) as pool, lock:  # the lock released first, then the thread joined
+        # Asked from another thread, so a comparison that waited for the lock fails here instead of hanging.
+        assert pool.submit(answers).result(timeout=10) == (True, False)
+    assert called == []
+    assert any(state.holds(tuple(history), compare) for state in states) and called

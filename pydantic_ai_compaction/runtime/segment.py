@@ -431,13 +431,16 @@ class _State:
         paid for its length); both sides hold their messages, so no address can have been reused by another
         object, and equal addresses are the same objects.
         """
-        if same is not None and type(history) is tuple:  # the items' layout read is an exact tuple's
-            # Under the lock that extending the lists takes: a list that grows moves its array, and the address
-            # read before the comparison must still be the array's. The lists only grow, and the history is longer
-            # than the cut: no read past either end.
-            with _EXTENDING:
+        # Under the lock that extending the lists takes: a list that grows moves its array, and the address read
+        # before the comparison must still be the array's. Never waited for: while it is held (another thread
+        # extending, or a finalizer run in the middle of `_extended` that segments) the pass below is as exact.
+        if same is not None and type(history) is tuple and _EXTENDING.acquire(blocking=False):
+            try:
                 listed = self.shared.messages
+                # The lists only grow, and the history is longer than the cut: no read past either end.
                 return len(listed) >= self.length and same(history, listed, self.length)
+            finally:
+                _EXTENDING.release()
         # Compared in place: a slice of either side would touch every message once more (and free them again).
         after_first = iter(history)
         next(after_first)
