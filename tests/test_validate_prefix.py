@@ -13,11 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import ModelMessage
 
+from pydantic_ai_compaction import InstructionSources
 from pydantic_ai_compaction.protocols.types import Exchange
 from pydantic_ai_compaction.runtime import segment
+from pydantic_ai_compaction.runtime.instructions import gather_instructions
 from pydantic_ai_compaction.runtime.segment import ConversationView
 
 from .reliability import histories
+from .test_instructions_gather import with_marked_results
 
 EXAMPLES = int(os.environ.get('PAC_EXAMPLES', '15'))
 
@@ -110,3 +113,19 @@ def test_the_split_of_a_layout_is_the_one_every_id_gives(history: list[ModelMess
         assert (kept, dropped) == (expected_kept, expected_dropped) == _split_before(view, keep)
         assert _validate.last_dropped(view, dropped) == expected_last
         assert _validate.last_dropped(view, tuple(dropped)[::-1]) == expected_last  # looked up, not remembered
+
+
+@settings(max_examples=EXAMPLES * 2, deadline=None)
+@given(
+    histories(), histories(), st.integers(0, 40), st.lists(st.integers(0, 3), max_size=6), st.lists(st.integers(0, 50))
+)
+def test_instructions_gathered_on_views_that_share_a_start_are_those_gathered_afresh(
+    history: list[ModelMessage], other: list[ModelMessage], keep: int, order: list[int], marked: list[int]
+) -> None:
+    """The start a gathering read is noted on its view, so the views after it that share it are not compared
+    exchange by exchange: what they gather is what a gathering that never saw a view gathers."""
+    history = with_marked_results(history, marked[:3])
+    carried = InstructionSources(markers=('CHANGE:',), user_prompts=True)
+    for view in _views(history, other, keep, order):
+        fresh = InstructionSources(markers=('CHANGE:',), user_prompts=True)
+        assert gather_instructions(view, carried) == gather_instructions(view, fresh)
