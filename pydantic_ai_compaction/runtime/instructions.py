@@ -27,7 +27,7 @@ from pydantic_ai_compaction.runtime.segment import (
     tool_content_parts,
 )
 from pydantic_ai_compaction.runtime.transcript import return_text, user_text
-from pydantic_ai_compaction.runtime.validate import view_records, view_starts_with
+from pydantic_ai_compaction.runtime.validate import note_start, view_records, view_starts_with
 
 _TIMESTAMP = re.compile(
     r'[ \t]*(?:'
@@ -228,6 +228,7 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
         _gather(view, sources, exchanges[start:settled], lines, owner)
         kept = sources._gathered  # pyright: ignore[reportPrivateUsage]
         kept[:] = [(exchanges[:settled], tuple(lines)), *kept][:_GATHERED_KEPT]
+        note_start(view, kept[0][0], _no_lines)  # the next view sharing them is not checked again, exchange by exchange
         start = settled
     _gather(view, sources, exchanges[start:], lines, owner)
     found.extend(lines)

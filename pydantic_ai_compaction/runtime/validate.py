@@ -88,6 +88,7 @@ class _Facts:
 
     __slots__ = (
         '_boundaries',
+        '_copies',
         '_forced',
         '_ids',
         '_positions',
@@ -103,6 +104,8 @@ class _Facts:
         self.view = weakref.ref(view)
         exchanges = view.exchanges
         self.exchanges = exchanges
+        self._copies = _marked_copies(view)
+        """Segmentation's marked copies in *view* (`ConversationView.copies`), when its note applies."""
         self._records: tuple[dict[str, Any], ...] | None = None
         self._ids: tuple[str, ...] | None = None
         self._tokens: int | None = None
@@ -116,14 +119,15 @@ class _Facts:
         if previous is None:
             return
         old = previous.exchanges
-        shared = next(compress(count(), map(operator.is_not, old, exchanges)), min(len(old), len(exchanges)))
+        shared = _identical_prefix(old, previous._copies, exchanges, self._copies)
         if 2 * shared < len(exchanges):
             return
         # What the previous view was found to start with, this one starts with too when it is within the shared part.
         self.verified = [(before, ignored) for before, ignored in previous.verified if len(before) <= shared]
         new = exchanges[shared:]
         if previous._ids is not None:
-            self._ids = previous._ids[:shared] + tuple([e.id for e in new])
+            ids = previous._ids if shared == len(previous._ids) else previous._ids[:shared]  # a slice is a copy
+            self._ids = ids + tuple([e.id for e in new])
         if previous._tokens is not None:
             self._tokens = previous._tokens - sum([e.tokens for e in old[shared:]]) + sum([e.tokens for e in new])
         if previous._forced is not None:
@@ -185,6 +189,48 @@ class _Facts:
                     found.extend(r for part in view.messages[index].parts if (r := our_record(part)) is not None)
             self._records = tuple(found)
         return self._records
+
+
+def _marked_copies(view: ConversationView) -> frozenset[int] | None:
+    """The positions of *view*'s marked copies, when segmentation's note applies to its exchanges."""
+    note = view.copies
+    return frozenset(note[1]) if note is not None and note[0] is view.exchanges else None
+
+
+def _identical_prefix(
+    old: tuple[Exchange, ...],
+    old_copies: frozenset[int] | None,
+    new: tuple[Exchange, ...],
+    new_copies: frozenset[int] | None,
+) -> int:
+    """The first position where *old* and *new* hold different objects (the shorter length when none).
+
+    With segmentation's note on both (`ConversationView.copies`), an object both hold at a position that neither
+    marked as a copy says every position before it holds the same objects, the marked copies aside. So the last such
+    position is looked for from the end, where a history that grew by a step differs, and before it only the marked
+    copies are compared: a history of 25k exchanges that grew by one costs a few steps instead of a pass over all.
+    Without the note, the objects are compared position by position (in C).
+    """
+    length = min(len(old), len(new))
+    if old_copies is None or new_copies is None:
+        return next(compress(count(), map(operator.is_not, old, new)), length)
+    marked = old_copies | new_copies
+    same = 0
+    position, step = length - 1, 1
+    while position >= 0:
+        if position not in marked and old[position] is new[position]:
+            same = position + 1
+            break
+        position = min(position - 1, length - 1 - step)
+        step *= 2
+    for position in sorted(marked):
+        if position >= same:
+            break
+        if old[position] is not new[position]:
+            return position
+    while same < length and old[same] is new[same]:
+        same += 1
+    return same
 
 
 def _is_forced(exchange: Exchange) -> bool:
@@ -344,7 +390,11 @@ def _split(view: ConversationView, keep: set[str]) -> tuple[tuple[str, ...], tup
             pieces.append(ids[start:position])
             start = position + 1
         pieces.append(ids[start:])
-        kept, dropped = tuple([ids[position] for position in at]), tuple(chain.from_iterable(pieces))
+        pieces = [piece for piece in pieces if piece]
+        # A reset keeps the opening and the newest exchanges: what it drops is one slice, taken as it is rather
+        # than copied again (a copy of 25k ids cost as much as the rest of the split).
+        dropped = pieces[0] if len(pieces) == 1 else tuple(chain.from_iterable(pieces))
+        kept = tuple([ids[position] for position in at])
         last = len(ids) - 1
         for position in reversed(at):
             if position != last:
