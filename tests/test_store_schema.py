@@ -433,6 +433,79 @@ def test_postgres_newest_matches_are_exactly_the_newest_whatever_the_branch(monk
         store.close()
 
 
+def _words_of(n: int) -> frozenset[str]:
+    """Line *n*'s words in the example that takes every branch of the newest matches."""
+    return frozenset(word for word, every in (('alpha', 3), ('beta', 10)) if n % every == 0)
+
+
+_PLAIN_NEWEST = """
+SELECT id, text, source, tool_name, args, result_id, line_no, ts_rank(owned_terms, %(query)s::tsquery) AS score
+FROM (
+    SELECT * FROM pac_log WHERE conversation_id = %(key)s AND owned_terms @@ %(query)s::tsquery
+    ORDER BY id DESC LIMIT %(candidates)s
+) AS newest
+ORDER BY source <> 'tool', score DESC, id DESC LIMIT %(limit)s
+"""
+"""What `_newest_of` computes, said plainly: the best *limit* of the conversation's newest *candidates* matches."""
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    lines=st.lists(
+        st.tuples(
+            st.frozensets(st.sampled_from(['alpha', 'beta', 'gamma', 'delta'])),
+            st.sampled_from(['tool', 'tool', 'user']),
+            st.booleans(),  # the other conversation's line, interleaved, in the same GIN entries
+        ),
+        max_size=60,
+    ),
+    probe=st.integers(1, 10),
+    rare=st.integers(1, 6),
+    candidates=st.integers(1, 15),
+)
+@example(  # every branch: `line` continues the scan past the probe, `alpha` and `beta` ask the GIN index
+    lines=[
+        (_words_of(n), 'user' if n % 4 == 0 else 'tool', n % 2 == 1)  # odd lines are the other conversation's
+        for n in range(60)
+    ],
+    probe=5,
+    rare=2,
+    candidates=8,
+)
+def test_postgres_newest_matches_are_the_plain_query_s_for_any_log_and_thresholds(
+    lines: list[tuple[frozenset[str], str, bool]], probe: int, rare: int, candidates: int
+) -> None:
+    """Whatever branch the probe picks (matches in the probe only, the scan continued, the GIN index), for any
+    probe size, threshold and candidate count, the statement gives exactly the plain query's hits in its order."""
+    store = postgres_store()
+    a, b = f'a-{uuid.uuid4().hex}', f'b-{uuid.uuid4().hex}'
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(postgres_module, 'owner_prefix', lambda _key: 'shared')
+            for n, (found, source, other) in enumerate(lines):
+                text = ' '.join(['line', *sorted(found)])
+                store.index_lines([LogLine(b if other else a, f'p{n}', n, text, source, 'read_log')])  # pyright: ignore[reportArgumentType]
+            patch.setattr(postgres_module, '_PROBE', probe)
+            patch.setattr(postgres_module, '_RARE', rare)
+            patch.setattr(postgres_module, 'SEARCH_CANDIDATES', candidates)
+            newest_of = postgres_module._newest_of('%(limit)s')  # pyright: ignore[reportPrivateUsage]
+        asked = 'SELECT matches.* FROM (SELECT %(query)s::tsquery AS query) AS asked'
+        statement = f'{asked} CROSS JOIN LATERAL {newest_of} AS matches'
+        import psycopg
+
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+            for word in ('line', 'alpha', 'beta', 'gamma', 'delta', 'alp', 'zebra'):
+                for suffix in ('', ':*'):
+                    query = postgres_module._query('shared', [word], suffix)  # pyright: ignore[reportPrivateUsage]
+                    for limit in (1, 4, candidates):
+                        params = {'key': a, 'query': query, 'limit': limit, 'candidates': candidates}
+                        found_rows = conn.execute(statement, params).fetchall()
+                        found_rows.sort(key=lambda row: (row[2] != 'tool', -row[7], -row[0]))
+                        assert found_rows == conn.execute(_PLAIN_NEWEST, params).fetchall(), (word, suffix, limit)
+    finally:
+        store.close()
+
+
 LINE_WORDS = ('log', 'Log', 'LOG', 'logs', '37', 'x37', 'café', 'CAFE', '\u212aey', 'key', '\ue000log', 'İx', 'ß')
 """Words whose case or letters Python and SQLite fold differently, or that FTS5 tokenizes unlike `words`."""
 
