@@ -9,6 +9,7 @@ import os
 from itertools import chain, compress, count
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import ModelMessage
@@ -60,6 +61,7 @@ def test_the_prefix_found_from_segmentations_note_is_the_one_every_position_give
                 assert got == _prefix_by_every_position(old.exchanges, new.exchanges)
 
 
+@pytest.mark.bench
 def test_a_grown_history_of_many_exchanges_shares_all_but_its_new_step() -> None:
     """The case the note is for: a long history grown by one step, and a branch off its middle."""
     from pydantic_ai_compaction_bench.perf import tiny_loop
