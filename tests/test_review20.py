@@ -8,8 +8,26 @@ before gives, whatever the user did to the history between them.
 
 from __future__ import annotations
 
+import copy
+import importlib
+import os
 import subprocess
 import sys
+from dataclasses import replace
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic_ai.messages import ModelMessage, ModelRequest, TextPart, UserPromptPart
+
+from pydantic_ai_compaction.protocols.types import Exchange
+from pydantic_ai_compaction.runtime.engine import shrink
+from pydantic_ai_compaction.runtime.segment import ConversationView, same_prefix, segment, settled_prefix
+
+from .reliability import histories
+
+# The module, not the function `validate` the package re-exports under the same name.
+_validate: Any = importlib.import_module('pydantic_ai_compaction.runtime.validate')
 
 _SEGMENT_DURING_COLLECTIONS = """
 import gc, os, sys, threading
@@ -75,3 +93,115 @@ def test_a_collection_that_segments_while_the_lock_is_held_never_waits_for_it() 
     fired, checked, agreed = out
     assert (fired, agreed) == ('True', 'True')  # the collections ran with the lock held, and nothing changed
     assert int(checked) > 25
+
+
+# --- The validator's facts, carried from view to view -------------------------------------------------------------
+
+EXAMPLES = int(os.environ.get('PAC_EXAMPLES', '10'))
+
+ACTIONS = st.sampled_from(
+    ['grow', 'grow', 'equal copy', 'content', 'remove', 'insert', 'replace', 'branch', 'other run', 'shrink', 'protect']
+)
+
+
+def _edited(history: list[ModelMessage], other: list[ModelMessage], action: str, at: int) -> list[ModelMessage]:
+    """*history* after the user's change between two requests (the views made from it are read in order)."""
+    index = 1 + at % max(len(history) - 1, 1)
+    if action == 'grow':
+        start = 1 + at % max(len(other) - 1, 1)
+        return [*history, *other[start : start + 1 + at % 5]]
+    if action == 'replace':  # `message_history` replaced by an equal history of other objects
+        return copy.deepcopy(history)
+    if action == 'branch':  # a conversation going on from an earlier point of this one
+        return [*history[:index], *other[1:]]
+    if action == 'other run':  # another run whose opening request is the same object (kept at module level)
+        return [history[0], *other[1:]]
+    if len(history) < 2:
+        return history
+    changed = list(history)
+    if action == 'equal copy':
+        changed[index] = copy.deepcopy(history[index])
+    elif action == 'content':
+        message = history[index]
+        if isinstance(message, ModelRequest):
+            changed[index] = replace(message, parts=[*message.parts, UserPromptPart(f'edited {at}')])
+        else:
+            changed[index] = replace(message, parts=[*message.parts, TextPart(f'edited {at}')])
+    elif action == 'remove':
+        del changed[index]
+    elif action == 'insert':
+        changed.insert(index, ModelRequest(parts=[UserPromptPart(f'inserted {at}')]))
+    return changed
+
+
+def _protect(exchange: Exchange, messages: list[ModelMessage]) -> bool:
+    return exchange.kind == 'tools' and len(messages) > 1
+
+
+def _views_read_in_order(
+    history: list[ModelMessage], other: list[ModelMessage], actions: list[tuple[str, int]]
+) -> list[tuple[list[ModelMessage], ConversationView]]:
+    """The views a run reads, one after the other, with the history each was made from."""
+    views: list[tuple[list[ModelMessage], ConversationView]] = [(history, segment(history))]
+    for action, at in actions:
+        if action == 'shrink':  # the compactor's view after a context overflow
+            reduced, _ = shrink(views[-1][1])
+            views.append((list(reduced.messages), reduced))
+            continue
+        history = _edited(history, other, action, at)
+        views.append((history, segment(history, _protect if action == 'protect' else None)))
+    return views
+
+
+def _reset_shaped(ids: tuple[str, ...], at: int) -> list[set[str]]:
+    """Sets of kept ids: a reset's (the first and the newest few), a few scattered ones, none."""
+    head, tail = at % 3, at % 7
+    return [{*ids[:head], *ids[len(ids) - tail :]}, set(ids[at % 5 :: 9]), set()]
+
+
+@settings(max_examples=EXAMPLES * 2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories(), histories(), st.lists(st.tuples(ACTIONS, st.integers(0, 60)), min_size=1, max_size=8))
+def test_the_facts_read_on_views_in_turn_are_each_view_s_own(
+    history: list[ModelMessage], other: list[ModelMessage], actions: list[tuple[str, int]]
+) -> None:
+    """Each view's facts are read right after the view before's, so each takes over what they share: what it gives
+    is what the view's own exchanges say, read alone (ids, forced exchanges, tokens, boundaries, positions, the
+    split of a layout and its last dropped position, the starts found before)."""
+    views = _views_read_in_order(history, other, actions)
+    starts: list[tuple[Exchange, ...]] = []
+    for number, (_, view) in enumerate(views):
+        exchanges = view.exchanges
+        assert _validate.exchange_ids(view) == view.ids
+        assert _validate.view_tokens(view) == view.tokens
+        forced = _validate.forced_exchanges(view)
+        assert len(forced) == sum(e.forced for e in exchanges)
+        assert all(a is b for a, b in zip(forced, [e for e in exchanges if e.forced], strict=True))
+        assert _validate.boundary_exchanges(view) == tuple(e for e in exchanges if e.kind == 'boundary')
+        if len(set(view.ids)) == len(view.ids):
+            assert _validate.exchange_positions(view) == {e.id: p for p, e in enumerate(exchanges)}
+        assert _validate.first_unfinished(view) == next(
+            (p for p, e in enumerate(exchanges) if e.unfinished), len(exchanges)
+        )
+        assert _validate.view_records(view) == view.records()
+        for keep in _reset_shaped(view.ids, number + len(exchanges)):
+            kept, dropped = _validate._split(view, keep)
+            assert kept == tuple(i for i in view.ids if i in keep)
+            assert dropped == tuple(i for i in view.ids if i not in keep)
+            expected = max((p for p, i in enumerate(view.ids) if i not in keep), default=None)
+            assert _validate.last_dropped(view, dropped) == expected
+        # The starts read on the views before: found (or not) exactly as a comparison of every position finds them.
+        for before in starts:
+            for ignored in (_ignore_nothing, _ignore_forced):
+                assert _validate.view_starts_with(view, before, ignored) == same_prefix(before, exchanges, ignored)
+        cut = settled_prefix(exchanges)
+        if cut:
+            _validate.note_start(view, exchanges[:cut], _ignore_nothing)
+            starts = [exchanges[:cut], *starts][:4]
+
+
+def _ignore_nothing(exchange: Exchange) -> bool:
+    return False
+
+
+def _ignore_forced(exchange: Exchange) -> bool:
+    return exchange.forced
