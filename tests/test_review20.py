@@ -8,23 +8,34 @@ before gives, whatever the user did to the history between them.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import importlib
+import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic_ai.messages import ModelMessage, ModelRequest, TextPart, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.tools import RunContext
+from pydantic_ai.usage import RequestUsage, RunUsage
 
+from pydantic_ai_compaction import Fork, ResetToCheckpoint, StatelessSummary, Trigger
 from pydantic_ai_compaction.protocols.types import Exchange
-from pydantic_ai_compaction.runtime.engine import shrink
+from pydantic_ai_compaction.runtime.context import CompactionContext
+from pydantic_ai_compaction.runtime.engine import run_compaction, shrink
 from pydantic_ai_compaction.runtime.segment import ConversationView, same_prefix, segment, settled_prefix
+from pydantic_ai_compaction.runtime.validate import Outcome, Skipped
 
-from .reliability import histories
+from .reliability import NO_WAIT, histories
 
 # The module, not the function `validate` the package re-exports under the same name.
 _validate: Any = importlib.import_module('pydantic_ai_compaction.runtime.validate')
@@ -205,3 +216,69 @@ def _ignore_nothing(exchange: Exchange) -> bool:
 
 def _ignore_forced(exchange: Exchange) -> bool:
     return exchange.forced
+
+
+# --- Whole compactions, live against cold -------------------------------------------------------------------------
+
+REPLIES = st.sampled_from(
+    [
+        json.dumps({'keep': ['g1', 'g3', 'g4'], 'summary': {'rules': ['use UTC'], 'facts': ['f'], 'progress': 'p',
+                                                            'next_step': 'n'}}),
+        json.dumps({'keep': [], 'summary': 'nothing worth keeping'}),
+        'KEEP: g2, g5\nthe work so far',
+        'not a reply any parser reads',  # the fallback layout
+        '',
+    ]
+)  # fmt: skip
+
+STRATEGIES_COMPARED = {
+    'reset': lambda: ResetToCheckpoint[None](trigger=Trigger(tokens=1), excerpt_chars=40),
+    'summary': lambda: StatelessSummary(retry=NO_WAIT, keep_last=2),
+    'fork-json': lambda: Fork(variant='json', retry=NO_WAIT, keep_last=1),
+}
+
+
+def _context(reply: str) -> CompactionContext:
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart(reply)], usage=RequestUsage(input_tokens=100, output_tokens=10))
+
+    model = FunctionModel(respond)
+    run = RunContext[None](deps=None, model=model, usage=RunUsage(), prompt=None)
+    return CompactionContext(run=run, model=model, model_settings=None, parameters=ModelRequestParameters())
+
+
+def _outcome(outcome: Outcome | Skipped) -> object:
+    """What a compaction gives, comparable across equal histories of other objects."""
+    if isinstance(outcome, Skipped):
+        return outcome
+    return outcome.messages, outcome.record.to_metadata()
+
+
+def _cold(name: str, history: list[ModelMessage], reply: str) -> object:
+    """A compaction by a new strategy of a copy of *history*, in a thread of its own (no view read before)."""
+
+    def run() -> object:
+        copied = copy.deepcopy(history)
+        return _outcome(asyncio.run(run_compaction(STRATEGIES_COMPARED[name](), copied, _context(reply))))
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(run).result()
+
+
+@pytest.mark.parametrize('name', sorted(STRATEGIES_COMPARED))
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    history=histories(),
+    other=histories(),
+    actions=st.lists(st.tuples(ACTIONS, st.integers(0, 60)), min_size=1, max_size=6),
+    reply=REPLIES,
+)
+def test_compactions_of_views_read_in_turn_are_cold_compactions(
+    name: str, history: list[ModelMessage], other: list[ModelMessage], actions: list[tuple[str, int]], reply: str
+) -> None:
+    """A strategy compacting the views of a run in turn (each taking the facts of the one before over) gives, each
+    time, what a new strategy gives on a copy of the history in a thread that never read a view."""
+    live = STRATEGIES_COMPARED[name]()
+    for messages, _ in _views_read_in_order(history, other, actions):
+        got = _outcome(asyncio.run(run_compaction(live, messages, _context(reply))))
+        assert got == _cold(name, messages, reply)
