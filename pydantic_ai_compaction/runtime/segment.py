@@ -497,7 +497,8 @@ class _Shared:
 
 _EXTENDING = threading.Lock()
 """Held while a state's lists are checked for being its own and extended in place (runs in other threads
-segment too: two extending the same lists at once would interleave)."""
+segment too: two extending the same lists at once would interleave), and while `holds` compares a list's array.
+Never waited for: a finalizer that segments may run while its own thread holds it."""
 
 
 _STATES: IdentityMemo[list[_State]] = IdentityMemo()
@@ -823,13 +824,20 @@ def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _Stat
 
 
 def _extended(state: _State | None, history: tuple[ModelMessage, ...], cut: int, frozen: Sequence[Exchange]) -> _Shared:
-    """The lists of a new state with cut *cut*: *state*'s extended in place when it is their tip, else new ones."""
-    with _EXTENDING:
-        if state is not None and state.is_tip():
-            shared = state.shared
-            shared.messages.extend(history[max(state.cut - 1, 1) : cut - 1])
-            shared.extend(frozen)
-            return shared
+    """The lists of a new state with cut *cut*: *state*'s extended in place when it is their tip, else new ones.
+
+    New ones too while `_EXTENDING` is held: by another thread (a rare, short wait saved for a copy), or by this
+    one, when a collection inside `holds` or here runs a finalizer that segments; waiting would then never end.
+    """
+    if state is not None and _EXTENDING.acquire(blocking=False):
+        try:
+            if state.is_tip():
+                shared = state.shared
+                shared.messages.extend(history[max(state.cut - 1, 1) : cut - 1])
+                shared.extend(frozen)
+                return shared
+        finally:
+            _EXTENDING.release()
     exchanges = state.exchanges() if state is not None else []
     exchanges.extend(frozen)
     return _Shared(list(history[1 : cut - 1]), exchanges)
