@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from pydantic_ai import Agent
 from pydantic_ai.messages import ModelRequest
 
 from pydantic_ai_compaction import ForgetReasoning, Fork, Trigger
@@ -142,34 +143,31 @@ def test_a_view_that_raises_does_not_fail_the_run_when_warnings_are_errors(
     assert logged == ["ForgetReasoning kept the history as it was: ValueError('scorer bug')"] * 4
 
 
+def _ends_the_run_unlogged(agent: Agent[None, str], match: str, caplog: pytest.LogCaptureFixture) -> None:
+    """*agent*'s run under warnings made errors raises the warning matching *match*, and nothing is logged."""
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        with (
+            caplog.at_level(logging.WARNING, logger='pydantic_ai_compaction'),
+            pytest.raises(RuntimeWarning, match=match),
+        ):
+            agent.run_sync('Audit.')
+    assert [r for r in caplog.records if r.name == 'pydantic_ai_compaction'] == []
+
+
 def test_a_setup_mistake_fails_the_run_when_warnings_are_errors(caplog: pytest.LogCaptureFixture) -> None:
     # Not a degraded report: a model whose window is unknown is the user's to fix. Swallowed and logged, the
     # compaction would be skipped on every request while the history grew, and the suite would pass without it.
     script = ScriptedAgentModel(logs=4, compactor=lambda messages, kind: fork_json(['g1']))
     agent = audit_agent(script, [Fork(trigger=Trigger(fraction=0.5))])
-    with warnings.catch_warnings():
-        warnings.simplefilter('error')
-        with (
-            caplog.at_level(logging.WARNING, logger='pydantic_ai_compaction'),
-            pytest.raises(RuntimeWarning, match=r'context window of function:.* is not known'),
-        ):
-            agent.run_sync('Audit.')
-    assert [r for r in caplog.records if r.name == 'pydantic_ai_compaction'] == []
+    _ends_the_run_unlogged(agent, r'context window of function:.* is not known', caplog)
 
 
 def test_a_compactor_that_cannot_run_fails_the_run_when_warnings_are_errors(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    script = ScriptedAgentModel(logs=8)
-    agent = audit_agent(script, [Fork(model='nosuch:model', trigger=Trigger(tokens=3_000))])
-    with warnings.catch_warnings():
-        warnings.simplefilter('error')
-        with (
-            caplog.at_level(logging.WARNING, logger='pydantic_ai_compaction'),
-            pytest.raises(RuntimeWarning, match=r'fork: the compactor cannot run \(UserError: Unknown model'),
-        ):
-            agent.run_sync('Audit.')
-    assert [r for r in caplog.records if r.name == 'pydantic_ai_compaction'] == []
+    agent = audit_agent(ScriptedAgentModel(logs=8), [Fork(model='nosuch:model', trigger=Trigger(tokens=3_000))])
+    _ends_the_run_unlogged(agent, r'fork: the compactor cannot run \(UserError: Unknown model', caplog)
     # Under the default filters the same run goes on: the mistake is shown, and compaction falls back.
     with pytest.warns(RuntimeWarning, match='the compactor cannot run'):
         assert (

@@ -297,12 +297,17 @@ async def test_agents_in_threads_sharing_a_history_send_the_fresh_selection() ->
         assert len(sent[-1]) < len(received[-1])  # the budget left earlier bundles out
 
 
-def test_a_history_given_as_a_list_is_compared_one_message_at_a_time() -> None:
-    # The addresses are read where an exact tuple keeps its items: any other sequence is never read so.
+def _remembered_states() -> tuple[list[ModelMessage], list[Any]]:
+    """A tool loop of 10 steps segmented as it grew, and the states segmentation remembers of it."""
     history = tool_loop(10)
     for end in range(3, len(history) + 1, 2):
         segment(history[:end])
-    states: list[Any] = segment_module._STATES.get((history[0],)) or []  # pyright: ignore[reportPrivateUsage]
+    return history, segment_module._STATES.get((history[0],)) or []  # pyright: ignore[reportPrivateUsage]
+
+
+def test_a_history_given_as_a_list_is_compared_one_message_at_a_time() -> None:
+    # The addresses are read where an exact tuple keeps its items: any other sequence is never read so.
+    history, states = _remembered_states()
     assert states
     edited = list(history)
     edited[3] = copy.deepcopy(edited[3])
@@ -343,10 +348,7 @@ def test_other_interpreters_compare_one_message_at_a_time_or_copy_the_bytes(
 def test_the_list_s_array_is_compared_under_the_lock_that_extending_it_takes() -> None:
     # A list that grows moves its array: between reading its address and comparing, no thread may extend it (the
     # interpreter switches threads between the two; a race a stress test meets too rarely to show).
-    history = tool_loop(10)
-    for end in range(3, len(history) + 1, 2):
-        segment(history[:end])
-    states: list[Any] = segment_module._STATES.get((history[0],)) or []  # pyright: ignore[reportPrivateUsage]
+    history, states = _remembered_states()
     held: list[bool] = []
 
     def compare(history: tuple[ModelMessage, ...], listed: list[ModelMessage], count: int) -> bool:
@@ -360,10 +362,7 @@ def test_the_list_s_array_is_compared_under_the_lock_that_extending_it_takes() -
 def test_a_comparison_while_the_lock_is_held_never_waits_and_is_as_exact() -> None:
     # Held by another thread extending, or by this one (a finalizer run inside `_extended` that segments): waiting
     # would deadlock the latter, so the identity pass answers instead, without reading the list's array.
-    history = tool_loop(10)
-    for end in range(3, len(history) + 1, 2):
-        segment(history[:end])
-    states: list[Any] = segment_module._STATES.get((history[0],)) or []  # pyright: ignore[reportPrivateUsage]
+    history, states = _remembered_states()
     assert states
     called: list[int] = []
 
