@@ -42,16 +42,22 @@ def _note_text(index: int) -> str:
     return f'log {index} holds threshold={index * 7}; keep it'
 
 
-def _run(steps: list[Step], strategy: Any) -> tuple[list[list[ModelMessage]], list[str], list[ModelMessage]]:
-    """Run *steps* (then a final answer); return every request the model saw, the notes written, the history."""
+def _run(
+    steps: list[Step],
+    capabilities: list[Any],
+    history: list[ModelMessage] | None = None,
+    prompt: str = 'Go.',
+) -> tuple[list[list[ModelMessage]], list[str], list[ModelMessage]]:
+    """Run *steps* (then a final answer) from *history*; return every request the model saw, the notes written,
+    the whole history."""
     seen: list[list[ModelMessage]] = []
     written: list[str] = []
     queue = iter(steps)
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         last = messages[-1]
-        prompt = ' '.join(str(p.content) for p in last.parts if isinstance(p, UserPromptPart))
-        if 'summar' in prompt.lower() and 'Go.' not in prompt:
+        text = ' '.join(str(p.content) for p in last.parts if isinstance(p, UserPromptPart))
+        if 'summar' in text.lower() and prompt not in text:
             return ModelResponse(parts=[TextPart('Progress: reading logs.\nNext step: read the next log.')])
         seen.append(list(messages))
         step = next(queue, None)
@@ -65,7 +71,7 @@ def _run(steps: list[Step], strategy: Any) -> tuple[list[list[ModelMessage]], li
             return ModelResponse(parts=[TextPart(f'log {index} read'), ToolCallPart('read_log', {'index': index})])
         return ModelResponse(parts=[ToolCallPart('read_log', {'index': index})])
 
-    agent = Agent(FunctionModel(respond), capabilities=[Notes(), strategy])
+    agent = Agent(FunctionModel(respond), capabilities=capabilities)
 
     @agent.tool_plain
     def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
@@ -73,7 +79,7 @@ def _run(steps: list[Step], strategy: Any) -> tuple[list[list[ModelMessage]], li
         return log_text(index, lines=60)
 
     # `asyncio.run` closes its loop: a loop `run_sync` leaves set would be reported unclosed in a later test.
-    result = asyncio.run(agent.run('Go.'))
+    result = asyncio.run(agent.run(prompt, message_history=history))
     return seen, written, result.all_messages()
 
 
@@ -108,7 +114,7 @@ def _steps(count: int) -> list[Step]:
 
 
 def test_appended_checkpoints_restate_each_note_once_and_keep_the_earlier_ones_byte_identical() -> None:
-    seen, written, history = _run(_steps(24), ResetToCheckpoint(trigger=Trigger(tokens=1_500)))
+    seen, written, history = _run(_steps(24), [Notes(), ResetToCheckpoint(trigger=Trigger(tokens=1_500))])
     boundaries = [part for message in history for part in message.parts if isinstance(part, CompactionPart)]
     assert len(boundaries) >= 4
     _check_every_request(seen, written)
@@ -118,7 +124,7 @@ def test_appended_checkpoints_restate_each_note_once_and_keep_the_earlier_ones_b
     assert sum(map(len, restated)) == len(set(note for notes in restated for note in notes))
     assert any(len(notes) == 1 for notes in restated)
     # The checkpoints before the newest one are sent as they were first sent (a prompt cache still holds them).
-    first: dict[int, str] = {}
+    first: dict[int, str | None] = {}
     for messages in seen:
         parts = [p for m in messages for p in m.parts if isinstance(p, CompactionPart)]
         for at, part in enumerate(parts):
@@ -126,7 +132,9 @@ def test_appended_checkpoints_restate_each_note_once_and_keep_the_earlier_ones_b
 
 
 def test_a_rewrite_of_every_checkpoint_restates_the_notes_the_checkpoints_it_replaces_held() -> None:
-    seen, written, history = _run(_steps(30), ResetToCheckpoint(trigger=Trigger(tokens=1_500), max_chars=1_200))
+    seen, written, history = _run(
+        _steps(30), [Notes(), ResetToCheckpoint(trigger=Trigger(tokens=1_500), max_chars=1_200)]
+    )
     records = [r for m in history for p in m.parts if (r := our_record(p)) is not None]
     assert any(record_extra(r).get('rewrote') for r in records), 'the small max_chars forces a rewrite'
     _check_every_request(seen, written)
@@ -135,7 +143,7 @@ def test_a_rewrite_of_every_checkpoint_restates_the_notes_the_checkpoints_it_rep
 
 def test_a_summary_boundary_restates_only_the_notes_the_layout_does_not_keep() -> None:
     steps: list[Step] = [('note' if n in (0, 3, 9) else 'read', n) for n in range(14)]
-    seen, written, history = _run(steps, StatelessSummary(trigger=Trigger(tokens=1_500), keep_last=2))
+    seen, written, history = _run(steps, [Notes(), StatelessSummary(trigger=Trigger(tokens=1_500), keep_last=2)])
     records = [r for m in history for p in m.parts if (r := our_record(p)) is not None]
     assert records and len(written) == 3
     _check_every_request(seen, written)
@@ -144,7 +152,7 @@ def test_a_summary_boundary_restates_only_the_notes_the_layout_does_not_keep() -
 
 def test_the_agents_own_text_is_not_a_note_and_notes_beside_it_are_kept() -> None:
     steps: list[Step] = [('note', 0), ('say', 1), ('say', 2), ('note', 3), ('say', 4), ('read', 5), ('say', 6)]
-    seen, written, history = _run(steps, ResetToCheckpoint(trigger=Trigger(tokens=1_500)))
+    seen, written, history = _run(steps, [Notes(), ResetToCheckpoint(trigger=Trigger(tokens=1_500))])
     _check_every_request(seen, written)
     assert _shown(history) == Counter(written)
     assert written == [f'[fact] {_note_text(0)}', f'[fact] {_note_text(3)}']
@@ -197,6 +205,8 @@ _EXAMPLES = int(os.environ.get('PAC_EXAMPLES', '8'))
 )
 def test_every_request_shows_every_note_written_so_far_once(kinds: list[str], trigger: int, max_chars: int) -> None:
     steps: list[Step] = [(kind, n) for n, kind in enumerate(kinds)]
-    seen, written, history = _run(steps, ResetToCheckpoint(trigger=Trigger(tokens=trigger), max_chars=max_chars))
+    seen, written, history = _run(
+        steps, [Notes(), ResetToCheckpoint(trigger=Trigger(tokens=trigger), max_chars=max_chars)]
+    )
     _check_every_request(seen, written)
     assert _shown(history) == Counter(written)

@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
 import pytest
-from pydantic_ai import Agent
 from pydantic_ai.messages import (
     CompactionPart,
     ModelMessage,
     ModelMessagesTypeAdapter,
-    ModelResponse,
-    TextPart,
-    ToolCallPart,
-    UserPromptPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from pydantic_ai_compaction import (
     BoundedSelection,
@@ -29,45 +20,7 @@ from pydantic_ai_compaction import (
 from pydantic_ai_compaction.runtime import our_record
 from pydantic_ai_compaction.runtime.notes import NOTES_HEADER
 
-from .support import log_text
-from .test_notes_in_place import Step, _note_text, _shown, _steps  # pyright: ignore[reportPrivateUsage]
-
-
-def _run(
-    steps: list[Step],
-    capabilities: list[Any],
-    history: list[ModelMessage] | None = None,
-    prompt: str = 'Go.',
-) -> tuple[list[list[ModelMessage]], list[str], list[ModelMessage]]:
-    """Run *steps*; return every request the agent's model saw, the notes written, the whole history."""
-    seen: list[list[ModelMessage]] = []
-    written: list[str] = []
-    queue = iter(steps)
-
-    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        last = messages[-1]
-        text = ' '.join(str(p.content) for p in last.parts if isinstance(p, UserPromptPart))
-        if 'summar' in text.lower() and prompt not in text:
-            return ModelResponse(parts=[TextPart('Progress: reading logs.\nNext step: read the next log.')])
-        seen.append(list(messages))
-        step = next(queue, None)
-        if step is None:
-            return ModelResponse(parts=[TextPart('done')])
-        kind, index = step
-        if kind == 'note':
-            written.append(f'[fact] {_note_text(index)}')
-            return ModelResponse(parts=[ToolCallPart('note', {'kind': 'fact', 'text': _note_text(index)})])
-        return ModelResponse(parts=[ToolCallPart('read_log', {'index': index})])
-
-    agent = Agent(FunctionModel(respond), capabilities=capabilities)
-
-    @agent.tool_plain
-    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
-        """Read one log."""
-        return log_text(index, lines=60)
-
-    result = asyncio.run(agent.run(prompt, message_history=history))
-    return seen, written, result.all_messages()
+from .test_notes_in_place import Step, _run, _shown, _steps  # pyright: ignore[reportPrivateUsage]
 
 
 def _missing_or_twice(seen: list[list[ModelMessage]], written: list[str]) -> list[str]:
