@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelRequest
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from pydantic_ai_compaction import ForgetReasoning, Fork, Trigger
+from pydantic_ai_compaction import ForgetReasoning, Fork, Tiered, Trigger
 from pydantic_ai_compaction.protocols.types import CompactionEvent
 from pydantic_ai_compaction.runtime import engine
-from pydantic_ai_compaction.runtime.degraded import warn_degraded
+from pydantic_ai_compaction.runtime.degraded import SetupWarning, warn_degraded
 from pydantic_ai_compaction.runtime.stores import SQLiteArchiveStore
 
 from .support import ScriptedAgentModel, audit_agent, fork_json
@@ -176,3 +177,57 @@ def test_a_compactor_that_cannot_run_fails_the_run_when_warnings_are_errors(
             .output
             == 'report: done'
         )
+
+
+def test_a_warning_from_the_user_s_own_callback_fails_that_compaction_only(caplog: pytest.LogCaptureFixture) -> None:
+    # Only the library's setup mistakes (`SetupWarning`) end the run: a `protect` predicate that warns under `-W error`
+    # is a failing callback, handled as one that raises (`test_a_compaction_that_fails_...` above).
+    def protect(exchange: object, messages: object) -> bool:
+        warnings.warn('helper() is deprecated', DeprecationWarning, stacklevel=2)
+        return False
+
+    script = ScriptedAgentModel(logs=8, compactor=lambda messages, kind: fork_json(['g1']))
+    agent = audit_agent(script, [Fork(trigger=Trigger(tokens=3_000), protect=protect)])
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        with caplog.at_level(logging.WARNING, logger='pydantic_ai_compaction'):
+            result = agent.run_sync('Audit.')
+    assert result.output == 'report: done'
+    logged = {r.getMessage() for r in caplog.records if r.name == 'pydantic_ai_compaction'}
+    assert logged == {
+        "fork compaction failed and left the history unchanged: DeprecationWarning('helper() is deprecated')"
+    }
+    assert issubclass(SetupWarning, RuntimeWarning)  # a filter on RuntimeWarning still matches the setup mistakes
+
+
+def _tiered_run(model: str) -> tuple[Agent[None, str], list[list[ModelMessage]]]:
+    """An agent reading 8 long logs under `Tiered` with *model* for its handoff note; and the requests it sends."""
+    sent: list[list[ModelMessage]] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(messages)
+        if len(sent) <= 8:
+            return ModelResponse(parts=[ToolCallPart('read_log', {'i': len(sent)}, tool_call_id=f'c{len(sent)}')])
+        return ModelResponse(parts=[TextPart('done')])
+
+    agent = Agent(FunctionModel(respond), capabilities=[Tiered(context_window=4_000, model=model)])
+
+    @agent.tool_plain
+    def read_log(i: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return f'log {i}: ' + 'line of output ' * 400
+
+    return agent, sent
+
+
+def test_a_tiered_note_model_that_cannot_run_is_shown_once_and_ends_the_run_when_warnings_are_errors(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    agent, sent = _tiered_run('nosuch:model')
+    with pytest.warns(SetupWarning, match=r'Tiered: the handoff note cannot be written \(UserError: Unknown model'):
+        assert agent.run_sync('Audit the logs.').output == 'done'
+    # The view goes on with the copied parts; the failure is said once in the note, not once more per summary.
+    failed = '[handoff note could not be updated: UserError]'
+    counts = [str(request).count(failed) for request in sent]
+    assert max(counts) == 1 and counts.count(1) >= 2
+    agent, _ = _tiered_run('nosuch:model')
+    _ends_the_run_unlogged(agent, r'Tiered: the handoff note cannot be written', caplog)

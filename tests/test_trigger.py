@@ -108,6 +108,12 @@ def test_a_fraction_of_an_unknown_window_warns_and_names_the_model() -> None:
     model = FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart('ok')]), model_name='local-8k')
     with pytest.warns(RuntimeWarning, match=r'context window of function:local-8k is not known; assuming 200,000'):
         assert Trigger(fraction=0.5).token_limit(model) == 100_000
+    # A `FunctionModel`'s own name already starts with its system: it is not said twice.
+    unnamed = FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart('ok')]))
+    with pytest.warns(RuntimeWarning) as caught:
+        Trigger(fraction=0.5).token_limit(unnamed)
+    assert f'context window of {unnamed.model_name} is not known' in str(caught[0].message)
+    assert 'function:function:' not in str(caught[0].message)
     # A window the user states is used as it is, silently.
     with warnings.catch_warnings():
         warnings.simplefilter('error')

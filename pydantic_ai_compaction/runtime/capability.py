@@ -21,7 +21,7 @@ from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai_compaction.protocols.types import CompactionEvent, CompactionState, Proposal
 from pydantic_ai_compaction.runtime.checks import check_bool, check_callable, check_instance, check_int, check_number
 from pydantic_ai_compaction.runtime.context import CompactionContext
-from pydantic_ai_compaction.runtime.degraded import warn_degraded
+from pydantic_ai_compaction.runtime.degraded import SetupWarning, warn_degraded
 from pydantic_ai_compaction.runtime.engine import DEFAULT_MIN_SAVING, run_compaction
 from pydantic_ai_compaction.runtime.events import EventObserver, compaction_span, emit, record_failure
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
@@ -99,10 +99,9 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
                 model_settings=request_context.model_settings,
                 parameters=request_context.model_request_parameters,
             )
-        except Warning:
-            # Only a warning the filters made an error reaches here (degraded reports never raise): it names a
-            # mistake in the user's setup, such as a model whose window is unknown, and skipping compaction on
-            # every request instead would hide it while the history grows.
+        except SetupWarning:
+            # Made an error by the filters: a mistake in the user's setup, such as a model whose window is unknown;
+            # skipping compaction on every request instead would hide it while the history grows.
             raise
         except Exception as error:  # a user predicate or trigger bug must not end the run
             warn_degraded(f'{self.strategy_name} compaction was skipped for this request: {error!r}', stacklevel=2)
@@ -226,7 +225,7 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
                 fallback_keep_last=settings.fallback_keep_last,
                 min_saving=settings.min_saving,
             )
-        except Warning:
+        except SetupWarning:
             raise  # a setup mistake the filters made an error (a compactor that cannot run), as in the hook above
         except Exception as error:  # compaction must never fail a run; a runtime bug leaves the history as it was
             record_failure(span, error)

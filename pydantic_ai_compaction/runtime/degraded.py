@@ -5,13 +5,22 @@ reported with a `RuntimeWarning`. Under warnings made errors (`-W error`, pytest
 `warnings.warn` raises, and raised from a capability's hook it ends the agent's run, which the workaround
 exists to keep going. There the report goes to the `pydantic_ai_compaction` logger instead. A warning about
 a mistake in the user's code (a view whose projection is refused, a misconfigured strategy) is not one of
-these: it follows the filters, so a test suite that makes warnings errors fails on it.
+these: it follows the filters, so a test suite that makes warnings errors fails on it. The setup mistakes a
+capability's hook finds (`SetupWarning`) are raised through it; any other warning the filters make an error while
+a compaction runs (one a user's `protect` or tokenizer emits) fails that compaction as any exception does.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
+
+
+class SetupWarning(RuntimeWarning):
+    """A mistake in the agent's setup the run works around on every request (a model whose context window is
+    unknown, a compactor model that cannot run). Under warnings made errors it ends the run: skipped and only logged,
+    the workaround would hide it while the history grew."""
+
 
 LOGGER = logging.getLogger('pydantic_ai_compaction')
 """Where a degraded report goes when the warnings filters would make it an exception."""

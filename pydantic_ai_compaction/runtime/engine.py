@@ -13,6 +13,7 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai_compaction.protocols.types import CompactionRecord, Layout, Proposal, Summary
 from pydantic_ai_compaction.runtime.apply import apply_layout, assemble
 from pydantic_ai_compaction.runtime.context import CompactionContext, Strategy
+from pydantic_ai_compaction.runtime.degraded import SetupWarning
 from pydantic_ai_compaction.runtime.encoding import ascii_strings, clean_value
 from pydantic_ai_compaction.runtime.notes import gather_notes, notes_in_place, with_notes
 from pydantic_ai_compaction.runtime.retry import is_context_overflow
@@ -206,7 +207,7 @@ def _warn_if_misconfigured(error: BaseException, strategy: Strategy) -> None:
         warnings.warn(
             f'{strategy.strategy_name}: the compactor cannot run ({_describe(error)}); every compaction falls back '
             "to keeping the newest exchanges. Check the strategy's model= and its provider package.",
-            RuntimeWarning,
+            SetupWarning,
             stacklevel=2,
         )
 

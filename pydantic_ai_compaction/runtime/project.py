@@ -33,7 +33,7 @@ from pydantic_ai.tools import RunContext
 
 from pydantic_ai_compaction.protocols.types import CompactionEvent, CompactionRecord, CompactorUsage
 from pydantic_ai_compaction.runtime import shape
-from pydantic_ai_compaction.runtime.degraded import warn_degraded
+from pydantic_ai_compaction.runtime.degraded import SetupWarning, warn_degraded
 from pydantic_ai_compaction.runtime.events import EventObserver, emit
 from pydantic_ai_compaction.runtime.tokens import estimate_token_count
 
@@ -433,6 +433,8 @@ async def project(
     original = request_context.messages
     try:
         projected = await build()
+    except SetupWarning:
+        raise  # a setup mistake the filters made an error ends the run, as in a strategy's hook
     except Exception as error:  # a view must never fail the run: send the request unprojected
         never_fails(owner, error)
         event = CompactionEvent(

@@ -17,6 +17,7 @@ from pydantic_ai_compaction.runtime.checks import (
     check_optional_int,
     check_optional_number,
 )
+from pydantic_ai_compaction.runtime.degraded import SetupWarning
 from pydantic_ai_compaction.runtime.segment import message_stamp, our_record
 from pydantic_ai_compaction.runtime.tokens import (
     DEFAULT_CONTEXT_WINDOW,
@@ -174,10 +175,12 @@ def text_tokens(text: str, tokenizer: Callable[[str], int] | None = None) -> int
 def _warn_unknown_window(model: Model, assumed: int) -> None:
     # A small local model (an 8k window) under a 200k assumption would overflow long before the trigger fires.
     # The message names the model, so Python's default warning filter shows it once per model, not per request.
-    name = f'{model.system}:{model.model_name}'
+    name = model.model_name
+    if not name.startswith(f'{model.system}:'):  # a `FunctionModel`'s own name already says `function:`
+        name = f'{model.system}:{name}'
     warnings.warn(
         f'Trigger(fraction=...): the context window of {name} is not known; assuming {assumed:,} tokens. '
         'Set Trigger(context_window=...) (or fallback_context_window=...) for this model.',
-        RuntimeWarning,
+        SetupWarning,
         stacklevel=3,
     )

@@ -12,12 +12,14 @@ With `Recall` in front, every cleared or summarized detail stays searchable.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import anyio.to_thread
 from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import (
     CompactionPart,
     ModelMessage,
@@ -46,6 +48,7 @@ from pydantic_ai_compaction.runtime.checks import (
     check_pattern,
 )
 from pydantic_ai_compaction.runtime.context import CompactionContext, for_request
+from pydantic_ai_compaction.runtime.degraded import SetupWarning
 from pydantic_ai_compaction.runtime.events import EventObserver
 from pydantic_ai_compaction.runtime.instructions import tool_provided
 from pydantic_ai_compaction.runtime.notes import NOTES_HEADER, gather_notes
@@ -363,7 +366,16 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             )
             note = compactor.response_text(response) or (previous or '')
         except Exception as error:  # the note is best effort; the copied parts below still carry the essentials
-            note = (previous or '') + f'\n[handoff note could not be updated: {type(error).__name__}]'
+            if isinstance(error, UserError | ImportError):  # the user's setup, not a passing fault: say so
+                warnings.warn(
+                    f'Tiered: the handoff note cannot be written ({type(error).__name__}: {str(error)[:300]}); '
+                    "check Tiered's model= and its provider package.",
+                    SetupWarning,
+                    stacklevel=2,
+                )
+            failed = f'[handoff note could not be updated: {type(error).__name__}]'
+            kept = (previous or '').removesuffix(f'\n{failed}')  # said once, not once more at every summary
+            note = f'{kept}\n{failed}'
         self._projection = replace(self._projection, note=note)
         # Copied by code from the full log, not from the view: after the first summary the view holds only
         # the opening and the newest exchanges, and what is copied must not depend on what was summarized.
