@@ -10,8 +10,11 @@ Not instrumented: the model is called directly, with nothing added.
 
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Literal, cast
@@ -35,10 +38,47 @@ from pydantic_ai_compaction.runtime.segment import ConversationView, fragment
 
 
 def resolve_model(model: Model | str | None, ctx: CompactionContext) -> Model:
-    """The model a compaction call goes to: an override, or the request's own model."""
+    """The model a compaction call goes to: an override, or the request's own model.
+
+    A model name is built into a model once per run (and event loop), then reused by the run's other compaction
+    calls: building one makes a provider with its own HTTP client (tens of milliseconds, mostly its TLS context,
+    and a connection pool), which every call (a summary makes two, the curator one per user request) would pay
+    again. Per run, as pydantic-ai builds a run's models from names: the next run builds it again, so a key or
+    base URL set between runs is used. A name that cannot be built (unknown, a missing key or package) is not kept.
+    """
     if model is None:
         return ctx.model
-    return infer_model(model) if isinstance(model, str) else model
+    if not isinstance(model, str):
+        return model
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return infer_model(model)
+    run = ctx.run
+    # A client's connections belong to the loop that opened them. A run called without an id (a direct
+    # `run_compaction`) is told by its usage object, which it keeps for its whole length.
+    key = (run.run_id or id(run.usage), model, loop)
+    with _BUILT_LOCK:
+        found = _BUILT.get(key)
+        if found is not None:
+            _BUILT.move_to_end(key)
+            return found
+    found = infer_model(model)
+    with _BUILT_LOCK:
+        _BUILT[key] = found
+        if len(_BUILT) > _BUILT_KEPT:
+            _BUILT.popitem(last=False)
+    return found
+
+
+_BUILT: OrderedDict[tuple[str | int, str, asyncio.AbstractEventLoop], Model] = OrderedDict()
+"""The models built from names, by run, name and loop, least recently used first (see `resolve_model`)."""
+
+_BUILT_KEPT = 16
+"""Models `_BUILT` keeps: those of the runs going on (a finished run's stay until pushed out, holding a client)."""
+
+_BUILT_LOCK = threading.Lock()
+"""Guards `_BUILT`: runs in other threads (each with its loop) resolve names too."""
 
 
 class _RunTracerProvider(TracerProvider):
