@@ -197,6 +197,35 @@ def test_each_request_of_a_run_segments_only_what_is_new(monkeypatch: pytest.Mon
     assert incremental and max(incremental) <= 4
 
 
+def test_a_prompt_list_changed_in_place_is_not_taken_for_the_prompt_segmented_with(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A user part after tool returns is the user's turn when it is the run's prompt, else tool output.
+    prompt: list[object] = ['check this too']
+    history = tool_loop(6)
+    returns = history[2]
+    assert isinstance(returns, ModelRequest)
+    history[2] = ModelRequest(parts=[*returns.parts, UserPromptPart(['check this too'])])
+    assert [e.kind for e in segment(history, prompt=prompt).exchanges][:3] == ['opening', 'tools', 'turn']
+    reused: list[bool] = []
+    original = segment_module._reusable  # pyright: ignore[reportPrivateUsage]
+
+    def spy(messages: tuple[ModelMessage, ...], prompt: object) -> Any:
+        state = original(messages, prompt)
+        reused.append(state is not None)
+        return state
+
+    monkeypatch.setattr(segment_module, '_reusable', spy)
+    longer = [*history, *tool_loop(7)[-2:]]
+    same(segment(longer, prompt=prompt), segment_fresh(longer, prompt=prompt))
+    assert reused == [True]  # the same prompt, unchanged: the segmentation is reused
+    prompt[0] = 'something else'
+    view = segment(longer, prompt=prompt)
+    same(view, segment_fresh(longer, prompt=prompt))
+    assert reused == [True, False]
+    assert [e.kind for e in view.exchanges][:3] == ['opening', 'tools', 'tools']
+
+
 def test_parts_reassigned_on_the_current_step_s_request_are_seen() -> None:
     history = tool_loop(6)
     segment(history)

@@ -25,6 +25,7 @@ message object and its part objects, so a part replaced in a message is measured
 
 from __future__ import annotations
 
+import copy
 import functools
 import operator
 import re
@@ -374,7 +375,8 @@ class _State:
     """Its exchanges: those before the cut, before the final passes (`shared.exchanges[:count]`)."""
 
     prompt: object
-    """The prompt the segmentation was made with (it decides which user parts are tool output)."""
+    """The prompt the segmentation was made with (it decides which user parts are tool output); a list is copied
+    (`__post_init__`)."""
 
     assigned_from: int
     """The highest number in the whole history when their ids were handed out."""
@@ -406,6 +408,14 @@ class _State:
 
     opening: bool
     """Whether the opening exchange lies before the cut."""
+
+    def __post_init__(self) -> None:
+        # A prompt of several parts is a list, which its owner may change in place between two segmentations
+        # (a direct `segment` caller reusing it): the same object would then pass for the same prompt. A copy is
+        # compared by `==` instead, a comparison of addresses while its items are the same objects.
+        prompt = self.prompt
+        if isinstance(prompt, list):
+            object.__setattr__(self, 'prompt', copy.copy(cast('list[object]', prompt)))
 
     def matches(self, history: tuple[ModelMessage, ...], prompt: object) -> bool:
         """Whether *history* starts with the same message objects and was segmented with the same prompt.
