@@ -786,14 +786,16 @@ def _finish(history: tuple[ModelMessage, ...], raw: _Raw, protect: ProtectPredic
     if protect is not None:
         exchanges = _apply_predicate(history, exchanges, protect)
     final = tuple(exchanges)
-    return ConversationView(
+    view = ConversationView(
         messages=history,
         exchanges=final,
         next_id=raw.highest + 1,
         text_chars=raw.chars,
         instructions=raw.instructions,
-        copies=(final, tuple(copies)) if protect is None else None,
     )
+    if protect is None:
+        object.__setattr__(view, 'copies', (final, tuple(copies)))  # not a constructor argument: see the field
+    return view
 
 
 TOOL_CONTENT_WINDOW = timedelta(seconds=2)

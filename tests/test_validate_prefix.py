@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import operator
 import os
+from dataclasses import replace
 from itertools import chain, compress, count
 from typing import Any
 
@@ -18,9 +19,10 @@ from pydantic_ai_compaction import InstructionSources
 from pydantic_ai_compaction.protocols.types import Exchange
 from pydantic_ai_compaction.runtime import segment
 from pydantic_ai_compaction.runtime.instructions import gather_instructions
-from pydantic_ai_compaction.runtime.segment import ConversationView
+from pydantic_ai_compaction.runtime.segment import ConversationView, segment_fresh
 
 from .reliability import histories
+from .test_incremental import tool_loop
 from .test_instructions_gather import with_marked_results
 
 EXAMPLES = int(os.environ.get('PAC_EXAMPLES', '15'))
@@ -131,3 +133,23 @@ def test_instructions_gathered_on_views_that_share_a_start_are_those_gathered_af
     for view in _views(history, other, keep, order):
         fresh = InstructionSources(markers=('CHANGE:',), user_prompts=True)
         assert gather_instructions(view, carried) == gather_instructions(view, fresh)
+
+
+def test_only_segmentation_notes_a_view_s_copies() -> None:
+    """A view built or copied by hand carries no note a wrong one could mislead the shared prefix with."""
+    view = segment(tool_loop(6))
+    assert view.copies is not None and view.copies[0] is view.exchanges
+    built = ConversationView(messages=view.messages, exchanges=view.exchanges, next_id=view.next_id)
+    assert built.copies is None
+    assert replace(view).copies is None
+    with pytest.raises(TypeError, match='copies'):
+        ConversationView(  # type: ignore[call-arg]
+            messages=view.messages,
+            exchanges=view.exchanges,
+            next_id=view.next_id,
+            copies=(view.exchanges, ()),  # pyright: ignore[reportCallIssue]
+        )
+    # Without notes the prefix is found position by position: the same answer.
+    old = view.exchanges
+    new = (*old[:3], *segment_fresh(tool_loop(6)).exchanges[3:])
+    assert _validate._identical_prefix(old, None, new, None) == _prefix_by_every_position(old, new) == 3

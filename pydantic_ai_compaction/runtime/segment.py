@@ -181,12 +181,15 @@ class ConversationView:
     """The instructions the next request is sent with (the newest non-empty set a request holds), carried like
     `text_chars` and read only where that is known."""
 
-    copies: tuple[tuple[Exchange, ...], tuple[int, ...]] | None = field(default=None, compare=False, repr=False)
+    copies: tuple[tuple[Exchange, ...], tuple[int, ...]] | None = field(
+        default=None, init=False, compare=False, repr=False
+    )
     """Segmentation's note for what is computed from views: its `exchanges` tuple and the positions in it of the
     exchanges it marked on copies (the current turn, those in progress). Every other exchange is the object
     segmentation remembers for the messages it covers, placed only after the same objects: two such views
     holding the same object at a position hold the same objects (or these copies) before it. `None`, or a
-    tuple that is not `exchanges` (a view copied with other exchanges), when unknown."""
+    tuple that is not `exchanges`, when unknown. Set by segmentation only: a view built or copied
+    (`dataclasses.replace`) has none, since a wrong note would mislead the validator's shared prefix."""
 
     @property
     def estimated_tokens(self) -> int:
@@ -925,14 +928,16 @@ def _finish(history: tuple[ModelMessage, ...], raw: _Raw, protect: ProtectPredic
     if protect is not None:
         exchanges = _apply_predicate(history, exchanges, protect)
     final = tuple(exchanges)
-    return ConversationView(
+    view = ConversationView(
         messages=history,
         exchanges=final,
         next_id=raw.highest + 1,
         text_chars=raw.chars,
         instructions=raw.instructions,
-        copies=(final, tuple(copies)) if protect is None else None,
     )
+    if protect is None:
+        object.__setattr__(view, 'copies', (final, tuple(copies)))  # not a constructor argument: see the field
+    return view
 
 
 TOOL_CONTENT_WINDOW = timedelta(seconds=2)
