@@ -70,6 +70,8 @@ from pydantic_ai_compaction.runtime.tokens import (
     CHARS_PER_TOKEN,
     estimate_token_count,
     measure_message_text,
+    tool_return_text,
+    value_text,
 )
 
 ProtectPredicate = Callable[[Exchange, list[ModelMessage]], bool]
@@ -753,16 +755,36 @@ def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _Stat
     for part in opening.parts:
         if not (type(part) is SystemPromptPart or (type(part) is UserPromptPart and type(part.content) is str)):
             return None
+    # Each plain message is measured as it is read (`_measure`'s figures, without a second pass over the history).
+    memo = _TOKENS
+    remembered = memo.entries
+    tokens, chars = _measure((opening,))
+    token_counts: list[int] = [tokens[0]]
+    total = before_last = chars[0]
+    add_tokens = token_counts.append
     index = 1
     while index + 1 < count:
         response = history[index]
         if type(response) is not ModelResponse or (response.metadata and message_stamp(response)):
             break
         calls: set[str] = set()
+        size = converted = 0
         for part in response.parts:
             if type(part) is ToolCallPart:
                 calls.add(part.tool_call_id)
-            elif type(part) is not TextPart and type(part) is not ThinkingPart:
+                # `measure_message_text`'s reading of a call: its name and its arguments' text.
+                args = part.args
+                if isinstance(args, str):
+                    size += len(part.tool_name) + len(args)
+                else:
+                    length = len(value_text(args))
+                    size += len(part.tool_name) + length
+                    converted += length
+            elif type(part) is TextPart:
+                size += len(part.content)
+            elif type(part) is ThinkingPart:
+                size += len(part.content or '')
+            else:
                 calls.clear()
                 break
         if not calls:
@@ -770,35 +792,66 @@ def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _Stat
         request = history[index + 1]
         if type(request) is not ModelRequest or not request.parts:
             break
+        returned = returned_converted = 0
         for part in request.parts:
             if type(part) is not ToolReturnPart or part.tool_call_id not in calls or part.outcome == 'retried':
                 break
+            content = part.content
+            if type(content) is str:
+                returned += len(content)
+            else:
+                length = len(tool_return_text(part))
+                returned += length
+                returned_converted += length
         else:
+            # As `_measure` reads them: a remembered estimate first, a measured one remembered past a threshold.
+            before_last = total
+            if id(response) in remembered and (entry := memo.entry(response)) is not None:
+                add_tokens(entry[2])
+                total = None if total is None or entry[3] is None else total + entry[3]
+            else:
+                tokens = max(size // CHARS_PER_TOKEN, response.usage.output_tokens)
+                if converted >= _REMEMBER_CONVERTED:
+                    memo.put(response, tokens, size)
+                add_tokens(tokens)
+                total = None if total is None else total + size
+            if id(request) in remembered and (entry := memo.entry(request)) is not None:
+                add_tokens(entry[2])
+                total = None if total is None or entry[3] is None else total + entry[3]
+            else:
+                tokens = returned // CHARS_PER_TOKEN
+                if returned_converted >= _REMEMBER_CONVERTED:
+                    memo.put(request, tokens, returned)
+                add_tokens(tokens)
+                total = None if total is None else total + returned
             index += 2
             continue
         break
     cut = index - 2  # the last plain step's response: that step is read again with whatever follows it
     if cut < 3:
         return None
-    token_counts, sizes = _measure(history[:cut])
-    # Built as `_exchange` builds them (the same objects), without a call per step.
-    new, fields = _NEW, vars
+    total = before_last  # the last plain step is read again from the cut: its sizes are not the state's
+    # Built as `_exchange` builds them (the same objects, their fields set in the same order), without a call per step.
+    new = _NEW
     opening_exchange = new(Exchange)
-    fields(opening_exchange).update(
-        id='g0', kind='opening', refs=((0, None),), tokens=token_counts[0], protected='opening', unfinished=False
-    )
+    fields = opening_exchange.__dict__
+    fields['id'] = 'g0'
+    fields['kind'] = 'opening'
+    fields['refs'] = ((0, None),)
+    fields['tokens'] = token_counts[0]
+    fields['protected'] = 'opening'
+    fields['unfinished'] = False
     exchanges = [opening_exchange]
     add = exchanges.append
     for number, position in enumerate(range(1, cut, 2), start=1):
         exchange = new(Exchange)
-        fields(exchange).update(
-            id=f'g{number}',
-            kind='tools',
-            refs=((position, None), (position + 1, None)),
-            tokens=token_counts[position] + token_counts[position + 1],
-            protected=None,
-            unfinished=False,
-        )
+        fields = exchange.__dict__
+        fields['id'] = f'g{number}'
+        fields['kind'] = 'tools'
+        fields['refs'] = ((position, None), (position + 1, None))
+        fields['tokens'] = token_counts[position] + token_counts[position + 1]
+        fields['protected'] = None
+        fields['unfinished'] = False
         add(exchange)
     first = weakref.ref(history[0])
     steps = len(exchanges) - 1
@@ -813,7 +866,7 @@ def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _Stat
         assigned_from=0,
         highest_before_cut=0,
         counter=steps,
-        chars=_add_sizes(0, sizes),
+        chars=total,
         instructions=_newest_instructions(history, 0, cut, None),
         top_number=steps,
         last_turn=0,

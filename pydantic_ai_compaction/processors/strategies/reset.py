@@ -25,11 +25,13 @@ from dataclasses import dataclass, field
 from itertools import accumulate, chain, repeat
 from typing import Any
 
+from orjson import OPT_SORT_KEYS, JSONEncodeError, dumps
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
     TextPart,
+    ThinkingPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -43,7 +45,7 @@ from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int, check_patterns
 from pydantic_ai_compaction.runtime.context import CompactionContext
-from pydantic_ai_compaction.runtime.encoding import args_text, clean_text
+from pydantic_ai_compaction.runtime.encoding import args_text, clean_text, plain_flat
 from pydantic_ai_compaction.runtime.instructions import (
     InstructionSources,
     gather_instructions,
@@ -661,10 +663,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         have, want = len(exchanges), self._peek(carried, view)
         entries: list[tuple[_Entry, ...]] = []  # those of `exchanges[have:]`
         while True:
-            entries[:0] = [
-                () if _no_entries(exchange) else self._exchange_entries(view, exchange)
-                for exchange in exchanges[want:have]
-            ]
+            entries[:0] = self._entries_of(view, exchanges[want:have])
             have = want
             with _READING:
                 reading, start = self._resume(carried, view)
@@ -885,6 +884,91 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
 
         entries = tuple((name, line, fact, label(line)) for name in SECTIONS for line, fact in sections[name])
         return self._entries.put(parts, entries) if parts else entries
+
+    def _entries_of(self, view: ConversationView, exchanges: Sequence[Exchange]) -> list[tuple[_Entry, ...]]:
+        """`_exchange_entries` of each of *exchanges* (`()` for one `_no_entries` holds), in one loop.
+
+        A history never seen is mostly tool steps of one call and a short result (50k messages of them are
+        25k steps): those are read here with what each costs cut to what its entries need (no call per step,
+        the arguments' JSON written by `orjson` as `to_json` writes them, whether a tool writes told once per
+        name, a size under a thousand written without grouping). Every other exchange goes to
+        `_exchange_entries`, which gives the same entries for these too.
+        """
+        history = view.messages
+        excerpt = self.excerpt_chars
+        search = self._writes.search
+        writes: dict[str, bool] = {}  # per name read in this loop: the pattern is the one the loop started with
+        labels = _TOOL_LABELS
+        out: list[tuple[_Entry, ...]] = []
+        add = out.append
+        for exchange in exchanges:
+            if exchange.protected is not None or exchange.unfinished or exchange.kind not in _ENTRY_KINDS:
+                add(())  # `_no_entries`
+                continue
+            refs = exchange.refs
+            found = None
+            if exchange.kind == 'tools' and len(refs) == 2 and refs[0][1] is None and refs[1][1] is None:
+                response, request = history[refs[0][0]], history[refs[1][0]]
+                if type(response) is ModelResponse and type(request) is ModelRequest and len(request.parts) == 1:
+                    found = self._short_step(response, request.parts[0], excerpt, search, writes, labels)
+            add(self._exchange_entries(view, exchange) if found is None else found)
+        return out
+
+    def _short_step(
+        self,
+        response: ModelResponse,
+        result: object,
+        excerpt: int,
+        search: Callable[[str], object],
+        writes: dict[str, bool],
+        labels: dict[str, str],
+    ) -> tuple[_Entry, ...] | None:
+        """`_call_entries(response, result)` of a step whose response holds thinking and calls only, one of them
+        answered by *result*, a successful plain `str` of at most *excerpt* characters, and whose call has plain
+        `str`-keyed arguments of plain scalars and a plain name already labelled; `None` for any other step."""
+        if type(result) is not ToolReturnPart:
+            return None
+        content = result.content
+        if type(content) is not str or len(content) > excerpt or result.outcome != 'success':
+            return None
+        call_id = result.tool_call_id
+        call_part: ToolCallPart | None = None
+        for part in response.parts:
+            if type(part) is ToolCallPart:
+                if part.tool_call_id == call_id:
+                    if call_part is not None:
+                        return None
+                    call_part = part
+            elif type(part) is not ThinkingPart:
+                return None  # a text is said: `_call_entries` reads it
+        if call_part is None:
+            return None
+        name = call_part.tool_name
+        label = labels.get(name) if type(name) is str else None
+        args = call_part.args
+        if label is None or type(args) is not dict or not plain_flat(args):
+            return None
+        try:
+            # `to_json`'s own first path for such arguments; `orjson` writes no lone surrogate (it refuses one), so
+            # the text is clean as it is.
+            call = f'{name}({dumps(args, option=OPT_SORT_KEYS).decode()})'
+        except JSONEncodeError:
+            return None  # an integer beyond 64 bits, a lone surrogate: `to_json`'s other path
+        written = writes.get(name)
+        if written is None:
+            written = writes[name] = search(name) is not None
+        content = clean_text(content)
+        size = len(content)
+        # `,` groups digits from a thousand on: below, the size is written as `str` writes it.
+        entry = f'{call} → success, {size} chars' if size < 1_000 else f'{call} → success, {size:,} chars'
+        fact = ' '.join(content.split())
+        if written:
+            if fact:
+                return (('found', f'{call}: {fact}', len(call) + 2, label), ('changed', entry, 0, label))
+            return (('changed', entry, 0, label),)
+        if fact:
+            return (('read', entry, 0, label), ('found', f'{call}: {fact}', len(call) + 2, label))
+        return (('read', entry, 0, label),)
 
     def _tool_entries(
         self, messages: list[ModelMessage], sections: dict[str, list[tuple[str, int]]], extract: FactExtractor
