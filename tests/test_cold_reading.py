@@ -45,7 +45,7 @@ EXAMPLES = settings(
 )
 
 
-class Tool(str, enum.Enum):
+class Tool(enum.StrEnum):
     READ = 'read_log'
 
 
