@@ -45,7 +45,7 @@ from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int, check_patterns
 from pydantic_ai_compaction.runtime.context import CompactionContext
-from pydantic_ai_compaction.runtime.encoding import args_text, clean_text, plain_flat
+from pydantic_ai_compaction.runtime.encoding import args_text, clean_text
 from pydantic_ai_compaction.runtime.instructions import (
     InstructionSources,
     gather_instructions,
@@ -262,6 +262,12 @@ _TOOL_LABELS_KEPT = 1_024
 
 _TOOL_LABEL_NAME_CHARS = 256
 """Longest tool name `_TOOL_LABELS` keeps: a model's made-up name of a megabyte is not held for the process's life."""
+
+_FLAT_ARGS = 8
+"""Arguments a step read in one loop holds at most (`_short_step`): more go the general way."""
+
+_PLAIN_SCALARS = frozenset({str, int, bool, type(None)})
+"""The value types `orjson` writes as `to_json` does (`encoding.plain_flat`)."""
 
 _READ_KEPT = 4
 """Histories whose reading a reset keeps (conversations sharing one capability each keep theirs)."""
@@ -889,49 +895,54 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         """`_exchange_entries` of each of *exchanges* (`()` for one `_no_entries` holds), in one loop.
 
         A history never seen is mostly tool steps of one call and a short result (50k messages of them are
-        25k steps): those are read here with what each costs cut to what its entries need (no call per step,
-        the arguments' JSON written by `orjson` as `to_json` writes them, whether a tool writes told once per
-        name, a size under a thousand written without grouping). Every other exchange goes to
-        `_exchange_entries`, which gives the same entries for these too.
+        25k steps): those are read here with what each costs cut to what its entries need (`_short_step`).
+        Every other exchange goes to `_exchange_entries`, which gives the same entries for these too.
         """
         history = view.messages
+        short = self._short_step
         excerpt = self.excerpt_chars
         search = self._writes.search
         writes: dict[str, bool] = {}  # per name read in this loop: the pattern is the one the loop started with
-        labels = _TOOL_LABELS
         out: list[tuple[_Entry, ...]] = []
         add = out.append
         for exchange in exchanges:
-            if exchange.protected is not None or exchange.unfinished or exchange.kind not in _ENTRY_KINDS:
+            kind = exchange.kind
+            if exchange.protected is not None or exchange.unfinished or kind not in _ENTRY_KINDS:
                 add(())  # `_no_entries`
                 continue
             refs = exchange.refs
-            found = None
-            if exchange.kind == 'tools' and len(refs) == 2 and refs[0][1] is None and refs[1][1] is None:
-                response, request = history[refs[0][0]], history[refs[1][0]]
-                if type(response) is ModelResponse and type(request) is ModelRequest and len(request.parts) == 1:
-                    found = self._short_step(response, request.parts[0], excerpt, search, writes, labels)
-            add(self._exchange_entries(view, exchange) if found is None else found)
+            if kind == 'tools' and len(refs) == 2:
+                (at, chosen), (then, also) = refs
+                if chosen is None and also is None:
+                    response, request = history[at], history[then]
+                    if type(response) is ModelResponse and type(request) is ModelRequest and len(request.parts) == 1:
+                        result = request.parts[0]
+                        if type(result) is ToolReturnPart:
+                            content = result.content
+                            if type(content) is str and len(content) <= excerpt and result.outcome == 'success':
+                                found = short(response, result.tool_call_id, content, search, writes)
+                                if found is not None:
+                                    add(found)
+                                    continue
+            add(self._exchange_entries(view, exchange))
         return out
 
+    @staticmethod
     def _short_step(
-        self,
         response: ModelResponse,
-        result: object,
-        excerpt: int,
+        call_id: str,
+        content: str,
         search: Callable[[str], object],
         writes: dict[str, bool],
-        labels: dict[str, str],
     ) -> tuple[_Entry, ...] | None:
-        """`_call_entries(response, result)` of a step whose response holds thinking and calls only, one of them
-        answered by *result*, a successful plain `str` of at most *excerpt* characters, and whose call has plain
-        `str`-keyed arguments of plain scalars and a plain name already labelled; `None` for any other step."""
-        if type(result) is not ToolReturnPart:
-            return None
-        content = result.content
-        if type(content) is not str or len(content) > excerpt or result.outcome != 'success':
-            return None
-        call_id = result.tool_call_id
+        """`_call_entries` of a step whose result (to *call_id*) is a successful plain `str`, *content*, short enough
+        to be carried whole, when the response holds thinking and calls only, one of them answered, with a plain name
+        already labelled and plain arguments (a few `str` keys to plain scalars); `None` for any other step.
+
+        What each costs is cut to what its entries need: the arguments' JSON written by `orjson` as `to_json` writes
+        them, whether a tool writes told once per name (*writes*, by *search*), a size under a thousand written
+        without grouping.
+        """
         call_part: ToolCallPart | None = None
         for part in response.parts:
             if type(part) is ToolCallPart:
@@ -944,10 +955,13 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         if call_part is None:
             return None
         name = call_part.tool_name
-        label = labels.get(name) if type(name) is str else None
+        label = _TOOL_LABELS.get(name) if type(name) is str else None
         args = call_part.args
-        if label is None or type(args) is not dict or not plain_flat(args):
+        if label is None or type(args) is not dict or len(args) > _FLAT_ARGS:
             return None
+        for key, value in args.items():  # `plain_flat`, without its fixed cost for a few items
+            if type(key) is not str or type(value) not in _PLAIN_SCALARS:
+                return None
         try:
             # `to_json`'s own first path for such arguments; `orjson` writes no lone surrogate (it refuses one), so
             # the text is clean as it is.
@@ -957,7 +971,8 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         written = writes.get(name)
         if written is None:
             written = writes[name] = search(name) is not None
-        content = clean_text(content)
+        if not content.isascii():
+            content = clean_text(content)
         size = len(content)
         # `,` groups digits from a thousand on: below, the size is written as `str` writes it.
         entry = f'{call} → success, {size} chars' if size < 1_000 else f'{call} → success, {size:,} chars'
