@@ -173,3 +173,18 @@ def test_large_arguments_and_results_are_remembered_as_measured() -> None:
     as_reference(segment(history), expected)
     as_reference(segment(fresh(history)), expected)
     assert messages_tokens(history) == messages_tokens(fresh(history))
+
+
+def test_instructions_among_the_plain_steps_are_the_view_s_as_the_reference_finds_them() -> None:
+    """The newest instructions before the cut, on the opening or on a step's request, are read with the steps."""
+    for at in (0, 2, 4, 6):
+        history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('Go.')])]
+        for step in range(4):
+            history.append(ModelResponse(parts=[ToolCallPart('read_log', {'index': step}, tool_call_id=f'c{step}')]))
+            history.append(ModelRequest(parts=[ToolReturnPart('read_log', 'ok', tool_call_id=f'c{step}')]))
+        history[at] = ModelRequest(parts=list(history[at].parts), instructions=f'Be brief ({at}).')
+        history.append(ModelResponse(parts=[TextPart('done')]))
+        history.append(ModelRequest(parts=[UserPromptPart('next')]))
+        view = segment(fresh(history))
+        as_reference(view, reference.segment_fresh(fresh(history)))
+        assert view.instructions == f'Be brief ({at}).'

@@ -755,13 +755,26 @@ def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _Stat
     for part in opening.parts:
         if not (type(part) is SystemPromptPart or (type(part) is UserPromptPart and type(part.content) is str)):
             return None
-    # Each plain message is measured as it is read (`_measure`'s figures, without a second pass over the history).
+    # Each plain message is measured as it is read (`_measure`'s figures, without a second pass over the history), and
+    # each step's exchange is built as it is read: as `_exchange` builds it (the same object, its fields set in the
+    # same order), without a call per step.
     memo = _TOKENS
     remembered = memo.entries
     tokens, chars = _measure((opening,))
-    token_counts: list[int] = [tokens[0]]
     total = before_last = chars[0]
-    add_tokens = token_counts.append
+    newest = opening.instructions or None  # `_newest_instructions` of the messages read
+    newest_before_last = newest
+    new = _NEW
+    opening_exchange = new(Exchange)
+    fields = opening_exchange.__dict__
+    fields['id'] = 'g0'
+    fields['kind'] = 'opening'
+    fields['refs'] = ((0, None),)
+    fields['tokens'] = tokens[0]
+    fields['protected'] = 'opening'
+    fields['unfinished'] = False
+    exchanges = [opening_exchange]
+    add = exchanges.append
     index = 1
     while index + 1 < count:
         response = history[index]
@@ -807,52 +820,43 @@ def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _Stat
             # As `_measure` reads them: a remembered estimate first, a measured one remembered past a threshold.
             before_last = total
             if id(response) in remembered and (entry := memo.entry(response)) is not None:
-                add_tokens(entry[2])
+                step_tokens = entry[2]
                 total = None if total is None or entry[3] is None else total + entry[3]
             else:
-                tokens = max(size // CHARS_PER_TOKEN, response.usage.output_tokens)
+                step_tokens = max(size // CHARS_PER_TOKEN, response.usage.output_tokens)
                 if converted >= _REMEMBER_CONVERTED:
-                    memo.put(response, tokens, size)
-                add_tokens(tokens)
+                    memo.put(response, step_tokens, size)
                 total = None if total is None else total + size
             if id(request) in remembered and (entry := memo.entry(request)) is not None:
-                add_tokens(entry[2])
+                step_tokens += entry[2]
                 total = None if total is None or entry[3] is None else total + entry[3]
             else:
                 tokens = returned // CHARS_PER_TOKEN
                 if returned_converted >= _REMEMBER_CONVERTED:
                     memo.put(request, tokens, returned)
-                add_tokens(tokens)
+                step_tokens += tokens
                 total = None if total is None else total + returned
+            newest_before_last = newest
+            if request.instructions:
+                newest = request.instructions
+            exchange = new(Exchange)
+            fields = exchange.__dict__
+            fields['id'] = f'g{len(exchanges)}'
+            fields['kind'] = 'tools'
+            fields['refs'] = ((index, None), (index + 1, None))
+            fields['tokens'] = step_tokens
+            fields['protected'] = None
+            fields['unfinished'] = False
+            add(exchange)
             index += 2
             continue
         break
     cut = index - 2  # the last plain step's response: that step is read again with whatever follows it
     if cut < 3:
         return None
-    total = before_last  # the last plain step is read again from the cut: its sizes are not the state's
-    # Built as `_exchange` builds them (the same objects, their fields set in the same order), without a call per step.
-    new = _NEW
-    opening_exchange = new(Exchange)
-    fields = opening_exchange.__dict__
-    fields['id'] = 'g0'
-    fields['kind'] = 'opening'
-    fields['refs'] = ((0, None),)
-    fields['tokens'] = token_counts[0]
-    fields['protected'] = 'opening'
-    fields['unfinished'] = False
-    exchanges = [opening_exchange]
-    add = exchanges.append
-    for number, position in enumerate(range(1, cut, 2), start=1):
-        exchange = new(Exchange)
-        fields = exchange.__dict__
-        fields['id'] = f'g{number}'
-        fields['kind'] = 'tools'
-        fields['refs'] = ((position, None), (position + 1, None))
-        fields['tokens'] = token_counts[position] + token_counts[position + 1]
-        fields['protected'] = None
-        fields['unfinished'] = False
-        add(exchange)
+    # The last plain step is read again from the cut: its exchange, sizes and instructions are not the state's.
+    exchanges.pop()
+    total = before_last
     first = weakref.ref(history[0])
     steps = len(exchanges) - 1
     return _State(
@@ -867,7 +871,7 @@ def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _Stat
         highest_before_cut=0,
         counter=steps,
         chars=total,
-        instructions=_newest_instructions(history, 0, cut, None),
+        instructions=newest_before_last,
         top_number=steps,
         last_turn=0,
         response=True,
