@@ -30,6 +30,8 @@ from pydantic_ai.usage import RequestUsage
 
 from pydantic_ai_compaction import ResetToCheckpoint, Trigger
 from pydantic_ai_compaction.processors.strategies.reset import (
+    _kind,  # pyright: ignore[reportPrivateUsage]
+    _Kinds,  # pyright: ignore[reportPrivateUsage]
     _no_entries,  # pyright: ignore[reportPrivateUsage]
 )
 from pydantic_ai_compaction.runtime import segment
@@ -188,3 +190,15 @@ def test_instructions_among_the_plain_steps_are_the_view_s_as_the_reference_find
         view = segment(fresh(history))
         as_reference(view, reference.segment_fresh(fresh(history)))
         assert view.instructions == f'Be brief ({at}).'
+
+
+WORD_PIECES = st.sampled_from(['A', 'z', 'É', 'ß', 'ǅ', '=', '7', '٣', '²', 'Ⅻ', '_', '-', ':', '\ud800', '[', '.'])
+
+
+@EXAMPLES
+@given(st.lists(st.text(max_size=8) | st.lists(WORD_PIECES, min_size=1, max_size=6).map(''.join), max_size=20))
+def test_a_word_s_kind_told_by_the_store_is_the_word_s_kind(words: list[str]) -> None:
+    """The store tells a word missing from it as `_kind` does, and the same again once it holds the word."""
+    kinds = _Kinds()
+    assert [kinds[word] for word in words] == [_kind(word) for word in words]
+    assert [kinds[word] for word in words] == [_kind(word) for word in words]

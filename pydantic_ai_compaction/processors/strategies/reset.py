@@ -226,7 +226,16 @@ class _Kinds(dict[str, str]):
     """
 
     def __missing__(self, token: str) -> str:
-        kind = _kind(token)
+        # `_kind(token)`, its body inlined: a log of words never repeated (ids, hashes) misses for most of its words,
+        # and a call per word was about a sixth of what reading such a log cost.
+        if token.isalpha():
+            kind = token if token.isupper() else 'w'
+        elif '=' in token:
+            kind = token.partition('=')[0] + '='
+        elif token.isascii():
+            kind = 'w' if _ASCII_DIGIT.search(token) is None else '0'
+        else:
+            kind = '0' if any(map(str.isdigit, token)) else 'w'
         if len(token) <= _KIND_WORD_CHARS:
             if len(self) >= _KINDS_KEPT:
                 self.clear()
