@@ -146,13 +146,21 @@ def _orjson_writes_as_json(value: Any) -> bool:
     if kind in _EXACT_SCALARS:
         return True
     if kind is dict:
-        # Most arguments are flat: string keys and exact scalars, told in C without a call per item.
-        if _STR_ONLY.issuperset(map(type, value)) and _SCALAR_SET.issuperset(map(type, value.values())):  # pyright: ignore[reportUnknownArgumentType]
+        if plain_flat(value):  # pyright: ignore[reportUnknownArgumentType]
             return True
         return all(type(key) is str and _orjson_writes_as_json(item) for key, item in value.items())  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
     if kind is list or kind is tuple:
         return all(_orjson_writes_as_json(item) for item in value)  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
     return False
+
+
+def plain_flat(value: dict[Any, Any]) -> bool:
+    """Whether every key of *value* is an exact `str` and every value an exact `str`, `int`, `bool` or `None`.
+
+    Most arguments are such flat dicts: told in C, without a call per item. `orjson` writes them as `to_json`
+    does, or refuses them (a lone surrogate, an integer beyond 64 bits).
+    """
+    return _STR_ONLY.issuperset(map(type, value)) and _SCALAR_SET.issuperset(map(type, value.values()))
 
 
 def from_json(text: str | bytes) -> Any:

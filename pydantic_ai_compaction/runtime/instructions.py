@@ -257,6 +257,12 @@ def _gather(
     lines_in = sources.lines_in
     # The first-character test is `lines_in`'s own: a subclass that reads lines its own way is always called.
     lead = sources._lead if type(sources).lines_in is InstructionSources.lines_in else None  # pyright: ignore[reportPrivateUsage]
+    # Without markers no tool output is read (`lines_in` and `marked_lines` find nothing): only user parts are.
+    unmarked = (
+        not sources._compiled  # pyright: ignore[reportPrivateUsage]
+        and type(sources).lines_in is InstructionSources.lines_in
+        and type(sources).marked_lines is InstructionSources.marked_lines
+    )
     for exchange in exchanges:
         kind = exchange.kind
         if kind == 'opening' or kind == 'boundary' or kind == 'restatement':  # `_no_lines`, without a call
@@ -268,6 +274,8 @@ def _gather(
             parts = message.parts if chosen is None else [message.parts[p] for p in chosen]
             for part in parts:
                 if isinstance(part, ToolReturnPart):
+                    if unmarked:
+                        continue
                     content = part.content
                     if type(part) is ToolReturnPart and type(content) is str and part.outcome == 'success':
                         if lead is not None and lead not in content:

@@ -71,6 +71,8 @@ from pydantic_ai_compaction.runtime.tokens import (
     CHARS_PER_TOKEN,
     estimate_token_count,
     measure_message_text,
+    tool_return_text,
+    value_text,
 )
 
 ProtectPredicate = Callable[[Exchange, list[ModelMessage]], bool]
@@ -766,16 +768,49 @@ def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _Stat
     for part in opening.parts:
         if not (type(part) is SystemPromptPart or (type(part) is UserPromptPart and type(part.content) is str)):
             return None
+    # Each plain message is measured as it is read (`_measure`'s figures, without a second pass over the history), and
+    # each step's exchange is built as it is read: as `_exchange` builds it (the same object, its fields set in the
+    # same order), without a call per step.
+    memo = _TOKENS
+    remembered = memo.entries
+    tokens, chars = _measure((opening,))
+    total = before_last = chars[0]
+    newest = opening.instructions or None  # `_newest_instructions` of the messages read
+    newest_before_last = newest
+    new = _NEW
+    opening_exchange = new(Exchange)
+    fields = opening_exchange.__dict__
+    fields['id'] = 'g0'
+    fields['kind'] = 'opening'
+    fields['refs'] = ((0, None),)
+    fields['tokens'] = tokens[0]
+    fields['protected'] = 'opening'
+    fields['unfinished'] = False
+    exchanges = [opening_exchange]
+    add = exchanges.append
     index = 1
     while index + 1 < count:
         response = history[index]
         if type(response) is not ModelResponse or (response.metadata and message_stamp(response)):
             break
         calls: set[str] = set()
+        size = converted = 0
         for part in response.parts:
             if type(part) is ToolCallPart:
                 calls.add(part.tool_call_id)
-            elif type(part) is not TextPart and type(part) is not ThinkingPart:
+                # `measure_message_text`'s reading of a call: its name and its arguments' text.
+                args = part.args
+                if isinstance(args, str):
+                    size += len(part.tool_name) + len(args)
+                else:
+                    length = len(value_text(args))
+                    size += len(part.tool_name) + length
+                    converted += length
+            elif type(part) is TextPart:
+                size += len(part.content)
+            elif type(part) is ThinkingPart:
+                size += len(part.content or '')
+            else:
                 calls.clear()
                 break
         if not calls:
@@ -783,36 +818,58 @@ def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _Stat
         request = history[index + 1]
         if type(request) is not ModelRequest or not request.parts:
             break
+        returned = returned_converted = 0
         for part in request.parts:
             if type(part) is not ToolReturnPart or part.tool_call_id not in calls or part.outcome == 'retried':
                 break
+            content = part.content
+            if type(content) is str:
+                returned += len(content)
+            else:
+                length = len(tool_return_text(part))
+                returned += length
+                returned_converted += length
         else:
+            # As `_measure` reads them: a remembered estimate first, a measured one remembered past a threshold.
+            before_last = total
+            if id(response) in remembered and (entry := memo.entry(response)) is not None:
+                step_tokens = entry[2]
+                total = None if total is None or entry[3] is None else total + entry[3]
+            else:
+                step_tokens = max(size // CHARS_PER_TOKEN, response.usage.output_tokens)
+                if converted >= _REMEMBER_CONVERTED:
+                    memo.put(response, step_tokens, size)
+                total = None if total is None else total + size
+            if id(request) in remembered and (entry := memo.entry(request)) is not None:
+                step_tokens += entry[2]
+                total = None if total is None or entry[3] is None else total + entry[3]
+            else:
+                tokens = returned // CHARS_PER_TOKEN
+                if returned_converted >= _REMEMBER_CONVERTED:
+                    memo.put(request, tokens, returned)
+                step_tokens += tokens
+                total = None if total is None else total + returned
+            newest_before_last = newest
+            if request.instructions:
+                newest = request.instructions
+            exchange = new(Exchange)
+            fields = exchange.__dict__
+            fields['id'] = f'g{len(exchanges)}'
+            fields['kind'] = 'tools'
+            fields['refs'] = ((index, None), (index + 1, None))
+            fields['tokens'] = step_tokens
+            fields['protected'] = None
+            fields['unfinished'] = False
+            add(exchange)
             index += 2
             continue
         break
     cut = index - 2  # the last plain step's response: that step is read again with whatever follows it
     if cut < 3:
         return None
-    token_counts, sizes = _measure(history[:cut])
-    # Built as `_exchange` builds them (the same objects), without a call per step.
-    new, fields = _NEW, vars
-    opening_exchange = new(Exchange)
-    fields(opening_exchange).update(
-        id='g0', kind='opening', refs=((0, None),), tokens=token_counts[0], protected='opening', unfinished=False
-    )
-    exchanges = [opening_exchange]
-    add = exchanges.append
-    for number, position in enumerate(range(1, cut, 2), start=1):
-        exchange = new(Exchange)
-        fields(exchange).update(
-            id=f'g{number}',
-            kind='tools',
-            refs=((position, None), (position + 1, None)),
-            tokens=token_counts[position] + token_counts[position + 1],
-            protected=None,
-            unfinished=False,
-        )
-        add(exchange)
+    # The last plain step is read again from the cut: its exchange, sizes and instructions are not the state's.
+    exchanges.pop()
+    total = before_last
     first = weakref.ref(history[0])
     steps = len(exchanges) - 1
     return _State(
@@ -826,8 +883,8 @@ def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _Stat
         assigned_from=0,
         highest_before_cut=0,
         counter=steps,
-        chars=_add_sizes(0, sizes),
-        instructions=_newest_instructions(history, 0, cut, None),
+        chars=total,
+        instructions=newest_before_last,
         top_number=steps,
         last_turn=0,
         response=True,

@@ -313,9 +313,9 @@ def measure_message_text(message: ModelMessage) -> tuple[int, int] | None:
             if isinstance(part, ToolReturnPart):
                 content = part.content
                 if type(part) is ToolReturnPart and type(content) is str:
-                    total += len(content)  # a plain string holds no file: its text is itself (`_tool_return_text`)
+                    total += len(content)  # a plain string holds no file: its text is itself (`tool_return_text`)
                     continue
-                length = len(_tool_return_text(part))
+                length = len(tool_return_text(part))
             elif isinstance(part, UserPromptPart):
                 content = part.content
                 if isinstance(content, str):
@@ -340,7 +340,7 @@ def measure_message_text(message: ModelMessage) -> tuple[int, int] | None:
             if isinstance(args, str):
                 total += len(part.tool_name) + len(args)
             else:
-                length = len(_str(args))
+                length = len(value_text(args))
                 total += len(part.tool_name) + length
                 converted += length
         elif isinstance(part, ThinkingPart):
@@ -352,7 +352,7 @@ def measure_message_text(message: ModelMessage) -> tuple[int, int] | None:
     return total, converted
 
 
-def _str(value: object) -> str:
+def value_text(value: object) -> str:
     """`str(value)`, the text harness's estimator measures, or the value's JSON when `str` refuses it.
 
     An integer past Python's digit limit (`sys.get_int_max_str_digits`, 4,300 by default) has no `str`, but
@@ -374,12 +374,12 @@ def _request_part_text(part: ModelRequestPart) -> list[str]:
     if isinstance(part, ToolReturnPart):
         # A retried call's feedback travels as that call's return; tool-search and capability-load
         # returns subclass `ToolReturnPart` and land here too.
-        return [_tool_return_text(part)]
+        return [tool_return_text(part)]
     if isinstance(part, RetryFeedbackPart):
         return [part.model_response()]
     if isinstance(part, RetryPromptPart):  # pyright: ignore[reportDeprecated]
         # A hand-built history can still hold the deprecated part; it is sent as its content.
-        return [_str(part.content)]
+        return [value_text(part.content)]
     if isinstance(part, CompactionPart):
         return [part.content or '']
     if isinstance(part, SpeechPart):
@@ -393,7 +393,7 @@ def _response_part_text(part: ModelResponsePart) -> list[str]:
     if isinstance(part, TextPart):
         return [part.content]
     if isinstance(part, ToolCallPart | NativeToolCallPart):
-        return [part.tool_name, _str(part.args)]
+        return [part.tool_name, value_text(part.args)]
     if isinstance(part, ThinkingPart | CompactionPart):
         # A redacted thinking block carries a signature and no text.
         return [part.content or '']
@@ -413,12 +413,14 @@ def _prompt_texts(part: UserPromptPart) -> list[str]:
     ]
 
 
-def _tool_return_text(part: ToolReturnPart) -> str:
+def tool_return_text(part: ToolReturnPart) -> str:
+    """The text a tool return is measured by: its content's `value_text`, a file in it as its reference."""
     # A file in a tool result is sent as a reference by identifier, not spelled out.
     if not part.files:
-        return _str(part.content)
+        return value_text(part.content)
     return ' '.join(
-        f'See file {item.identifier}.' if is_multi_modal_content(item) else _str(item) for item in part.content_items()
+        f'See file {item.identifier}.' if is_multi_modal_content(item) else value_text(item)
+        for item in part.content_items()
     )
 
 

@@ -25,11 +25,13 @@ from dataclasses import dataclass, field
 from itertools import accumulate, chain, repeat
 from typing import Any
 
+from orjson import OPT_SORT_KEYS, JSONEncodeError, dumps
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
     TextPart,
+    ThinkingPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -224,7 +226,16 @@ class _Kinds(dict[str, str]):
     """
 
     def __missing__(self, token: str) -> str:
-        kind = _kind(token)
+        # `_kind(token)`, its body inlined: a log of words never repeated (ids, hashes) misses for most of its words,
+        # and a call per word was about a sixth of what reading such a log cost.
+        if token.isalpha():
+            kind = token if token.isupper() else 'w'
+        elif '=' in token:
+            kind = token.partition('=')[0] + '='
+        elif token.isascii():
+            kind = 'w' if _ASCII_DIGIT.search(token) is None else '0'
+        else:
+            kind = '0' if any(map(str.isdigit, token)) else 'w'
         if len(token) <= _KIND_WORD_CHARS:
             if len(self) >= _KINDS_KEPT:
                 self.clear()
@@ -260,6 +271,12 @@ _TOOL_LABELS_KEPT = 1_024
 
 _TOOL_LABEL_NAME_CHARS = 256
 """Longest tool name `_TOOL_LABELS` keeps: a model's made-up name of a megabyte is not held for the process's life."""
+
+_FLAT_ARGS = 8
+"""Arguments a step read in one loop holds at most (`_short_step`): more go the general way."""
+
+_PLAIN_SCALARS = frozenset({str, int, bool, type(None)})
+"""The value types `orjson` writes as `to_json` does (`encoding.plain_flat`)."""
 
 _READ_KEPT = 4
 """Histories whose reading a reset keeps (conversations sharing one capability each keep theirs)."""
@@ -661,10 +678,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         have, want = len(exchanges), self._peek(carried, view)
         entries: list[tuple[_Entry, ...]] = []  # those of `exchanges[have:]`
         while True:
-            entries[:0] = [
-                () if _no_entries(exchange) else self._exchange_entries(view, exchange)
-                for exchange in exchanges[want:have]
-            ]
+            entries[:0] = self._entries_of(view, exchanges[want:have])
             have = want
             with _READING:
                 reading, start = self._resume(carried, view)
@@ -885,6 +899,100 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
 
         entries = tuple((name, line, fact, label(line)) for name in SECTIONS for line, fact in sections[name])
         return self._entries.put(parts, entries) if parts else entries
+
+    def _entries_of(self, view: ConversationView, exchanges: Sequence[Exchange]) -> list[tuple[_Entry, ...]]:
+        """`_exchange_entries` of each of *exchanges* (`()` for one `_no_entries` holds), in one loop.
+
+        A history never seen is mostly tool steps of one call and a short result (50k messages of them are
+        25k steps): those are read here with what each costs cut to what its entries need (`_short_step`).
+        Every other exchange goes to `_exchange_entries`, which gives the same entries for these too.
+        """
+        history = view.messages
+        short = self._short_step
+        excerpt = self.excerpt_chars
+        search = self._writes.search
+        writes: dict[str, bool] = {}  # per name read in this loop: the pattern is the one the loop started with
+        out: list[tuple[_Entry, ...]] = []
+        add = out.append
+        for exchange in exchanges:
+            kind = exchange.kind
+            if exchange.protected is not None or exchange.unfinished or kind not in _ENTRY_KINDS:
+                add(())  # `_no_entries`
+                continue
+            refs = exchange.refs
+            if kind == 'tools' and len(refs) == 2:
+                (at, chosen), (then, also) = refs
+                if chosen is None and also is None:
+                    response, request = history[at], history[then]
+                    if type(response) is ModelResponse and type(request) is ModelRequest and len(request.parts) == 1:
+                        result = request.parts[0]
+                        if type(result) is ToolReturnPart:
+                            content = result.content
+                            if type(content) is str and len(content) <= excerpt and result.outcome == 'success':
+                                found = short(response, result.tool_call_id, content, search, writes)
+                                if found is not None:
+                                    add(found)
+                                    continue
+            add(self._exchange_entries(view, exchange))
+        return out
+
+    @staticmethod
+    def _short_step(
+        response: ModelResponse,
+        call_id: str,
+        content: str,
+        search: Callable[[str], object],
+        writes: dict[str, bool],
+    ) -> tuple[_Entry, ...] | None:
+        """`_call_entries` of a step whose result (to *call_id*) is a successful plain `str`, *content*, short enough
+        to be carried whole, when the response holds thinking and calls only, one of them answered, with a plain name
+        already labelled and plain arguments (a few `str` keys to plain scalars); `None` for any other step.
+
+        What each costs is cut to what its entries need: the arguments' JSON written by `orjson` as `to_json` writes
+        them, whether a tool writes told once per name (*writes*, by *search*), a size under a thousand written
+        without grouping.
+        """
+        call_part: ToolCallPart | None = None
+        for part in response.parts:
+            if type(part) is ToolCallPart:
+                if part.tool_call_id == call_id:
+                    if call_part is not None:
+                        return None
+                    call_part = part
+            elif type(part) is not ThinkingPart:
+                return None  # a text is said: `_call_entries` reads it
+        if call_part is None:
+            return None
+        name = call_part.tool_name
+        label = _TOOL_LABELS.get(name) if type(name) is str else None
+        args = call_part.args
+        if label is None or type(args) is not dict or len(args) > _FLAT_ARGS:
+            return None
+        for key, value in args.items():  # `plain_flat`, without its fixed cost for a few items
+            if type(key) is not str or type(value) not in _PLAIN_SCALARS:
+                return None
+        try:
+            # `to_json`'s own first path for such arguments; `orjson` writes no lone surrogate (it refuses one), so
+            # the text is clean as it is.
+            call = f'{name}({dumps(args, option=OPT_SORT_KEYS).decode()})'
+        except JSONEncodeError:
+            return None  # an integer beyond 64 bits, a lone surrogate: `to_json`'s other path
+        written = writes.get(name)
+        if written is None:
+            written = writes[name] = search(name) is not None
+        if not content.isascii():
+            content = clean_text(content)
+        size = len(content)
+        # `,` groups digits from a thousand on: below, the size is written as `str` writes it.
+        entry = f'{call} → success, {size} chars' if size < 1_000 else f'{call} → success, {size:,} chars'
+        fact = ' '.join(content.split())
+        if written:
+            if fact:
+                return (('found', f'{call}: {fact}', len(call) + 2, label), ('changed', entry, 0, label))
+            return (('changed', entry, 0, label),)
+        if fact:
+            return (('read', entry, 0, label), ('found', f'{call}: {fact}', len(call) + 2, label))
+        return (('read', entry, 0, label),)
 
     def _tool_entries(
         self, messages: list[ModelMessage], sections: dict[str, list[tuple[str, int]]], extract: FactExtractor
