@@ -1,4 +1,4 @@
-"""`--seeds` is checked before any run: a seed past 64 bits is refused naming the option, and a repeated seed runs once."""
+"""`--seeds` is checked before any run: a seed past 64 bits is refused naming the option; a repeated one runs once."""
 
 from __future__ import annotations
 
