@@ -45,7 +45,12 @@ def seeds(text: str) -> list[int]:
             values.append(int(chunk))
     if not values:
         raise argparse.ArgumentTypeError(f'no seeds in {text!r}')
-    return values
+    # Every record stores its seed as JSON, which pydantic writes only up to 64 bits: refused here, before any
+    # run, and not after the first one failed.
+    if max(values) >= 2**63:
+        raise argparse.ArgumentTypeError(f'seeds must be below 2**63, got {max(values)}')
+    # A seed given twice would run the same runs twice, which the tables count once.
+    return list(dict.fromkeys(values))
 
 
 def price_table(text: str) -> PriceTable:

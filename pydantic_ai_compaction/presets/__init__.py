@@ -183,6 +183,8 @@ def opencode(
     trigger = _reserve_trigger('opencode', window, reserve_tokens, 'reserve_tokens')
     protect = check_int('opencode', 'prune_protect_tokens', prune_protect_tokens, minimum=0)
     minimum = check_int('opencode', 'prune_minimum_tokens', prune_minimum_tokens, minimum=1)
+    # Checked here, not left to `Tiered`, so the error names the argument the caller passed.
+    check_int('opencode', 'keep_results', keep_results, minimum=0)
     usable = window - reserve_tokens
     recent = preserve_recent_tokens if preserve_recent_tokens is not None else min(15_000, max(2_000, usable // 4))
     check_int('opencode', 'preserve_recent_tokens', recent, minimum=0)
@@ -356,6 +358,8 @@ def claude_code(
         'claude_code', 'auto_compact_fraction', auto_compact_fraction, minimum=0, maximum=1, exclusive_minimum=True
     )
     check_int('claude_code', 'clear_trigger_tokens', clear_trigger_tokens, minimum=1)
+    # `Tiered` calls it `keep_results`: checked here so the error names the argument the caller passed.
+    check_int('claude_code', 'keep_tool_uses', keep_tool_uses, minimum=0)
     summary = StatelessSummary[Any](
         observer=observer,
         trigger=Trigger(fraction=auto_compact_fraction, context_window=window),

@@ -267,10 +267,15 @@ def text_only(ctx: CompactionContext) -> tuple[ModelSettings, ModelRequestParame
 
     Every tool definition stays, output tools included, so the prefix matches the agent's own
     requests and the provider's cache can serve it; `tool_choice='none'` asks for text where the
-    provider supports it, and text output is allowed whatever the agent's output type.
+    provider supports it, and text output is allowed whatever the agent's output type. An agent's
+    `NativeOutput` is left out: a provider's structured output (OpenAI's strict `response_format`) would
+    constrain the reply to the agent's output schema, which no compaction reply can match.
     """
     settings: ModelSettings = {**(ctx.model_settings or {}), 'tool_choice': 'none'}
-    return settings, replace(ctx.parameters, allow_text_output=True)
+    parameters = replace(ctx.parameters, allow_text_output=True)
+    if parameters.output_mode == 'native':
+        parameters = replace(parameters, output_mode='text', output_object=None)
+    return settings, parameters
 
 
 def with_appended_prompt(messages: Sequence[ModelMessage], prompt: str) -> list[ModelMessage]:

@@ -49,6 +49,12 @@ class Issued:
     output item returned right after it, which must still follow it when it is sent back."""
 
 
+GOOGLE_SKIP_SIGNATURE = 'c2tpcF90aG91Z2h0X3NpZ25hdHVyZV92YWxpZGF0b3I='
+"""`skip_thought_signature_validator` as sent (base64): the signature Gemini documents for a function call it
+did not issue (ai.google.dev/gemini-api/docs/thought-signatures, FAQ), which pydantic-ai's `GoogleModel` sends
+for a call from another provider or written by hand."""
+
+
 class WireViolation(AssertionError):
     """A request breaks one or more provider rules."""
 
@@ -381,7 +387,9 @@ def google_problems(payload: Payload, issued: Issued | None = None) -> list[str]
     - `[google.call-answered]`: the turn after a function call turn is a user turn with one
       `functionResponse` per `functionCall`, same names (and ids when given); no response without its call.
     - `[google.signature-unmodified]`: with `issued`, signed function calls come back with the signature
-      and the call exactly as issued, and the first call of each step of the current turn keeps its signature.
+      and the call exactly as issued, and the first call of each step of the current turn keeps its signature;
+      a call Gemini did not sign (another provider's, one written by hand) may carry the documented
+      `GOOGLE_SKIP_SIGNATURE`.
     """
     out: list[str] = []
     contents = _items(payload.get('contents'))
@@ -434,7 +442,11 @@ def _signature_problems(index: int, parts: list[dict[str, Any]], issued: Issued 
         if not signature or 'functionCall' not in part:
             continue
         expected = issued.signed.get(str(signature))
-        if expected is None:
+        if expected is None and signature == GOOGLE_SKIP_SIGNATURE:
+            # Accepted for a call Gemini did not sign; a call it signed must keep its own signature.
+            if _canonical(part.get('functionCall')) in issued.signed.values():
+                out.append(f'[google.signature-unmodified] content {index}: a signed function call lost its signature')
+        elif expected is None:
             out.append(f'[google.signature-unmodified] content {index}: thought signature never issued')
         elif expected != _canonical(part.get('functionCall')):
             out.append(f'[google.signature-unmodified] content {index}: the signed function call changed')

@@ -33,7 +33,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT
 
-from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
+from pydantic_ai_compaction.protocols.types import Exchange, Proposal, ProviderSummary, Summary
 from pydantic_ai_compaction.runtime import compactor, replies
 from pydantic_ai_compaction.runtime.capability import CompactionCapability, WrappingCompaction
 from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_choice, check_instance, check_int
@@ -96,6 +96,9 @@ _PLACEHOLDERS = replies.placeholders(VERIFY_EXAMPLE)
 
 APPENDIX_HEADER = 'Details the summary left out, copied from the removed exchanges:'
 """Heads the lines `on_failure='append'` adds to a summary."""
+
+UNCHECKED = "a provider's own compaction is sent back to it unchanged: nothing in it can be checked or repaired"
+"""Why a provider's compaction (`Native` on OpenAI Responses or Anthropic) is recorded as `unchecked`."""
 
 MAX_APPENDED = 40
 """Lines appended at most (the first ones found); the record lists everything that was missing."""
@@ -237,6 +240,10 @@ class Verified(WrappingCompaction[AgentDepsT]):
         summary = proposal.summary
         if proposal.malformed is not None or proposal.declined is not None or not isinstance(summary, Summary):
             # Nothing of ours to check: a failed proposal falls back anyway, a provider's summary is opaque.
+            if isinstance(summary, ProviderSummary) and proposal.malformed is None and proposal.declined is None:
+                # Said in the record, so `Verified(Native())` on a provider that compacts is not taken as checked.
+                unchecked = {'checks': list(self.checks), 'verdict': 'unchecked', 'reason': UNCHECKED}
+                return _with_record(proposal, unchecked)
             return proposal
         kept_ids = set(proposal.kept) | {exchange.id for exchange in view.exchanges if exchange.forced}
         dropped = [exchange for exchange in view.exchanges if exchange.id not in kept_ids]

@@ -1,0 +1,89 @@
+"""An agent with `NativeOutput`: the requests that continue its conversation for a compaction (fork, summary
+sent in the conversation, Native's emulation) do not carry its structured-output format, which on OpenAI would
+force every compaction reply into the agent's output schema."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from pydantic_ai import Agent, NativeOutput, models
+from pydantic_ai.messages import CompactionPart
+
+from pydantic_ai_compaction import CompactionEvent, Fork, Native, StatelessSummary, Trigger
+
+from .support import log_text
+from .wire.providers import PROVIDERS, Mock, Say
+from .wire.script import Script
+
+TRIGGER = Trigger(tokens=2_500)
+
+
+class Report(BaseModel):
+    verdict: str
+
+
+class StrictScript(Script):
+    """The scripted model, bound as OpenAI's strict structured output binds a real one: a request with a
+    `json_schema` format is answered with an object of that schema, whatever it asked."""
+
+    def __call__(self, text: str, body: str = '') -> Say:
+        say = super().__call__(text, body)
+        if say.text is not None and '"json_schema"' in body:
+            return Say(text=json.dumps({'verdict': 'done'}))
+        return say
+
+
+@pytest.fixture(autouse=True)
+def allow_model_requests() -> Iterator[None]:
+    with models.override_allow_model_requests(True):
+        yield
+
+
+STRATEGIES: dict[str, Callable[[Callable[[CompactionEvent], None]], Any]] = {
+    'fork-json': lambda o: Fork(trigger=TRIGGER, observer=o),
+    'fork-free': lambda o: Fork(trigger=TRIGGER, variant='free', observer=o),
+    'summary-sent': lambda o: StatelessSummary(trigger=TRIGGER, request='sent', observer=o),
+    'native': lambda o: Native(trigger=TRIGGER, observer=o),
+}
+
+
+@pytest.mark.parametrize('provider', ['openai-chat', 'openai-responses'])
+@pytest.mark.parametrize('strategy', list(STRATEGIES))
+def test_compaction_requests_leave_out_the_agents_native_output(strategy: str, provider: str) -> None:
+    events: list[CompactionEvent] = []
+    mock = Mock(PROVIDERS[provider](), StrictScript())
+    agent = Agent(
+        mock.model(),
+        output_type=NativeOutput(Report),
+        capabilities=[STRATEGIES[strategy](events.append)],
+        system_prompt='You audit logs.',
+    )
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Read one log."""
+        return log_text(index, 100)
+
+    @agent.tool_plain
+    def flaky_check() -> str:  # pyright: ignore[reportUnusedFunction]
+        """Check the audit service."""
+        return 'check ok'
+
+    @agent.tool_plain
+    def screenshot() -> str:  # pyright: ignore[reportUnusedFunction]
+        """A screenshot of the dashboard."""
+        return 'no image'
+
+    result = agent.run_sync('Audit logs 1-8 and report.')
+    assert result.output == Report(verdict='done')
+    assert mock.problems() == []
+    records = [e.record for e in events if e.kind == 'compacted' and e.record is not None]
+    assert len(records) >= 2
+    # Each compaction read the compactor's own reply, not an object of the agent's output schema.
+    assert [r.fallback_reason for r in records] == [None] * len(records)
+    summaries = [p.content or '' for m in result.all_messages() for p in m.parts if isinstance(p, CompactionPart)]
+    assert summaries and not any('verdict' in summary for summary in summaries)
