@@ -61,3 +61,21 @@ def test_import_rows_are_judged_against_the_ten_percent_bound() -> None:
     assert (round(row.ratio, 2), row.verdict) == (1.05, 'met')
     assert startup.Timing('x', 111.0, 10, 'a', 100.0, 9, True).verdict == 'not met'
     assert startup.Timing('x', 300.0, 10, 'a', 100.0, 9, False).verdict == '–'
+
+
+def test_a_server_store_s_round_trip_floor_is_timed_beside_each_recall(tmp_path: Path) -> None:
+    path = tmp_path / 'scale.sqlite3'
+    trips: list[int] = []
+    result = scale.run_backend(
+        'SQLite',
+        lambda: SQLiteArchiveStore(path),
+        lambda: path.stat().st_size,
+        total_tokens=100_000,
+        queries=16,
+        round_trip=lambda: trips.append(1),
+    )
+    assert len(trips) == 16  # once per recall, in the same loop
+    assert result.round_trip is not None and 0 < result.round_trip[0] <= result.round_trip[1]
+    detail = scale.detail_table([result]).splitlines()
+    assert detail[-1].startswith('| (round trip: `SELECT 1`, no work, own connection) | ')
+    assert detail[-2].startswith('| (anchor: fixed Python work, no store) | ')

@@ -194,6 +194,10 @@ class ScaleResult:
     anchor: tuple[float, float] = (0.0, 0.0)
     """p50 and p95 (ms) of a fixed piece of Python work (`_anchor_work`) timed in the same loop: how much the
     machine's load and the writer threads stretch anything the reader does, store or not."""
+    round_trip: tuple[float, float] | None = None
+    """p50 and p95 (ms) of a query that does no work (`SELECT 1` on a connection of its own) timed in the same
+    loop, for a server store: the floor any of its queries waits (the network, the server's process being
+    scheduled on a loaded machine) before its own work; `None` for an in-process store."""
 
 
 def _anchor_work() -> int:
@@ -228,10 +232,12 @@ def run_backend(
     total_tokens: int = TOTAL_TOKENS,
     queries: int = QUERIES_TIMED,
     built_in: float | None = None,
+    round_trip: Callable[[], object] | None = None,
 ) -> ScaleResult:
     """Build the log with 8 conversations at once, then time queries while they keep writing.
 
     *built_in*: the store already holds the log (`build_log` built it, in that many seconds): only time.
+    *round_trip*: a query of no work on the store's server, timed beside each recall (`ScaleResult.round_trip`).
     """
     if SCHEDULE not in ('after', 'fixed'):
         raise ValueError(f"PAC_SCALE_SCHEDULE must be 'after' or 'fixed', got {SCHEDULE!r}.")
@@ -280,6 +286,7 @@ def run_backend(
     by_query: dict[str, list[float]] = {}
     store_read: list[float] = []
     anchor: list[float] = []
+    trips: list[float] = []
 
     async def timed() -> None:
         for index in range(queries):
@@ -300,6 +307,10 @@ def run_backend(
             began = time.perf_counter()
             _anchor_work()
             anchor.append((time.perf_counter() - began) * 1000)
+            if round_trip is not None:
+                began = time.perf_counter()
+                round_trip()
+                trips.append((time.perf_counter() - began) * 1000)
             if not isinstance(content, str) or not content.startswith('=== log'):
                 raise RuntimeError(f'{backend}: context_recover({ref!r}) returned {str(content)[:80]!r}')
 
@@ -339,6 +350,7 @@ def run_backend(
         {query: _percentiles(times) for query, times in by_query.items()},
         _percentiles(store_read),
         _percentiles(anchor),
+        _percentiles(trips) if trips else None,
     )
 
 
@@ -401,13 +413,15 @@ def postgres_result(dsn: str, total_tokens: int = TOTAL_TOKENS) -> ScaleResult:
                 ).fetchone()
             return int(row[0]) if row and row[0] is not None else 0
 
-        return run_backend(
-            'PostgreSQL',
-            lambda: PostgresArchiveStore(target, max_connections=2),
-            size,
-            total_tokens=total_tokens,
-            built_in=built_in,
-        )
+        with psycopg.connect(target, autocommit=True) as floor:
+            return run_backend(
+                'PostgreSQL',
+                lambda: PostgresArchiveStore(target, max_connections=2),
+                size,
+                total_tokens=total_tokens,
+                built_in=built_in,
+                round_trip=lambda: floor.execute('SELECT 1').fetchone(),
+            )
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(sql.SQL('DROP DATABASE IF EXISTS {} WITH (FORCE)').format(database))
@@ -479,6 +493,9 @@ def detail_table(results: Sequence[ScaleResult]) -> str:
     lines.append('| (`get_archived` alone, no worker thread) | ' + ' | '.join(cells) + ' |')
     cells = [f'{r.anchor[0]:.2f} / {r.anchor[1]:.2f}' for r in results]
     lines.append('| (anchor: fixed Python work, no store) | ' + ' | '.join(cells) + ' |')
+    if any(r.round_trip is not None for r in results):
+        cells = [f'{r.round_trip[0]:.2f} / {r.round_trip[1]:.2f}' if r.round_trip else '–' for r in results]
+        lines.append('| (round trip: `SELECT 1`, no work, own connection) | ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
 
