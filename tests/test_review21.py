@@ -121,3 +121,115 @@ async def test_an_excerpt_changed_while_the_history_is_read_gives_the_checkpoint
         'read_log({"index":1}): 26 chars read',
         'read_log({"index":2}): 26 chars read',
     ]
+
+
+KEYS = st.sampled_from(
+    ['a', 'A', 'b', 'B', 'é', 'E', 'ß', 'SS', '𝒳', '\uffff', 'ﬀ', '', 'k/', 'z\u2028', 'c\x01', 'a\ud800']
+)
+SCALARS = st.one_of(
+    st.sampled_from([0, -1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1, True, False, None]),
+    st.text(
+        alphabet=st.sampled_from(['a', ' ', '/', '"', '\\', '\u2028', '\x00', '\x7f', 'é', '𝒳', '\ud800']), max_size=6
+    ),
+)
+NAMES = st.sampled_from(['read_log', 'write_file', 'Read_Log', 'edit', 'a(b', 'x:y', 'é', ' pad ', 'g' * 300])
+CONTENTS = st.one_of(
+    st.sampled_from(['', '  ', 'ok 7', 'é  ü\n', 'lone \ud800', 'x' * 39, 'x' * 40, 'x' * 41, 'z' * 999, 'z' * 1_000]),
+    st.text(max_size=50),
+)
+
+
+@st.composite
+def plain_loops(draw: st.DrawFn) -> list[ModelMessage]:
+    """An opening, then steps of one call with flat arguments of odd keys and values and a short result."""
+    history: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart('You audit.'), UserPromptPart(PROMPT)])]
+    for step in range(draw(st.integers(1, 8))):
+        call_id = f'c{step}'
+        parts: list[Any] = []
+        if draw(st.booleans()):
+            parts.append(ThinkingPart('weighing it', signature=draw(st.sampled_from([None, 'sig']))))
+        args = draw(st.dictionaries(KEYS, SCALARS, max_size=10))
+        parts.append(ToolCallPart(draw(NAMES), args, tool_call_id=call_id))
+        outcome = draw(st.sampled_from(['success', 'success', 'success', 'failed', 'denied']))
+        history.append(ModelResponse(parts=parts, usage=RequestUsage(output_tokens=draw(st.sampled_from([0, 900])))))
+        result = ToolReturnPart('read_log', draw(CONTENTS), tool_call_id=call_id, outcome=outcome)
+        history.append(ModelRequest(parts=[result], instructions=draw(st.sampled_from([None, None, '', 'Be terse.']))))
+    history.append(ModelResponse(parts=[TextPart('Read them all.')]))
+    history.append(ModelRequest(parts=[UserPromptPart('next')]))
+    return history
+
+
+@EXAMPLES
+@given(plain_loops(), st.sampled_from([0, 40, 1_000]), st.sampled_from(['write|edit', '^$', '(?i)LOG']))
+def test_flat_arguments_of_any_keys_and_values_are_read_in_one_loop_as_step_by_step(
+    history: list[ModelMessage], excerpt: int, writes: str
+) -> None:
+    """Keys differing in case or past the BMP, integers at 64 bits' edges, escapes, lone surrogates: read alike.
+
+    Read twice: the first reading labels the tool names, so the second reads its plain steps in one loop.
+    """
+    reset = ResetToCheckpoint[None](trigger=Trigger(tokens=1), excerpt_chars=excerpt, write_tools=writes)
+    view = segment(fresh(history), prompt=PROMPT)
+    as_reference(view, reference.segment_fresh(fresh(history), prompt=PROMPT))
+    for _ in range(2):
+        assert reset._entries_of(view, view.exchanges) == _step_by_step(reset, view)  # pyright: ignore[reportPrivateUsage]
+
+
+class _ReadsToolOutput(InstructionSources):
+    """Sources that read lines as `InstructionSources` does, through an override: tool output is not skipped."""
+
+    def marked_lines(self, part: object, text_of: Any) -> tuple[str, ...]:
+        return super().marked_lines(part, text_of)
+
+
+class _Subclassed(ToolReturnPart):
+    """A tool return of another class (tool-search and capability-load returns subclass `ToolReturnPart`)."""
+
+
+@st.composite
+def turns(draw: st.DrawFn) -> list[ModelMessage]:
+    """A conversation of user turns and tool steps, results of any class, tool content as user parts."""
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart(PROMPT)])]
+    for step in range(draw(st.integers(1, 6))):
+        call_id = f'c{step}'
+        history.append(ModelResponse(parts=[ToolCallPart('read_log', {'n': step}, tool_call_id=call_id)]))
+        kind = draw(st.sampled_from([ToolReturnPart, _Subclassed]))
+        content = draw(st.sampled_from(['CHANGE: use UTC', 'ok', {'rows': ['CHANGE: x']}]))
+        parts: list[Any] = [kind('read_log', content, tool_call_id=call_id)]
+        if draw(st.booleans()):
+            parts.append(UserPromptPart(draw(st.sampled_from(['CHANGE: be brief', 'Use metric units.']))))
+        history.append(ModelRequest(parts=parts))
+        if draw(st.booleans()):
+            history.append(ModelResponse(parts=[TextPart('Noted.')]))
+            history.append(ModelRequest(parts=[UserPromptPart(draw(st.sampled_from(['Now the rest.', ' '])))]))
+    history.append(ModelResponse(parts=[TextPart('Done.')]))
+    history.append(ModelRequest(parts=[UserPromptPart('next')]))
+    return history
+
+
+@EXAMPLES
+@given(turns(), st.booleans())
+def test_sources_without_markers_gather_what_they_gathered_reading_tool_output(
+    history: list[ModelMessage], user_prompts: bool
+) -> None:
+    """Skipping tool output without markers finds what reading it finds: the user's prompts, never tool output."""
+    view = segment(history, prompt=PROMPT)
+    plain = gather_instructions(view, InstructionSources(markers=(), user_prompts=user_prompts))
+    assert plain == gather_instructions(view, _ReadsToolOutput(markers=(), user_prompts=user_prompts))
+    assert not any('CHANGE: use UTC' in line or 'CHANGE: x' in line for line in plain)
+
+
+def test_a_warm_memo_and_a_cold_one_measure_a_plain_loop_alike() -> None:
+    """Messages a trigger measured before (remembered: large structured arguments) segment as fresh ones do."""
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart(PROMPT)], instructions='Be brief.')]
+    for step in range(5):
+        call = ToolCallPart('read_log', {'blob': 'x' * 300, 'index': step}, tool_call_id=f'c{step}')
+        history.append(ModelResponse(parts=[call], usage=RequestUsage(output_tokens=step * 40)))
+        history.append(ModelRequest(parts=[ToolReturnPart('read_log', ['y' * 300], tool_call_id=f'c{step}')]))
+    history.append(ModelRequest(parts=[UserPromptPart('next')]))
+    expected = reference.segment_fresh(fresh(history), prompt=PROMPT)
+    warm = fresh(history)
+    messages_tokens(warm[3:])  # the last steps only: the loop reads remembered and new messages in turn
+    view = segment(warm, prompt=PROMPT)
+    as_reference(view, expected)
+    assert view.instructions == 'Be brief.'
