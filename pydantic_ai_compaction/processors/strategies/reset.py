@@ -909,7 +909,6 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         """
         history = view.messages
         short = self._short_step
-        excerpt = self.excerpt_chars
         search = self._writes.search
         writes: dict[str, bool] = {}  # per name read in this loop: the pattern is the one the loop started with
         out: list[tuple[_Entry, ...]] = []
@@ -928,6 +927,9 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                         result = request.parts[0]
                         if type(result) is ToolReturnPart:
                             content = result.content
+                            # Read at each step, as `_exchange_entries` reads it: a user's `extract`, called for
+                            # a long result before, may have set it again.
+                            excerpt = self.excerpt_chars
                             if type(content) is str and len(content) <= excerpt and result.outcome == 'success':
                                 found = short(response, result.tool_call_id, content, search, writes)
                                 if found is not None:
