@@ -10,9 +10,11 @@ names that are enum members, several calls, texts said, extra parts; messages me
 from __future__ import annotations
 
 import enum
+import importlib
 import os
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import (
@@ -41,6 +43,8 @@ from . import segment_reference as reference
 from .test_encoding import Name
 from .test_reset_reading import reference_entries
 from .test_segment_cold import as_reference, fresh
+
+segment_module = importlib.import_module('pydantic_ai_compaction.runtime.segment')
 
 EXAMPLES = settings(
     max_examples=int(os.environ.get('PAC_EXAMPLES', '25')), deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -175,6 +179,27 @@ def test_large_arguments_and_results_are_remembered_as_measured() -> None:
     as_reference(segment(history), expected)
     as_reference(segment(fresh(history)), expected)
     assert messages_tokens(history) == messages_tokens(fresh(history))
+
+
+def test_a_plain_loop_measured_before_is_not_converted_to_text_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Structured arguments and results the memo knows are not written out again: only the others are."""
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('Go.')])]
+    for step in range(8):
+        call = ToolCallPart('read_log', {'blob': 'x' * 300, 'index': step}, tool_call_id=f'c{step}')
+        history.append(ModelResponse(parts=[call]))
+        history.append(ModelRequest(parts=[ToolReturnPart('read_log', {'rows': ['y' * 300]}, tool_call_id=f'c{step}')]))
+    history.append(ModelRequest(parts=[UserPromptPart('next')]))
+    messages_tokens(history[:9])  # the opening and the first four steps: measured and remembered (large)
+    converted: list[object] = []
+    value_text, tool_return_text = segment_module.value_text, segment_module.tool_return_text
+    monkeypatch.setattr(segment_module, 'value_text', lambda value: converted.append(value) or value_text(value))
+    monkeypatch.setattr(
+        segment_module, 'tool_return_text', lambda part: converted.append(part) or tool_return_text(part)
+    )
+    as_reference(segment(history), reference.segment_fresh(fresh(history)))
+    # The four steps after them are converted (a call's arguments and a result each); the last step is read
+    # again from the cut, by the general reader.
+    assert len(converted) == 2 * 4
 
 
 def test_instructions_among_the_plain_steps_are_the_view_s_as_the_reference_finds_them() -> None:

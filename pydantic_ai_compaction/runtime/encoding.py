@@ -131,7 +131,8 @@ def to_json(value: Any) -> str:
 
 
 _EXACT_SCALARS = (str, int, bool, type(None))
-_SCALAR_SET = frozenset(_EXACT_SCALARS)
+PLAIN_SCALARS = frozenset(_EXACT_SCALARS)
+"""The value types of a flat dict (`plain_flat`) that `orjson` writes as `to_json` does."""
 _STR_ONLY = frozenset({str})
 
 
@@ -160,7 +161,7 @@ def plain_flat(value: dict[Any, Any]) -> bool:
     Most arguments are such flat dicts: told in C, without a call per item. `orjson` writes them as `to_json`
     does, or refuses them (a lone surrogate, an integer beyond 64 bits).
     """
-    return _STR_ONLY.issuperset(map(type, value)) and _SCALAR_SET.issuperset(map(type, value.values()))
+    return _STR_ONLY.issuperset(map(type, value)) and PLAIN_SCALARS.issuperset(map(type, value.values()))
 
 
 def from_json(text: str | bytes) -> Any:

@@ -794,7 +794,8 @@ def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _Stat
         if type(response) is not ModelResponse or (response.metadata and message_stamp(response)):
             break
         calls: set[str] = set()
-        size = converted = 0
+        size = 0
+        structured = False  # arguments that are not text: converted only if the memo does not know the message
         for part in response.parts:
             if type(part) is ToolCallPart:
                 calls.add(part.tool_call_id)
@@ -803,9 +804,8 @@ def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _Stat
                 if isinstance(args, str):
                     size += len(part.tool_name) + len(args)
                 else:
-                    length = len(value_text(args))
-                    size += len(part.tool_name) + length
-                    converted += length
+                    size += len(part.tool_name)
+                    structured = True
             elif type(part) is TextPart:
                 size += len(part.content)
             elif type(part) is ThinkingPart:
@@ -818,7 +818,8 @@ def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _Stat
         request = history[index + 1]
         if type(request) is not ModelRequest or not request.parts:
             break
-        returned = returned_converted = 0
+        returned = 0
+        structured_results = False
         for part in request.parts:
             if type(part) is not ToolReturnPart or part.tool_call_id not in calls or part.outcome == 'retried':
                 break
@@ -826,9 +827,7 @@ def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _Stat
             if type(content) is str:
                 returned += len(content)
             else:
-                length = len(tool_return_text(part))
-                returned += length
-                returned_converted += length
+                structured_results = True
         else:
             # As `_measure` reads them: a remembered estimate first, a measured one remembered past a threshold.
             before_last = total
@@ -836,6 +835,12 @@ def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _Stat
                 step_tokens = entry[2]
                 total = None if total is None or entry[3] is None else total + entry[3]
             else:
+                converted = 0
+                if structured:
+                    for part in response.parts:
+                        if type(part) is ToolCallPart and not isinstance(part.args, str):
+                            converted += len(value_text(part.args))
+                    size += converted
                 step_tokens = max(size // CHARS_PER_TOKEN, response.usage.output_tokens)
                 if converted >= _REMEMBER_CONVERTED:
                     memo.put(response, step_tokens, size)
@@ -844,6 +849,12 @@ def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _Stat
                 step_tokens += entry[2]
                 total = None if total is None or entry[3] is None else total + entry[3]
             else:
+                returned_converted = 0
+                if structured_results:
+                    for part in cast('list[ToolReturnPart]', request.parts):  # all tool returns: checked above
+                        if type(part.content) is not str:
+                            returned_converted += len(tool_return_text(part))
+                    returned += returned_converted
                 tokens = returned // CHARS_PER_TOKEN
                 if returned_converted >= _REMEMBER_CONVERTED:
                     memo.put(request, tokens, returned)

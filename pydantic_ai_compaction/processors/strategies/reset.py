@@ -45,7 +45,7 @@ from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int, check_patterns
 from pydantic_ai_compaction.runtime.context import CompactionContext
-from pydantic_ai_compaction.runtime.encoding import args_text, clean_text
+from pydantic_ai_compaction.runtime.encoding import PLAIN_SCALARS, args_text, clean_text
 from pydantic_ai_compaction.runtime.instructions import (
     InstructionSources,
     gather_instructions,
@@ -274,9 +274,6 @@ _TOOL_LABEL_NAME_CHARS = 256
 
 _FLAT_ARGS = 8
 """Arguments a step read in one loop holds at most (`_short_step`): more go the general way."""
-
-_PLAIN_SCALARS = frozenset({str, int, bool, type(None)})
-"""The value types `orjson` writes as `to_json` does (`encoding.plain_flat`)."""
 
 _READ_KEPT = 4
 """Histories whose reading a reset keeps (conversations sharing one capability each keep theirs)."""
@@ -971,7 +968,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         if label is None or type(args) is not dict or len(args) > _FLAT_ARGS:
             return None
         for key, value in args.items():  # `plain_flat`, without its fixed cost for a few items
-            if type(key) is not str or type(value) not in _PLAIN_SCALARS:
+            if type(key) is not str or type(value) not in PLAIN_SCALARS:
                 return None
         try:
             # `to_json`'s own first path for such arguments; `orjson` writes no lone surrogate (it refuses one), so
