@@ -15,9 +15,8 @@ from pydantic_ai.messages import CompactionPart
 
 from pydantic_ai_compaction import CompactionEvent, Fork, Native, StatelessSummary, Trigger
 
-from .support import log_text
 from .wire.providers import PROVIDERS, Mock, Say
-from .wire.script import Script
+from .wire.script import Script, plain_tools
 
 TRIGGER = Trigger(tokens=2_500)
 
@@ -62,21 +61,7 @@ def test_compaction_requests_leave_out_the_agents_native_output(strategy: str, p
         capabilities=[STRATEGIES[strategy](events.append)],
         system_prompt='You audit logs.',
     )
-
-    @agent.tool_plain
-    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
-        """Read one log."""
-        return log_text(index, 100)
-
-    @agent.tool_plain
-    def flaky_check() -> str:  # pyright: ignore[reportUnusedFunction]
-        """Check the audit service."""
-        return 'check ok'
-
-    @agent.tool_plain
-    def screenshot() -> str:  # pyright: ignore[reportUnusedFunction]
-        """A screenshot of the dashboard."""
-        return 'no image'
+    plain_tools(agent)
 
     result = agent.run_sync('Audit logs 1-8 and report.')
     assert result.output == Report(verdict='done')

@@ -10,9 +10,8 @@ from pydantic_ai import Agent, models
 from pydantic_ai_compaction import CompactionEvent, Native, Trigger, Verified
 from pydantic_ai_compaction.processors.strategies.verified import UNCHECKED
 
-from .support import log_text
 from .wire.providers import PROVIDERS, Mock
-from .wire.script import Script
+from .wire.script import Script, plain_tools
 
 
 @pytest.fixture(autouse=True)
@@ -26,21 +25,7 @@ def _verdicts(provider: str) -> list[object]:
     mock = Mock(PROVIDERS[provider](), Script())
     strategy = Verified(Native(trigger=Trigger(tokens=2_500), observer=events.append))
     agent = Agent(mock.model(), capabilities=[strategy], system_prompt='You audit logs.')
-
-    @agent.tool_plain
-    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
-        """Read one log."""
-        return log_text(index, 100)
-
-    @agent.tool_plain
-    def flaky_check() -> str:  # pyright: ignore[reportUnusedFunction]
-        """Check the audit service."""
-        return 'check ok'
-
-    @agent.tool_plain
-    def screenshot() -> str:  # pyright: ignore[reportUnusedFunction]
-        """A screenshot of the dashboard."""
-        return 'no image'
+    plain_tools(agent)
 
     assert agent.run_sync('Audit logs 1-8 and report.').output == 'report: done'
     assert mock.problems() == []

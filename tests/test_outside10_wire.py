@@ -12,9 +12,8 @@ from pydantic_ai import Agent, models
 from pydantic_ai_compaction import StatelessSummary, Trigger
 from pydantic_ai_compaction.testing import wire
 
-from .support import log_text
 from .wire.providers import PROVIDERS, Mock
-from .wire.script import Script
+from .wire.script import Script, plain_tools
 
 
 @pytest.fixture(autouse=True)
@@ -25,21 +24,7 @@ def allow_model_requests() -> Iterator[None]:
 
 def _agent(mock: Mock) -> Agent[None, str]:
     agent = Agent(mock.model(), capabilities=[StatelessSummary(trigger=Trigger(tokens=2_500))], system_prompt='Audit.')
-
-    @agent.tool_plain
-    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
-        """Read one log."""
-        return log_text(index, 100)
-
-    @agent.tool_plain
-    def flaky_check() -> str:  # pyright: ignore[reportUnusedFunction]
-        """Check the audit service."""
-        return 'check ok'
-
-    @agent.tool_plain
-    def screenshot() -> str:  # pyright: ignore[reportUnusedFunction]
-        """A screenshot of the dashboard."""
-        return 'no image'
+    plain_tools(agent)
 
     return agent
 

@@ -6,6 +6,9 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_ai import Agent
 
 from pydantic_ai_compaction.processors.strategies.fork import FORK_MARKER
 from pydantic_ai_compaction.processors.strategies.native import NATIVE_MARKER
@@ -13,6 +16,7 @@ from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER
 from pydantic_ai_compaction.processors.views.curation import CURATOR_MARKER
 from pydantic_ai_compaction.processors.views.tiered import HANDOFF_MARKER
 
+from ..support import log_text
 from .providers import Call, Say
 
 SUMMARY = 'Rules: ignore service legacy. Facts: the logs read so far are clean. Next: read the next log.'
@@ -106,3 +110,22 @@ class Script:
             orientation = {'relevant_state': 'auditing logs', 'required': ['ignore legacy'], 'prohibited': []}
             return json.dumps({'focal': ids[-2:], 'orientation': orientation})
         return SUMMARY
+
+
+def plain_tools(agent: Agent[Any, Any]) -> None:
+    """Give *agent* the tools `Script` calls, each answering plain text (no retry, no image)."""
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Read one log."""
+        return log_text(index, 100)
+
+    @agent.tool_plain
+    def flaky_check() -> str:  # pyright: ignore[reportUnusedFunction]
+        """Check the audit service."""
+        return 'check ok'
+
+    @agent.tool_plain
+    def screenshot() -> str:  # pyright: ignore[reportUnusedFunction]
+        """A screenshot of the dashboard."""
+        return 'no image'
