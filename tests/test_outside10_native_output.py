@@ -72,3 +72,44 @@ def test_compaction_requests_leave_out_the_agents_native_output(strategy: str, p
     assert [r.fallback_reason for r in records] == [None] * len(records)
     summaries = [p.content or '' for m in result.all_messages() for p in m.parts if isinstance(p, CompactionPart)]
     assert summaries and not any('verdict' in summary for summary in summaries)
+
+
+class JSONReport(Script):
+    """The scripted model, ending each turn with the agent's output as JSON text."""
+
+    def __call__(self, text: str, body: str = '') -> Say:
+        say = super().__call__(text, body)
+        return Say(text=json.dumps({'verdict': 'done'})) if say.text == 'report: done' else say
+
+
+def _marked(payload: dict[str, Any]) -> bool:
+    return '[pydantic-ai-compaction' in json.dumps(payload)
+
+
+@pytest.mark.parametrize('provider', ['openai-chat', 'openai-responses'])
+@pytest.mark.parametrize('output', ['prompted', 'auto-native'])
+def test_compaction_requests_carry_no_output_schema_whatever_the_output_mode(output: str, provider: str) -> None:
+    """`PromptedOutput` (JSON mode and an instruction to answer with the schema) and a plain output type that the
+    model makes native by itself (its profile's default) are left out of a fork's request as `NativeOutput` is;
+    the agent's own requests keep it."""
+    from pydantic_ai import PromptedOutput
+
+    mock = Mock(PROVIDERS[provider](), JSONReport())
+    model = mock.model()
+    if output == 'auto-native':
+        model = mock.model(profile={**model.profile, 'default_structured_output_mode': 'native'})
+    output_type: Any = PromptedOutput(Report) if output == 'prompted' else Report
+    events: list[CompactionEvent] = []
+    agent = Agent(model, output_type=output_type, capabilities=[Fork(trigger=TRIGGER, observer=events.append)])
+    plain_tools(agent)
+    assert agent.run_sync('Audit logs 1-8 and report.').output == Report(verdict='done')
+    forks = [p for p in mock.payloads if _marked(p)]
+    agents = [p for p in mock.payloads if not _marked(p)]
+    assert forks and [e.kind for e in events].count('compacted') == len(forks)
+    schema = 'verdict'
+    # The agent's own requests carry the schema (the check below could not fail otherwise) ...
+    assert all(schema in json.dumps(p) for p in agents)
+    for payload in forks:
+        text = json.dumps(payload)
+        # ... no fork request does: no response format, no instruction to answer with the schema.
+        assert schema not in text and 'json_object' not in text and 'json_schema' not in text

@@ -267,14 +267,26 @@ def text_only(ctx: CompactionContext) -> tuple[ModelSettings, ModelRequestParame
 
     Every tool definition stays, output tools included, so the prefix matches the agent's own
     requests and the provider's cache can serve it; `tool_choice='none'` asks for text where the
-    provider supports it, and text output is allowed whatever the agent's output type. An agent's
-    `NativeOutput` is left out: a provider's structured output (OpenAI's strict `response_format`) would
-    constrain the reply to the agent's output schema, which no compaction reply can match.
+    provider supports it, and text output is allowed whatever the agent's output type. The agent's output
+    schema is left out of every other output mode: native output (OpenAI's strict `response_format`,
+    Anthropic's `output_config`) would constrain the reply to it, prompted output adds JSON mode and an
+    instruction to answer with it, which no compaction reply can follow, and image output is not text. An
+    `'auto'` mode is settled here as the model settles it (native output where its profile or settings say so,
+    as for Anthropic with thinking on), then made text if not tool output.
     """
     settings: ModelSettings = {**(ctx.model_settings or {}), 'tool_choice': 'none'}
     parameters = replace(ctx.parameters, allow_text_output=True)
-    if parameters.output_mode == 'native':
-        parameters = replace(parameters, output_mode='text', output_object=None)
+    mode = parameters.output_mode
+    if mode == 'auto':
+        # As the model settles it for the agent's own requests (`Model.prepare_request`), so that the tool
+        # definitions sent match theirs: output tools where it uses them, none where it uses native output.
+        settle = getattr(ctx.model, '_default_structured_output_mode', None)
+        settled = settle(ctx.model_settings, parameters) if callable(settle) else 'tool'
+        mode = 'tool' if settled == 'tool' and parameters.output_tools else 'text'
+    elif mode not in ('tool', 'tool_or_text'):
+        mode = 'text'  # native, prompted, or an image: the reply is text
+    if mode != parameters.output_mode or parameters.output_object is not None:
+        parameters = replace(parameters, output_mode=mode, output_object=None)
     return settings, parameters
 
 
