@@ -77,10 +77,11 @@ async def test_names_are_built_per_run_and_loop_and_the_kept_ones_are_bounded(mo
     assert compactor.resolve_model('a:x', context('run-1', RunUsage())) is first  # the run's id tells it
     assert compactor.resolve_model('a:y', context('run-1', usage)) is not first
     assert compactor.resolve_model('a:x', context('run-2', usage)) is not first
-    # Without a run id, the usage object tells the run.
-    bare = compactor.resolve_model('a:x', context(None, usage))
-    assert compactor.resolve_model('a:x', context(None, usage)) is bare
-    assert compactor.resolve_model('a:x', context(None, RunUsage())) is not bare
+    # Without a run id, the run context object tells the run (not its usage, which replays may share).
+    bare_ctx = context(None, usage)
+    bare = compactor.resolve_model('a:x', bare_ctx)
+    assert compactor.resolve_model('a:x', bare_ctx) is bare
+    assert compactor.resolve_model('a:x', context(None, usage)) is not bare
     # Another thread's loop gets its own model (a client's connections belong to their loop).
     other: list[Model] = []
     thread = threading.Thread(target=lambda: other.append(asyncio.run(_resolve('a:x', context('run-1', usage)))))
@@ -114,3 +115,20 @@ def test_the_real_builder_gives_a_name_s_model_and_reuses_it_within_a_run() -> N
     first, second = asyncio.run(twice())
     assert isinstance(first, TestModel)
     assert first is second
+
+
+async def test_each_replay_is_a_run_of_its_own_even_with_a_shared_usage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`replay(usage=...)` totals several replays' usage: each still builds the model from its name again, so an
+    environment changed between them (a key, a base URL) is used."""
+    from pydantic_ai_compaction.testing import replay
+
+    from .support import recorded_history
+
+    builder = Builder(ScriptedAgentModel())
+    monkeypatch.setattr(compactor, 'infer_model', builder)
+    usage = RunUsage()
+    summary = StatelessSummary(model='openai:gpt-4o-mini')
+    for _ in range(3):
+        await replay(summary, recorded_history(), model=TestModel(), usage=usage)
+    assert builder.built == ['openai:gpt-4o-mini'] * 3  # once per replay: its window, then its request
+    assert usage.requests == 3

@@ -14,6 +14,7 @@ import asyncio
 import re
 import threading
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -55,24 +56,28 @@ def resolve_model(model: Model | str | None, ctx: CompactionContext) -> Model:
     except RuntimeError:
         return infer_model(model)
     run = ctx.run
-    # A client's connections belong to the loop that opened them. A run called without an id (a direct
-    # `run_compaction`) is told by its usage object, which it keeps for its whole length.
-    key = (run.run_id or id(run.usage), model, loop)
+    # A client's connections belong to the loop that opened them. A run without an id (`replay`, a direct
+    # `run_compaction`) is told by its run context object, checked to be the same one (its `id` may be reused).
+    key = (run.run_id or id(run), model, loop)
     with _BUILT_LOCK:
-        found = _BUILT.get(key)
-        if found is not None:
+        kept = _BUILT.get(key)
+        if kept is not None and (kept[1] is None or kept[1]() is run):
             _BUILT.move_to_end(key)
-            return found
+            return kept[0]
     found = infer_model(model)
     with _BUILT_LOCK:
-        _BUILT[key] = found
+        _BUILT[key] = (found, None if run.run_id else weakref.ref(run))
+        _BUILT.move_to_end(key)
         if len(_BUILT) > _BUILT_KEPT:
             _BUILT.popitem(last=False)
     return found
 
 
-_BUILT: OrderedDict[tuple[str | int, str, asyncio.AbstractEventLoop], Model] = OrderedDict()
-"""The models built from names, by run, name and loop, least recently used first (see `resolve_model`)."""
+_BUILT: OrderedDict[tuple[str | int, str, asyncio.AbstractEventLoop], tuple[Model, weakref.ref[object] | None]] = (
+    OrderedDict()
+)
+"""The models built from names, by run, name and loop, least recently used first (see `resolve_model`), each with
+a weak reference to its run context when the run has no id."""
 
 _BUILT_KEPT = 16
 """Models `_BUILT` keeps: those of the runs going on (a finished run's stay until pushed out, holding a client)."""
