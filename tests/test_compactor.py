@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from pydantic_ai.exceptions import ModelContextWindowExceededError, ModelHTTPError
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -9,6 +10,7 @@ from pydantic_ai.usage import RequestUsage, RunUsage
 
 from pydantic_ai_compaction import Fork, RetryPolicy, StatelessSummary
 from pydantic_ai_compaction.runtime import our_record
+from pydantic_ai_compaction.runtime.degraded import SetupWarning
 from pydantic_ai_compaction.testing import replay
 
 from .support import fork_json, recorded_history
@@ -56,7 +58,9 @@ async def test_non_transient_errors_are_not_retried() -> None:
         attempts.append(1)
         raise ModelHTTPError(status_code=401, model_name='test', body='bad key')
 
-    out = await replay(StatelessSummary(retry=NO_WAIT), recorded_history(), model=FunctionModel(unauthorized))
+    # A refused key is the user's setup: said (a `SetupWarning`), and the compaction falls back.
+    with pytest.warns(SetupWarning, match='the compactor cannot run.*401'):
+        out = await replay(StatelessSummary(retry=NO_WAIT), recorded_history(), model=FunctionModel(unauthorized))
     assert len(attempts) == 1
     assert record_of(out)['fallback_reason'] == 'compactor_error'
 

@@ -51,3 +51,21 @@ def test_a_curator_that_fails_for_another_reason_is_not_a_setup_warning() -> Non
         outputs = _two_turns(_agent(CuratedSelection(model=FunctionModel(curator))))
     assert outputs == ['report: done', 'report: done']
     assert [w for w in caught if issubclass(w.category, SetupWarning)] == []
+
+
+@pytest.mark.parametrize(('status', 'setup'), [(401, True), (403, True), (404, True), (429, False), (500, False)])
+def test_a_provider_refusing_the_key_or_the_model_is_a_setup_warning(status: int, setup: bool) -> None:
+    """A refused key (401), a model the key may not use (403) or one the provider does not know (404) fails every
+    call alike: said as a `SetupWarning`; a rate limit or a server error is a passing fault, not said."""
+    from pydantic_ai.exceptions import ModelHTTPError
+
+    def curator(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise ModelHTTPError(status_code=status, model_name='curator', body={'error': 'no'})
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        outputs = _two_turns(_agent(CuratedSelection(model=FunctionModel(curator))))
+    assert outputs == ['report: done', 'report: done']
+    said = [str(w.message) for w in caught if issubclass(w.category, SetupWarning)]
+    assert bool(said) is setup
+    assert all(f'status_code: {status}' in text for text in said)

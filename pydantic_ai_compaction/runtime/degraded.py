@@ -15,11 +15,30 @@ from __future__ import annotations
 import logging
 import warnings
 
+from pydantic_ai.exceptions import ModelHTTPError, UserError
+
 
 class SetupWarning(RuntimeWarning):
     """A mistake in the agent's setup the run works around on every request (a model whose context window is
     unknown, a compactor model that cannot run). Under warnings made errors it ends the run: skipped and only logged,
     the workaround would hide it while the history grew."""
+
+
+SETUP_STATUSES = frozenset({401, 403, 404})
+"""HTTP statuses a provider answers a setup mistake with: a key refused, a model the key may not use, a model
+name it does not know."""
+
+
+def is_setup_error(error: BaseException) -> bool:
+    """Whether *error*, raised by a compactor model, is a mistake in the agent's setup rather than a passing fault.
+
+    An unknown model name or a missing key (pydantic-ai's `UserError`), a missing provider package, or a provider
+    refusing the key or the model (`SETUP_STATUSES`): every later call fails the same way, so a fallback at each
+    would hide it.
+    """
+    if isinstance(error, UserError | ImportError):
+        return True
+    return isinstance(error, ModelHTTPError) and error.status_code in SETUP_STATUSES
 
 
 LOGGER = logging.getLogger('pydantic_ai_compaction')

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from jsonschema import Draft202012Validator
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
@@ -34,7 +33,7 @@ from pydantic_ai_compaction.protocols.schemas import CURATOR_SCHEMA
 from pydantic_ai_compaction.runtime import compactor, replies
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int, check_patterns
 from pydantic_ai_compaction.runtime.context import CompactionContext, for_request
-from pydantic_ai_compaction.runtime.degraded import SetupWarning
+from pydantic_ai_compaction.runtime.degraded import SetupWarning, is_setup_error
 from pydantic_ai_compaction.runtime.events import EventObserver
 from pydantic_ai_compaction.runtime.project import project as checked_request
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
@@ -239,13 +238,13 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
                 ctx, [ModelRequest(parts=[UserPromptPart(prompt)])], model=self.model, settings=self.model_settings
             )
         except Exception as error:
-            if isinstance(error, UserError | ImportError):
-                # An unknown model name or a missing provider package is the user's setup, not a passing fault:
-                # every request would quietly be `BoundedSelection` (or get no orientation) while it lasts.
+            if is_setup_error(error):
+                # An unknown model name, a refused key or a missing provider package is the user's setup, not a
+                # passing fault: every request would quietly be `BoundedSelection` (or get no orientation) meanwhile.
                 warnings.warn(
                     f'{type(self).__name__}: the curator cannot run ({type(error).__name__}: {str(error)[:300]}); '
-                    f"every request falls back to its BoundedSelection. Check {type(self).__name__}'s model= "
-                    'and its provider package.',
+                    f"every request falls back to its BoundedSelection. Check {type(self).__name__}'s model=, "
+                    'its API key and its provider package.',
                     SetupWarning,
                     stacklevel=2,
                 )

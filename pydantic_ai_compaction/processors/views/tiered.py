@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 import anyio.to_thread
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import (
     CompactionPart,
     ModelMessage,
@@ -48,7 +47,7 @@ from pydantic_ai_compaction.runtime.checks import (
     check_pattern,
 )
 from pydantic_ai_compaction.runtime.context import CompactionContext, for_request
-from pydantic_ai_compaction.runtime.degraded import SetupWarning
+from pydantic_ai_compaction.runtime.degraded import SetupWarning, is_setup_error
 from pydantic_ai_compaction.runtime.events import EventObserver
 from pydantic_ai_compaction.runtime.instructions import tool_provided
 from pydantic_ai_compaction.runtime.notes import NOTES_HEADER, gather_notes
@@ -366,10 +365,10 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             )
             note = compactor.response_text(response) or (previous or '')
         except Exception as error:  # the note is best effort; the copied parts below still carry the essentials
-            if isinstance(error, UserError | ImportError):  # the user's setup, not a passing fault: say so
+            if is_setup_error(error):  # the user's setup, not a passing fault: say so
                 warnings.warn(
                     f'Tiered: the handoff note cannot be written ({type(error).__name__}: {str(error)[:300]}); '
-                    "check Tiered's model= and its provider package.",
+                    "check Tiered's model=, its API key and its provider package.",
                     SetupWarning,
                     stacklevel=2,
                 )
