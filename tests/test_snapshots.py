@@ -76,6 +76,10 @@ def test_load_history_reads_a_path_given_as_a_string(tmp_path: Path) -> None:
     assert load_history(str(file)) == history
     assert load_history(file) == history
     assert load_history(file.read_text()) == history
+    # A blank string is neither a history nor a path: refused by name, not read as the current directory.
+    for blank in ('', '  ', b''):
+        with pytest.raises(ValueError, match=r'load_history.source must be a message list, its JSON or a file path'):
+            load_history(blank)
 
 
 @pytest.mark.parametrize(

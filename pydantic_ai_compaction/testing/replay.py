@@ -24,7 +24,12 @@ def load_history(source: Sequence[ModelMessage] | str | bytes | Path) -> list[Mo
     """Messages from a list, JSON text or bytes (`ModelMessagesTypeAdapter` format), or a JSON file.
 
     A string is JSON when it starts with `[` (a message list always does), otherwise the path of a file.
+
+    Raises:
+        ValueError: *source* is a blank string or bytes (neither a message list nor a path).
     """
+    if isinstance(source, str | bytes) and not source.strip():
+        raise ValueError(f'load_history.source must be a message list, its JSON or a file path, got {source!r}.')
     if isinstance(source, str) and not source.lstrip().startswith('['):
         source = Path(source)
     if isinstance(source, Path):
