@@ -132,7 +132,7 @@ def to_json(value: Any) -> str:
 
 _EXACT_SCALARS = (str, int, bool, type(None))
 PLAIN_SCALARS = frozenset(_EXACT_SCALARS)
-"""The value types of a flat dict (`plain_flat`) that `orjson` writes as `to_json` does."""
+"""The value types of a flat dict (`_plain_flat`) that `orjson` writes as `to_json` does."""
 _STR_ONLY = frozenset({str})
 
 
@@ -147,7 +147,7 @@ def _orjson_writes_as_json(value: Any) -> bool:
     if kind in _EXACT_SCALARS:
         return True
     if kind is dict:
-        if plain_flat(value):  # pyright: ignore[reportUnknownArgumentType]
+        if _plain_flat(value):  # pyright: ignore[reportUnknownArgumentType]
             return True
         return all(type(key) is str and _orjson_writes_as_json(item) for key, item in value.items())  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
     if kind is list or kind is tuple:
@@ -155,7 +155,7 @@ def _orjson_writes_as_json(value: Any) -> bool:
     return False
 
 
-def plain_flat(value: dict[Any, Any]) -> bool:
+def _plain_flat(value: dict[Any, Any]) -> bool:
     """Whether every key of *value* is an exact `str` and every value an exact `str`, `int`, `bool` or `None`.
 
     Most arguments are such flat dicts: told in C, without a call per item. `orjson` writes them as `to_json`

@@ -967,7 +967,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         args = call_part.args
         if label is None or type(args) is not dict or len(args) > _FLAT_ARGS:
             return None
-        for key, value in args.items():  # `plain_flat`, without its fixed cost for a few items
+        for key, value in args.items():  # `encoding._plain_flat`, without its fixed cost for a few items
             if type(key) is not str or type(value) not in PLAIN_SCALARS:
                 return None
         try:
