@@ -5,6 +5,7 @@ force every compaction reply into the agent's output schema."""
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -113,3 +114,26 @@ def test_compaction_requests_carry_no_output_schema_whatever_the_output_mode(out
         text = json.dumps(payload)
         # ... no fork request does: no response format, no instruction to answer with the schema.
         assert schema not in text and 'json_object' not in text and 'json_schema' not in text
+
+
+@pytest.mark.parametrize('emulate', [True, False])
+def test_a_provider_without_a_compaction_endpoint_is_a_model_without_provider_compaction(emulate: bool) -> None:
+    """A compatible server that answers the agent's requests but not `/responses/compact` (404): `Native` emulates
+    (or says `unsupported`), as for a model without provider compaction; it is not a setup mistake, so warnings
+    made errors do not end the run."""
+    events: list[CompactionEvent] = []
+    mock = Mock(
+        PROVIDERS['openai-responses'](), Script(), fail=lambda path, payload: 404 if path.endswith('/compact') else None
+    )
+    agent = Agent(mock.model(), capabilities=[Native(trigger=TRIGGER, emulate=emulate, observer=events.append)])
+    plain_tools(agent)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        assert agent.run_sync('Audit logs 1-8 and report.').output == 'report: done'
+    assert ('/v1/responses/compact', 404) in {(e.path, e.status) for e in mock.exchanges}
+    records = [e.record for e in events if e.record is not None]
+    assert records
+    if emulate:
+        assert all(r.variant == 'emulated' and r.fallback_reason is None for r in records)
+    else:
+        assert all(r.fallback_reason == 'unsupported' for r in records)

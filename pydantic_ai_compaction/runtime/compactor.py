@@ -22,7 +22,7 @@ from typing import Any, Literal, cast
 
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer, TracerProvider
 from opentelemetry.util.types import Attributes
-from pydantic_ai.exceptions import UserError
+from pydantic_ai.exceptions import ModelHTTPError, UserError
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart, repair_messages
 from pydantic_ai.models import Model, ModelRequestContext, ModelRequestParameters, infer_model
 from pydantic_ai.settings import ModelSettings
@@ -211,6 +211,13 @@ async def provider_compact(ctx: CompactionContext, messages: Sequence[ModelMessa
                 )
     except (NotImplementedError, UserError):
         raise  # the model has no (on-demand) provider compaction: not a failed attempt
+    except ModelHTTPError as error:
+        if error.status_code == 404:
+            # The agent's own requests reach this provider, its compaction endpoint does not (a compatible server
+            # without it): the model has no provider compaction here, which is not a mistake in the setup.
+            raise NotImplementedError(f'the provider has no compaction endpoint ({error})') from error
+        ctx.usage.failed_attempts += 1
+        raise
     except BaseException:
         ctx.usage.failed_attempts += 1  # the last attempt, as `request` counts it
         raise
