@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
+import time
+import warnings
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
-from pydantic_ai import RunContext
+from pydantic_ai import RunContext, models
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import UserError
 from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.models.test import TestModel
 from pydantic_ai.usage import RunUsage
 
-from pydantic_ai_compaction import Fork, StatelessSummary, Trigger
+from pydantic_ai_compaction import ClearThenSummarize, CuratedSelection, Fork, StatelessSummary, Trigger
 from pydantic_ai_compaction.runtime import compactor
 from pydantic_ai_compaction.runtime.context import CompactionContext
 
 from .support import ScriptedAgentModel, audit_agent, fork_json
+from .wire.stub_server import Stub
 
 
 class Builder:
@@ -132,3 +140,146 @@ async def test_each_replay_is_a_run_of_its_own_even_with_a_shared_usage(monkeypa
         await replay(summary, recorded_history(), model=TestModel(), usage=usage)
     assert builder.built == ['openai:gpt-4o-mini'] * 3  # once per replay: its window, then its request
     assert usage.requests == 3
+
+
+class _KeepAlive(ThreadingHTTPServer):
+    """The OpenAI stub over HTTP/1.1 keep-alive, counting the connections clients leave open."""
+
+    daemon_threads = True
+
+    def __init__(self, stub: Stub) -> None:
+        self.stub = stub
+        self.open = 0
+        self.opened = 0
+        self.lock = threading.Lock()
+        super().__init__(('127.0.0.1', 0), _KeepAliveHandler)
+
+
+class _KeepAliveHandler(BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+    server: _KeepAlive
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.lock:
+            self.server.open += 1
+            self.server.opened += 1
+
+    def finish(self) -> None:
+        super().finish()
+        with self.server.lock:
+            self.server.open -= 1
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get('content-length', 0))
+        body = json.dumps(self.server.stub.answer(json.loads(self.rfile.read(length) or b'{}'))).encode()
+        self.send_response(200)
+        self.send_header('content-type', 'application/json')
+        self.send_header('content-length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        del format, args
+
+
+def _open_after(server: _KeepAlive) -> int:
+    """The connections still open once a client that closed its own has had time to be seen closing them."""
+    deadline = time.monotonic() + 5
+    while server.open and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return server.open
+
+
+@pytest.fixture
+def keep_alive(monkeypatch: pytest.MonkeyPatch) -> Iterator[_KeepAlive]:
+    """The stub serving `openai-chat:` names (through the environment, as a user's key and base URL are given)."""
+    monkeypatch.setattr(models, 'ALLOW_MODEL_REQUESTS', True)  # to the local server only
+    server = _KeepAlive(Stub())
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv('OPENAI_BASE_URL', f'http://127.0.0.1:{server.server_address[1]}/v1')
+    monkeypatch.setenv('OPENAI_API_KEY', 'test-key')
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.mark.parametrize('capability', ['fork', 'curator', 'tiered'])
+def test_a_model_built_from_a_name_is_closed_when_its_run_ends(keep_alive: _KeepAlive, capability: str) -> None:
+    """Its provider's HTTP client is closed: no connection is left open to the provider after the run (one was
+    left open, and the client collected unclosed, before)."""
+    name = 'openai-chat:gpt-4o-mini'
+    chosen: AbstractCapability[None] = {
+        'fork': lambda: Fork(model=name, trigger=Trigger(tokens=200)),
+        'curator': lambda: CuratedSelection(model=name),
+        'tiered': lambda: ClearThenSummarize(
+            model=name, context_window=1_500, clear_at=0.3, summarize_at=0.5, summarize_to=0.2
+        ),
+    }[capability]()
+    script = ScriptedAgentModel(logs=6)
+    agent = audit_agent(script, [chosen])
+    for run in range(2):
+        with warnings.catch_warnings():
+            warnings.simplefilter('error', RuntimeWarning)  # a compaction that fell back would warn
+            script.step = 0
+            assert agent.run_sync('Audit the logs.').output == 'report: done'
+        assert keep_alive.stub.seen[{'tiered': 'handoff'}.get(capability, capability)] > run
+        assert _open_after(keep_alive) == 0
+    assert keep_alive.opened >= 2
+
+
+async def test_a_replay_closes_the_models_it_built_from_names(keep_alive: _KeepAlive) -> None:
+    from pydantic_ai_compaction.testing import replay
+
+    from .support import recorded_history
+
+    name = 'openai-chat:gpt-4o-mini'
+    # The replay's own model, then a summary's model given by name beside a model given as a model.
+    for summary, model in ((StatelessSummary(), name), (StatelessSummary(model=name), TestModel())):
+        compacted = await replay(summary, recorded_history(), model=model)
+        assert len(compacted) < len(recorded_history())
+        assert await asyncio.to_thread(_open_after, keep_alive) == 0
+    assert keep_alive.stub.seen['summary'] == 2
+    assert keep_alive.opened == 2
+
+
+async def test_closing_leaves_other_runs_and_given_models_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    exits: list[str] = []
+
+    class Closing(TestModel):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.built_as = name
+
+        async def __aexit__(self, *args: object) -> None:
+            exits.append(self.built_as)
+
+    monkeypatch.setattr(compactor, 'infer_model', Closing)
+    monkeypatch.setattr(compactor, '_BUILT', type(compactor._BUILT)())  # pyright: ignore[reportPrivateUsage]
+
+    def context(run_id: str | None) -> CompactionContext:
+        run = RunContext[None](deps=None, model=TestModel(), usage=RunUsage(), run_id=run_id)
+        return CompactionContext(run=run, model=TestModel(), model_settings=None, parameters=ModelRequestParameters())
+
+    one, two, bare = context('run-1'), context('run-2'), context(None)
+    given = Closing('given')
+    for ctx in (one, two, bare):
+        compactor.resolve_model('a:x', ctx)
+        compactor.resolve_model('a:y', ctx)
+        assert compactor.resolve_model(given, ctx) is given
+    await compactor.close_models(one.run)
+    assert sorted(exits) == ['a:x', 'a:y']
+    await compactor.close_models(one.run)  # twice (two of our capabilities in one run): nothing more
+    assert sorted(exits) == ['a:x', 'a:y']
+    # Run 2's models are still its own (not built again), until it ends; a run without an id is told by its object.
+    assert compactor.resolve_model('a:x', two).built_as == 'a:x'  # pyright: ignore[reportAttributeAccessIssue]
+    await compactor.close_models(context(None).run)
+    assert len(exits) == 2
+    await compactor.close_models(bare.run)
+    await compactor.close_models(two.run)
+    assert sorted(exits) == ['a:x', 'a:x', 'a:x', 'a:y', 'a:y', 'a:y']
+    assert not compactor._BUILT  # pyright: ignore[reportPrivateUsage]

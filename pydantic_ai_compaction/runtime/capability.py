@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
-from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.capabilities import AbstractCapability, WrapRunHandler
 from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import Model, ModelRequestParameters
@@ -20,6 +20,7 @@ from pydantic_ai.tools import AgentDepsT, RunContext
 
 from pydantic_ai_compaction.protocols.types import CompactionEvent, CompactionState, Proposal
 from pydantic_ai_compaction.runtime.checks import check_bool, check_callable, check_instance, check_int, check_number
+from pydantic_ai_compaction.runtime.compactor import close_models
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.degraded import SetupWarning, warn_degraded
 from pydantic_ai_compaction.runtime.engine import DEFAULT_MIN_SAVING, run_compaction
@@ -32,6 +33,7 @@ from pydantic_ai_compaction.runtime.validate import DEFAULT_FALLBACK_KEEP_LAST, 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
     from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.run import AgentRunResult
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,13 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
     def uses_state(self) -> bool:
         """Whether `resolve` reads the `CompactionState` (compositions); others skip computing it."""
         return False
+
+    async def wrap_run(self, ctx: RunContext[AgentDepsT], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
+        """The run; then the models its compactions built from names are closed (`compactor.close_models`)."""
+        try:
+            return await handler()
+        finally:
+            await close_models(ctx)
 
     async def before_model_request(
         self,

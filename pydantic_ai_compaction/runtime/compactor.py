@@ -26,6 +26,7 @@ from pydantic_ai.exceptions import ModelHTTPError, UserError
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart, repair_messages
 from pydantic_ai.models import Model, ModelRequestContext, ModelRequestParameters, infer_model
 from pydantic_ai.settings import ModelSettings
+from pydantic_ai.tools import RunContext
 from pydantic_ai.usage import RequestUsage
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -73,6 +74,30 @@ def resolve_model(model: Model | str | None, ctx: CompactionContext) -> Model:
     return found
 
 
+async def close_models(run: RunContext[Any]) -> None:
+    """Close the models `resolve_model` built from names for *run*, when it ends: each owns an HTTP client.
+
+    Entered and left once, as pydantic-ai closes the models it builds for a run, so the provider closes the client
+    it made for itself (a model given as a model is never built here, so never closed). Only *run*'s models on this
+    event loop: a run in another thread closes its own. Closing never fails the run.
+    """
+    loop = asyncio.get_running_loop()
+    ident = run.run_id or id(run)
+    with _BUILT_LOCK:
+        keys = [
+            key
+            for key, (_, ref) in _BUILT.items()
+            if key[0] == ident and key[2] is loop and (ref is None or ref() is run)
+        ]
+        models = [_BUILT.pop(key)[0] for key in keys]
+    for model in models:
+        try:
+            async with model:
+                pass
+        except Exception:  # a client already closed, or one that fails to: nothing left to release
+            pass
+
+
 _BUILT: OrderedDict[tuple[str | int, str, asyncio.AbstractEventLoop], tuple[Model, weakref.ref[object] | None]] = (
     OrderedDict()
 )
@@ -80,7 +105,9 @@ _BUILT: OrderedDict[tuple[str | int, str, asyncio.AbstractEventLoop], tuple[Mode
 a weak reference to its run context when the run has no id."""
 
 _BUILT_KEPT = 16
-"""Models `_BUILT` keeps: those of the runs going on (a finished run's stay until pushed out, holding a client)."""
+"""Models `_BUILT` keeps: those of the runs going on. A run's are closed when it ends (`close_models`, called by
+every capability of ours that calls a compactor); those of a run that has no end to hook (a strategy driven by
+harness's `compact_now` or as a tier of its `TieredCompaction`) stay until pushed out."""
 
 _BUILT_LOCK = threading.Lock()
 """Guards `_BUILT`: runs in other threads (each with its loop) resolve names too."""

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import suppress
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from pydantic_ai.models import Model, infer_model
 from pydantic_ai.tools import RunContext
 from pydantic_ai.usage import RunUsage
+
+from pydantic_ai_compaction.runtime.compactor import close_models
 
 
 class Compacts(Protocol):
@@ -59,9 +62,18 @@ async def replay(
         usage: Usage to add the compaction's model calls to.
     """
     history = load_history(messages)
+    built = infer_model(model) if isinstance(model, str) else None
     ctx = RunContext[Any](
         deps=deps,
-        model=infer_model(model) if isinstance(model, str) else model,
+        model=built or cast(Model, model),
         usage=usage if usage is not None else RunUsage(),
     )
-    return await strategy.compact(history, ctx)
+    try:
+        return await strategy.compact(history, ctx)
+    finally:
+        # A replay is a run: what it built from names (its model, a compactor's) is closed as a run's is.
+        await close_models(ctx)
+        if built is not None:
+            with suppress(Exception):
+                async with built:
+                    pass

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from jsonschema import Draft202012Validator
-from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.capabilities import AbstractCapability, WrapRunHandler
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
@@ -43,6 +43,7 @@ from pydantic_ai_compaction.runtime.wrappers import neutralize, wrap
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.run import AgentRunResult
 
 CURATOR_MARKER = '[pydantic-ai-compaction: curator request]'
 """First line of the curator's prompt."""
@@ -189,6 +190,13 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """A copy with its own curation, and a fallback with its own memory of the last selection, for this run."""
         return replace(self, fallback=replace(self.fallback))
+
+    async def wrap_run(self, ctx: RunContext[AgentDepsT], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
+        """The run; then the models its compactions built from names are closed (`compactor.close_models`)."""
+        try:
+            return await handler()
+        finally:
+            await compactor.close_models(ctx)
 
     @property
     def last_failure(self) -> str | None:

@@ -15,10 +15,10 @@ import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
-from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.capabilities import AbstractCapability, WrapRunHandler
 from pydantic_ai.messages import (
     CompactionPart,
     ModelMessage,
@@ -67,6 +67,7 @@ from pydantic_ai_compaction.runtime.wrappers import neutralize
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.run import AgentRunResult
 
 HANDOFF_MARKER = '[pydantic-ai-compaction: handoff note request]'
 """First line of the handoff-note request."""
@@ -223,6 +224,13 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """A copy with its own projection for this run."""
         return replace(self)
+
+    async def wrap_run(self, ctx: RunContext[AgentDepsT], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
+        """The run; then the models its compactions built from names are closed (`compactor.close_models`)."""
+        try:
+            return await handler()
+        finally:
+            await compactor.close_models(ctx)
 
     def window(self, model: Model | None) -> int:
         """The context window the fractions apply to."""
