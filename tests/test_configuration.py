@@ -137,3 +137,67 @@ def test_messages_say_what_to_write_only_where_it_helps() -> None:
     with pytest.raises(ConfigurationError) as raised:
         Tiered(write_tools=['write', 'edit'])  # pyright: ignore[reportArgumentType]
     assert str(raised.value).startswith('ClearThenSummarize.write_tools must be')  # one pattern, not an item of a list
+
+
+async def _async_when(state: object) -> bool:
+    del state
+    return False
+
+
+class _AsyncCall:
+    async def __call__(self, event: object) -> None:
+        del event
+
+
+HOOKS: list[tuple[str, Callable[[Any], object], object]] = [
+    # An `async def` hook is called without await: a coroutine, truthy, never run.
+    ('Switch.when', lambda v: Switch(when=v, then=Fork(), otherwise=Native()), _async_when),
+    ('Fork.observer', lambda v: Fork(observer=v), _AsyncCall()),
+    ('Archive.observer', lambda v: Archive(observer=v), _async_when),
+    # The wrong number of parameters, told at construction rather than at the first compaction.
+    ('Fork.protect', lambda v: Fork(protect=v), lambda exchange: True),  # pyright: ignore[reportUnknownLambdaType]
+    ('Archive.protect', lambda v: Archive(protect=v), lambda: True),
+    ('Switch.when', lambda v: Switch(when=v, then=Fork(), otherwise=Native()), lambda a, b: True),  # pyright: ignore[reportUnknownLambdaType]
+    ('Trigger.tokenizer', lambda v: Trigger(tokens=10, tokenizer=v), lambda text, model: 1),  # pyright: ignore[reportUnknownLambdaType]
+    ('ResetToCheckpoint.checkpoint', lambda v: ResetToCheckpoint(checkpoint=v), lambda view: ''),  # pyright: ignore[reportUnknownLambdaType]
+    ('ResetToCheckpoint.extract', lambda v: ResetToCheckpoint(extract=v), lambda call: []),  # pyright: ignore[reportUnknownLambdaType]
+    ('ForgetReasoning.scorer', lambda v: ForgetReasoning(scorer=v), lambda context: []),  # pyright: ignore[reportUnknownLambdaType]
+    ('BoundedSelection.observer', lambda v: BoundedSelection(observer=v), lambda event, extra: None),  # pyright: ignore[reportUnknownLambdaType]
+]
+
+
+@pytest.mark.parametrize(
+    ('field', 'build', 'hook'), HOOKS, ids=[f'{field}-{i}' for i, (field, _, _) in enumerate(HOOKS)]
+)
+def test_a_hook_that_cannot_be_called_as_the_runtime_calls_it_fails_at_construction(
+    field: str, build: Callable[[Any], object], hook: object
+) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(field)) as raised:
+        build(hook)
+    assert 'a callable of' in str(raised.value)
+
+
+def test_hooks_the_runtime_can_call_are_accepted() -> None:
+    import functools
+
+    def protect(exchange: object, messages: object, *, extra: int = 0) -> bool:
+        del exchange, messages, extra
+        return False
+
+    def everything(*args: object) -> bool:
+        del args
+        return True
+
+    assert Fork(protect=protect).protect is protect
+    assert Fork(protect=everything).protect is everything
+
+    def flagged(flag: bool, exchange: object, messages: object) -> bool:
+        del exchange, messages
+        return flag
+
+    partial = functools.partial(flagged, False)
+    assert Fork(protect=partial).protect is partial
+    assert Trigger(tokens=10, tokenizer=len).tokenizer is len  # a builtin whose signature is read
+    assert Switch(when=bool, then=Fork(), otherwise=Native()).when is bool  # a type: its call is read
+    observed: list[object] = []
+    assert Fork(observer=observed.append).observer == observed.append

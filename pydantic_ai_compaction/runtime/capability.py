@@ -344,8 +344,8 @@ class ConfiguredCompaction(CompactionCapability[AgentDepsT], ABC):
         check_instance(owner, 'retry', self.retry, RetryPolicy, 'a RetryPolicy')
         check_int(owner, 'fallback_keep_last', self.fallback_keep_last, minimum=1)
         check_number(owner, 'min_saving', self.min_saving, minimum=0, maximum=1)
-        check_callable(owner, 'protect', self.protect)
-        check_callable(owner, 'observer', self.observer)
+        check_callable(owner, 'protect', self.protect, arguments=2)
+        check_callable(owner, 'observer', self.observer, arguments=1)
         check_bool(owner, 'reraise_in_compact', self.reraise_in_compact)
 
     @property

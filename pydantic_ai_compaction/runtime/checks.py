@@ -8,6 +8,7 @@ later as a bare `TypeError` deep in a run, or as one-character markers.
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 from collections.abc import Callable, Iterable
@@ -159,12 +160,36 @@ def check_bool(owner: str, name: str, value: object) -> bool:
     return value
 
 
-def check_callable(owner: str, name: str, value: object, *, optional: bool = True) -> Callable[..., Any] | None:
-    """*value* if it is callable (or `None` when *optional*)."""
+def check_callable(
+    owner: str, name: str, value: object, *, optional: bool = True, arguments: int | None = None
+) -> Callable[..., Any] | None:
+    """*value* if it is a plain (not `async`) callable (or `None` when *optional*), taking *arguments* positional
+    arguments when given.
+
+    Each hook is called without `await`: an `async def` would give a coroutine never awaited, which is truthy (a
+    `when` always true, every exchange protected) or not the value expected, and its work never done. A wrong
+    number of parameters is told here rather than at the first compaction. A callable whose signature cannot be
+    read (some builtins) is taken as it is.
+    """
     if value is None and optional:
         return None
+    expected = 'a callable' + (f' of {arguments} argument{"s" * (arguments != 1)}' if arguments is not None else '')
+    expected += ' or None' if optional else ''
     if not callable(value):
-        raise fail(owner, name, 'a callable' + (' or None' if optional else ''), value)
+        raise fail(owner, name, expected, value)
+    # An object with an `async def __call__` is as much a coroutine function as an `async def`.
+    call = None if inspect.isroutine(value) or isinstance(value, type) else type(value).__call__  # pyright: ignore[reportUnknownMemberType]
+    if inspect.iscoroutinefunction(value) or (call is not None and inspect.iscoroutinefunction(call)):
+        raise fail(owner, name, expected + ' (not async: it is called without await)', value)
+    if arguments is not None:
+        try:
+            signature = inspect.signature(value)
+        except (TypeError, ValueError):
+            return value
+        try:
+            signature.bind(*([None] * arguments))
+        except TypeError:
+            raise fail(owner, name, expected, value) from None
     return value
 
 

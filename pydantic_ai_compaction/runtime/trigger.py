@@ -84,7 +84,7 @@ class Trigger:
         check_optional_int('Trigger', 'context_window', self.context_window, minimum=1)
         check_optional_int('Trigger', 'messages', self.messages, minimum=1)
         check_int('Trigger', 'fallback_context_window', self.fallback_context_window, minimum=1)
-        check_callable('Trigger', 'tokenizer', self.tokenizer)
+        check_callable('Trigger', 'tokenizer', self.tokenizer, arguments=1)
         if self.tokens is None and self.fraction is None and self.messages is None:
             raise ConfigurationError('Trigger needs a limit: set `tokens`, `fraction` or `messages`.')
         if self.tokens is not None and self.fraction is not None:

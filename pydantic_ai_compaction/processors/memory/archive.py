@@ -208,11 +208,11 @@ class Archive(AbstractCapability[AgentDepsT]):
     def __post_init__(self) -> None:
         check_instance('Archive', 'store', self.store, ArchiveStore, 'an ArchiveStore')
         check_conversation('Archive', self.conversation)
-        check_callable('Archive', 'protect', self.protect)
+        check_callable('Archive', 'protect', self.protect, arguments=2)
         check_int('Archive', 'reminder_tokens', self.reminder_tokens, minimum=1)
         check_int('Archive', 'reminder_every_chars', self.reminder_every_chars, minimum=1)
         check_instance('Archive', 'instructions', self.instructions, str, 'a string')
-        check_callable('Archive', 'observer', self.observer)
+        check_callable('Archive', 'observer', self.observer, arguments=1)
         self._state = _ReminderState()
         self._applying = anyio.Lock()
         self._scanned = _Scanned()

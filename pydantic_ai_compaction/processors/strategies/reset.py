@@ -511,9 +511,9 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     def __post_init__(self) -> None:
         super().__post_init__()
         owner = 'ResetToCheckpoint'
-        check_callable(owner, 'checkpoint', self.checkpoint)
+        check_callable(owner, 'checkpoint', self.checkpoint, arguments=2)
         check_instance(owner, 'sources', self.sources, InstructionSources, 'an InstructionSources')
-        check_callable(owner, 'extract', self.extract)
+        check_callable(owner, 'extract', self.extract, arguments=2)
         check_int(owner, 'excerpt_chars', self.excerpt_chars, minimum=0)
         check_int(owner, 'facts_per_result', self.facts_per_result, minimum=1)
         check_int(owner, 'answer_chars', self.answer_chars, minimum=1)

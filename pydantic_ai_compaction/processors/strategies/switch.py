@@ -35,7 +35,7 @@ class Switch(CompactionCapability[AgentDepsT]):
     """Strategy when it does not."""
 
     def __post_init__(self) -> None:
-        check_callable('Switch', 'when', self.when, optional=False)
+        check_callable('Switch', 'when', self.when, optional=False, arguments=1)
         for name in ('then', 'otherwise'):
             check_instance('Switch', name, getattr(self, name), CompactionCapability, 'a compaction strategy')
 

@@ -183,7 +183,7 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
         check_instance(owner, 'full_history', self.full_history, bool, 'True or False')
         check_instance(owner, 'fallback', self.fallback, BoundedSelection, 'a BoundedSelection')
         check_instance(owner, 'retry', self.retry, RetryPolicy, 'a RetryPolicy')
-        check_callable(owner, 'observer', self.observer)
+        check_callable(owner, 'observer', self.observer, arguments=1)
         self._secrets = check_patterns(owner, 'secret_patterns', self.secret_patterns)
         self._state = _CuratorState()
 

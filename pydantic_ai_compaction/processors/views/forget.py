@@ -221,8 +221,8 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
     def __post_init__(self) -> None:
         check_choice('ForgetReasoning', 'policy', self.policy, ('keep', 'drop', 'after_artifact', 'score'))
         check_number('ForgetReasoning', 'drop_share', self.drop_share, minimum=0, maximum=1)
-        check_callable('ForgetReasoning', 'scorer', self.scorer)
-        check_callable('ForgetReasoning', 'observer', self.observer)
+        check_callable('ForgetReasoning', 'scorer', self.scorer, arguments=2)
+        check_callable('ForgetReasoning', 'observer', self.observer, arguments=1)
         if not isinstance(self.write_tools, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise fail('ForgetReasoning', 'write_tools', 'a regular expression string', self.write_tools)
         try:

@@ -658,7 +658,7 @@ class BoundedSelection(AbstractCapability[AgentDepsT]):
         check_number(
             'BoundedSelection', 'retrieval_share', self.retrieval_share, minimum=0, maximum=1, exclusive_minimum=True
         )
-        check_callable('BoundedSelection', 'observer', self.observer)
+        check_callable('BoundedSelection', 'observer', self.observer, arguments=1)
         self._run = _Selecting()
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:

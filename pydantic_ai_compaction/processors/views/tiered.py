@@ -217,7 +217,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         check_instance(owner, 'model_settings', self.model_settings, (dict, type(None)), 'a ModelSettings dict or None')
         check_instance(owner, 'retry', self.retry, RetryPolicy, 'a RetryPolicy')
         check_conversation(owner, self.conversation)
-        check_callable(owner, 'observer', self.observer)
+        check_callable(owner, 'observer', self.observer, arguments=1)
         self._writes = check_pattern(owner, 'write_tools', self.write_tools)
         self._projection = _Projection()
 
