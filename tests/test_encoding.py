@@ -101,3 +101,30 @@ def test_has_surrogates_is_the_pattern_scan(value: str) -> None:
     scanned = encoding._SURROGATE.search(value) is not None  # pyright: ignore[reportPrivateUsage]
     assert has_surrogates(value) is scanned
     assert clean_text(value) == encoding._SURROGATE.sub('\ufffd', value)  # pyright: ignore[reportPrivateUsage]
+
+
+LONG = 10**5000 + 12345
+"""An integer past Python's default digit limit (4,300): it has no `str`, and pydantic-ai sends it."""
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(values, st.sampled_from([LONG, -LONG, 7 * 10**4299, 2**14300]), st.sampled_from([4300, 640, 0]))
+def test_an_integer_past_the_digit_limit_is_written_and_read_back_exactly(value: Any, long: int, limit: int) -> None:
+    """The text is the standard library's with no digit limit set, whatever the limit; read back, the same values."""
+    import sys
+
+    from pydantic_ai_compaction.runtime.encoding import from_json
+
+    wrapped = {'value': value, 'long': long, 'nested': [long, {'k': long}], long: 'as a key'}
+    before = sys.get_int_max_str_digits()
+    try:
+        sys.set_int_max_str_digits(0)
+        expected = standard_library_json(wrapped)
+        sys.set_int_max_str_digits(limit)
+        text = to_json(wrapped)
+        assert text == expected
+        read = from_json(text)
+        assert read['long'] == long and read['nested'] == [long, {'k': long}]
+        assert to_json(read['value']) == to_json(value)
+    finally:
+        sys.set_int_max_str_digits(before)

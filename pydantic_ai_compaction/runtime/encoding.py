@@ -26,10 +26,13 @@ import dataclasses
 import json
 import math
 import re
+import secrets
+import sys
 from datetime import date, datetime, time
 from typing import Any, cast
 
 import orjson
+import pydantic_core
 
 _SURROGATE = re.compile('[\ud800-\udfff]')
 _NUL = '\x00'
@@ -127,7 +130,51 @@ def to_json(value: Any) -> str:
         text = _ENCODER.encode(_plain(value))
     except RecursionError:
         text = '"<a value nested too deeply to encode>"'
+    except ValueError:
+        text = _with_long_integers(value)
     return text if text.isascii() else _SURROGATE.sub(lambda match: f'\\u{ord(match.group()):04x}', text)
+
+
+def _with_long_integers(value: Any) -> str:
+    """`to_json`'s standard-library text of *value* holding an integer past Python's digit limit
+    (`sys.get_int_max_str_digits`, 4,300 by default), which has no `str` and so no JSON there.
+
+    Each such integer is written in as pydantic-core writes it (no such limit: as pydantic-ai sends it), in place
+    of a marker string no value holds (a NUL and a random token). Left in a set (sorted by its JSON), it still
+    cannot be written: the value is then written as a fixed JSON string saying so (lossy, never an error).
+    """
+    marker = f'{_NUL}{secrets.token_hex(8)}:'
+    digits: list[str] = []
+    # Below these many bits an integer has fewer digits than the limit (log2(10) > 3.32): `str` writes it.
+    safe_bits = int((_digit_limit() - 1) * 3.32)
+
+    def swap(item: Any) -> Any:
+        if isinstance(item, int) and not isinstance(item, bool) and item.bit_length() >= safe_bits:
+            digits.append(pydantic_core.to_json(int(item)).decode())
+            return f'{marker}{len(digits) - 1}{_NUL}'
+        if isinstance(item, dict):
+            return {_key(swap(key)): swap(inner) for key, inner in item.items()}  # pyright: ignore[reportUnknownVariableType]
+        if isinstance(item, list | tuple):
+            return [swap(inner) for inner in item]  # pyright: ignore[reportUnknownVariableType]
+        return _plain(item)
+
+    try:
+        text = _ENCODER.encode(swap(value))
+    except (ValueError, RecursionError):
+        return '"<a value holding an integer too long to encode>"'
+    for index, written in enumerate(digits):
+        swapped = _ENCODER.encode(f'{marker}{index}{_NUL}')
+        # As a key the integer is a string (its digits quoted); as a value, its digits.
+        text = text.replace(f'{swapped}:', f'"{written}":').replace(swapped, written)
+    return text
+
+
+def _digit_limit() -> int:
+    """Python's limit on the digits of an integer converted to or from text, as set now (0 sets none)."""
+    return sys.get_int_max_str_digits() or _NO_LIMIT
+
+
+_NO_LIMIT = 1 << 62
 
 
 _EXACT_SCALARS = (str, int, bool, type(None))
@@ -179,9 +226,19 @@ def from_json(text: str | bytes) -> Any:
         except orjson.JSONDecodeError:
             pass
     try:
-        return json.loads(probe)
+        return json.loads(probe, parse_int=_int)
     except (json.JSONDecodeError, RecursionError) as error:
         raise ValueError(f'not JSON: {error}') from None
+
+
+def _int(digits: str) -> int:
+    """An integer's JSON *digits* read back, past Python's digit limit too (`to_json` writes such integers)."""
+    if len(digits) < _digit_limit():
+        return int(digits)
+    # Halves, each under the limit at the bottom (at least 640 digits): products and sums have no digit limit.
+    sign, body = (-1, digits[1:]) if digits.startswith('-') else (1, digits)
+    low = len(body) // 2
+    return sign * (_int(body[:-low]) * 10**low + _int(body[-low:]))
 
 
 _LONG_DIGITS = re.compile(r'\d{19}')

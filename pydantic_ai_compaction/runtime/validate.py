@@ -604,6 +604,10 @@ def decide(
         # at every step: the runtime has the last word and falls back.
         layout = fallback_layout(view, 'kept_all', fallback_keep_last=fallback_keep_last)
     if not layout.dropped and not layout.restate:
+        if proposal.malformed is not None:
+            # Said, or a strategy that fails on every history this short would be silent (its error lost).
+            failure = f'{proposal.malformed}: {proposal.detail}' if proposal.detail else proposal.malformed
+            return Skipped('nothing to drop', f'the proposal failed ({failure}) and the fallback removes no exchange')
         return Skipped('nothing to drop', 'neither the proposal nor the fallback removes an exchange')
     outcome = build(layout)
     if _grew(outcome):
