@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
-from pydantic_ai import Agent, NativeOutput, models
+from pydantic_ai import Agent, NativeOutput, ToolOutput, models
 from pydantic_ai.messages import CompactionPart
 
 from pydantic_ai_compaction import CompactionEvent, Fork, Native, StatelessSummary, Trigger
 
-from .wire.providers import PROVIDERS, Mock, Say
+from .wire.providers import PROVIDERS, Call, Mock, Say
 from .wire.script import Script, plain_tools
 
 TRIGGER = Trigger(tokens=2_500)
@@ -137,3 +137,59 @@ def test_a_provider_without_a_compaction_endpoint_is_a_model_without_provider_co
         assert all(r.variant == 'emulated' and r.fallback_reason is None for r in records)
     else:
         assert all(r.fallback_reason == 'unsupported' for r in records)
+
+
+class ReportByTool(Script):
+    """The scripted model, ending each turn by calling the agent's output tool."""
+
+    def __call__(self, text: str, body: str = '') -> Say:
+        say = super().__call__(text, body)
+        return Say(calls=(Call('final_result', {'verdict': 'done'}),)) if say.text == 'report: done' else say
+
+
+def _tool_names(payload: dict[str, Any]) -> list[str]:
+    """The names of the tools a request defines, in any of the four providers' formats."""
+    names: list[str] = []
+    for tool in payload.get('tools') or []:
+        if not isinstance(tool, dict):
+            continue
+        declarations = tool.get('functionDeclarations') or tool.get('function_declarations')  # pyright: ignore[reportUnknownMemberType]
+        if declarations:
+            names += [d['name'] for d in declarations]  # pyright: ignore[reportUnknownVariableType]
+        elif 'function' in tool:
+            names.append(tool['function']['name'])  # pyright: ignore[reportUnknownArgumentType]
+        elif 'name' in tool:
+            names.append(tool['name'])  # pyright: ignore[reportUnknownArgumentType]
+    return sorted(names)
+
+
+def _choice(payload: dict[str, Any]) -> Any:
+    return payload.get('tool_choice', payload.get('toolConfig', payload.get('tool_config')))
+
+
+@pytest.mark.parametrize('provider', ['openai-chat', 'openai-responses', 'anthropic', 'google'])
+@pytest.mark.parametrize('output', ['text', 'tool-output'])
+def test_a_fork_request_defines_the_agents_tools_on_every_provider(output: str, provider: str) -> None:
+    """The fork's cached prefix starts with the tool definitions. Asked for text with `tool_choice='none'`,
+    Anthropic and Gemini were sent only the output tool (pydantic-ai restricts a choice there by leaving the
+    other tools out), and Anthropic's cache is also invalidated by a changed `tool_choice`: there the agent's
+    own choice is kept where it allows text."""
+    mock = Mock(PROVIDERS[provider](), ReportByTool() if output == 'tool-output' else Script())
+    events: list[CompactionEvent] = []
+    output_type: Any = ToolOutput(Report) if output == 'tool-output' else str
+    agent = Agent(mock.model(), output_type=output_type, capabilities=[Fork(trigger=TRIGGER, observer=events.append)])
+    plain_tools(agent)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', RuntimeWarning)
+        agent.run_sync('Audit logs 1-8 and report.')
+    assert mock.problems() == []
+    forks = [p for p in mock.payloads if _marked(p)]
+    agents = [p for p in mock.payloads if not _marked(p)]
+    assert forks and [e.kind for e in events].count('compacted') == len(forks)
+    assert all(e.record is None or e.record.fallback_reason is None for e in events)
+    tools = _tool_names(agents[0])
+    assert 'read_log' in tools and ('final_result' in tools) == (output == 'tool-output')
+    assert all(_tool_names(fork) == tools for fork in forks)
+    if provider == 'anthropic' and output == 'text':
+        # The agent's own request, byte for byte where it matters for the cache: its tool choice too.
+        assert all(_choice(fork) == _choice(agents[0]) for fork in forks)

@@ -305,15 +305,27 @@ def text_only(ctx: CompactionContext) -> tuple[ModelSettings, ModelRequestParame
     """Settings and parameters for a request in the conversation that must answer in text.
 
     Every tool definition stays, output tools included, so the prefix matches the agent's own
-    requests and the provider's cache can serve it; `tool_choice='none'` asks for text where the
-    provider supports it, and text output is allowed whatever the agent's output type. The agent's output
+    requests and the provider's cache can serve it; `tool_choice='none'` asks for text where that keeps the tool
+    list (OpenAI), the agent's own choice is kept where it would not (Anthropic, Gemini), and text output is
+    allowed whatever the agent's output type. The agent's output
     schema is left out of every other output mode: native output (OpenAI's strict `response_format`,
     Anthropic's `output_config`) would constrain the reply to it, prompted output adds JSON mode and an
     instruction to answer with it, which no compaction reply can follow, and image output is not text. An
     `'auto'` mode is settled here as the model settles it (native output where its profile or settings say so,
     as for Anthropic with thinking on), then made text if not tool output.
     """
-    settings: ModelSettings = {**(ctx.model_settings or {}), 'tool_choice': 'none'}
+    settings: ModelSettings = {**(ctx.model_settings or {})}
+    if _filters_tools(ctx.model):
+        # Anthropic's cache is invalidated by a changed `tool_choice` (its prompt-caching docs), and pydantic-ai sends
+        # a choice among output tools to Anthropic and Gemini by leaving the other tools out of the request: with
+        # `'none'` the fork's tool list (the head of the cached prefix) would differ from the agent's. The agent's own
+        # choice is kept where it allows a text reply (the request is then the agent's own); one that forces a tool
+        # becomes `'auto'`, which keeps every tool defined. The fork prompt asks for text; a reply that calls a tool
+        # has no text and falls back.
+        if settings.get('tool_choice') not in (None, 'auto', 'none'):
+            settings['tool_choice'] = 'auto'
+    else:
+        settings['tool_choice'] = 'none'  # OpenAI keeps the tool list under any choice (`allowed_tools`)
     parameters = replace(ctx.parameters, allow_text_output=True)
     mode = parameters.output_mode
     if mode == 'auto':
@@ -327,6 +339,22 @@ def text_only(ctx: CompactionContext) -> tuple[ModelSettings, ModelRequestParame
     if mode != parameters.output_mode or parameters.output_object is not None:
         parameters = replace(parameters, output_mode=mode, output_object=None)
     return settings, parameters
+
+
+def _filters_tools(model: Model) -> bool:
+    """Whether *model* (unwrapped) is one whose `tool_choice` costs the prompt cache (Anthropic, Gemini)."""
+    found: object = model
+    while isinstance(wrapped := cast(object, getattr(found, 'wrapped', None)), Model):
+        found = cast(object, wrapped)
+    return any(
+        kind.__name__ in _TOOL_FILTERING and kind.__module__.startswith('pydantic_ai.models')
+        for kind in type(found).__mro__
+    )
+
+
+_TOOL_FILTERING = frozenset({'AnthropicModel', 'GoogleModel'})
+"""Model classes that send a `tool_choice` restricted to some tools by leaving the others out of the request (named:
+their packages are optional)."""
 
 
 def with_appended_prompt(messages: Sequence[ModelMessage], prompt: str) -> list[ModelMessage]:

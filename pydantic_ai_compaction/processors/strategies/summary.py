@@ -93,11 +93,11 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
     """What the summarizer is sent. `'transcript'` (the stateless summary): a separate request with no tools
     and no agent instructions, holding a transcript of the exchanges being dropped. `'sent'`: the conversation
     as the agent already sent it (its instructions, tool definitions and messages, up to the last exchange
-    being dropped), then the summary prompt, answered in text (`tool_choice='none'`). The summarizer then
-    reads the conversation as the agent does, no longer without its instructions: a different strategy,
-    so not the default. What it buys is cost under a prompt cache: a provider can serve that prefix from
-    its cache (cache reads cost about a tenth of input), where a transcript is new text every time and is
-    written to the cache whole. Only with the conversation's own model (`model=None`); `instructions`
+    being dropped), then the summary prompt, answered in text (asked as the fork asks: `compactor.text_only`).
+    The summarizer then reads the conversation as the agent does, no longer without its instructions: a
+    different strategy, so not the default. What it buys is cost under a prompt cache: a provider can serve
+    that prefix from its cache (cache reads cost about a tenth of input), where a transcript is new text every
+    time and is written to the cache whole. Only with the conversation's own model (`model=None`); `instructions`
     and `max_transcript_tokens` do not apply (the request is the conversation, which already fits its window)."""
 
     instructions: str = field(default=SUMMARY_INSTRUCTIONS, kw_only=True)
