@@ -69,3 +69,30 @@ def test_a_provider_refusing_the_key_or_the_model_is_a_setup_warning(status: int
     said = [str(w.message) for w in caught if issubclass(w.category, SetupWarning)]
     assert bool(said) is setup
     assert all(f'status_code: {status}' in text for text in said)
+
+
+@pytest.mark.parametrize('view', [CuratedSelection, Orientation])
+def test_a_curator_reply_that_fails_a_check_is_reported_once_per_user_request(
+    view: type[CuratedSelection[None]],
+) -> None:
+    """A curator that copies the prompt's example was refused (rightly) without a trace: no event, no warning, so a
+    user whose curator never works could not find out. Each refused curation is now an `ignored` event."""
+    import json
+
+    from pydantic_ai_compaction import CompactionEvent
+    from pydantic_ai_compaction.processors.views.curation import CURATOR_EXAMPLE
+
+    calls: list[int] = []
+
+    def literal(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls.append(1)
+        return ModelResponse(parts=[TextPart(json.dumps(CURATOR_EXAMPLE))])
+
+    events: list[CompactionEvent] = []
+    capability = view(model=FunctionModel(literal), observer=events.append)
+    assert _two_turns(_agent(capability)) == ['report: done', 'report: done']
+    refused = [e for e in events if e.kind == 'ignored']
+    assert len(calls) == 2 and len(refused) == 2  # one curation per user request, each refused
+    assert all(e.reason == 'fallback' and e.strategy == view.__name__ for e in refused)
+    assert all(e.detail is not None and e.detail.startswith('unfilled') for e in refused)
+    assert all('BoundedSelection' in (e.detail or '') for e in refused)

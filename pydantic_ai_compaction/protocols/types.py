@@ -393,7 +393,9 @@ class CompactionEvent:
     reason: str | None = None
     """Why a crossing was ignored: `baseline` (`NoCompaction`), `nothing to drop` (all exchanges forced),
     `below minimum saving` (too little could be dropped to be worth a compactor call), `grew` (the result
-    would not be smaller) or `shape` (the result would break the provider's message shape)."""
+    would not be smaller) or `shape` (the result would break the provider's message shape); for a view, `error`
+    (it raised: the request went out as it arrived) or `fallback` (its model's reply failed a check: its fallback
+    was used, `detail` says why)."""
 
     detail: str | None = None
     """What was measured behind `reason`, when there is more to say."""

@@ -30,11 +30,12 @@ from pydantic_ai_compaction.processors.views.selection import (
     project,
 )
 from pydantic_ai_compaction.protocols.schemas import CURATOR_SCHEMA
+from pydantic_ai_compaction.protocols.types import CompactionEvent
 from pydantic_ai_compaction.runtime import compactor, replies
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int, check_patterns
 from pydantic_ai_compaction.runtime.context import CompactionContext, for_request
 from pydantic_ai_compaction.runtime.degraded import SetupWarning, is_setup_error
-from pydantic_ai_compaction.runtime.events import EventObserver
+from pydantic_ai_compaction.runtime.events import EventObserver, emit
 from pydantic_ai_compaction.runtime.project import project as checked_request
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.segment import ConversationView, segment
@@ -224,6 +225,20 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
         if self._state.request != (turn, request):
             curation, failure = await self._curate(view, request, for_request(ctx, request_context, self.retry))
             self._state = _CuratorState(request=(turn, request), curation=curation, failure=failure)
+            if failure is not None:
+                # Said once per user request, as a fork's refused reply is recorded: a curator that never works
+                # (a model that copies the prompt's example, a reply over budget) would otherwise be invisible.
+                messages = request_context.messages
+                event = CompactionEvent(
+                    'ignored',
+                    type(self).__name__,
+                    None,
+                    messages_before=len(messages),
+                    messages_after=len(messages),
+                    reason='fallback',
+                    detail=f'{failure}; this request and its tool loop get {type(self.fallback).__name__} instead',
+                )
+                emit(event, ctx.tracer, self.observer)
         curation = self._state.curation
         if curation is None:
             return self.fallback.selection(request_context.messages, prompt=ctx.prompt)
