@@ -49,7 +49,10 @@ CASES: list[tuple[str, str, Callable[[Any], object], list[object]]] = [
     ('RetryPolicy', 'max_wait', lambda v: RetryPolicy(max_wait=v), [-1, NAN, INF, None]),
     ('Fork', 'variant', lambda v: Fork(variant=v), ['yaml', '', None, True]),
     ('Fork', 'keep_last', lambda v: Fork(keep_last=v), [-1, 2.5, True, '2', NAN]),
-    ('Fork', 'model', lambda v: Fork(model=v), [3, ['openai:gpt-5']]),
+    ('Fork', 'model', lambda v: Fork(model=v), [3, ['openai:gpt-5'], '', '   ', 'openai:', ':gpt-5', ' openai:x']),
+    ('StatelessSummary', 'model', lambda v: StatelessSummary(model=v), ['', 'anthropic: ', 3]),
+    ('CuratedSelection', 'model', lambda v: CuratedSelection(model=v), ['', 'openai:']),
+    ('ClearThenSummarize', 'model', lambda v: Tiered(model=v), ['\t', 'google-gla:']),
     ('Fork', 'fallback_keep_last', lambda v: Fork(fallback_keep_last=v), [0, -3, 1.5, True, INF]),
     ('Fork', 'min_saving', lambda v: Fork(min_saving=v), [-0.1, 1.5, NAN, INF, '0.1']),
     ('Fork', 'trigger', lambda v: Fork(trigger=v), [18_000, None, 'tokens']),
@@ -126,6 +129,8 @@ def test_good_values_are_accepted_unchanged() -> None:
     assert Fork(keep_last=0, min_saving=0).min_saving == 0
     assert StatelessSummary(max_transcript_tokens=100).max_transcript_tokens == 100
     assert len(Pipeline((Fork(), Native())).steps) == 2
+    for name in ('openai:gpt-5-mini', 'test', 'gateway/openai:gpt-5', 'openai:ft:gpt-4o-mini:org::id'):
+        assert Fork(model=name).model == name
 
 
 def test_messages_say_what_to_write_only_where_it_helps() -> None:

@@ -193,6 +193,24 @@ def check_callable(
     return value
 
 
+def check_model(owner: str, name: str, value: object) -> object:
+    """*value* if it is a pydantic-ai `Model`, `None`, or a model name `infer_model` could build: not blank, and
+    with a provider prefix (`'openai:gpt-5-mini'`) a model after it. Whether the provider and model exist is told
+    at the first call (a `SetupWarning`): building one needs its package and key.
+    """
+    from pydantic_ai.models import Model  # here: checks are imported by everything, pydantic-ai's models by few
+
+    expected = "a Model, a model name ('provider:model') or None"
+    if value is None or isinstance(value, Model):
+        return cast(object, value)
+    if not isinstance(value, str) or not value.strip() or value != value.strip():
+        raise fail(owner, name, expected, value)
+    provider, colon, model = value.partition(':')
+    if colon and (not provider or not model.strip()):
+        raise fail(owner, name, expected, value)
+    return value
+
+
 def _range(kind: str, minimum: int | None, maximum: int | None) -> str:
     if minimum is not None and maximum is not None:
         return f'{kind} from {minimum} to {maximum}'

@@ -23,7 +23,7 @@ from pydantic_ai_compaction.protocols.schemas import FORK_JSON_SCHEMA
 from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime import compactor, replies
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
-from pydantic_ai_compaction.runtime.checks import check_choice, check_instance, check_int
+from pydantic_ai_compaction.runtime.checks import check_choice, check_instance, check_int, check_model
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.segment import ConversationView
 from pydantic_ai_compaction.runtime.transcript import listing
@@ -136,7 +136,7 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
         super().__post_init__()
         check_choice('Fork', 'variant', self.variant, ('json', 'free', 'fixed'))
         check_int('Fork', 'keep_last', self.keep_last, minimum=0)
-        check_instance('Fork', 'model', self.model, (Model, str, type(None)), 'a Model, a model name or None')
+        check_model('Fork', 'model', self.model)
         check_instance(
             'Fork', 'model_settings', self.model_settings, (dict, type(None)), 'a ModelSettings dict or None'
         )

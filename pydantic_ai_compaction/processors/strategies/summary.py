@@ -21,6 +21,7 @@ from pydantic_ai_compaction.runtime.checks import (
     check_choice,
     check_instance,
     check_int,
+    check_model,
     check_optional_int,
 )
 from pydantic_ai_compaction.runtime.context import CompactionContext
@@ -107,9 +108,7 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
         super().__post_init__()
         check_int('StatelessSummary', 'keep_last', self.keep_last, minimum=0)
         check_optional_int('StatelessSummary', 'max_transcript_tokens', self.max_transcript_tokens, minimum=100)
-        check_instance(
-            'StatelessSummary', 'model', self.model, (Model, str, type(None)), 'a Model, a model name or None'
-        )
+        check_model('StatelessSummary', 'model', self.model)
         check_instance('StatelessSummary', 'instructions', self.instructions, str, 'a string')
         check_instance(
             'StatelessSummary',

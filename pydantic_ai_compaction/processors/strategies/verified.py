@@ -36,7 +36,13 @@ from pydantic_ai.tools import AgentDepsT
 from pydantic_ai_compaction.protocols.types import Exchange, Proposal, ProviderSummary, Summary
 from pydantic_ai_compaction.runtime import compactor, replies
 from pydantic_ai_compaction.runtime.capability import CompactionCapability, WrappingCompaction
-from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_choice, check_instance, check_int
+from pydantic_ai_compaction.runtime.checks import (
+    ConfigurationError,
+    check_choice,
+    check_instance,
+    check_int,
+    check_model,
+)
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.encoding import args_text, clean_text
 from pydantic_ai_compaction.runtime.instructions import InstructionSources, gather_instructions
@@ -223,7 +229,7 @@ class Verified(WrappingCompaction[AgentDepsT]):
         for index, name in enumerate(names):
             check_choice('Verified', f'checks[{index}]', name, CHECKS)
         self.checks = cast('tuple[Check, ...]', tuple(dict.fromkeys(names)))
-        check_instance('Verified', 'model', self.model, (Model, str, type(None)), 'a Model, a model name or None')
+        check_model('Verified', 'model', self.model)
         check_choice('Verified', 'on_failure', self.on_failure, ('append', 'reject'))
         check_instance('Verified', 'sources', self.sources, InstructionSources, 'an InstructionSources')
         check_int('Verified', 'max_fact_lines', self.max_fact_lines, minimum=1)

@@ -32,7 +32,7 @@ from pydantic_ai_compaction.processors.views.selection import (
 from pydantic_ai_compaction.protocols.schemas import CURATOR_SCHEMA
 from pydantic_ai_compaction.protocols.types import CompactionEvent
 from pydantic_ai_compaction.runtime import compactor, replies
-from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int, check_patterns
+from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int, check_model, check_patterns
 from pydantic_ai_compaction.runtime.context import CompactionContext, for_request
 from pydantic_ai_compaction.runtime.degraded import SetupWarning, is_setup_error
 from pydantic_ai_compaction.runtime.events import EventObserver, emit
@@ -177,7 +177,7 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        check_instance(owner, 'model', self.model, (Model, str, type(None)), 'a Model, a model name or None')
+        check_model(owner, 'model', self.model)
         check_instance(owner, 'model_settings', self.model_settings, (dict, type(None)), 'a ModelSettings dict or None')
         check_int(owner, 'focal_budget', self.focal_budget, minimum=1)
         check_int(owner, 'orientation_budget', self.orientation_budget, minimum=1)

@@ -42,6 +42,7 @@ from pydantic_ai_compaction.runtime.checks import (
     check_callable,
     check_instance,
     check_int,
+    check_model,
     check_number,
     check_optional_int,
     check_pattern,
@@ -213,7 +214,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         check_instance(owner, 'summarize', self.summarize, bool, 'True or False')
         check_instance(owner, 'fit_kept_results', self.fit_kept_results, bool, 'True or False')
         check_int(owner, 'summarize_max_tokens', self.summarize_max_tokens, minimum=1)
-        check_instance(owner, 'model', self.model, (Model, str, type(None)), 'a Model, a model name or None')
+        check_model(owner, 'model', self.model)
         check_instance(owner, 'model_settings', self.model_settings, (dict, type(None)), 'a ModelSettings dict or None')
         check_instance(owner, 'retry', self.retry, RetryPolicy, 'a RetryPolicy')
         check_conversation(owner, self.conversation)
