@@ -193,3 +193,47 @@ def test_a_fork_request_defines_the_agents_tools_on_every_provider(output: str, 
     if provider == 'anthropic' and output == 'text':
         # The agent's own request, byte for byte where it matters for the cache: its tool choice too.
         assert all(_choice(fork) == _choice(agents[0]) for fork in forks)
+
+
+@pytest.mark.parametrize('strategy', ['fork', 'summary-sent'])
+def test_the_strategys_own_settings_keep_the_agents_tool_choice_on_anthropic(strategy: str) -> None:
+    """`model_settings=` is merged first and the tool choice decided after: it used to be forced to `'none'` again
+    whenever a strategy had settings of its own."""
+    mock = Mock(PROVIDERS['anthropic'](), Script())
+    events: list[CompactionEvent] = []
+    settings: Any = {'temperature': 0.0}
+    capability = (
+        Fork(trigger=TRIGGER, model_settings=settings, observer=events.append)
+        if strategy == 'fork'
+        else StatelessSummary(trigger=TRIGGER, request='sent', model_settings=settings, observer=events.append)
+    )
+    agent = Agent(mock.model(), capabilities=[capability])
+    plain_tools(agent)
+    agent.run_sync('Audit logs 1-8 and report.')
+    compactions = [p for p in mock.payloads if _marked(p)]
+    agents = [p for p in mock.payloads if not _marked(p)]
+    assert compactions and all(e.record is None or e.record.fallback_reason is None for e in events)
+    assert all(p.get('temperature') == 0.0 for p in compactions)
+    assert all(_choice(p) == _choice(agents[0]) and _tool_names(p) == _tool_names(agents[0]) for p in compactions)
+
+
+class CallsOutputTool(ReportByTool):
+    """The scripted model, answering a fork request by calling the agent's output tool."""
+
+    def __call__(self, text: str, body: str = '') -> Say:
+        if '[pydantic-ai-compaction: fork request]' in text:
+            return Say(calls=(Call('final_result', {'verdict': 'done'}),))
+        return super().__call__(text, body)
+
+
+def test_a_fork_reply_that_calls_a_tool_says_so() -> None:
+    mock = Mock(PROVIDERS['openai-chat'](), CallsOutputTool())
+    events: list[CompactionEvent] = []
+    agent = Agent(
+        mock.model(), output_type=ToolOutput(Report), capabilities=[Fork(trigger=TRIGGER, observer=events.append)]
+    )
+    plain_tools(agent)
+    assert agent.run_sync('Audit logs 1-8 and report.').output == Report(verdict='done')
+    records = [e.record for e in events if e.record is not None]
+    assert records and all(r.fallback_reason == 'empty' for r in records)
+    assert all('the fork called final_result instead of answering in text' in (r.detail or '') for r in records)

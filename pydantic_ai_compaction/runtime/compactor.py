@@ -23,9 +23,17 @@ from typing import Any, Literal, cast
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer, TracerProvider
 from opentelemetry.util.types import Attributes
 from pydantic_ai.exceptions import ModelHTTPError, UserError
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart, repair_messages
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    UserPromptPart,
+    repair_messages,
+)
 from pydantic_ai.models import Model, ModelRequestContext, ModelRequestParameters, infer_model
-from pydantic_ai.settings import ModelSettings
+from pydantic_ai.settings import ModelSettings, merge_model_settings
 from pydantic_ai.tools import RunContext
 from pydantic_ai.usage import RequestUsage
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
@@ -301,7 +309,16 @@ def response_text(response: ModelResponse) -> str:
     return ''.join(part.content for part in response.parts if isinstance(part, TextPart)).strip()
 
 
-def text_only(ctx: CompactionContext) -> tuple[ModelSettings, ModelRequestParameters]:
+def no_text(response: ModelResponse, who: str) -> str:
+    """Why *response* gives no text, for a failed proposal's detail: *who* called a tool instead (named), or
+    returned no text."""
+    calls = list(dict.fromkeys(part.tool_name for part in response.parts if isinstance(part, ToolCallPart)))
+    return f'{who} called {", ".join(calls)} instead of answering in text' if calls else f'{who} returned no text'
+
+
+def text_only(
+    ctx: CompactionContext, *, model: Model | str | None = None, settings: ModelSettings | None = None
+) -> tuple[ModelSettings, ModelRequestParameters]:
     """Settings and parameters for a request in the conversation that must answer in text.
 
     Every tool definition stays, output tools included, so the prefix matches the agent's own
@@ -313,9 +330,16 @@ def text_only(ctx: CompactionContext) -> tuple[ModelSettings, ModelRequestParame
     instruction to answer with it, which no compaction reply can follow, and image output is not text. An
     `'auto'` mode is settled here as the model settles it (native output where its profile or settings say so,
     as for Anthropic with thinking on), then made text if not tool output.
+
+    Args:
+        ctx: The compaction's context (the request's settings and parameters).
+        model: The model the request goes to, when not the request's own (a strategy's `model=`).
+        settings: The strategy's own settings, over the request's (a strategy's `model_settings=`).
     """
-    settings: ModelSettings = {**(ctx.model_settings or {})}
-    if _filters_tools(ctx.model):
+    target = resolve_model(model, ctx)
+    # The strategy's own settings over the request's, then the tool choice decided for the model it goes to.
+    settings = {**(merge_model_settings(ctx.model_settings, settings) or {})}
+    if _filters_tools(target):
         # Anthropic's cache is invalidated by a changed `tool_choice` (its prompt-caching docs), and pydantic-ai sends
         # a choice among output tools to Anthropic and Gemini by leaving the other tools out of the request: with
         # `'none'` the fork's tool list (the head of the cached prefix) would differ from the agent's. The agent's own
@@ -331,7 +355,7 @@ def text_only(ctx: CompactionContext) -> tuple[ModelSettings, ModelRequestParame
     if mode == 'auto':
         # As the model settles it for the agent's own requests (`Model.prepare_request`), so that the tool
         # definitions sent match theirs: output tools where it uses them, none where it uses native output.
-        settle = getattr(ctx.model, '_default_structured_output_mode', None)
+        settle = getattr(target, '_default_structured_output_mode', None)
         settled = settle(ctx.model_settings, parameters) if callable(settle) else 'tool'
         mode = 'tool' if settled == 'tool' and parameters.output_tools else 'text'
     elif mode not in ('tool', 'tool_or_text'):

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from jsonschema import Draft202012Validator
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import Model
-from pydantic_ai.settings import ModelSettings, merge_model_settings
+from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT
 
 from pydantic_ai_compaction.protocols.schemas import FORK_JSON_SCHEMA
@@ -163,13 +163,13 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
         if self.variant == 'fixed' and sum(not exchange.forced for exchange in view.exchanges) <= self.keep_last:
             # Everything droppable is among the exchanges `fixed` keeps: no call, no compaction.
             return Proposal.decline(f'at most {self.keep_last} exchange(s) can be dropped', variant='fixed')
-        settings, parameters = compactor.text_only(ctx)
-        if self.model_settings is not None:
-            settings = merge_model_settings(settings, self.model_settings) or settings
-            settings['tool_choice'] = 'none'
+        settings, parameters = compactor.text_only(ctx, model=self.model, settings=self.model_settings)
         messages = compactor.with_appended_prompt(self._conversation(view), self.prompt(view))
         response = await compactor.request(ctx, messages, model=self.model, settings=settings, parameters=parameters)
-        return self.parse(compactor.response_text(response), view)
+        reply = compactor.response_text(response)
+        if not reply:
+            return Proposal.failed('empty', compactor.no_text(response, 'the fork'), variant=self.variant)
+        return self.parse(reply, view)
 
     def _conversation(self, view: ConversationView) -> list[ModelMessage] | tuple[ModelMessage, ...]:
         """The messages the prompt is appended to (see `request`)."""

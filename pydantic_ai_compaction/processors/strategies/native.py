@@ -70,5 +70,5 @@ class Native(ConfiguredCompaction[AgentDepsT]):
         reply = await compactor.request(ctx, messages, settings=settings, parameters=parameters)
         text = compactor.response_text(reply)
         if not text:
-            return Proposal.failed('empty', 'the model returned no compaction text', variant='emulated')
+            return Proposal.failed('empty', compactor.no_text(reply, 'the model'), variant='emulated')
         return Proposal(summary=Summary(text), supersedes=self.strategy_name, variant='emulated')

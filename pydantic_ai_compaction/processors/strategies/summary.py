@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 from pydantic_ai.models import Model
-from pydantic_ai.settings import ModelSettings, merge_model_settings
+from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT
 
 from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
@@ -153,7 +153,7 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
         response = await compactor.request(ctx, [request], model=self.model, settings=self.model_settings)
         text = compactor.response_text(response)
         if not text:
-            return Proposal.failed('empty', 'the summarizer returned no text')
+            return Proposal.failed('empty', compactor.no_text(response, 'the summarizer'))
         extra: dict[str, Any] = {}
         if left_out:
             extra['not_summarized'] = list(left_out)
@@ -163,17 +163,14 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
 
     async def _propose_sent(self, view: ConversationView, ctx: CompactionContext, kept: list[Exchange]) -> Proposal:
         """Ask the conversation itself, as already sent, for the summary; what stays verbatim is not sent."""
-        settings, parameters = compactor.text_only(ctx)
-        if self.model_settings is not None:
-            settings = merge_model_settings(settings, self.model_settings) or settings
-            settings['tool_choice'] = 'none'
+        settings, parameters = compactor.text_only(ctx, settings=self.model_settings)
         stays = {exchange.id for exchange in kept}
         sent = compactor.sent_prefix(view, lambda exchange: exchange.forced or exchange.id in stays)
         messages = compactor.with_appended_prompt(sent, SUMMARY_SENT_PROMPT)
         response = await compactor.request(ctx, messages, settings=settings, parameters=parameters)
         text = compactor.response_text(response)
         if not text:
-            return Proposal.failed('empty', 'the summarizer returned no text', variant='sent')
+            return Proposal.failed('empty', compactor.no_text(response, 'the summarizer'), variant='sent')
         return Proposal.keep(kept, summary=Summary(text), variant='sent')
 
 
