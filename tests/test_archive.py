@@ -535,3 +535,18 @@ def test_number_new_is_the_numbering_the_hook_writes_and_changes_nothing() -> No
     assert [p.content for p in returns(written)] == [p.content for p in returns(hooked.all_messages())]
     assert returns(written)[2].content == '[result r3]\ncontent of file 3\n' + 'x = 1\n' * 5
     assert archive.number_new(ctx, written) == {}  # nothing left to number
+
+
+def test_the_instructions_example_is_what_context_apply_accepts() -> None:
+    # A model copies the example literally: it must pass the tool's own argument validation, so the example
+    # cannot drift from the tool's signature unnoticed.
+    import json
+
+    text = Archive().get_instructions()
+    start = text.index('{', text.index('context_apply'))
+    example, _ = json.JSONDecoder().raw_decode(text, start)
+    tool = Archive[None]().get_toolset().tools['context_apply']
+    validated = tool.function_schema.validator.validate_python(example)
+    assert [(item.result_id, item.note) for item in validated['items']] == [
+        ("<the result's id>", '<what it held; what you concluded>')
+    ]

@@ -285,9 +285,47 @@ def summarize(
         if model == 'reference':
             sections.append(f'_{DISCLAIMER}_')
     sections.extend(sensitivity_tables(records))
+    if errors := run_errors(records):
+        sections.append(errors)
     if settings := configurations(records):
         sections.append(settings)
     return '\n\n'.join(sections) + '\n'
+
+
+def run_errors(records: Sequence[Record]) -> str:
+    """Which runs ended in an error: failed runs (in the tables as not passed) and missing ones (left out of them).
+
+    Runs stopped by the request limit are only counted: the limit is part of the task, and its message is the same.
+    """
+    failed = [r for r in records if r['status'] == 'ok' and 'agent_error' in (r.get('problems') or ())]
+    limited = sum(1 for r in records if r['status'] == 'ok' and 'request_limit' in (r.get('problems') or ()))
+    missing = [r for r in records if r['status'] != 'ok']
+    if not failed and not missing and not limited:
+        return ''
+    lines = ['### Runs that ended in an error', '']
+    if limited:
+        lines.append(f'{limited} of {len(records)} runs hit the request limit (counted as not passed).')
+    if failed:
+        lines.append(
+            f'{len(failed)} of {len(records)} runs failed on an error (counted as not passed, and paired as such):'
+        )
+        lines.extend(f'- {_run_name(r)}: {one_line_error(r["error"])}' for r in failed)
+    if missing:
+        lines.append(
+            f'{len(missing)} of {len(records)} runs are missing after a rerun (left out of the tables and their pairs):'
+        )
+        lines.extend(f'- {_run_name(r)}: {one_line_error(r.get("error"))}' for r in missing)
+    return '\n'.join(lines)
+
+
+def _run_name(record: Record) -> str:
+    return f'{record["task"]} size {record["size"]} {record["variant"]} seed={record["seed"]} {record["strategy"]}'
+
+
+def one_line_error(error: object, limit: int = 300) -> str:
+    """An error text on one line, cut at *limit* characters (a provider's answer can be a page)."""
+    text = ' '.join(str(error).split())
+    return text if len(text) <= limit else text[: limit - 1] + '…'
 
 
 def _order(key: GroupKey) -> tuple[Any, ...]:

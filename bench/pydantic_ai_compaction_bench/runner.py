@@ -14,7 +14,7 @@ from typing import Any, Literal, get_args
 
 from pydantic_ai import Agent, Tool
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.exceptions import ModelAPIError, UsageLimitExceeded
+from pydantic_ai.exceptions import AgentRunError, ModelAPIError, ModelHTTPError, UsageLimitExceeded, UserError
 from pydantic_ai.messages import CompactionPart, ModelResponse
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import RunContext
@@ -34,6 +34,58 @@ Player = Literal['silent', 'notes']
 """Reference player variants: tool calls only, or a short note of each log's notable lines beside its call."""
 
 PLAYERS: tuple[Player, ...] = get_args(Player)
+
+SETUP_STATUSES = frozenset({401, 403, 404})
+"""HTTP statuses a provider answers a setup mistake with: a key refused, a model the key may not use or not know."""
+
+TRANSIENT_STATUSES = frozenset({408, 409, 425, 429})
+"""Client-side HTTP statuses that say "try again later", not "this request is wrong"."""
+
+
+class SetupFailure(Exception):
+    """A mistake in the benchmark's setup (model name, key, permission), named with the run it surfaced in.
+
+    Every run would fail the same way, so the benchmark stops instead of recording each run as failed.
+    """
+
+
+def is_setup_error(error: BaseException) -> bool:
+    """Whether *error* is a setup mistake: an unknown model or missing key (`UserError`), a missing provider
+    package, or a provider refusing the key or the model (`SETUP_STATUSES`)."""
+    if isinstance(error, UserError | ImportError):
+        return True
+    return isinstance(error, ModelHTTPError) and error.status_code in SETUP_STATUSES
+
+
+def is_run_failure(error: BaseException) -> bool:
+    """Whether *error* ends its run as a failed run of its strategy rather than a lost one.
+
+    The model misbehaving (`UnexpectedModelBehavior`: output or tool retries exceeded, an empty response) or the
+    provider refusing the request itself (a 4xx such as a context that no longer fits) answers the history the
+    strategy produced, so it is a result. A setup mistake stops the benchmark; an outage (5xx, a rate limit, a
+    dropped connection) gets a rerun and then counts as missing.
+    """
+    if not isinstance(error, AgentRunError) or is_setup_error(error):
+        return False
+    if isinstance(error, ModelHTTPError):
+        return 400 <= error.status_code < 500 and error.status_code not in TRANSIENT_STATUSES
+    return not isinstance(error, ModelAPIError)
+
+
+def describe_run(spec: RunSpec) -> str:
+    """The run, in a few words (for messages)."""
+    return f'{spec.task} size {spec.size} {spec.variant} seed={spec.seed} {spec.strategy}'
+
+
+def _failed(record: dict[str, Any], error: BaseException, problem: str) -> None:
+    """Mark *record* a failed run ended by *error*; what the run spent until then stays in the record."""
+    record.update(
+        passed=False,
+        applied=False,
+        problems=[problem],
+        error=f'{type(error).__name__}: {error}',
+        error_type=type(error).__name__,
+    )
 
 
 @dataclass(frozen=True)
@@ -143,7 +195,12 @@ async def run_incident(spec: RunSpec) -> dict[str, Any]:
     try:
         result = await agent.run(scenario.prompt, usage_limits=limits)
     except UsageLimitExceeded as error:
-        record.update(passed=False, applied=False, problems=['request_limit'], error=str(error))
+        _failed(record, error, 'request_limit')
+        history = None
+    except AgentRunError as error:
+        if not is_run_failure(error):
+            raise
+        _failed(record, error, 'agent_error')
         history = None
     else:
         grade = scenario.grade(result.output)
@@ -164,8 +221,17 @@ async def run_incident(spec: RunSpec) -> dict[str, Any]:
     # Requests made so far are the task's; the probe's come after (usage of both is kept, marked apart).
     task_requests = len(reference.log) if reference is not None else len(recorder.requests)
     if history is not None and scenario.probe_keywords:
-        probe = await agent.run(incident.PROBE_QUESTION, message_history=history, output_type=str, usage_limits=limits)
-        record['probe'] = all(word.lower() in probe.output.lower() for word in scenario.probe_keywords)
+        try:
+            probe = await agent.run(
+                incident.PROBE_QUESTION, message_history=history, output_type=str, usage_limits=limits
+            )
+        except AgentRunError as error:
+            if not is_run_failure(error):
+                raise
+            # The task is graded already; a probe the agent could not answer is a failed probe.
+            record.update(probe=False, probe_error=f'{type(error).__name__}: {error}')
+        else:
+            record['probe'] = all(word.lower() in probe.output.lower() for word in scenario.probe_keywords)
     record['wall_time'] = round(time.perf_counter() - started, 3)
     record['requests'] = _requests(reference, recorder, events, task_requests=task_requests)
     record['compactions'] = [event.record.to_metadata() for event in events if event.record is not None]
@@ -194,6 +260,7 @@ def _base_record(spec: RunSpec) -> dict[str, Any]:
         'versions': versions(),
         'status': 'ok',
         'error': None,
+        'error_type': None,
         'probe': None,
         'report': None,
         'followed_fake': None,
@@ -270,30 +337,36 @@ async def run_recall(spec: RunSpec) -> dict[str, Any]:
     )
     limits = UsageLimits(request_limit=spec.request_limit)
     started = time.perf_counter()
-    result = await agent.run(scenario.opening_prompt, usage_limits=limits)
-    history = result.all_messages()
-    files = iter(path for path, _ in scenario.files)
     outcomes: list[list[str]] = []
-    for round_index, questions in enumerate(scenario.rounds):
-        if round_index > 0:
-            for _ in range(recall.READING_SCHEDULE[round_index - 1]):
-                result = await agent.run(
-                    scenario.reading_prompt(next(files)), message_history=history, usage_limits=limits
-                )
-                history = result.all_messages()
-        result = await agent.run(scenario.questions_prompt(questions), message_history=history, usage_limits=limits)
-        history = result.all_messages()
-        outcomes.append(list(scenario.grade(questions, result.output)))
-    flat = [outcome for round_outcomes in outcomes for outcome in round_outcomes]
     record = _base_record(spec)
-    record.update(
-        passed=all(outcome == 'correct' for outcome in flat),
-        applied=None,
-        problems=sorted(set(flat) - {'correct'}),
-        answers={kind: flat.count(kind) for kind in ('correct', 'invented', 'not_sure')},
-        rounds=outcomes,
-        wall_time=round(time.perf_counter() - started, 3),
-    )
+    try:
+        result = await agent.run(scenario.opening_prompt, usage_limits=limits)
+        history = result.all_messages()
+        files = iter(path for path, _ in scenario.files)
+        for round_index, questions in enumerate(scenario.rounds):
+            if round_index > 0:
+                for _ in range(recall.READING_SCHEDULE[round_index - 1]):
+                    result = await agent.run(
+                        scenario.reading_prompt(next(files)), message_history=history, usage_limits=limits
+                    )
+                    history = result.all_messages()
+            result = await agent.run(scenario.questions_prompt(questions), message_history=history, usage_limits=limits)
+            history = result.all_messages()
+            outcomes.append(list(scenario.grade(questions, result.output)))
+    except AgentRunError as error:
+        if not is_run_failure(error):
+            raise
+        _failed(record, error, 'request_limit' if isinstance(error, UsageLimitExceeded) else 'agent_error')
+        record['applied'] = None  # recall has no instruction to apply
+    else:
+        flat = [outcome for round_outcomes in outcomes for outcome in round_outcomes]
+        record.update(
+            passed=all(outcome == 'correct' for outcome in flat),
+            applied=None,
+            problems=sorted(set(flat) - {'correct'}),
+            answers={kind: flat.count(kind) for kind in ('correct', 'invented', 'not_sure')},
+        )
+    record.update(rounds=outcomes, wall_time=round(time.perf_counter() - started, 3))
     record['requests'] = _requests(reference, recorder, events)
     record['compactions'] = [event.record.to_metadata() for event in events if event.record is not None]
     record['ignored_crossings'] = sum(1 for event in events if event.kind == 'ignored')
@@ -304,13 +377,23 @@ RUNNERS: dict[str, Callable[[RunSpec], Any]] = {'incident': run_incident, 'recal
 
 
 async def run_with_rerun(spec: RunSpec) -> dict[str, Any]:
-    """Run once; a run lost to a provider error gets one rerun, then counts as missing (never as failed)."""
+    """Run once; a run lost to an outage gets one rerun, then counts as missing (never as failed).
+
+    A run the agent fails (see `is_run_failure`) is a failed run, recorded by its runner. A setup mistake
+    raises `SetupFailure` naming the run: every other run would fail the same way.
+    """
     runner = RUNNERS[spec.task]
     last_error: BaseException | None = None
     for attempt in (1, 2):
         try:
             record = await runner(spec)
-        except ModelAPIError as error:
+        except Exception as error:
+            if is_setup_error(error):
+                raise SetupFailure(
+                    f'{describe_run(spec)}: {type(error).__name__}: {error} (a setup mistake: the benchmark stopped)'
+                ) from error
+            if not isinstance(error, ModelAPIError):
+                raise
             last_error = error
             continue
         record['attempts'] = attempt
@@ -325,6 +408,8 @@ async def run_with_rerun(spec: RunSpec) -> dict[str, Any]:
 def _report_progress(done: int, total: int, spec: RunSpec, record: dict[str, Any]) -> None:
     """A one-line progress bar on a terminal; a line every tenth of the runs in a log."""
     outcome = 'missing' if record['status'] == 'missing' else ('pass' if record['passed'] else 'fail')
+    if record['status'] == 'ok' and record.get('error_type'):
+        outcome += f' ({record["error_type"]})'
     width = 30
     bar = '#' * (width * done // total) + '.' * (width - width * done // total)
     line = f'[{bar}] {done}/{total} {spec.task} {spec.size} {spec.variant} seed={spec.seed} {spec.strategy}: {outcome}'
@@ -376,8 +461,15 @@ async def run_all(
             async def job(index: int, spec: RunSpec) -> tuple[int, dict[str, Any]]:
                 return index, await loop.run_in_executor(pool, _run_one, spec)
 
-            for next_done in asyncio.as_completed([job(index, spec) for index, spec in enumerate(todo)]):
-                finished(*await next_done)
+            tasks = [asyncio.create_task(job(index, spec)) for index, spec in enumerate(todo)]
+            try:
+                for next_done in asyncio.as_completed(tasks):
+                    finished(*await next_done)
+            except BaseException:
+                # A setup mistake (or an interrupt): runs not yet started never start.
+                pool.shutdown(wait=False, cancel_futures=True)
+                await _cancel(tasks)
+                raise
     else:
         semaphore = asyncio.Semaphore(max(1, concurrency))
 
@@ -386,5 +478,17 @@ async def run_all(
                 record = await run_with_rerun(spec)
             finished(index, record)
 
-        await asyncio.gather(*(one(index, spec) for index, spec in enumerate(todo)))
+        tasks = [asyncio.create_task(one(index, spec)) for index, spec in enumerate(todo)]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            await _cancel(tasks)
+            raise
     return [results[index] for index in range(len(todo))]
+
+
+async def _cancel(tasks: Sequence[asyncio.Task[Any]]) -> None:
+    """Cancel *tasks* and wait for them, so no run is left behind when the benchmark stops."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -70,7 +70,7 @@ ARCHIVE_INSTRUCTIONS = """\
 Every tool result carries an id such as [result r7]. Your context is limited, so curate it:
 - when a result has served its purpose (you have drawn the conclusion, or written it down), archive it with
   context_apply, a short note each saying what it held and what you concluded:
-  [{"result_id": "<the result's id>", "note": "<what it held; what you concluded>"}];
+  {"items": [{"result_id": "<the result's id>", "note": "<what it held; what you concluded>"}]};
 - archive in batches, after diagnostic progress, not one result at a time;
 - keep results that are still evidence for an open question;
 - context_recover("<archive reference from the stub>") brings back the exact original of an archived result
