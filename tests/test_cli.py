@@ -161,3 +161,28 @@ def _exit_code(call: object) -> int:
         return int(call())
     except SystemExit as exit_info:
         return int(exit_info.code or 0)
+
+
+def test_a_real_model_runs_each_strategy_once_per_seed_not_once_per_player() -> None:
+    """The players are the reference model's: a real model ran every strategy twice with the same settings, and
+    the two runs shared one table and one baseline per seed."""
+    from pydantic_ai_compaction_bench.cli import build_parser, specs_for
+
+    parser = build_parser()
+    common = [
+        'bench',
+        'incident',
+        '--sizes',
+        '8',
+        '--seeds',
+        '1,2',
+        '--variants',
+        'owner',
+        '--strategies',
+        'none',
+        'reset',
+    ]
+    real = specs_for(parser.parse_args([*common, '--model', 'openai:gpt-5-mini']))
+    assert len(real) == 4 and len({(s.strategy, s.seed) for s in real}) == 4
+    reference = specs_for(parser.parse_args(common))
+    assert sorted({s.player for s in reference}) == ['notes', 'silent'] and len(reference) == 8

@@ -293,6 +293,9 @@ def specs_for(args: argparse.Namespace) -> list[RunSpec]:
     budgets = list(dict.fromkeys([args.summary_budget, *args.sensitivity_budgets]))
     model: str = args.model
     think: int = args.think_tokens
+    # The player is the reference model's: a real model would run every strategy once per player with the same
+    # settings, and the runs would share one table and one baseline per seed (only the last one kept).
+    players = args.players if model == REFERENCE else ['silent']
     if args.task == 'incident':
         return [
             RunSpec(
@@ -309,7 +312,7 @@ def specs_for(args: argparse.Namespace) -> list[RunSpec]:
                 think_tokens=think,
             )
             for budget in budgets
-            for player in args.players
+            for player in players
             for size in args.sizes
             for variant in args.variants
             for seed in args.seeds
