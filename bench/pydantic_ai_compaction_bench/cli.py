@@ -26,7 +26,7 @@ from pydantic_ai_compaction_bench import costsim, models, strategies
 from pydantic_ai_compaction_bench.cost import PriceTable
 from pydantic_ai_compaction_bench.plots import plot
 from pydantic_ai_compaction_bench.report import read_records, summarize, write_records
-from pydantic_ai_compaction_bench.runner import PLAYERS, REFERENCE, RunSpec, run_all, spec_of
+from pydantic_ai_compaction_bench.runner import PLAYERS, REFERENCE, Player, RunSpec, run_all, spec_of
 from pydantic_ai_compaction_bench.tasks import incident
 
 DEFAULT_TRIGGERS = {'incident': 18_000, 'recall': 20_000}
@@ -295,7 +295,7 @@ def specs_for(args: argparse.Namespace) -> list[RunSpec]:
     think: int = args.think_tokens
     # The player is the reference model's: a real model would run every strategy once per player with the same
     # settings, and the runs would share one table and one baseline per seed (only the last one kept).
-    players = args.players if model == REFERENCE else ['silent']
+    players: list[Player] = args.players if model == REFERENCE else ['silent']
     if args.task == 'incident':
         return [
             RunSpec(
