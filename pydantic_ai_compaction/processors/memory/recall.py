@@ -39,6 +39,7 @@ from pydantic_ai_compaction.runtime.checks import check_instance, check_int
 from pydantic_ai_compaction.runtime.degraded import is_setup_error, warn_degraded
 from pydantic_ai_compaction.runtime.encoding import strip_nul, to_bytes, to_json
 from pydantic_ai_compaction.runtime.project import rewrites_accepted
+from pydantic_ai_compaction.runtime.stores._query import SEARCH_CANDIDATES
 from pydantic_ai_compaction.runtime.stores.access import (
     ConversationKey,
     call_store,
@@ -78,7 +79,7 @@ class Recall(AbstractCapability[AgentDepsT]):
     the run. Never read from the submitted history (see `Archive.conversation`)."""
 
     limit: int = 8
-    """Lines returned per query."""
+    """Lines returned per query, at most `SEARCH_CANDIDATES` (500)."""
 
     instructions: str = RECALL_INSTRUCTIONS
     """What the agent is taught about recall."""
@@ -99,7 +100,9 @@ class Recall(AbstractCapability[AgentDepsT]):
     def __post_init__(self) -> None:
         check_instance('Recall', 'store', self.store, ArchiveStore, 'an ArchiveStore')
         check_conversation('Recall', self.conversation)
-        check_int('Recall', 'limit', self.limit, minimum=1)
+        # A store ranks at most `SEARCH_CANDIDATES` lines per word; a larger limit asks for nothing more, and past
+        # 2**63 PostgreSQL refused every search (`bigint out of range`).
+        check_int('Recall', 'limit', self.limit, minimum=1, maximum=SEARCH_CANDIDATES)
         check_instance('Recall', 'instructions', self.instructions, str, 'a string')
         self._fingerprints = {}
         self._indexed = set()
