@@ -95,7 +95,7 @@ CASES: list[tuple[str, str, Callable[[Any], object], list[object]]] = [
     ('Archive', 'reminder_every_chars', lambda v: Archive(reminder_every_chars=v), [NAN, '20000']),
     ('Archive', 'conversation', lambda v: Archive(conversation=v), [3, ['a']]),
     ('Notes', 'conversation', lambda v: Notes(conversation=v), [3]),
-    ('Recall', 'limit', lambda v: Recall(limit=v), [NAN, True, 2.5, 0]),
+    ('Recall', 'limit', lambda v: Recall(limit=v), [NAN, True, 2.5, 0, 501, 2**70]),
 ]
 
 

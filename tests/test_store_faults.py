@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
@@ -33,6 +34,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai_compaction import Archive, Notes, Recall
 from pydantic_ai_compaction.processors.memory.results import original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Note
+from pydantic_ai_compaction.runtime.checks import ConfigurationError
+from pydantic_ai_compaction.runtime.degraded import SetupWarning, is_setup_error
 from pydantic_ai_compaction.runtime.stores import InMemoryArchiveStore, PostgresArchiveStore, SQLiteArchiveStore
 
 from .stores import POSTGRES_DSN, postgres_store
@@ -397,5 +400,100 @@ def test_postgres_a_line_too_long_for_a_tsvector_does_not_stop_indexing() -> Non
         ]
         assert 'w7x' in recalled[0]  # the long line itself is findable by its first words
         assert 'timeout_ms = 1050' in recalled[1]  # and the parts after it were indexed
+    finally:
+        store.close()
+
+
+def test_postgres_dsn_psycopg_cannot_read_fails_at_construction_without_its_password() -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        PostgresArchiveStore('not a dsn')
+    assert "PostgresArchiveStore.dsn must be a libpq connection string or a postgresql:// URI, got 'not a dsn'" in str(
+        raised.value
+    )
+    for dsn in ('host=127.0.0.1 password=s3cr3t-pw junk', 'postgresql://agent:s3 cr3t-pw@127.0.0.1/db x'):
+        with pytest.raises(ConfigurationError) as raised:
+            PostgresArchiveStore(dsn)
+        assert 'PostgresArchiveStore.dsn' in str(raised.value) and 's3' not in str(raised.value)
+    for dsn in ('host=127.0.0.1 port=9 dbname=archive', 'postgresql://agent@127.0.0.1:9/archive', ''):
+        PostgresArchiveStore(dsn, connect_timeout=0.2).close()  # what psycopg reads is accepted
+
+
+def refused_dsn(**changed: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    return make_conninfo('', **{**conninfo_to_dict(POSTGRES_DSN), **changed})
+
+
+@pytest.mark.parametrize(
+    ('changed', 'cause'),
+    [
+        ({'password': 'wrong-s3cr3t'}, 'password authentication failed'),
+        ({'dbname': 'pac_missing_database'}, 'database "pac_missing_database" does not exist'),
+    ],
+)
+def test_postgres_refused_login_is_one_setup_warning_and_no_call_waits(changed: dict[str, str], cause: str) -> None:
+    postgres_store().close()  # skips (or fails in CI) without a server
+    store = PostgresArchiveStore(refused_dsn(**changed))  # the default connect_timeout: 10 s
+    try:
+        agent, seen = memory_agent(store, key(), EVERY_TOOL)
+        started = time.monotonic()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            output = agent.run_sync('What is the media timeout?').output
+        took = time.monotonic() - started
+        said = answers(seen)
+        assert output == 'done'
+        assert took < 5, took  # every store call waited the 10 s connect_timeout: over a minute
+        setup = [str(w.message) for w in caught if issubclass(w.category, SetupWarning)]
+        assert len(setup) == 1 and cause in setup[0] and store.target in setup[0]
+        assert [str(w.message) for w in caught if 'PostgreSQL' in str(w.message)] == setup  # said once
+        assert 'nothing was archived' in said['context_apply'] and cause in said['context_apply']
+        assert 'could not be stored' in said['note'] and 'Recall is unavailable' in said['recall']
+        assert not any('s3cr3t' in text for text in [*said.values(), *setup])
+        with pytest.raises(ArchiveError) as raised:
+            store.notes('c')
+        assert raised.value.setup and is_setup_error(raised.value)
+    finally:
+        store.close()
+
+
+def test_postgres_a_database_created_after_the_refusal_is_used_without_a_new_store() -> None:
+    import psycopg
+
+    postgres_store().close()
+    name = f'pac_later_{uuid.uuid4().hex[:12]}'
+    store = PostgresArchiveStore(refused_dsn(dbname=name))
+    admin = psycopg.connect(POSTGRES_DSN, autocommit=True)
+    try:
+        with pytest.warns(SetupWarning, match='does not exist'), pytest.raises(ArchiveError):
+            store.notes('c')
+        admin.execute(f'CREATE DATABASE {name}')
+        deadline = time.monotonic() + 20
+        while True:  # the pool's next attempt (its backoff: 1 s, 2 s, ...) connects; no operation waits till then
+            try:
+                assert store.notes('c') == []
+                break
+            except ArchiveError as error:
+                assert time.monotonic() < deadline, error
+                time.sleep(0.2)
+        store.add_note('c', Note('fact', 'after the fix'))
+        assert store.notes('c') == [Note('fact', 'after the fix')]
+    finally:
+        store.close()
+        admin.execute(f'DROP DATABASE IF EXISTS {name} WITH (FORCE)')
+        admin.close()
+
+
+def test_postgres_an_unreachable_server_is_not_a_setup_mistake() -> None:
+    # An outage (a restart, a server not up yet) is waited for as before and recovers: it is no refusal.
+    store = PostgresArchiveStore('postgresql://agent:s3cr3t-pw@127.0.0.1:9/archive', connect_timeout=0.5)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            with pytest.raises(ArchiveError) as raised:
+                store.notes('c')
+        assert not raised.value.setup and not caught
+        assert 'no connection within 0.5 s (the last attempt: ' in str(raised.value)
+        assert 's3cr3t' not in str(raised.value)
     finally:
         store.close()

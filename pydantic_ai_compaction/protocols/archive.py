@@ -81,19 +81,23 @@ class ArchiveError(RuntimeError):
     password, so it can be shown to the model as it is.
     """
 
-    def __init__(self, message: str, *, operation: str = '', target: str = '') -> None:
+    def __init__(self, message: str, *, operation: str = '', target: str = '', setup: bool = False) -> None:
         """Build the error.
 
         Args:
             message: What went wrong, in a few words.
             operation: The store operation that failed (`put_archived`, `search`, `open`, ...).
             target: The database: a file path, or a PostgreSQL DSN without its password.
+            setup: A mistake in the store's setup (a login refused, a database missing), which the store
+                reported once with a `SetupWarning`: capabilities do not warn about it again at every call.
         """
         super().__init__(message)
         self.operation = operation
         """The store operation that failed."""
         self.target = target
         """The database the operation ran on (path, or DSN without password)."""
+        self.setup = setup
+        """Whether the failure is a mistake in the store's setup, already reported with a `SetupWarning`."""
 
 
 @runtime_checkable

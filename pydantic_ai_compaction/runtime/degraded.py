@@ -17,11 +17,14 @@ import warnings
 
 from pydantic_ai.exceptions import ModelHTTPError, UserError
 
+from pydantic_ai_compaction.protocols.archive import ArchiveError
+
 
 class SetupWarning(RuntimeWarning):
     """A mistake in the agent's setup the run works around on every request (a model whose context window is
     unknown, a compactor model that cannot run). Under warnings made errors it ends the run: skipped and only logged,
-    the workaround would hide it while the history grew."""
+    the workaround would hide it while the history grew. A store's (a PostgreSQL login refused, a database missing)
+    is the exception: a store never fails a run, so there it is logged (`warn_degraded`)."""
 
 
 SETUP_STATUSES = frozenset({401, 403, 404})
@@ -30,14 +33,18 @@ name it does not know."""
 
 
 def is_setup_error(error: BaseException) -> bool:
-    """Whether *error*, raised by a compactor model, is a mistake in the agent's setup rather than a passing fault.
+    """Whether *error*, raised by a compactor model or a store, is a mistake in the agent's setup rather than a
+    passing fault.
 
     An unknown model name or a missing key (pydantic-ai's `UserError`), a missing provider package, or a provider
     refusing the key or the model (`SETUP_STATUSES`): every later call fails the same way, so a fallback at each
-    would hide it.
+    would hide it. A store's `ArchiveError` marked `setup` (a PostgreSQL login refused, a database missing),
+    which the store has already reported once.
     """
     if isinstance(error, UserError | ImportError):
         return True
+    if isinstance(error, ArchiveError):
+        return error.setup
     return isinstance(error, ModelHTTPError) and error.status_code in SETUP_STATUSES
 
 
@@ -45,14 +52,16 @@ LOGGER = logging.getLogger('pydantic_ai_compaction')
 """Where a degraded report goes when the warnings filters would make it an exception."""
 
 
-def warn_degraded(message: str, *, stacklevel: int = 1) -> None:
+def warn_degraded(message: str, *, stacklevel: int = 1, category: type[RuntimeWarning] = RuntimeWarning) -> None:
     """Warn *message* as a `RuntimeWarning`, or log it when the filters turn it into an exception.
 
     Args:
         message: What degraded and what was done instead.
         stacklevel: As for `warnings.warn`, counted from the caller of this function.
+        category: The warning's class: `SetupWarning` for a store's setup mistake, which is reported so but,
+            as every store fault, never ends the run.
     """
     try:
-        warnings.warn(message, RuntimeWarning, stacklevel=stacklevel + 1)
+        warnings.warn(message, category, stacklevel=stacklevel + 1)
     except Warning:
         LOGGER.warning(message)

@@ -36,9 +36,10 @@ from pydantic_core import to_jsonable_python
 from pydantic_ai_compaction.processors.memory.results import args_json, original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore, Hit, LineSource, LogLine
 from pydantic_ai_compaction.runtime.checks import check_instance, check_int
-from pydantic_ai_compaction.runtime.degraded import warn_degraded
+from pydantic_ai_compaction.runtime.degraded import is_setup_error, warn_degraded
 from pydantic_ai_compaction.runtime.encoding import strip_nul, to_bytes, to_json
 from pydantic_ai_compaction.runtime.project import rewrites_accepted
+from pydantic_ai_compaction.runtime.stores._query import SEARCH_CANDIDATES
 from pydantic_ai_compaction.runtime.stores.access import (
     ConversationKey,
     call_store,
@@ -78,7 +79,7 @@ class Recall(AbstractCapability[AgentDepsT]):
     the run. Never read from the submitted history (see `Archive.conversation`)."""
 
     limit: int = 8
-    """Lines returned per query."""
+    """Lines returned per query, at most `SEARCH_CANDIDATES` (500)."""
 
     instructions: str = RECALL_INSTRUCTIONS
     """What the agent is taught about recall."""
@@ -99,7 +100,9 @@ class Recall(AbstractCapability[AgentDepsT]):
     def __post_init__(self) -> None:
         check_instance('Recall', 'store', self.store, ArchiveStore, 'an ArchiveStore')
         check_conversation('Recall', self.conversation)
-        check_int('Recall', 'limit', self.limit, minimum=1)
+        # A store ranks at most `SEARCH_CANDIDATES` lines per word; a larger limit asks for nothing more, and past
+        # 2**63 PostgreSQL refused every search (`bigint out of range`).
+        check_int('Recall', 'limit', self.limit, minimum=1, maximum=SEARCH_CANDIDATES)
         check_instance('Recall', 'instructions', self.instructions, str, 'a string')
         self._fingerprints = {}
         self._indexed = set()
@@ -138,8 +141,10 @@ class Recall(AbstractCapability[AgentDepsT]):
         try:
             await call_store('index_lines', self._index_pending, self.conversation_id(ctx), messages, pending)
         except ArchiveError as error:
-            # Recall degrades; the run goes on (the next request indexes what this one could not).
-            warn_degraded(f'Recall could not index this request: {error}', stacklevel=2)
+            # Recall degrades; the run goes on (the next request indexes what this one could not). A setup mistake
+            # was reported once by the store: not again at every request.
+            if not is_setup_error(error):
+                warn_degraded(f'Recall could not index this request: {error}', stacklevel=2)
         else:
             self._advance(messages, start)
         return request_context

@@ -4,19 +4,25 @@ Connections come from a pool that checks each one before handing it out, so a co
 dropped (a restart, a failover, `pg_terminate_backend`) is replaced by the next operation; an operation
 whose connection breaks under it is tried once more on a fresh one. Any failure is an `ArchiveError`
 naming the operation and the server (its DSN without the password).
+
+A connection the server refuses for the setup (a password or role refused, a database missing) is reported once
+with a `SetupWarning`, and operations then fail at once rather than each waiting `connect_timeout` for a
+connection that cannot come (see `_REFUSED_FOR`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from collections.abc import Callable, Sequence
 from itertools import chain, repeat
+from time import monotonic
 from typing import Any, TypeVar
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Hit, LogLine, Note
-from pydantic_ai_compaction.runtime.checks import check_int, check_number
-from pydantic_ai_compaction.runtime.degraded import warn_degraded
+from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_int, check_number
+from pydantic_ai_compaction.runtime.degraded import SetupWarning, warn_degraded
 from pydantic_ai_compaction.runtime.stores._query import (
     ARCHIVED_COLUMNS,
     MAX_BUSY_TIMEOUT_MS,
@@ -289,6 +295,89 @@ def _own_options(dsn: str) -> str:
     return f' {given}' if given and str(given).strip() else ''
 
 
+_REFUSALS = (
+    'authentication failed',
+    'no password supplied',
+    'no pg_hba.conf entry',
+    'permission denied for database',
+    'does not exist',
+)
+"""Words of the answer to a connection refused for the setup: a password, a role or a host refused, a role or a
+database missing (`does not exist`, which a login says of nothing else). A failed connection carries no
+`sqlstate`, so its text is read; a server answering in another language is not recognised, and its refusals
+wait as an outage's do."""
+
+_REFUSED_FOR = 30.0
+"""Seconds after a connection refused for the setup during which an operation fails at once, without waiting
+for a connection. The pool keeps trying in the background (its own backoff) and the first success ends it at once,
+so a password changed or a database created on the server is picked up; after this long without another refusal
+an operation waits again, so the pool connects even after it gave up trying. An outage (the server restarting,
+unreachable, not accepting connections yet) is not a refusal: operations wait for it as before, and it recovers."""
+
+_POLL = 0.25
+"""Seconds an operation waits for the pool at a time while the pool's connections fail or none was made yet:
+between waits it looks whether the pool's attempt was refused, so the first operation on a refused store does not
+wait `connect_timeout`."""
+
+
+class _Attempts:
+    """What the pool's latest connection attempt met, for the operations waiting on it (any thread)."""
+
+    def __init__(self) -> None:
+        self.refused: str | None = None
+        """The server's answer to the latest attempt, when it refused it for the setup (`_REFUSALS`)."""
+        self.refused_at = 0.0
+        """When (`monotonic()`) it was."""
+        self.last_error: str | None = None
+        """The latest failed attempt's error, whatever it was: a timeout names it."""
+        self.told = False
+        """Whether the current refusal was warned about: once until a connection succeeds."""
+        self.connected_last = False
+        """Whether the latest attempt connected: then an operation waits for the pool in one piece (`_POLL`)."""
+        self.lock = threading.Lock()
+        """Guards the fields: the pool's threads write them, the operations' threads read them."""
+
+    def failed(self, error: BaseException) -> None:
+        text = ' '.join(str(error).split())
+        with self.lock:
+            self.last_error, self.connected_last = text, False
+            if any(word in text.lower() for word in _REFUSALS):
+                self.refused, self.refused_at = text, monotonic()
+            else:
+                self.refused = None
+
+    def connected(self) -> None:
+        with self.lock:
+            self.refused, self.told, self.connected_last = None, False, True
+
+
+def _watched_connections(attempts: _Attempts) -> type[Any]:
+    """A connection class for the pool that tells *attempts* how each connection attempt ended: the pool connects
+    in its own thread and only logs why it failed, so an operation waiting on it knew only that it timed out."""
+    import psycopg
+
+    class WatchedConnection(psycopg.Connection[Any]):
+        @classmethod
+        def connect(cls, conninfo: str = '', **kwargs: Any) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
+            try:
+                conn = super().connect(conninfo, **kwargs)
+            except psycopg.OperationalError as error:
+                attempts.failed(error)
+                raise
+            attempts.connected()
+            return conn
+
+    return WatchedConnection
+
+
+def _masked(dsn: str) -> str:
+    """*dsn*, which psycopg could not read, with anything that may be a password masked, as an error shows it."""
+    masked = re.sub(r'(://[^:/@\s]*:).*@', r'\1***@', dsn)
+    masked = re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)", r'\1***', masked, flags=re.IGNORECASE)
+    shown = repr(masked)
+    return shown if len(shown) <= 80 else shown[:77] + '...'
+
+
 def _create_tables(conn: Any) -> None:
     """The tables and indexes missing (`_SCHEMA`; the search index looked for by its definition, `_FIND_GIN`),
     and the search index's version 2 settings (`_MIGRATE_TO_2`)."""
@@ -417,7 +506,18 @@ class PostgresArchiveStore:
             ) from error
 
         if not isinstance(dsn, str):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise ValueError(f'PostgresArchiveStore.dsn must be a string, got {type(dsn).__name__}.')
+            raise ConfigurationError(f'PostgresArchiveStore.dsn must be a string, got {type(dsn).__name__}.')
+        from psycopg import Error
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            conninfo_to_dict(dsn)  # psycopg's own reading: any DSN it accepts is accepted
+        except Error:
+            # Only the DSN, masked, not libpq's reason: it quotes pieces of the string, which may be a password's.
+            raise ConfigurationError(
+                'PostgresArchiveStore.dsn must be a libpq connection string or a postgresql:// URI, '
+                f'got {_masked(dsn)} (str), which psycopg cannot read.'
+            ) from None
         self.max_connections = check_int('PostgresArchiveStore', 'max_connections', max_connections, minimum=1)
         self.connect_timeout = check_number(
             'PostgresArchiveStore', 'connect_timeout', connect_timeout, minimum=0, exclusive_minimum=True
@@ -429,8 +529,11 @@ class PostgresArchiveStore:
         """The server errors name: the DSN without its password."""
         self._schema_ready = False
         self._schema_lock = threading.Lock()
+        self._attempts = _Attempts()
+        """How the pool's connection attempts ended: an operation fails at once on a refusal (`_REFUSED_FOR`)."""
         self._pool: Any = ConnectionPool(
             dsn,
+            connection_class=_watched_connections(self._attempts),
             min_size=1,
             max_size=self.max_connections,
             open=False,
@@ -453,6 +556,51 @@ class PostgresArchiveStore:
             f'PostgreSQL archive: {operation} failed on {self.target}: {error}'.strip(),
             operation=operation,
             target=self.target,
+        )
+
+    def _checkout(self, operation: str) -> Any:
+        """A pooled connection within `connect_timeout`, or at once an `ArchiveError` when the server refuses
+        connections for the setup (`_REFUSED_FOR`), which the first one met warns about."""
+        from psycopg_pool import PoolTimeout
+
+        started = monotonic()
+        deadline = started + self.connect_timeout
+        while True:
+            self._fail_if_refused(operation, started)
+            left = deadline - monotonic()
+            if left <= 0:
+                last = self._attempts.last_error
+                raise PoolTimeout(
+                    f'no connection within {self.connect_timeout:g} s'
+                    + (f' (the last attempt: {last})' if last else '')
+                )
+            try:
+                # Waited in pieces only while connections fail or none was made yet: a waiter whose piece ends goes
+                # to the back of the pool's queue, which a busy pool's waiters should not.
+                return self._pool.getconn(timeout=left if self._attempts.connected_last else min(left, _POLL))
+            except PoolTimeout:
+                continue
+
+    def _fail_if_refused(self, operation: str, started: float) -> None:
+        attempts = self._attempts
+        with attempts.lock:
+            refused, at = attempts.refused, attempts.refused_at
+            if refused is None or (at < started and monotonic() - at > _REFUSED_FOR):
+                return  # none, or long ago: wait for the pool, which tries again
+            tell, attempts.told = not attempts.told, True
+        if tell:
+            warn_degraded(
+                f'PostgreSQL archive on {self.target}: the server refused the connection ({refused}). Check the '
+                "DSN's user, password and database. Until a connection succeeds, every operation of the store "
+                'fails at once and the run goes on without it (Archive keeps results in context, Notes keep notes '
+                'in the conversation, Recall answers that it is unavailable).',
+                category=SetupWarning,
+            )
+        raise ArchiveError(
+            f'PostgreSQL archive: {operation} failed on {self.target}: the server refused the connection ({refused})',
+            operation=operation,
+            target=self.target,
+            setup=True,
         )
 
     def _ensure_schema(self, conn: Any) -> None:
@@ -540,15 +688,19 @@ class PostgresArchiveStore:
         lost: BaseException | None = None
         for _ in range(2):
             try:
-                with self._pool.connection() as conn:
-                    try:
-                        self._ensure_schema(conn)
-                        return work(conn)
-                    except psycopg.OperationalError as error:
-                        # A dropped connection: the pool discards it on return; try again on a fresh one.
-                        if not conn.broken or lost is not None:
-                            raise
-                        lost = error
+                conn = self._checkout(operation)
+                try:
+                    with conn:  # as the pool's `connection()`, which waits `connect_timeout` in one piece
+                        try:
+                            self._ensure_schema(conn)
+                            return work(conn)
+                        except psycopg.OperationalError as error:
+                            # A dropped connection: the pool discards it on return; try again on a fresh one.
+                            if not conn.broken or lost is not None:
+                                raise
+                            lost = error
+                finally:
+                    self._pool.putconn(conn)
                 # Here only when the connection broke. The server may have ended the idle ones too (a restart):
                 # replace them before the retry. Checked here, not on every checkout: that cost each operation
                 # one more round trip.
