@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -159,6 +160,9 @@ HOOKS: list[tuple[str, Callable[[Any], object], object]] = [
     ('Switch.when', lambda v: Switch(when=v, then=Fork(), otherwise=Native()), _async_when),
     ('Fork.observer', lambda v: Fork(observer=v), _AsyncCall()),
     ('Archive.observer', lambda v: Archive(observer=v), _async_when),
+    ('Fork.observer', lambda v: Fork(observer=v), functools.partial(_AsyncCall())),
+    ('Archive.conversation', lambda v: Archive(conversation=v), _async_when),
+    ('Recall.conversation', lambda v: Recall(conversation=v), lambda ctx, extra: 'c'),  # pyright: ignore[reportUnknownLambdaType]
     # The wrong number of parameters, told at construction rather than at the first compaction.
     ('Fork.protect', lambda v: Fork(protect=v), lambda exchange: True),  # pyright: ignore[reportUnknownLambdaType]
     ('Archive.protect', lambda v: Archive(protect=v), lambda: True),
@@ -206,3 +210,31 @@ def test_hooks_the_runtime_can_call_are_accepted() -> None:
     assert Switch(when=bool, then=Fork(), otherwise=Native()).when is bool  # a type: its call is read
     observed: list[object] = []
     assert Fork(observer=observed.append).observer == observed.append
+    # Mocks as users write them in tests (a spec'd one tripped `inspect` with a bare TypeError).
+    from unittest.mock import MagicMock, Mock, create_autospec
+
+    def observe(event: object) -> None:
+        del event
+
+    for mock in (Mock(spec=observe), MagicMock(), create_autospec(observe)):
+        assert Fork(observer=mock).observer is mock
+
+    class StaticCall:
+        @staticmethod
+        def __call__(exchange: object, messages: object) -> bool:
+            del exchange, messages
+            return False
+
+    static = StaticCall()
+    assert Fork(protect=static).protect is static  # `inspect` reads a parameter too few on such an object
+
+    def one(exchange: object) -> bool:
+        del exchange
+        return False
+
+    @functools.wraps(one)
+    def adapter(exchange: object, messages: object) -> bool:  # wraps a function of another arity
+        del messages
+        return one(exchange)
+
+    assert Fork(protect=adapter).protect is adapter

@@ -115,7 +115,16 @@ def test_an_integer_past_the_digit_limit_is_written_and_read_back_exactly(value:
 
     from pydantic_ai_compaction.runtime.encoding import from_json
 
-    wrapped = {'value': value, 'long': long, 'nested': [long, {'k': long}], long: 'as a key'}
+    wrapped = {
+        'value': value,
+        'long': long,
+        'nested': [long, {'k': long}],
+        long: 'as a key',
+        '0': 'sorts before the digits',
+        '+': 'and before a minus sign',
+        'keys': {3 * long: 'a', -long: 'b', 2 * long: 'c'},
+        'same keys, other order': {2 * long: 'c', -long: 'b', 3 * long: 'a'},
+    }
     before = sys.get_int_max_str_digits()
     try:
         sys.set_int_max_str_digits(0)

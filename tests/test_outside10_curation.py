@@ -96,3 +96,26 @@ def test_a_curator_reply_that_fails_a_check_is_reported_once_per_user_request(
     assert all(e.reason == 'fallback' and e.strategy == view.__name__ for e in refused)
     assert all(e.detail is not None and e.detail.startswith('unfilled') for e in refused)
     assert all('BoundedSelection' in (e.detail or '') for e in refused)
+
+
+def test_a_refused_curation_s_event_shows_no_secret_and_is_bounded() -> None:
+    import json
+
+    from pydantic_ai_compaction import CompactionEvent
+
+    secret = 'sk-liveA1b2C3d4E5f6G7h8J9k0L1m2'
+
+    def leaking(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        reply = {
+            'focal': [secret, 'x' * 200_000],
+            'orientation': {'relevant_state': 's', 'required': [], 'prohibited': []},
+        }
+        return ModelResponse(parts=[TextPart(json.dumps(reply))])
+
+    events: list[CompactionEvent] = []
+    assert _two_turns(_agent(CuratedSelection(model=FunctionModel(leaking), observer=events.append)))
+    refused = [e for e in events if e.reason == 'fallback']
+    assert len(refused) == 2
+    for event in refused:
+        assert event.detail is not None and secret not in event.detail and '[secret]' in event.detail
+        assert len(event.detail) < 600

@@ -237,3 +237,22 @@ def test_a_fork_reply_that_calls_a_tool_says_so() -> None:
     records = [e.record for e in events if e.record is not None]
     assert records and all(r.fallback_reason == 'empty' for r in records)
     assert all('the fork called final_result instead of answering in text' in (r.detail or '') for r in records)
+
+
+def test_behind_a_fallback_model_the_first_models_provider_decides() -> None:
+    from pydantic_ai.models.fallback import FallbackModel
+    from pydantic_ai.models.test import TestModel
+
+    mock = Mock(PROVIDERS['anthropic'](), ReportByTool())
+    events: list[CompactionEvent] = []
+    agent = Agent(
+        FallbackModel(mock.model(), TestModel()),
+        output_type=ToolOutput(Report),
+        capabilities=[Fork(trigger=TRIGGER, observer=events.append)],
+    )
+    plain_tools(agent)
+    assert agent.run_sync('Audit logs 1-8 and report.').output == Report(verdict='done')
+    forks = [p for p in mock.payloads if _marked(p)]
+    agents = [p for p in mock.payloads if not _marked(p)]
+    assert forks and all(_tool_names(fork) == _tool_names(agents[0]) for fork in forks)
+    assert 'final_result' in _tool_names(agents[0]) and 'read_log' in _tool_names(agents[0])

@@ -8,9 +8,11 @@ later as a bare `TypeError` deep in a run, or as one-character markers.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import re
+import types
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, cast
 
@@ -168,8 +170,8 @@ def check_callable(
 
     Each hook is called without `await`: an `async def` would give a coroutine never awaited, which is truthy (a
     `when` always true, every exchange protected) or not the value expected, and its work never done. A wrong
-    number of parameters is told here rather than at the first compaction. A callable whose signature cannot be
-    read (some builtins) is taken as it is.
+    number of parameters is told here rather than at the first compaction, for a Python function (or a method or
+    `functools.partial` of one); other callables are taken as they are.
     """
     if value is None and optional:
         return None
@@ -177,20 +179,43 @@ def check_callable(
     expected += ' or None' if optional else ''
     if not callable(value):
         raise fail(owner, name, expected, value)
-    # An object with an `async def __call__` is as much a coroutine function as an `async def`.
-    call = None if inspect.isroutine(value) or isinstance(value, type) else type(value).__call__  # pyright: ignore[reportUnknownMemberType]
-    if inspect.iscoroutinefunction(value) or (call is not None and inspect.iscoroutinefunction(call)):
+    if _is_async(value):
         raise fail(owner, name, expected + ' (not async: it is called without await)', value)
-    if arguments is not None:
+    if arguments is not None and _plain_function(value):
+        # Only where the signature is the call's own: an object's `__call__` (a `staticmethod` one is read with a
+        # parameter too few), a mock or a C callable may be called in ways its signature does not show.
         try:
-            signature = inspect.signature(value)
-        except (TypeError, ValueError):
-            return value
-        try:
-            signature.bind(*([None] * arguments))
+            inspect.signature(value, follow_wrapped=False).bind(*([None] * arguments))
         except TypeError:
             raise fail(owner, name, expected, value) from None
+        except ValueError:
+            pass  # no signature to read
     return value
+
+
+def _is_async(value: object) -> bool:
+    """Whether calling *value* gives a coroutine: an `async def`, an object with an `async def __call__`, or a
+    `functools.partial` of either. Anything whose kind cannot be read (a `Mock(spec=...)` trips `inspect`) is not."""
+    while isinstance(value, functools.partial):
+        value = cast('functools.partial[Any]', value).func
+    try:
+        if inspect.iscoroutinefunction(value):
+            return True
+        if inspect.isroutine(value) or isinstance(value, type):
+            return False
+        return inspect.iscoroutinefunction(type(value).__call__)  # pyright: ignore[reportUnknownMemberType]
+    except Exception:
+        return False
+
+
+def _plain_function(value: object) -> bool:
+    """Whether *value* is a Python function, a method of one, or a `functools.partial` of one: by its exact type (a
+    `Mock(spec=function)` says it is a function)."""
+    while type(value) is functools.partial:
+        value = cast('functools.partial[Any]', value).func
+    if type(value) is types.MethodType:
+        value = cast(types.MethodType, value).__func__
+    return type(value) is types.FunctionType
 
 
 def check_model(owner: str, name: str, value: object) -> object:

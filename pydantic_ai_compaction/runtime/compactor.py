@@ -368,8 +368,16 @@ def text_only(
 def _filters_tools(model: Model) -> bool:
     """Whether *model* (unwrapped) is one whose `tool_choice` costs the prompt cache (Anthropic, Gemini)."""
     found: object = model
-    while isinstance(wrapped := cast(object, getattr(found, 'wrapped', None)), Model):
-        found = cast(object, wrapped)
+    while True:
+        # A wrapper (instrumentation, a user's `WrapperModel`) sends what it wraps; a `FallbackModel` its first model,
+        # which answers unless it fails.
+        inner = cast(object, getattr(found, 'wrapped', None))
+        if not isinstance(inner, Model):
+            fallbacks = cast(object, getattr(found, 'models', None))
+            inner = cast(object, fallbacks[0]) if isinstance(fallbacks, list | tuple) and fallbacks else None  # pyright: ignore[reportUnknownVariableType]
+        if not isinstance(inner, Model):
+            break
+        found = cast(object, inner)
     return any(
         kind.__name__ in _TOOL_FILTERING and kind.__module__.startswith('pydantic_ai.models')
         for kind in type(found).__mro__

@@ -98,8 +98,8 @@ def args_text(args: object) -> str:
     if not args.strip():
         return '{}'
     try:
-        return to_json(json.loads(args))
-    except (ValueError, RecursionError):
+        return to_json(from_json(args))  # integers past Python's digit limit too
+    except ValueError:
         return args
 
 
@@ -139,21 +139,29 @@ def _with_long_integers(value: Any) -> str:
     """`to_json`'s standard-library text of *value* holding an integer past Python's digit limit
     (`sys.get_int_max_str_digits`, 4,300 by default), which has no `str` and so no JSON there.
 
-    Each such integer is written in as pydantic-core writes it (no such limit: as pydantic-ai sends it), in place
-    of a marker string no value holds (a NUL and a random token). Left in a set (sorted by its JSON), it still
-    cannot be written: the value is then written as a fixed JSON string saying so (lossy, never an error).
+    Each such integer is written as pydantic-core writes it (no such limit: as pydantic-ai sends it): as a key, its
+    digits are the key (sorted with the others, as the standard library sorts keys written as strings); as a value,
+    it is written in, in one pass, in place of a marker string no value holds (a NUL and a random token). Left in a
+    set or a dataclass (written by the encoder's `default`), it still cannot be written: the value is then written
+    as a fixed JSON string saying so (lossy, never an error).
     """
-    marker = f'{_NUL}{secrets.token_hex(8)}:'
+    token = secrets.token_hex(8)
     digits: list[str] = []
     # Below these many bits an integer has fewer digits than the limit (log2(10) > 3.32): `str` writes it.
     safe_bits = int((_digit_limit() - 1) * 3.32)
 
+    def long(item: Any) -> bool:
+        return isinstance(item, int) and not isinstance(item, bool) and item.bit_length() >= safe_bits
+
     def swap(item: Any) -> Any:
-        if isinstance(item, int) and not isinstance(item, bool) and item.bit_length() >= safe_bits:
+        if long(item):
             digits.append(pydantic_core.to_json(int(item)).decode())
-            return f'{marker}{len(digits) - 1}{_NUL}'
+            return f'{_NUL}{token}:{len(digits) - 1}{_NUL}'
         if isinstance(item, dict):
-            return {_key(swap(key)): swap(inner) for key, inner in item.items()}  # pyright: ignore[reportUnknownVariableType]
+            return {
+                (pydantic_core.to_json(int(key)).decode() if long(key) else _key(key)): swap(inner)  # pyright: ignore[reportUnknownArgumentType]
+                for key, inner in item.items()  # pyright: ignore[reportUnknownVariableType]
+            }
         if isinstance(item, list | tuple):
             return [swap(inner) for inner in item]  # pyright: ignore[reportUnknownVariableType]
         return _plain(item)
@@ -162,11 +170,8 @@ def _with_long_integers(value: Any) -> str:
         text = _ENCODER.encode(swap(value))
     except (ValueError, RecursionError):
         return '"<a value holding an integer too long to encode>"'
-    for index, written in enumerate(digits):
-        swapped = _ENCODER.encode(f'{marker}{index}{_NUL}')
-        # As a key the integer is a string (its digits quoted); as a value, its digits.
-        text = text.replace(f'{swapped}:', f'"{written}":').replace(swapped, written)
-    return text
+    marker = re.compile(r'"\\u0000' + token + r':(\d+)\\u0000"')
+    return marker.sub(lambda match: digits[int(match.group(1))], text)
 
 
 def _digit_limit() -> int:
@@ -225,6 +230,12 @@ def from_json(text: str | bytes) -> Any:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
             pass
+    try:
+        return json.loads(probe)
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise ValueError(f'not JSON: {error}') from None
+    except ValueError:
+        pass  # an integer past Python's digit limit: read again with `_int` (a call per integer, so only then)
     try:
         return json.loads(probe, parse_int=_int)
     except (json.JSONDecodeError, RecursionError) as error:

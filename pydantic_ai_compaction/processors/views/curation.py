@@ -199,6 +199,13 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
         finally:
             await compactor.close_models(ctx)
 
+    def _shown(self, failure: str, tail: str) -> str:
+        """*failure* as an event may carry it: the curator's words with what `secret_patterns` match taken out, and
+        cut to 500 characters (a reply's ids are the model's, of any length)."""
+        for pattern in self._secrets:
+            failure = pattern.sub('[secret]', failure)
+        return (failure if len(failure) <= 500 else failure[:497] + '...') + tail
+
     @property
     def last_failure(self) -> str | None:
         """Why the last curation fell back, if it did."""
@@ -236,7 +243,7 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
                     messages_before=len(messages),
                     messages_after=len(messages),
                     reason='fallback',
-                    detail=f'{failure}; this request and its tool loop get {type(self.fallback).__name__} instead',
+                    detail=self._shown(failure, f'; this request and its tool loop get {type(self.fallback).__name__}'),
                 )
                 emit(event, ctx.tracer, self.observer)
         curation = self._state.curation

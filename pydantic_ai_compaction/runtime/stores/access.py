@@ -22,7 +22,7 @@ import anyio.to_thread
 from pydantic_ai.tools import RunContext
 
 from pydantic_ai_compaction.protocols.archive import ArchiveError
-from pydantic_ai_compaction.runtime.checks import ConfigurationError
+from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_callable
 from pydantic_ai_compaction.runtime.encoding import clean_text
 
 T = TypeVar('T')
@@ -36,7 +36,10 @@ RUN_SCOPE_PREFIX = 'run:'
 
 def check_conversation(owner: str, value: object) -> None:
     """Refuse a `conversation=` that is neither `None`, a non-empty string nor a function."""
-    if value is None or callable(value) or (isinstance(value, str) and value.strip()):
+    if callable(value):
+        check_callable(owner, 'conversation', value, arguments=1)  # called without await, with the run context
+        return
+    if value is None or (isinstance(value, str) and value.strip()):
         return
     shown = repr(value)
     shown = shown if len(shown) <= 80 else shown[:77] + '...'
