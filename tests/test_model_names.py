@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 import warnings
@@ -25,7 +24,7 @@ from pydantic_ai_compaction.runtime import compactor
 from pydantic_ai_compaction.runtime.context import CompactionContext
 
 from .support import ScriptedAgentModel, audit_agent, fork_json
-from .wire.stub_server import Stub
+from .wire.stub_server import Stub, answer
 
 
 class Builder:
@@ -171,13 +170,7 @@ class _KeepAliveHandler(BaseHTTPRequestHandler):
             self.server.open -= 1
 
     def do_POST(self) -> None:
-        length = int(self.headers.get('content-length', 0))
-        body = json.dumps(self.server.stub.answer(json.loads(self.rfile.read(length) or b'{}'))).encode()
-        self.send_response(200)
-        self.send_header('content-type', 'application/json')
-        self.send_header('content-length', str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        answer(self, self.server.stub)
 
     def log_message(self, format: str, *args: Any) -> None:
         del format, args

@@ -105,23 +105,28 @@ class Stub:
         }
 
 
+def answer(handler: BaseHTTPRequestHandler, stub: Stub) -> None:
+    """Answer the Chat Completions request *handler* holds as *stub* says (a 404 for any other path)."""
+    length = int(handler.headers.get('content-length', 0))
+    payload = json.loads(handler.rfile.read(length) or b'{}')
+    if not handler.path.endswith('/chat/completions'):
+        handler.send_error(404)
+        return
+    body = json.dumps(stub.answer(payload)).encode()
+    handler.send_response(200)
+    handler.send_header('content-type', 'application/json')
+    handler.send_header('content-length', str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 @contextmanager
 def serve(stub: Stub) -> Iterator[str]:
     """Serve *stub* on 127.0.0.1 (a free port); yields the base URL. Stops on exit, or by itself when bounded out."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            length = int(self.headers.get('content-length', 0))
-            payload = json.loads(self.rfile.read(length) or b'{}')
-            if not self.path.endswith('/chat/completions'):
-                self.send_error(404)
-                return
-            body = json.dumps(stub.answer(payload)).encode()
-            self.send_response(200)
-            self.send_header('content-type', 'application/json')
-            self.send_header('content-length', str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            answer(self, stub)
 
         def log_message(self, format: str, *args: Any) -> None:
             del format, args
