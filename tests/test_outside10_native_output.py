@@ -256,3 +256,22 @@ def test_behind_a_fallback_model_the_first_models_provider_decides() -> None:
     agents = [p for p in mock.payloads if not _marked(p)]
     assert forks and all(_tool_names(fork) == _tool_names(agents[0]) for fork in forks)
     assert 'final_result' in _tool_names(agents[0]) and 'read_log' in _tool_names(agents[0])
+
+
+@pytest.mark.parametrize('provider', ['anthropic', 'google'])
+def test_a_tool_or_output_choice_that_allows_text_is_the_agents_own(provider: str) -> None:
+    from pydantic_ai.settings import ToolOrOutput
+
+    mock = Mock(PROVIDERS[provider](), Script())
+    events: list[CompactionEvent] = []
+    agent = Agent(
+        mock.model(),
+        capabilities=[Fork(trigger=TRIGGER, observer=events.append)],
+        model_settings={'tool_choice': ToolOrOutput(function_tools=['read_log'])},
+    )
+    plain_tools(agent)
+    agent.run_sync('Audit logs 1-8 and report.')
+    forks = [p for p in mock.payloads if _marked(p)]
+    agents = [p for p in mock.payloads if not _marked(p)]
+    assert forks and _tool_names(agents[0]) == ['read_log']  # the agent's own restriction
+    assert all(_tool_names(fork) == _tool_names(agents[0]) and _choice(fork) == _choice(agents[0]) for fork in forks)

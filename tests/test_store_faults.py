@@ -418,6 +418,18 @@ def test_postgres_dsn_psycopg_cannot_read_fails_at_construction_without_its_pass
         PostgresArchiveStore(dsn, connect_timeout=0.2).close()  # what psycopg reads is accepted
 
 
+def test_a_dsn_is_shown_without_any_of_its_secrets() -> None:
+    """`sslpassword` unlocks the client's SSL key: it was shown in every store error, and so in tool replies."""
+    from pydantic_ai_compaction.runtime.stores.postgres import redact_dsn
+
+    for dsn in (
+        'host=127.0.0.1 dbname=x password=Zs3cret sslpassword=Zs3cretssl',
+        'postgresql://u:Zs3cret@127.0.0.1/x?sslpassword=Zs3cretssl',
+    ):
+        shown = redact_dsn(dsn)
+        assert 'Zs3cret' not in shown and '127.0.0.1' in shown
+
+
 def refused_dsn(**changed: str) -> str:
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 

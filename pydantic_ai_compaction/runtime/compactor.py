@@ -346,7 +346,10 @@ def text_only(
         # choice is kept where it allows a text reply (the request is then the agent's own); one that forces a tool
         # becomes `'auto'`, which keeps every tool defined. The fork prompt asks for text; a reply that calls a tool
         # has no text and falls back.
-        if settings.get('tool_choice') not in (None, 'auto', 'none'):
+        choice = settings.get('tool_choice')
+        if choice == 'required' or isinstance(
+            choice, list
+        ):  # a tool is forced: no text reply (`ToolOrOutput` allows one)
             settings['tool_choice'] = 'auto'
     else:
         settings['tool_choice'] = 'none'  # OpenAI keeps the tool list under any choice (`allowed_tools`)

@@ -402,15 +402,20 @@ def owner_prefix(conversation_id: str) -> str:
 
 
 def redact_dsn(dsn: str) -> str:
-    """*dsn* without its password, as errors show it."""
+    """*dsn* without its secrets (`password`, `sslpassword`), as errors show it."""
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     try:
         params = conninfo_to_dict(dsn)
     except Exception:  # an unparsable DSN: show none of it, it may hold a password
         return '<unparsable DSN>'
-    params.pop('password', None)
+    for secret in _SECRET_KEYS:
+        params.pop(secret, None)
     return make_conninfo('', **params)
+
+
+_SECRET_KEYS = ('password', 'sslpassword')
+"""libpq keys holding a secret: the password, and the one that unlocks the client's SSL key."""
 
 
 def _owned_terms(prefix: str, text: str) -> str:
