@@ -5,9 +5,11 @@ from __future__ import annotations
 import enum
 import json
 import os
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -137,3 +139,34 @@ def test_an_integer_past_the_digit_limit_is_written_and_read_back_exactly(value:
         assert to_json(read['value']) == to_json(value)
     finally:
         sys.set_int_max_str_digits(before)
+
+
+@dataclass
+class _Holder:
+    """A tool's return value as a dataclass, holding an integer past the digit limit."""
+
+    count: int
+    tags: frozenset[int]
+
+
+@pytest.mark.parametrize('limit', [4300, 640])
+def test_a_long_integer_in_a_dataclass_or_a_set_is_written_exactly(limit: int) -> None:
+    """Sets and dataclasses were written by the encoder's `default`, which met the integer unwritten: the whole
+    value became a fixed string. Now the text is the standard library's with no digit limit set."""
+    import sys
+
+    value = {'result': _Holder(count=LONG, tags=frozenset({3, -LONG, LONG})), 'seen': {LONG, 1, 'a'}}
+    before = sys.get_int_max_str_digits()
+    try:
+        sys.set_int_max_str_digits(0)
+        expected = standard_library_json(value)
+        digits = str(LONG)
+        sys.set_int_max_str_digits(limit)
+        text = to_json(value)
+        read = encoding.from_json(text)
+    finally:
+        sys.set_int_max_str_digits(before)
+    assert text == expected
+    assert text.count(digits) == 4  # the field, both members of `tags` (one negative) and the member of `seen`
+    assert read['result'] == {'count': LONG, 'tags': [-LONG, LONG, 3]}  # sorted by their JSON text
+    assert read['seen'] == ['a', 1, LONG]

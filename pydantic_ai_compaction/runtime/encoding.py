@@ -141,9 +141,10 @@ def _with_long_integers(value: Any) -> str:
 
     Each such integer is written as pydantic-core writes it (no such limit: as pydantic-ai sends it): as a key, its
     digits are the key (sorted with the others, as the standard library sorts keys written as strings); as a value,
-    it is written in, in one pass, in place of a marker string no value holds (a NUL and a random token). Left in a
-    set or a dataclass (written by the encoder's `default`), it still cannot be written: the value is then written
-    as a fixed JSON string saying so (lossy, never an error).
+    it is written in, in one pass, in place of a marker string no value holds (a NUL and a random token). Sets and
+    dataclasses are opened here as `_other` opens them (the encoder's `default` would meet the integer unwritten);
+    an integer the marker cannot replace (a set's member's dataclass, written by `str`) makes the value a fixed
+    JSON string saying so (lossy, never an error).
     """
     token = secrets.token_hex(8)
     digits: list[str] = []
@@ -164,6 +165,11 @@ def _with_long_integers(value: Any) -> str:
             }
         if isinstance(item, list | tuple):
             return [swap(inner) for inner in item]  # pyright: ignore[reportUnknownVariableType]
+        if dataclasses.is_dataclass(item) and not isinstance(item, type):
+            return swap(dataclasses.asdict(item))
+        if isinstance(item, set | frozenset):
+            # `_other`'s order; a member holding a long integer has no `json.dumps`, so its digits order it.
+            return [swap(inner) for inner in sorted(item, key=_member_order)]  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
         return _plain(item)
 
     try:
@@ -172,6 +178,14 @@ def _with_long_integers(value: Any) -> str:
         return '"<a value holding an integer too long to encode>"'
     marker = re.compile(r'"\\u0000' + token + r':(\d+)\\u0000"')
     return marker.sub(lambda match: digits[int(match.group(1))], text)
+
+
+def _member_order(member: Any) -> str:
+    """The key `_other` sorts a set's members by, also for a member holding an integer past the digit limit."""
+    try:
+        return json.dumps(_plain(member), sort_keys=True, default=str)
+    except ValueError:
+        return to_json(member)
 
 
 def _digit_limit() -> int:
@@ -262,7 +276,7 @@ def _other(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _plain(dataclasses.asdict(value))
     if isinstance(value, set | frozenset):
-        return sorted((_plain(item) for item in value), key=lambda item: json.dumps(item, sort_keys=True, default=str))  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+        return [_plain(item) for item in sorted(value, key=_member_order)]  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
     if isinstance(value, bytes | bytearray):
         return base64.b64encode(bytes(value)).decode()
     return str(value)
