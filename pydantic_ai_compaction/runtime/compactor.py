@@ -24,11 +24,16 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer, TracerProv
 from opentelemetry.util.types import Attributes
 from pydantic_ai.exceptions import ModelHTTPError, UserError
 from pydantic_ai.messages import (
+    CompactionPart,
     ModelMessage,
     ModelRequest,
     ModelResponse,
+    NativeToolCallPart,
+    NativeToolReturnPart,
     TextPart,
+    ThinkingPart,
     ToolCallPart,
+    ToolReturnPart,
     UserPromptPart,
     repair_messages,
 )
@@ -201,6 +206,7 @@ async def request(
 ) -> ModelResponse:
     """Send *messages* to a model, retrying transient errors, and account for the usage.
 
+    Thinking is turned off for this request where Anthropic would refuse it (see `_thinking_settings`).
     Raises whatever the last attempt raised when retries are exhausted or the error is not
     transient; the runtime turns that into the fallback layout.
     """
@@ -209,6 +215,7 @@ async def request(
     # What the agent graph does before every request: provider adapters refuse parts (retry
     # feedback, tool-search and instruction bookkeeping) they expect to have been prepared.
     prepared = target.prepare_messages(repair_messages(list(messages)), params)
+    settings = _thinking_settings(target, prepared, settings, params)
     sender = traced(target, ctx)
     response: ModelResponse | None = None
     try:
@@ -368,12 +375,11 @@ def text_only(
     return settings, parameters
 
 
-def _filters_tools(model: Model) -> bool:
-    """Whether *model* (unwrapped) is one whose `tool_choice` costs the prompt cache (Anthropic, Gemini)."""
+def _unwrapped(model: Model) -> Model:
+    """The model that answers for *model*: what a wrapper (instrumentation, a user's `WrapperModel`) sends to, and a
+    `FallbackModel`'s first model, which answers unless it fails."""
     found: object = model
     while True:
-        # A wrapper (instrumentation, a user's `WrapperModel`) sends what it wraps; a `FallbackModel` its first model,
-        # which answers unless it fails.
         inner = cast(object, getattr(found, 'wrapped', None))
         if not isinstance(inner, Model):
             fallbacks = cast(object, getattr(found, 'models', None))
@@ -381,15 +387,88 @@ def _filters_tools(model: Model) -> bool:
         if not isinstance(inner, Model):
             break
         found = cast(object, inner)
+    return cast(Model, found)
+
+
+def _is_model(model: Model, names: frozenset[str]) -> bool:
+    """Whether *model* is one of pydantic-ai's model classes *names* (named: their packages are optional)."""
     return any(
-        kind.__name__ in _TOOL_FILTERING and kind.__module__.startswith('pydantic_ai.models')
-        for kind in type(found).__mro__
+        kind.__name__ in names and kind.__module__.startswith('pydantic_ai.models') for kind in type(model).__mro__
     )
 
 
+def _filters_tools(model: Model) -> bool:
+    """Whether *model* (unwrapped) is one whose `tool_choice` costs the prompt cache (Anthropic, Gemini)."""
+    return _is_model(_unwrapped(model), _TOOL_FILTERING)
+
+
+def _thinking_settings(
+    target: Model, messages: Sequence[ModelMessage], settings: ModelSettings | None, parameters: ModelRequestParameters
+) -> ModelSettings | None:
+    """*settings*, with thinking turned off when an Anthropic model would think in a tool loop it did not sign.
+
+    With thinking on, Anthropic refuses (400, "a final `assistant` message must start with a thinking block")
+    a request whose last assistant turn called the tools whose results the request carries, unless that turn
+    starts with its signed thinking block (extended thinking docs, "Preserving thinking blocks"). A compaction
+    request continues the conversation in the middle of its tool loop, and the loop's last assistant turn may
+    carry no such block: it came from another provider (an agent on OpenAI or Gemini, whose reasoning
+    pydantic-ai sends to Anthropic as text), or from this model with thinking off (a strategy's own
+    `model_settings=` turning it on). The compaction asks for text and needs no thinking: thinking is turned
+    off for that one request, as pydantic-ai's `thinking=False` turns it off for the model (a model that cannot
+    turn it off still thinks, and is refused). Otherwise the settings are left as they are: a changed
+    thinking setting invalidates Anthropic's cached message prefix (prompt-caching docs), which a fork
+    on the agent's own model reuses.
+    """
+    model = _unwrapped(target)
+    if not _is_model(model, _THINKING_BOUND) or not _unsigned_tool_loop(messages, model.system):
+        return settings
+    thinks = getattr(model, '_request_thinks', None)
+    merged = merge_model_settings(model.settings, settings) or {}
+    if not callable(thinks) or not thinks(merged, parameters):
+        return settings
+    off: ModelSettings = {**(settings or {}), 'thinking': False}
+    if merged.get('anthropic_thinking'):
+        # The provider's own setting wins over `thinking`: replaced by what `thinking=False` sends for the model
+        # (`disabled`, or the lowest setting of a model that cannot turn thinking off), `disabled` where it sends
+        # none.
+        translate = getattr(model, '_translate_thinking', None)
+        sent: object = translate({}, replace(parameters, thinking=False)) if callable(translate) else None
+        cast(dict[str, object], off)['anthropic_thinking'] = sent if isinstance(sent, dict) else {'type': 'disabled'}
+    return off
+
+
+def _unsigned_tool_loop(messages: Sequence[ModelMessage], system: str) -> bool:
+    """Whether *messages* end in a tool loop whose last assistant turn does not open with a thinking block signed by
+    *system* (what pydantic-ai sends as a thinking block; any other reasoning goes as text)."""
+    if len(messages) < 2:
+        return False
+    last, previous = messages[-1], messages[-2]
+    if not isinstance(last, ModelRequest) or not isinstance(previous, ModelResponse):
+        return False
+    # Prepared messages: a legacy tool retry (`RetryPromptPart`) is a `ToolReturnPart` by now.
+    answers = any(isinstance(part, ToolReturnPart) for part in last.parts)
+    if not answers or not any(isinstance(part, ToolCallPart) for part in previous.parts):
+        return False
+    for part in previous.parts:
+        if isinstance(part, ThinkingPart):
+            if part.provider_name == system and part.signature:
+                return False
+            continue  # sent as text, in a user turn of its own (a model that imitates its turns) or first
+        if (
+            isinstance(part, CompactionPart)
+            or (isinstance(part, TextPart) and not part.content)
+            or (isinstance(part, NativeToolCallPart | NativeToolReturnPart) and part.provider_name != system)
+        ):
+            continue  # not sent, or (a compaction block) allowed ahead of the thinking block
+        return True
+    return True
+
+
 _TOOL_FILTERING = frozenset({'AnthropicModel', 'GoogleModel'})
-"""Model classes that send a `tool_choice` restricted to some tools by leaving the others out of the request (named:
-their packages are optional)."""
+"""Model classes that send a `tool_choice` restricted to some tools by leaving the others out of the request."""
+
+_THINKING_BOUND = frozenset({'AnthropicModel'})
+"""Model classes whose thinking must open the assistant turn of a running tool loop with a block they signed."""
 
 
 def with_appended_prompt(messages: Sequence[ModelMessage], prompt: str) -> list[ModelMessage]:

@@ -1,0 +1,275 @@
+"""A compaction request that continues the conversation on a model of another provider than the agent's, with
+thinking on, through pydantic-ai's real model classes over endpoints that refuse what the providers refuse.
+
+Anthropic answers 400 to a request with thinking on whose last assistant turn called the tools whose results the
+request carries, unless that turn starts with its signed thinking block ("a final `assistant` message must start with
+a thinking block"). An agent on OpenAI or Gemini has no such block in its history (pydantic-ai sends its reasoning
+to Anthropic as text), nor has an Anthropic agent without thinking: the fork's request turns thinking off for itself.
+Anthropic thinking sent to OpenAI or Gemini goes as text, its signature left out, by pydantic-ai alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import pytest
+from pydantic_ai import Agent, models
+from pydantic_ai.messages import (
+    CompactionPart,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import Model
+from pydantic_ai.models.anthropic import AnthropicModelSettings
+from pydantic_ai.settings import ModelSettings
+
+from pydantic_ai_compaction import CompactionEvent, Fork, StatelessSummary, Trigger
+from pydantic_ai_compaction.processors.strategies.fork import FORK_MARKER
+from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER
+from pydantic_ai_compaction.runtime import compactor
+from pydantic_ai_compaction.testing import wire
+
+from .wire import canned
+from .wire.providers import PROVIDERS, Anthropic, Mock, Payload
+from .wire.script import Script, plain_tools
+
+TRIGGER = Trigger(tokens=2_500)
+
+REFUSAL = (
+    'messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `tool_use`. When `thinking` '
+    'is enabled, a final `assistant` message must start with a thinking block (preceeding the lastmost set of '
+    '`tool_use` and `tool_result` blocks). We recommend you include thinking blocks from previous turns. To avoid '
+    'this requirement, disable `thinking`. Please consult our documentation at '
+    'https://docs.claude.com/en/docs/build-with-claude/extended-thinking'
+)
+"""The API's answer to such a request, as reported from live traffic (anomalyco/opencode#3077,
+Kilo-Org/kilocode#5219)."""
+
+EXTENDED = AnthropicModelSettings(anthropic_thinking={'type': 'enabled', 'budget_tokens': 1024})
+
+
+class StrictAnthropic(Anthropic):
+    """The Anthropic endpoint, thinking only when the request asks for it, with the model's own settings."""
+
+    def __init__(self, settings: ModelSettings | None = None) -> None:
+        super().__init__('claude-sonnet-4-6')
+        self.settings = settings
+
+    def build(self, client: httpx2.AsyncClient, **kwargs: Any) -> Model:
+        from anthropic import AsyncAnthropic
+        from pydantic_ai.models.anthropic import AnthropicModel
+        from pydantic_ai.providers.anthropic import AnthropicProvider
+
+        sdk = AsyncAnthropic(api_key='test', http_client=client, max_retries=0)
+        settings: ModelSettings = {'max_tokens': 4096, **(self.settings or {})}
+        return AnthropicModel(self.model_name, provider=AnthropicProvider(anthropic_client=sdk), settings=settings)
+
+    def respond(self, mock: Mock, path: str, payload: Payload) -> Payload:
+        assert path.endswith('/messages'), path
+        body = canned.anthropic_message(
+            mock.answer(self.last_user_text(payload), mock.body),
+            mock.counter,
+            mock.prompt_tokens,
+            thinking=_thinks(payload),
+        )
+        for block in body['content']:
+            if block['type'] == 'thinking':
+                mock.issued.signed[block['signature']] = block['thinking']
+        return body
+
+    def error(self, status: int) -> Payload:
+        return {'type': 'error', 'error': {'type': 'invalid_request_error', 'message': REFUSAL}}
+
+
+def _thinks(payload: Payload) -> bool:
+    thinking: dict[str, Any] = payload.get('thinking') or {}
+    return thinking.get('type') in ('enabled', 'adaptive')
+
+
+def _refuse(path: str, payload: Payload) -> int | None:
+    """400 where Anthropic refuses: thinking on, and the running tool loop's assistant turn opens without it."""
+    problems = wire.anthropic_problems(payload)
+    return 400 if any('running tool loop must start with its thinking block' in p for p in problems) else None
+
+
+def _anthropic(settings: ModelSettings | None = EXTENDED) -> Mock:
+    return Mock(StrictAnthropic(settings), Script(), fail=_refuse)
+
+
+def _marked(payload: Payload, marker: str = FORK_MARKER) -> bool:
+    return marker in json.dumps(payload)
+
+
+def _records(events: list[CompactionEvent]) -> list[Any]:
+    return [e.record for e in events if e.kind == 'compacted' and e.record is not None]
+
+
+def _assistant_turn_opening(payload: Payload) -> str:
+    """The first block type of the assistant turn the request's tool results answer."""
+    messages = payload['messages']
+    assistant = [m for m in messages if m['role'] == 'assistant'][-1]
+    return assistant['content'][0]['type']
+
+
+@pytest.fixture(autouse=True)
+def allow_model_requests() -> Iterator[None]:
+    with models.override_allow_model_requests(True):
+        yield
+
+
+@pytest.mark.parametrize('thinking', ['anthropic_thinking', 'unified'])
+@pytest.mark.parametrize('agent_provider', ['openai-responses', 'openai-chat', 'google'])
+def test_a_fork_on_anthropic_with_thinking_continues_another_providers_tool_loop(
+    agent_provider: str, thinking: str
+) -> None:
+    """Thinking on by the fork model's own settings, or by the agent's unified `thinking` (carried to the fork in the
+    request parameters): either way the fork request goes without it, and is answered."""
+    fork = _anthropic(EXTENDED if thinking == 'anthropic_thinking' else None)
+    agent_mock = Mock(PROVIDERS[agent_provider](), Script())
+    events: list[CompactionEvent] = []
+    settings: ModelSettings | None = {'thinking': 'high'} if thinking == 'unified' else None
+    agent = Agent(
+        agent_mock.model(),
+        model_settings=settings,
+        capabilities=[Fork(trigger=TRIGGER, model=fork.model(), observer=events.append)],
+    )
+    plain_tools(agent)
+
+    assert agent.run_sync('Audit logs 1-8 and report.').output == 'report: done'
+    records = _records(events)
+    assert len(records) >= 2
+    assert [r.fallback_reason for r in records] == [None] * len(records)
+    assert [e.status for e in fork.exchanges] == [200] * len(records)
+    for payload in fork.payloads:
+        assert _marked(payload)
+        # The history's assistant turn opens with a tool call (the agent's reasoning went as text) ...
+        assert _assistant_turn_opening(payload) == 'tool_use'
+        # ... so this request does not think; pydantic-ai's `thinking=False` leaves `thinking` out for a model that
+        # thinks only when asked, and a model setting is replaced by an explicit `disabled`.
+        assert payload.get('thinking') == ({'type': 'disabled'} if thinking == 'anthropic_thinking' else None)
+        assert 'output_config' not in payload  # no effort left over from the unified `thinking='high'`
+    assert fork.problems() == []
+    assert agent_mock.problems() == []
+
+
+def test_a_fork_on_the_agents_own_anthropic_model_keeps_its_thinking() -> None:
+    """The agent's own Anthropic model with thinking: its tool turns open with their signed thinking blocks, which
+    the fork request sends back unchanged, thinking on (the same settings as the agent's, for the cached prefix)."""
+    mock = _anthropic()
+    events: list[CompactionEvent] = []
+    agent = Agent(mock.model(), capabilities=[Fork(trigger=TRIGGER, observer=events.append)])
+    plain_tools(agent)
+
+    assert agent.run_sync('Audit logs 1-8 and report.').output == 'report: done'
+    records = _records(events)
+    assert len(records) >= 2 and [r.fallback_reason for r in records] == [None] * len(records)
+    forks = [p for p in mock.payloads if _marked(p)]
+    assert len(forks) == len(records)
+    for payload in forks:
+        assert payload['thinking'] == {'type': 'enabled', 'budget_tokens': 1024}
+        assert _assistant_turn_opening(payload) == 'thinking'
+    assert all(e.status == 200 for e in mock.exchanges)
+    assert mock.problems() == []  # every thinking block as it was signed
+
+
+def test_a_fork_that_turns_thinking_on_for_an_anthropic_agent_without_it() -> None:
+    """The agent's Anthropic model thinks only in the fork (`Fork(model_settings=...)`): the agent's tool turns carry
+    no thinking block, so the fork request goes without thinking after all."""
+    mock = _anthropic(None)
+    events: list[CompactionEvent] = []
+    agent = Agent(mock.model(), capabilities=[Fork(trigger=TRIGGER, model_settings=EXTENDED, observer=events.append)])
+    plain_tools(agent)
+
+    assert agent.run_sync('Audit logs 1-8 and report.').output == 'report: done'
+    records = _records(events)
+    assert len(records) >= 2 and [r.fallback_reason for r in records] == [None] * len(records)
+    forks = [p for p in mock.payloads if _marked(p)]
+    assert len(forks) == len(records)
+    assert all(p['thinking'] == {'type': 'disabled'} for p in forks)
+    assert all(e.status == 200 for e in mock.exchanges)
+    assert mock.problems() == []
+
+
+@pytest.mark.parametrize('fork_provider', ['openai-responses', 'openai-chat', 'google'])
+def test_a_fork_on_openai_or_gemini_continues_an_anthropic_agents_thinking(fork_provider: str) -> None:
+    """An Anthropic agent with thinking, a fork on OpenAI or Gemini: pydantic-ai sends the Anthropic thinking as text
+    and never its signature, which they could not read; the fork is answered."""
+    agent_mock = _anthropic()
+    fork = Mock(PROVIDERS[fork_provider](), Script())
+    events: list[CompactionEvent] = []
+    agent = Agent(agent_mock.model(), capabilities=[Fork(trigger=TRIGGER, model=fork.model(), observer=events.append)])
+    plain_tools(agent)
+
+    assert agent.run_sync('Audit logs 1-8 and report.').output == 'report: done'
+    records = _records(events)
+    assert len(records) >= 2 and [r.fallback_reason for r in records] == [None] * len(records)
+    signatures = set(agent_mock.issued.signed)
+    assert signatures  # the agent's requests did think
+    for payload in fork.payloads:
+        text = json.dumps(payload)
+        assert not any(signature in text for signature in signatures)
+        # The reasoning itself is in the fork's request, as text.
+        assert any(json.dumps(thought)[1:-1] in text for thought in agent_mock.issued.signed.values())
+    assert fork.problems() == []
+    assert agent_mock.problems() == []
+
+
+def test_a_summary_on_anthropic_reads_a_transcript_and_keeps_its_thinking() -> None:
+    """`StatelessSummary(model=...)` (as the curator and `Tiered`'s note writer) sends one user message holding a
+    transcript: no tool loop, nothing refused, thinking left as the summarizer's settings say."""
+    summarizer = _anthropic()
+    agent_mock = Mock(PROVIDERS['openai-responses'](), Script())
+    events: list[CompactionEvent] = []
+    agent = Agent(
+        agent_mock.model(),
+        capabilities=[StatelessSummary(trigger=TRIGGER, model=summarizer.model(), observer=events.append)],
+    )
+    plain_tools(agent)
+
+    assert agent.run_sync('Audit logs 1-8 and report.').output == 'report: done'
+    records = _records(events)
+    assert len(records) >= 2 and [r.fallback_reason for r in records] == [None] * len(records)
+    assert len(summarizer.payloads) == len(records)
+    for payload in summarizer.payloads:
+        assert _marked(payload, SUMMARY_MARKER)
+        assert [m['role'] for m in payload['messages']] == ['user']
+        assert payload['thinking'] == {'type': 'enabled', 'budget_tokens': 1024}
+    assert summarizer.problems() == []
+
+
+_CALL = ToolCallPart('read_log', {'index': 1}, tool_call_id='c1')
+_SIGNED = ThinkingPart('plan', signature='sig', provider_name='anthropic')
+
+
+@pytest.mark.parametrize(
+    ('parts', 'unsigned'),
+    [
+        ([_SIGNED, _CALL], False),
+        # Redacted thinking: its data rides in the signature, and it is sent as a `redacted_thinking` block.
+        ([ThinkingPart('', id='redacted_thinking', signature='data', provider_name='anthropic'), _CALL], False),
+        ([CompactionPart('summary', provider_name='anthropic'), _SIGNED, _CALL], False),
+        ([TextPart(''), _SIGNED, _CALL], False),
+        ([_CALL], True),
+        ([TextPart('reading'), _SIGNED, _CALL], True),  # the turn opens with text
+        ([ThinkingPart('plan', signature='enc', provider_name='openai'), _CALL], True),  # sent as text
+        ([ThinkingPart('plan', provider_name='anthropic'), _CALL], True),  # no signature (an interrupted stream)
+    ],
+)
+def test_which_tool_loops_anthropic_would_refuse_with_thinking_on(parts: list[Any], unsigned: bool) -> None:
+    messages = [
+        ModelRequest(parts=[UserPromptPart('Audit.')]),
+        ModelResponse(parts=parts),
+        ModelRequest(parts=[ToolReturnPart('read_log', 'log 1', tool_call_id='c1'), UserPromptPart('[fork]')]),
+    ]
+    assert compactor._unsigned_tool_loop(messages, 'anthropic') is unsigned  # pyright: ignore[reportPrivateUsage]
+    # A request that answers no tool call (a new user turn) is never refused for it.
+    closed = [*messages[:2], ModelRequest(parts=[UserPromptPart('Next.')])]
+    assert compactor._unsigned_tool_loop(closed, 'anthropic') is False  # pyright: ignore[reportPrivateUsage]
