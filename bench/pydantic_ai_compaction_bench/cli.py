@@ -25,7 +25,7 @@ from typing import NoReturn
 from pydantic_ai_compaction_bench import costsim, models, strategies
 from pydantic_ai_compaction_bench.cost import PriceTable
 from pydantic_ai_compaction_bench.plots import plot
-from pydantic_ai_compaction_bench.report import read_records, summarize, write_records
+from pydantic_ai_compaction_bench.report import read_records, recorded_prices, summarize, write_records
 from pydantic_ai_compaction_bench.runner import PLAYERS, REFERENCE, Player, RunSpec, run_all, spec_of
 from pydantic_ai_compaction_bench.tasks import incident
 
@@ -212,7 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
         '--baseline', default=None, metavar='NAME',
         help='strategy the paired statistics compare against, one in the records (default: native when there)',
     )  # fmt: skip
-    summary.add_argument('--prices', type=price_table, default=None, help=PRICES_HELP)
+    summary.add_argument(
+        '--prices', type=price_table, default=None,
+        help='input,cache_read,cache_write,output in dollars per million tokens, for every record (default: the '
+        "prices bench recorded with each run, else the model's own)",
+    )  # fmt: skip
     summary.add_argument('--plots', type=Path, default=None, help='also write the PNG plots here')
     summary.add_argument('--summary-budget', type=positive, default=500, help='summary cap of the main tables')
 
@@ -231,8 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-PRICES_HELP = "input,cache_read,cache_write,output in dollars per million tokens (default: the model's own)"
-"""Help of `--prices` (bench, summarize)."""
+PRICES_HELP = (
+    "input,cache_read,cache_write,output in dollars per million tokens (default: the model's own; $0 for a "
+    '--base-url server); recorded with each run'
+)
+"""Help of `bench --prices`."""
 
 
 def check_bench(args: argparse.Namespace) -> None:
@@ -372,13 +379,16 @@ def bench(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     done = {spec_of(record).key() for record in opened if record.get('status') == 'ok' and 'config' in record}
     todo = [spec for spec in specs if spec.key() not in done]
+    # Each record keeps the prices its run was priced at, so that `summarize` shows the same costs without
+    # `--prices` (the $0 of a server, a table given here, a registry price that may change).
+    prices = recorded_prices(args.prices, args.model)
     asyncio.run(
         run_all(
             todo,
             concurrency=args.concurrency,
             progress=not args.quiet,
             jobs=args.jobs,
-            on_record=lambda record: write_records([record], path),
+            on_record=lambda record: write_records([{**record, 'prices': prices}], path),
         )
     )
     wanted = {spec.key() for spec in specs}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import statistics
 from collections import defaultdict
@@ -88,6 +89,26 @@ def prices_of(model: str, override: PriceTable | None = None) -> PriceTable:
     return found
 
 
+def record_prices(record: Record, override: PriceTable | None = None) -> PriceTable:
+    """Prices for *record*: an explicit table, else the ones `bench` recorded with it (`prices`), else its model's.
+
+    Records written before `bench` recorded its prices carry none and are priced by their model, as they were.
+    """
+    if override is None and (recorded := record.get('prices')) is not None:
+        return PriceTable(**recorded)
+    return prices_of(record['model'], override)
+
+
+def recorded_prices(prices: PriceTable | None, model: str) -> dict[str, float] | None:
+    """What `bench` records as a run's `prices`: *prices* if given, else *model*'s own as known now, else None."""
+    if prices is None:
+        try:
+            prices = prices_of(model)
+        except ValueError:  # an unknown model without --prices: `summarize` asks for them, as `bench` does
+            return None
+    return dataclasses.asdict(prices)
+
+
 def usage_totals(record: Record) -> UsageTotals:
     """Everything a run sent and received, compactor calls included."""
     requests: list[dict[str, Any]] = list(record.get('requests') or [])
@@ -137,7 +158,7 @@ def build_rows(records: Sequence[Record], *, baseline: str | None, prices: Price
         ok = [r for r in group if r['status'] == 'ok']
         # Pass counts and pairs take every run; the medians per run only the runs no error cut short.
         measured = [r for r in ok if not failed_on_error(r)]
-        costs = [cost(usage_totals(r), prices_of(r['model'], prices)) for r in measured]
+        costs = [cost(usage_totals(r), record_prices(r, prices)) for r in measured]
         applied = [r['applied'] for r in ok if r['applied'] is not None]
         probes = [r['probe'] for r in ok if r['probe'] is not None]
         row = Row(

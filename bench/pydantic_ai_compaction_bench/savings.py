@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic_ai_compaction_bench import strategies
 from pydantic_ai_compaction_bench.cost import UsageTotals, cost
-from pydantic_ai_compaction_bench.report import Record, build_rows, failed_on_error, prices_of, usage_totals
+from pydantic_ai_compaction_bench.report import Record, build_rows, failed_on_error, record_prices, usage_totals
 from pydantic_ai_compaction_bench.runner import PLAYERS, Player, RunSpec, run_all
 
 ANCHORS = ('none', *strategies.HARNESS)
@@ -125,14 +125,13 @@ def cost_rows(records: Sequence[Record]) -> dict[str, CostRow]:
             by.setdefault(record['strategy'], []).append(record)
     rows: dict[str, CostRow] = {}
     for name, group in by.items():
-        prices = prices_of(group[0]['model'])
         passed = sum(1 for r in group if r['passed'])
         # Cost per pass charges every run's bill; the medians per run leave out runs an error cut short (see
         # `report.failed_on_error`): counted, such a run's partial bill would make its strategy read cheaper.
         measured = [r for r in group if not failed_on_error(r)]
-        whole = [usage_totals(r) for r in measured]
-        bills = [cost(u, prices).high for u in whole]
-        task = [cost(_task_usage(r), prices).high for r in measured]
+        priced = [(usage_totals(r), record_prices(r)) for r in measured]
+        bills = [cost(u, p).high for u, p in priced]
+        task = [cost(_task_usage(r), record_prices(r)).high for r in measured]
 
         def median(values: Iterable[float]) -> float:
             listed = list(values)
@@ -145,16 +144,18 @@ def cost_rows(records: Sequence[Record]) -> dict[str, CostRow]:
             errors=len(group) - len(measured),
             cost=median(bills),
             task_cost=median(task),
-            cost_per_pass=sum(cost(usage_totals(r), prices).high for r in group) / passed if passed else math.inf,
-            read=median(u.cache_read_tokens for u in whole),
-            write=median(u.cache_write_tokens for u in whole),
-            uncached=median(u.uncached_input_tokens for u in whole),
-            output=median(u.output_tokens for u in whole),
-            read_cost=median(u.cache_read_tokens * prices.cache_read / 1e6 for u in whole),
-            write_cost=median(u.cache_write_tokens * prices.cache_write / 1e6 for u in whole),
-            output_cost=median(u.output_tokens * prices.output / 1e6 for u in whole),
+            cost_per_pass=(
+                sum(cost(usage_totals(r), record_prices(r)).high for r in group) / passed if passed else math.inf
+            ),
+            read=median(u.cache_read_tokens for u, _ in priced),
+            write=median(u.cache_write_tokens for u, _ in priced),
+            uncached=median(u.uncached_input_tokens for u, _ in priced),
+            output=median(u.output_tokens for u, _ in priced),
+            read_cost=median(u.cache_read_tokens * p.cache_read / 1e6 for u, p in priced),
+            write_cost=median(u.cache_write_tokens * p.cache_write / 1e6 for u, p in priced),
+            output_cost=median(u.output_tokens * p.output / 1e6 for u, p in priced),
             probe_cost=median(b - t for b, t in zip(bills, task, strict=True)),
-            compactor_cost=median(cost(_kind_usage(r, 'compactor'), prices).high for r in measured),
+            compactor_cost=median(cost(_kind_usage(r, 'compactor'), record_prices(r)).high for r in measured),
         )
     return rows
 
@@ -232,7 +233,7 @@ def floor(records: Sequence[Record]) -> str:
     by = [r for r in records if r['strategy'] == 'none' and r['status'] == 'ok' and not failed_on_error(r)]
     if not by:
         return ''
-    prices = prices_of(by[0]['model'])
+    prices = record_prices(by[0])
     writes = statistics.median(_task_usage(r).cache_write_tokens for r in by)
     least = writes * min(prices.cache_write, prices.input) / 1e6
     written = writes * prices.cache_write / 1e6

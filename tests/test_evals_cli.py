@@ -1,0 +1,95 @@
+"""`pai-compaction` against a model server: the prices a bench used, a server it cannot use, an interrupt."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pydantic_ai import models as pydantic_ai_models
+
+from .wire.stub_server import Stub, serve
+
+pytestmark = pytest.mark.bench
+
+
+@pytest.fixture(autouse=True)
+def server_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Requests go to the local stub server only; `--base-url` routes this process's `openai:` models, so the
+    variables it sets are restored after each test."""
+    from pydantic_ai_compaction_bench import cli, models
+
+    for name in ('OPENAI_BASE_URL', 'OPENAI_API_KEY', models.BASE_URL_ENV):
+        monkeypatch.setenv(name, '')  # setenv first, so teardown restores what `use_base_url` sets afresh
+        monkeypatch.delenv(name)
+    def no_plots(records: object, directory: Path, **options: object) -> list[Path]:
+        return []  # these tests read tables and records, not plots
+
+    monkeypatch.setattr(cli, 'plot', no_plots)
+    with pydantic_ai_models.override_allow_model_requests(True):
+        yield
+
+
+def bench_args(out: Path, url: str, *extra: str) -> list[str]:
+    return [
+        'bench', 'incident', '--model', 'openai:stub', '--base-url', url, '--sizes', '6', '--seeds', '1',
+        '--variants', 'owner', '--strategies', 'none', 'summary', '--trigger', '200', '--concurrency', '1',
+        '--out', str(out), '--quiet', *extra,
+    ]  # fmt: skip
+
+
+def cost_cells(output: str) -> dict[str, str]:
+    """The cost column of each strategy's row in the main table."""
+    header = next(line for line in output.splitlines() if line.startswith('| strategy | pass |'))
+    column = [cell.strip() for cell in header.split('|')].index('cost')
+    return {
+        cells[1]: cells[column]
+        for line in output.splitlines()
+        if line.startswith('| none |') or line.startswith('| summary |')
+        for cells in [[cell.strip() for cell in line.split('|')]]
+    }
+
+
+def test_summarize_prices_runs_as_bench_did_unless_told_otherwise(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pydantic_ai_compaction_bench import cli
+    from pydantic_ai_compaction_bench.report import read_records
+
+    with serve(Stub()) as url:
+        assert cli.main(bench_args(tmp_path / 'given', url, '--prices', '1000,100,1250,5000')) == 0
+        given = cost_cells(capsys.readouterr().out)
+        assert cli.main(bench_args(tmp_path / 'free', url)) == 0
+        assert 'costs are shown as $0' in capsys.readouterr().err
+    records = read_records(tmp_path / 'given' / 'incident.jsonl')
+    assert {tuple(r['prices'].values()) for r in records} == {(1000.0, 100.0, 1250.0, 5000.0)}
+    # The stub reports 100 input and 10 output tokens a request, without cache detail: a range at these prices.
+    assert all(cell.startswith('$') and cell != '$0.000' for cell in given.values()), given
+
+    # Without --prices, summarize prices each run as bench did: the same costs, and no error for the unknown model.
+    assert cli.main(['summarize', str(tmp_path / 'given' / 'incident.jsonl')]) == 0
+    assert cost_cells(capsys.readouterr().out) == given
+    assert cli.main(['summarize', str(tmp_path / 'free' / 'incident.jsonl')]) == 0
+    assert set(cost_cells(capsys.readouterr().out).values()) == {'$0.000'}
+    # An explicit --prices overrides the recorded ones.
+    assert cli.main(['summarize', str(tmp_path / 'given' / 'incident.jsonl'), '--prices', '0,0,0,0']) == 0
+    assert set(cost_cells(capsys.readouterr().out).values()) == {'$0.000'}
+
+
+def test_records_without_prices_are_priced_by_their_model_as_before(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pydantic_ai_compaction_bench import cli
+    from pydantic_ai_compaction_bench.report import read_records, write_records
+
+    with serve(Stub()) as url:
+        assert cli.main(bench_args(tmp_path, url, '--prices', '1000,100,1250,5000')) == 0
+    given = cost_cells(capsys.readouterr().out)
+    old = tmp_path / 'old.jsonl'
+    records = read_records(tmp_path / 'incident.jsonl')
+    write_records([{key: value for key, value in r.items() if key != 'prices'} for r in records], old)
+    # The server's model has no registry price: an older file needs --prices, as it always did.
+    assert cli.main(['summarize', str(old)]) == 1
+    assert "no prices known for 'openai-chat:stub'" in capsys.readouterr().err
+    assert cli.main(['summarize', str(old), '--prices', '1000,100,1250,5000']) == 0
+    assert cost_cells(capsys.readouterr().out) == given
