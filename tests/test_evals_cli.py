@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import socket
+import threading
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -22,6 +27,7 @@ def server_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in ('OPENAI_BASE_URL', 'OPENAI_API_KEY', models.BASE_URL_ENV):
         monkeypatch.setenv(name, '')  # setenv first, so teardown restores what `use_base_url` sets afresh
         monkeypatch.delenv(name)
+
     def no_plots(records: object, directory: Path, **options: object) -> list[Path]:
         return []  # these tests read tables and records, not plots
 
@@ -93,3 +99,91 @@ def test_records_without_prices_are_priced_by_their_model_as_before(
     assert "no prices known for 'openai-chat:stub'" in capsys.readouterr().err
     assert cli.main(['summarize', str(old), '--prices', '1000,100,1250,5000']) == 0
     assert cost_cells(capsys.readouterr().out) == given
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def refusing(status: int, error: dict[str, str]) -> Generator[tuple[str, list[str]]]:
+    """A server that answers every request with *status* and an OpenAI-style *error*; yields its URL and the
+    paths it was asked for."""
+    asked: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            asked.append(self.path)
+            self.rfile.read(int(self.headers.get('content-length', 0)))
+            body = json.dumps({'error': error}).encode()
+            self.send_response(status)
+            self.send_header('content-type', 'application/json')
+            self.send_header('content-length', str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            del format, args
+
+    server = ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f'http://127.0.0.1:{server.server_address[1]}/v1', asked
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_server_that_cannot_be_reached_stops_the_bench_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pydantic_ai_compaction_bench import cli
+
+    url = f'http://127.0.0.1:{closed_port()}/v1'
+    records = tmp_path / 'incident.jsonl'
+    records.write_text('{"kept": true}\n')
+    assert cli.main(bench_args(tmp_path, url, '--overwrite')) == cli.EXIT_FAILURE
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error.startswith(f'pai-compaction: error: openai-chat:stub: cannot reach the model server at {url}/ (')
+    assert 'Connect' in error and error.endswith('No run was started, and the records file was not touched.')
+    # The check comes before the records file is opened: --overwrite did not empty it.
+    assert records.read_text() == '{"kept": true}\n'
+
+
+@pytest.mark.parametrize(
+    ('status', 'error'),
+    [
+        (404, {'message': "model 'stub' not found", 'type': 'invalid_request_error', 'code': 'model_not_found'}),
+        (401, {'message': 'Incorrect API key provided', 'type': 'invalid_request_error', 'code': 'invalid_api_key'}),
+    ],
+)
+def test_a_server_that_refuses_the_model_or_the_key_stops_the_bench_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], status: int, error: dict[str, str]
+) -> None:
+    from pydantic_ai_compaction_bench import cli
+
+    with refusing(status, error) as (url, asked):
+        assert cli.main(bench_args(tmp_path, url)) == cli.EXIT_FAILURE
+    assert asked == ['/v1/chat/completions']  # one request: the check, and no run
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-1].startswith(
+        f'pai-compaction: error: openai-chat:stub: the model server at {url}/ refused the request with HTTP {status} ('
+    )
+    assert error['message'] in lines[-1]
+    assert not (tmp_path / 'incident.jsonl').exists()
+
+
+def test_a_server_that_answers_the_check_runs_the_bench(tmp_path: Path) -> None:
+    from pydantic_ai_compaction_bench import cli
+    from pydantic_ai_compaction_bench.report import read_records
+
+    stub = Stub()
+    with serve(stub) as url:
+        assert cli.main(bench_args(tmp_path, url)) == 0
+    records = read_records(tmp_path / 'incident.jsonl')
+    assert sorted(r['strategy'] for r in records) == ['none', 'summary']
+    assert all(r['status'] == 'ok' and r['error'] is None for r in records)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai.exceptions import ModelHTTPError
+from pydantic_ai.exceptions import ModelConnectionError, ModelHTTPError
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -241,3 +241,56 @@ def test_the_cost_table_charges_failed_runs_per_pass_but_not_in_its_medians() ->
     assert '| reset | none | 0/4 (4 failed on an error) | 2/4 | – | – | – | – |' in savings.table(records)
     # Ours cheaper than no compaction only by failing early would not meet the target: summary costs more.
     assert 'cheapest of ours is summary at $0.125 a run, -25% less' in savings.target(records)
+
+
+def unreachable(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """What pydantic-ai raises when nothing listens at the server's address (no request was sent)."""
+    raise ModelConnectionError('reference', 'Connection error.', phase='connect')
+
+
+def test_a_server_that_stops_answering_stops_the_benchmark_and_keeps_what_was_recorded(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    failing: Callable[[Callable[[str, int], Responder | None]], None],
+) -> None:
+    from pydantic_ai_compaction_bench import cli
+    from pydantic_ai_compaction_bench.report import read_records
+
+    # One run at a time, in order: seed 1's two runs finish, then the server is gone for seed 2.
+    failing(lambda strategy, seed: unreachable if seed == 2 else None)
+    args = [*BENCH, '--strategies', 'none', 'fork-json', '--concurrency', '1', '--out', str(tmp_path)]
+    with no_unawaited_coroutines():
+        code = cli.main(args)
+    assert code == cli.EXIT_FAILURE
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(
+        'pai-compaction: error: incident size 6 owner seed=2 none: cannot reach the model server (ModelConnectionError'
+    )
+    assert lines[0].endswith('(twice: the benchmark stopped; the runs recorded so far are kept, and --resume runs '
+                             'the rest)')  # fmt: skip
+    kept = read_records(tmp_path / 'incident.jsonl')
+    assert [(r['seed'], r['strategy'], r['status']) for r in kept] == [(1, 'none', 'ok'), (1, 'fork-json', 'ok')]
+    # Back up, --resume runs the rest and no more.
+    failing(lambda strategy, seed: None)
+    assert cli.main([*args, '--resume']) == 0
+    assert len(read_records(tmp_path / 'incident.jsonl')) == 8
+
+
+def test_an_outage_of_one_run_is_a_missing_run_and_the_benchmark_goes_on(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    failing: Callable[[Callable[[str, int], Responder | None]], None],
+) -> None:
+    from pydantic_ai_compaction_bench import cli
+    from pydantic_ai_compaction_bench.report import read_records
+
+    failing(lambda strategy, seed: refused(500) if (strategy, seed) == ('fork-json', 2) else None)
+    with no_unawaited_coroutines():
+        code = cli.main([*BENCH, '--strategies', 'none', 'fork-json', '--out', str(tmp_path)])
+    assert code == 0
+    records = read_records(tmp_path / 'incident.jsonl')
+    assert len(records) == 8
+    lost = [(r['strategy'], r['seed'], r['attempts']) for r in records if r['status'] == 'missing']
+    assert lost == [('fork-json', 2, 2)] * 2  # rerun once, for each player
+    assert '2 of 8 runs are missing after a rerun' in capsys.readouterr().out

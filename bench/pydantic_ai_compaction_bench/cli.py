@@ -26,7 +26,7 @@ from pydantic_ai_compaction_bench import costsim, models, strategies
 from pydantic_ai_compaction_bench.cost import PriceTable
 from pydantic_ai_compaction_bench.plots import plot
 from pydantic_ai_compaction_bench.report import read_records, recorded_prices, summarize, write_records
-from pydantic_ai_compaction_bench.runner import PLAYERS, REFERENCE, Player, RunSpec, run_all, spec_of
+from pydantic_ai_compaction_bench.runner import PLAYERS, REFERENCE, Player, RunSpec, check_server, run_all, spec_of
 from pydantic_ai_compaction_bench.tasks import incident
 
 DEFAULT_TRIGGERS = {'incident': 18_000, 'recall': 20_000}
@@ -373,6 +373,10 @@ def bench(args: argparse.Namespace) -> int:
     check_bench(args)
     specs = specs_for(args)
     path = args.out / f'{args.task}.jsonl'
+    if args.model != REFERENCE:
+        # One small request first, before the records file is opened (an --overwrite would empty it): a server
+        # that cannot be reached, or that refuses the key or the model, would fail every run the same way.
+        asyncio.run(check_server(args.model))
     opened = open_records(path, resume=args.resume, overwrite=args.overwrite)
     if isinstance(opened, str):
         print(f'pai-compaction: error: {opened}', file=sys.stderr)
