@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
@@ -187,3 +189,79 @@ def test_a_server_that_answers_the_check_runs_the_bench(tmp_path: Path) -> None:
     records = read_records(tmp_path / 'incident.jsonl')
     assert sorted(r['strategy'] for r in records) == ['none', 'summary']
     assert all(r['status'] == 'ok' and r['error'] is None for r in records)
+
+
+INTERRUPT_WHILE_LOADING = """
+import importlib.abc, os, signal, sys
+
+class Interrupt(importlib.abc.MetaPathFinder):
+    # A Ctrl-C while the CLI loads: SIGINT as pydantic-ai starts to import.
+    def find_spec(self, name, path=None, target=None):
+        if name == 'pydantic_ai':
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, Interrupt())
+from pydantic_ai_compaction_bench.console import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_while_the_command_loads_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    out = tmp_path / 'out'
+    done = subprocess.run(
+        [sys.executable, '-c', INTERRUPT_WHILE_LOADING, 'bench', 'incident', '--out', str(out), '--quiet'],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stderr, done.stdout) == (130, 'pai-compaction: interrupted\n', '')
+    assert not out.exists()
+
+
+def test_the_command_runs_through_the_console_entry_point() -> None:
+    from importlib.metadata import entry_points
+
+    (script,) = [e for e in entry_points(group='console_scripts') if e.name == 'pai-compaction']
+    assert script.value == 'pydantic_ai_compaction_bench.console:main'
+
+
+def test_ctrl_c_while_the_server_is_checked_keeps_the_records(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pydantic_ai_compaction_bench import cli
+
+    async def interrupted(model: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, 'check_server', interrupted)
+    records = tmp_path / 'incident.jsonl'
+    records.write_text('{"kept": true}\n')
+    assert cli.main(bench_args(tmp_path, 'http://127.0.0.1:9/v1', '--overwrite')) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == 'pai-compaction: interrupted'
+    assert records.read_text() == '{"kept": true}\n'
+
+
+def test_ctrl_c_after_the_first_run_keeps_its_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pydantic_ai_compaction_bench import cli, runner
+    from pydantic_ai_compaction_bench.report import read_records
+
+    real = runner.run_with_rerun
+    started: list[str] = []
+
+    async def second_interrupted(spec: runner.RunSpec) -> dict[str, object]:
+        started.append(spec.strategy)
+        if len(started) > 1:
+            raise KeyboardInterrupt
+        return await real(spec)
+
+    monkeypatch.setattr(runner, 'run_with_rerun', second_interrupted)
+    args = ['bench', 'incident', '--sizes', '6', '--seeds', '1', '--variants', 'owner', '--players', 'silent']
+    code = cli.main([*args, '--strategies', 'none', 'reset', '--concurrency', '1', '--out', str(tmp_path), '--quiet'])
+    assert code == 130
+    assert capsys.readouterr().err.splitlines() == ['pai-compaction: interrupted']
+    assert [r['strategy'] for r in read_records(tmp_path / 'incident.jsonl')] == ['none']

@@ -7,8 +7,8 @@ pai-compaction bench incident --model openai:qwen3-8b --base-url http://127.0.0.
 pai-compaction summarize out/incident.jsonl --baseline native
 pai-compaction costsim --prices fable
 
-Every error is one line on stderr and a nonzero exit (2 for a bad argument, 1 for a failure while running);
-`PAC_DEBUG=1` shows the traceback of an unexpected one.
+Every error is one line on stderr and a nonzero exit (2 for a bad argument, 1 for a failure while running,
+130 after Ctrl-C, even while the command loads); `PAC_DEBUG=1` shows the traceback of an unexpected one.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import NoReturn
 
-from pydantic_ai_compaction_bench import costsim, models, strategies
+from pydantic_ai_compaction_bench import console, costsim, models, strategies
 from pydantic_ai_compaction_bench.cost import PriceTable
 from pydantic_ai_compaction_bench.plots import plot
 from pydantic_ai_compaction_bench.report import read_records, recorded_prices, summarize, write_records
@@ -456,16 +456,20 @@ def print_thresholds(config: costsim.ThresholdConfig) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: the command's exit code; every error is one line on stderr, never a traceback."""
-    args = build_parser().parse_args(argv)
+    """Entry point: the command's exit code; every error is one line on stderr, never a traceback.
+
+    `pai-compaction` runs this through `console.main`, which also turns a Ctrl-C while this module loads into
+    the same one line and exit code.
+    """
     try:
-        return run(args)
+        return run(build_parser().parse_args(argv))
     except UsageError as error:
         print(f'pai-compaction: error: {error}', file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print('pai-compaction: interrupted', file=sys.stderr)
-        return 130
+        # Records are appended as each run finishes: whatever was written stays.
+        print(console.INTERRUPTED, file=sys.stderr)
+        return console.EXIT_INTERRUPTED
     except Exception as error:
         if os.environ.get(DEBUG_ENV):
             raise
