@@ -7,8 +7,8 @@ pai-compaction bench incident --model openai:qwen3-8b --base-url http://127.0.0.
 pai-compaction summarize out/incident.jsonl --baseline native
 pai-compaction costsim --prices fable
 
-Every error is one line on stderr and a nonzero exit (2 for a bad argument, 1 for a failure while running);
-`PAC_DEBUG=1` shows the traceback of an unexpected one.
+Every error is one line on stderr and a nonzero exit (2 for a bad argument, 1 for a failure while running,
+130 after Ctrl-C, even while the command loads); `PAC_DEBUG=1` shows the traceback of an unexpected one.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import NoReturn
 
-from pydantic_ai_compaction_bench import costsim, models, strategies
+from pydantic_ai_compaction_bench import console, costsim, models, strategies
 from pydantic_ai_compaction_bench.cost import PriceTable
 from pydantic_ai_compaction_bench.plots import plot
-from pydantic_ai_compaction_bench.report import read_records, summarize, write_records
-from pydantic_ai_compaction_bench.runner import PLAYERS, REFERENCE, Player, RunSpec, run_all, spec_of
+from pydantic_ai_compaction_bench.report import read_records, recorded_prices, summarize, write_records
+from pydantic_ai_compaction_bench.runner import PLAYERS, REFERENCE, Player, RunSpec, check_server, run_all, spec_of
 from pydantic_ai_compaction_bench.tasks import incident
 
 DEFAULT_TRIGGERS = {'incident': 18_000, 'recall': 20_000}
@@ -212,7 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
         '--baseline', default=None, metavar='NAME',
         help='strategy the paired statistics compare against, one in the records (default: native when there)',
     )  # fmt: skip
-    summary.add_argument('--prices', type=price_table, default=None, help=PRICES_HELP)
+    summary.add_argument(
+        '--prices', type=price_table, default=None,
+        help='input,cache_read,cache_write,output in dollars per million tokens, for every record (default: the '
+        "prices bench recorded with each run, else the model's own)",
+    )  # fmt: skip
     summary.add_argument('--plots', type=Path, default=None, help='also write the PNG plots here')
     summary.add_argument('--summary-budget', type=positive, default=500, help='summary cap of the main tables')
 
@@ -231,8 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-PRICES_HELP = "input,cache_read,cache_write,output in dollars per million tokens (default: the model's own)"
-"""Help of `--prices` (bench, summarize)."""
+PRICES_HELP = (
+    "input,cache_read,cache_write,output in dollars per million tokens (default: the model's own; $0 for a "
+    '--base-url server); recorded with each run'
+)
+"""Help of `bench --prices`."""
 
 
 def check_bench(args: argparse.Namespace) -> None:
@@ -366,19 +373,26 @@ def bench(args: argparse.Namespace) -> int:
     check_bench(args)
     specs = specs_for(args)
     path = args.out / f'{args.task}.jsonl'
+    if args.model != REFERENCE:
+        # One small request first, before the records file is opened (an --overwrite would empty it): a server
+        # that cannot be reached, or that refuses the key or the model, would fail every run the same way.
+        asyncio.run(check_server(args.model))
     opened = open_records(path, resume=args.resume, overwrite=args.overwrite)
     if isinstance(opened, str):
         print(f'pai-compaction: error: {opened}', file=sys.stderr)
         return EXIT_USAGE
     done = {spec_of(record).key() for record in opened if record.get('status') == 'ok' and 'config' in record}
     todo = [spec for spec in specs if spec.key() not in done]
+    # Each record keeps the prices its run was priced at, so that `summarize` shows the same costs without
+    # `--prices` (the $0 of a server, a table given here, a registry price that may change).
+    prices = recorded_prices(args.prices, args.model)
     asyncio.run(
         run_all(
             todo,
             concurrency=args.concurrency,
             progress=not args.quiet,
             jobs=args.jobs,
-            on_record=lambda record: write_records([record], path),
+            on_record=lambda record: write_records([{**record, 'prices': prices}], path),
         )
     )
     wanted = {spec.key() for spec in specs}
@@ -442,16 +456,20 @@ def print_thresholds(config: costsim.ThresholdConfig) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: the command's exit code; every error is one line on stderr, never a traceback."""
-    args = build_parser().parse_args(argv)
+    """Entry point: the command's exit code; every error is one line on stderr, never a traceback.
+
+    `pai-compaction` runs this through `console.main`, which also turns a Ctrl-C while this module loads into
+    the same one line and exit code.
+    """
     try:
-        return run(args)
+        return run(build_parser().parse_args(argv))
     except UsageError as error:
         print(f'pai-compaction: error: {error}', file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print('pai-compaction: interrupted', file=sys.stderr)
-        return 130
+        # Records are appended as each run finishes: whatever was written stays.
+        print(console.INTERRUPTED, file=sys.stderr)
+        return console.EXIT_INTERRUPTED
     except Exception as error:
         if os.environ.get(DEBUG_ENV):
             raise

@@ -59,7 +59,8 @@ def plot(
             points: list[tuple[str, float, float, int, int]] = []
             for row in build_rows(subset, baseline=None, prices=prices):
                 ok = row.runs - row.missing
-                if ok:
+                # Its medians place the point: a strategy whose every run failed on an error has none.
+                if row.measured:
                     points.append((row.strategy, row.cost.high, row.cumulative_input, row.passed, ok))
                     names.add(row.strategy)
             for column, axis in enumerate(row_axes):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import statistics
 from collections import defaultdict
@@ -67,6 +68,14 @@ class Row:
     fake_in_summary: tuple[int, int] = (0, 0)
     """Runs where an intermediate summary carried the unmarked fake, of runs that had one."""
 
+    errors: int = 0
+    """Runs that failed on an error (`failed_on_error`): counted as not passed and paired, left out of the medians."""
+
+    @property
+    def measured(self) -> int:
+        """Runs the medians per run are taken over: neither missing nor failed on an error."""
+        return self.runs - self.missing - self.errors
+
 
 def prices_of(model: str, override: PriceTable | None = None) -> PriceTable:
     """Prices for a record's model: an explicit table, the reference table, or genai-prices."""
@@ -78,6 +87,26 @@ def prices_of(model: str, override: PriceTable | None = None) -> PriceTable:
     if found is None:
         raise ValueError(f'no prices known for {model!r}; pass an explicit price table')
     return found
+
+
+def record_prices(record: Record, override: PriceTable | None = None) -> PriceTable:
+    """Prices for *record*: an explicit table, else the ones `bench` recorded with it (`prices`), else its model's.
+
+    Records written before `bench` recorded its prices carry none and are priced by their model, as they were.
+    """
+    if override is None and (recorded := record.get('prices')) is not None:
+        return PriceTable(**recorded)
+    return prices_of(record['model'], override)
+
+
+def recorded_prices(prices: PriceTable | None, model: str) -> dict[str, float] | None:
+    """What `bench` records as a run's `prices`: *prices* if given, else *model*'s own as known now, else None."""
+    if prices is None:
+        try:
+            prices = prices_of(model)
+        except ValueError:  # an unknown model without --prices: `summarize` asks for them, as `bench` does
+            return None
+    return dataclasses.asdict(prices)
 
 
 def usage_totals(record: Record) -> UsageTotals:
@@ -104,6 +133,16 @@ def _output_per_step(record: Record) -> float:
     return sum(outputs) / len(outputs) if outputs else 0.0
 
 
+def failed_on_error(record: Record) -> bool:
+    """Whether *record* is a run an error ended early (`agent_error`): its spend stopped with it.
+
+    Such a run counts as not passed and stays in the pairs, but not in the medians per run: its bill is only what
+    it spent before the error, a lower bound of what the run would have cost, so a strategy that fails early would
+    read cheaper. A run stopped by the request limit is not one of these: it spent the whole budget the task allows.
+    """
+    return record['status'] == 'ok' and 'agent_error' in (record.get('problems') or ())
+
+
 def _median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else 0.0
 
@@ -117,7 +156,9 @@ def build_rows(records: Sequence[Record], *, baseline: str | None, prices: Price
     rows: list[Row] = []
     for strategy, group in by_strategy.items():
         ok = [r for r in group if r['status'] == 'ok']
-        costs = [cost(usage_totals(r), prices_of(r['model'], prices)) for r in ok]
+        # Pass counts and pairs take every run; the medians per run only the runs no error cut short.
+        measured = [r for r in ok if not failed_on_error(r)]
+        costs = [cost(usage_totals(r), record_prices(r, prices)) for r in measured]
         applied = [r['applied'] for r in ok if r['applied'] is not None]
         probes = [r['probe'] for r in ok if r['probe'] is not None]
         row = Row(
@@ -127,24 +168,25 @@ def build_rows(records: Sequence[Record], *, baseline: str | None, prices: Price
             passed=sum(1 for r in ok if r['passed']),
             applied=(sum(1 for a in applied if a), len(applied)),
             probe=(sum(1 for p in probes if p), len(probes)),
-            requests=_median([len(r['requests']) for r in ok]),
-            peak_prompt=_median([max(agent_prompts(r), default=0) for r in ok]),
-            final_prompt=_median([(agent_prompts(r) or [0])[-1] for r in ok]),
-            cumulative_input=_median([usage_totals(r).input_tokens for r in ok]),
+            requests=_median([len(r['requests']) for r in measured]),
+            peak_prompt=_median([max(agent_prompts(r), default=0) for r in measured]),
+            final_prompt=_median([(agent_prompts(r) or [0])[-1] for r in measured]),
+            cumulative_input=_median([usage_totals(r).input_tokens for r in measured]),
             cost=CostRange(_median([c.low for c in costs]), _median([c.high for c in costs])),
             compactor_tokens=_median(
                 [
                     sum(q['input_tokens'] + q['output_tokens'] for q in r['requests'] if q['kind'] == 'compactor')
-                    for r in ok
+                    for r in measured
                 ]
             ),
+            errors=len(ok) - len(measured),
         )
         followed = [r['followed_fake'] for r in ok if r.get('followed_fake') is not None]
         carried = [r['fake_in_summary'] for r in ok if r.get('fake_in_summary') is not None]
         row = replace(
             row,
-            output_per_step=_median([_output_per_step(r) for r in ok]),
-            total_tokens=_median([usage_totals(r).input_tokens + usage_totals(r).output_tokens for r in ok]),
+            output_per_step=_median([_output_per_step(r) for r in measured]),
+            total_tokens=_median([usage_totals(r).input_tokens + usage_totals(r).output_tokens for r in measured]),
             followed_fake=(sum(1 for f in followed if f), len(followed)),
             fake_in_summary=(sum(1 for c in carried if c), len(carried)),
         )
@@ -195,13 +237,20 @@ def markdown_table(rows: Sequence[Row], *, baseline: str | None) -> str:
     lines = ['| ' + ' | '.join(header) + ' |', '|' + '|'.join('---' for _ in header) + '|']
     for row in sorted(rows, key=lambda r: (-r.passed / max(r.runs - r.missing, 1), r.cumulative_input)):
         ok = row.runs - row.missing
-        passed = f'{row.passed}/{ok}' + (f' ({row.missing} missing)' if row.missing else '')
+        notes = [f'{row.missing} missing'] * bool(row.missing) + [f'{row.errors} failed on an error'] * bool(row.errors)
+        passed = f'{row.passed}/{ok}' + (f' ({", ".join(notes)})' if notes else '')
         interval = f'{row.interval[0] * 100:+.0f} to {row.interval[1] * 100:+.0f}' if row.interval else '–'
+        # Without a run to take them over, the medians are unknown, not zero (which would read as free).
+        known = row.measured > 0
+        medians = [
+            f'{row.requests:.0f}', f'{row.peak_prompt:,.0f}', f'{row.final_prompt:,.0f}',
+            f'{row.cumulative_input:,.0f}', f'{row.output_per_step:,.0f}', f'{row.total_tokens:,.0f}',
+            _money(row.cost), f'{row.compactor_tokens:,.0f}',
+        ]  # fmt: skip
         cells = [
-            row.strategy, passed, _fraction(row.applied), _fraction(row.probe), f'{row.requests:.0f}',
-            f'{row.peak_prompt:,.0f}', f'{row.final_prompt:,.0f}', f'{row.cumulative_input:,.0f}',
-            f'{row.output_per_step:,.0f}', f'{row.total_tokens:,.0f}', _money(row.cost),
-            f'{row.compactor_tokens:,.0f}', '–' if row.p_one_sided is None else f'{row.p_one_sided:.3f}',
+            row.strategy, passed, _fraction(row.applied), _fraction(row.probe),
+            *(medians if known else ['–'] * len(medians)),
+            '–' if row.p_one_sided is None else f'{row.p_one_sided:.3f}',
             '–' if row.p_holm is None else f'{row.p_holm:.3f}', interval,
         ]  # fmt: skip
         if with_answers:
@@ -277,11 +326,13 @@ def summarize(
         )
         present = {r['strategy'] for r in group}
         chosen = baseline if baseline in present else None
-        sections.append(
-            '\n\n'.join(
-                [title, meta, markdown_table(build_rows(group, baseline=chosen, prices=prices), baseline=chosen)]
+        rows = build_rows(group, baseline=chosen, prices=prices)
+        if any(row.errors for row in rows):
+            meta += (
+                ' Runs that failed on an error count as not passed and in the pairs, but not in the medians: '
+                'an error ended them early, so what they spent is less than a run costs.'
             )
-        )
+        sections.append('\n\n'.join([title, meta, markdown_table(rows, baseline=chosen)]))
         if model == 'reference':
             sections.append(f'_{DISCLAIMER}_')
     sections.extend(sensitivity_tables(records))

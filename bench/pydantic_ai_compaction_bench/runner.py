@@ -10,11 +10,18 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from importlib.metadata import version
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 from pydantic_ai import Agent, Tool
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.exceptions import AgentRunError, ModelAPIError, ModelHTTPError, UsageLimitExceeded, UserError
+from pydantic_ai.exceptions import (
+    AgentRunError,
+    ModelAPIError,
+    ModelConnectionError,
+    ModelHTTPError,
+    UsageLimitExceeded,
+    UserError,
+)
 from pydantic_ai.messages import CompactionPart, ModelResponse
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import RunContext
@@ -55,6 +62,108 @@ def is_setup_error(error: BaseException) -> bool:
     if isinstance(error, UserError | ImportError):
         return True
     return isinstance(error, ModelHTTPError) and error.status_code in SETUP_STATUSES
+
+
+def is_unreachable(error: BaseException) -> bool:
+    """Whether *error* says the server could not be connected to at all (nothing listening, no route, a connect
+    timeout): no request was sent. A connection dropped after the request went out is an outage instead."""
+    return isinstance(error, ModelConnectionError) and error.phase == 'connect'
+
+
+def request_url(error: BaseException) -> str | None:
+    """The URL of the HTTP request *error* (or an error it was raised from) failed on, if the SDK kept it."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        try:
+            # httpx's errors and the OpenAI and Anthropic SDKs' keep the request; reading it can raise.
+            url = getattr(getattr(current, 'request', None), 'url', None)
+        except RuntimeError:
+            url = None
+        if url is not None:
+            return str(url)
+        current = current.__cause__
+    return None
+
+
+def root_cause(error: BaseException) -> str:
+    """The innermost error *error* was raised from, as `Type: message` (`ConnectError: [Errno 111] ...`).
+
+    Only explicit causes (`raise ... from`), the chain an SDK wraps a transport error in: an error merely raised
+    while handling another (`__context__`) says nothing of this one.
+    """
+    seen: set[int] = set()
+    while (inner := error.__cause__) is not None and id(inner) not in seen:
+        seen.add(id(error))
+        error = inner
+    return f'{type(error).__name__}: {error}' if str(error) else type(error).__name__
+
+
+def setup_problem(error: BaseException, where: str | None) -> str:
+    """What is wrong, in a few words naming the server *where* it could be seen (for `SetupFailure`)."""
+    at = f' at {where}' if where else ''
+    if is_unreachable(error):
+        return f'cannot reach the model server{at} ({root_cause(error)}): is it running, and is the URL right?'
+    if isinstance(error, ModelHTTPError):
+        hint = SETUP_HINTS.get(error.status_code, 'check the model name and the API key')
+        said = error.message if error.body is None else _message_of(error.body)
+        return (
+            f'the model server{at} refused the request with HTTP {error.status_code} ({one_line_text(said)}): {hint}.'
+        )
+    return f'{type(error).__name__}: {error}.'
+
+
+def _message_of(body: object) -> str:
+    """The `message` of an error body (OpenAI-style `{"message": ..., "code": ...}`), else the body."""
+    if isinstance(body, dict):
+        fields = cast('dict[str, object]', body)
+        return str(fields.get('message') or fields)
+    return str(body)
+
+
+SETUP_HINTS = {
+    401: 'check the API key (OPENAI_API_KEY for an OpenAI-compatible server)',
+    403: 'the key may not use this model',
+    404: 'check the model name, and that the URL ends where the API starts (often /v1)',
+}
+"""What to check for each of `SETUP_STATUSES`."""
+
+
+def one_line_text(text: object, limit: int = 300) -> str:
+    """*text* on one line, cut at *limit* characters (a server's answer can be a page)."""
+    flat = ' '.join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + '…'
+
+
+async def check_server(model: str) -> None:
+    """One small request to *model* before any run; `SetupFailure` if its server cannot be used at all.
+
+    Only what would fail every run stops the benchmark here: no connection (`is_unreachable`) or a setup mistake
+    (`is_setup_error`: a 401, 403 or 404, an unknown model). Anything else (a 500, a reply the request's tiny
+    output cap cut short) is left to the runs, which record it as they always do.
+    """
+    from pydantic_ai.messages import ModelRequest
+    from pydantic_ai.models import ModelRequestParameters, infer_model
+    from pydantic_ai.settings import ModelSettings
+
+    try:
+        built = infer_model(model)
+    except Exception as error:
+        raise SetupFailure(f'--model {model}: {type(error).__name__}: {error}') from error
+    where = built.base_url
+    try:
+        async with built:
+            await built.request(
+                [ModelRequest.user_text_prompt('Reply with OK.')],
+                ModelSettings(max_tokens=16),
+                ModelRequestParameters(),
+            )
+    except Exception as error:
+        if is_unreachable(error) or is_setup_error(error):
+            raise SetupFailure(
+                f'{model}: {setup_problem(error, where)} No run was started, and the records file was not touched.'
+            ) from error
 
 
 def is_run_failure(error: BaseException) -> bool:
@@ -389,8 +498,10 @@ async def run_with_rerun(spec: RunSpec) -> dict[str, Any]:
             record = await runner(spec)
         except Exception as error:
             if is_setup_error(error):
+                where = f' (server {url})' if (url := request_url(error)) else ''
                 raise SetupFailure(
-                    f'{describe_run(spec)}: {type(error).__name__}: {error} (a setup mistake: the benchmark stopped)'
+                    f'{describe_run(spec)}: {type(error).__name__}: {error}{where} '
+                    '(a setup mistake: the benchmark stopped)'
                 ) from error
             if not isinstance(error, ModelAPIError):
                 raise
@@ -398,6 +509,12 @@ async def run_with_rerun(spec: RunSpec) -> dict[str, Any]:
             continue
         record['attempts'] = attempt
         return record
+    if last_error is not None and is_unreachable(last_error):
+        # Nothing listens there any more: every further run would be lost the same way, after its retries.
+        raise SetupFailure(
+            f'{describe_run(spec)}: {setup_problem(last_error, request_url(last_error))} (twice: the benchmark '
+            'stopped; the runs recorded so far are kept, and --resume runs the rest)'
+        ) from last_error
     record = _base_record(spec)
     record.update(status='missing', error=repr(last_error), attempts=2, passed=None, applied=None, problems=[])
     record['requests'] = []

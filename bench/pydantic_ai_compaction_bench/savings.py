@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic_ai_compaction_bench import strategies
 from pydantic_ai_compaction_bench.cost import UsageTotals, cost
-from pydantic_ai_compaction_bench.report import Record, build_rows, prices_of, usage_totals
+from pydantic_ai_compaction_bench.report import Record, build_rows, failed_on_error, record_prices, usage_totals
 from pydantic_ai_compaction_bench.runner import PLAYERS, Player, RunSpec, run_all
 
 ANCHORS = ('none', *strategies.HARNESS)
@@ -38,7 +38,15 @@ def specs(size: int = 20, seeds: Sequence[int] = (101, 102, 103), player: Player
 
 
 def _ratio(ours: float, theirs: float) -> str:
-    return f'{ours / theirs:.2f}×' if theirs else '–'
+    return f'{ours / theirs:.2f}×' if theirs and math.isfinite(ours) and math.isfinite(theirs) else '–'
+
+
+def _dollars(value: float) -> str:
+    return f'${value:.3f}' if math.isfinite(value) else '–'
+
+
+def _tokens(value: float) -> str:
+    return f'{value:,.0f}' if math.isfinite(value) else '–'
 
 
 def table(records: Sequence[Record]) -> str:
@@ -57,6 +65,11 @@ def table(records: Sequence[Record]) -> str:
                 continue
             row = rows[name]
             ours, theirs = f'{row.passed}/{row.runs - row.missing}', f'{base.passed}/{base.runs - base.missing}'
+            if row.errors:
+                ours += f' ({row.errors} failed on an error)'
+            if not (row.measured and base.measured):  # a ratio of medians needs runs on both sides
+                lines.append(f'| {name} | {anchor} | {ours} | {theirs} | – | – | – | – |')
+                continue
             lines.append(
                 f'| {name} | {anchor} | {ours} | {theirs} | {_ratio(row.cumulative_input, base.cumulative_input)} | '
                 f'{_ratio(row.peak_prompt, base.peak_prompt)} | {_ratio(row.cost.high, base.cost.high)} | '
@@ -85,6 +98,8 @@ class CostRow:
     strategy: str
     passed: int
     runs: int
+    errors: int
+    """Runs that failed on an error: in `runs` and `cost_per_pass`, not in the medians (infinite without a run left)."""
     cost: float
     """Median bill of a run, probe included (the benchmark's cost column)."""
     task_cost: float
@@ -110,27 +125,37 @@ def cost_rows(records: Sequence[Record]) -> dict[str, CostRow]:
             by.setdefault(record['strategy'], []).append(record)
     rows: dict[str, CostRow] = {}
     for name, group in by.items():
-        prices = prices_of(group[0]['model'])
-        whole = [usage_totals(r) for r in group]
-        bills = [cost(u, prices).high for u in whole]
-        task = [cost(_task_usage(r), prices).high for r in group]
         passed = sum(1 for r in group if r['passed'])
+        # Cost per pass charges every run's bill; the medians per run leave out runs an error cut short (see
+        # `report.failed_on_error`): counted, such a run's partial bill would make its strategy read cheaper.
+        measured = [r for r in group if not failed_on_error(r)]
+        priced = [(usage_totals(r), record_prices(r)) for r in measured]
+        bills = [cost(u, p).high for u, p in priced]
+        task = [cost(_task_usage(r), record_prices(r)).high for r in measured]
+
+        def median(values: Iterable[float]) -> float:
+            listed = list(values)
+            return statistics.median(listed) if listed else math.inf
+
         rows[name] = CostRow(
             strategy=name,
             passed=passed,
             runs=len(group),
-            cost=statistics.median(bills),
-            task_cost=statistics.median(task),
-            cost_per_pass=sum(bills) / passed if passed else math.inf,
-            read=statistics.median(u.cache_read_tokens for u in whole),
-            write=statistics.median(u.cache_write_tokens for u in whole),
-            uncached=statistics.median(u.uncached_input_tokens for u in whole),
-            output=statistics.median(u.output_tokens for u in whole),
-            read_cost=statistics.median(u.cache_read_tokens * prices.cache_read / 1e6 for u in whole),
-            write_cost=statistics.median(u.cache_write_tokens * prices.cache_write / 1e6 for u in whole),
-            output_cost=statistics.median(u.output_tokens * prices.output / 1e6 for u in whole),
-            probe_cost=statistics.median(b - t for b, t in zip(bills, task, strict=True)),
-            compactor_cost=statistics.median(cost(_kind_usage(r, 'compactor'), prices).high for r in group),
+            errors=len(group) - len(measured),
+            cost=median(bills),
+            task_cost=median(task),
+            cost_per_pass=(
+                sum(cost(usage_totals(r), record_prices(r)).high for r in group) / passed if passed else math.inf
+            ),
+            read=median(u.cache_read_tokens for u, _ in priced),
+            write=median(u.cache_write_tokens for u, _ in priced),
+            uncached=median(u.uncached_input_tokens for u, _ in priced),
+            output=median(u.output_tokens for u, _ in priced),
+            read_cost=median(u.cache_read_tokens * p.cache_read / 1e6 for u, p in priced),
+            write_cost=median(u.cache_write_tokens * p.cache_write / 1e6 for u, p in priced),
+            output_cost=median(u.output_tokens * p.output / 1e6 for u, p in priced),
+            probe_cost=median(b - t for b, t in zip(bills, task, strict=True)),
+            compactor_cost=median(cost(_kind_usage(r, 'compactor'), record_prices(r)).high for r in measured),
         )
     return rows
 
@@ -148,13 +173,13 @@ def cost_table(records: Sequence[Record]) -> str:
         if name not in rows:
             continue
         r = rows[name]
-        per_pass = f'${r.cost_per_pass:.3f}' if math.isfinite(r.cost_per_pass) else '–'
+        passed = f'{r.passed}/{r.runs}' + (f' ({r.errors} failed on an error)' if r.errors else '')
         lines.append(
-            f'| {name} | {r.passed}/{r.runs} | ${r.cost:.3f} | {per_pass} | '
-            f'{_ratio(r.cost, none.cost) if none else "–"} | {r.read:,.0f} | {r.write:,.0f} | {r.uncached:,.0f} | '
-            f'{r.output:,.0f} | ${r.read_cost:.3f} | ${r.write_cost:.3f} | ${r.output_cost:.3f} | '
-            f'${r.compactor_cost:.3f} | ${r.probe_cost:.3f} | ${r.task_cost:.3f} | '
-            f'{_ratio(r.task_cost, none.task_cost) if none else "–"} |'
+            f'| {name} | {passed} | {_dollars(r.cost)} | {_dollars(r.cost_per_pass)} | '
+            f'{_ratio(r.cost, none.cost) if none else "–"} | {_tokens(r.read)} | {_tokens(r.write)} | '
+            f'{_tokens(r.uncached)} | {_tokens(r.output)} | {_dollars(r.read_cost)} | {_dollars(r.write_cost)} | '
+            f'{_dollars(r.output_cost)} | {_dollars(r.compactor_cost)} | {_dollars(r.probe_cost)} | '
+            f'{_dollars(r.task_cost)} | {_ratio(r.task_cost, none.task_cost) if none else "–"} |'
         )
     return '\n'.join(lines)
 
@@ -170,6 +195,8 @@ def target(records: Sequence[Record]) -> str:
     rows = cost_rows(records)
     if 'none' not in rows:
         return 'No run of no compaction: the cost target cannot be judged.'
+    if not math.isfinite(rows['none'].cost):
+        return 'Every run of no compaction failed on an error: the cost target cannot be judged.'
     rate = {name: row.passed / row.runs for name, row in rows.items()}
     best_rate = max(rate.values())
     ours = [rows[n] for n in OURS if n != 'none' and n in rows and rate[n] >= best_rate]
@@ -179,10 +206,12 @@ def target(records: Sequence[Record]) -> str:
     if not ours:
         return f'Best pass rate ({shown}): none of ours reaches it: not met.'
     best = min(ours, key=lambda row: row.cost)
+    if not math.isfinite(best.cost):
+        return f'Best pass rate ({shown}): every run of ours at it failed on an error: the target cannot be judged.'
     saving = 1 - best.cost / none.cost
     task_saving = 1 - best.task_cost / none.task_cost
     cheaper = all(best.cost < anchor.cost for anchor in anchors)
-    beaten = ', '.join(f'{a.strategy} ${a.cost:.3f}' for a in anchors) or 'no anchor reaches it'
+    beaten = ', '.join(f'{a.strategy} {_dollars(a.cost)}' for a in anchors) or 'no anchor reaches it'
     verdict = 'met' if saving >= COST_TARGET and cheaper else 'not met'
     rows_by_input = {row.strategy: row for row in build_rows(records, baseline=None)}
     input_saving = 1 - rows_by_input[best.strategy].cumulative_input / rows_by_input['none'].cumulative_input
@@ -201,8 +230,10 @@ def floor(records: Sequence[Record]) -> str:
     none = rows.get('none')
     if none is None:
         return ''
-    by = [r for r in records if r['strategy'] == 'none' and r['status'] == 'ok']
-    prices = prices_of(by[0]['model'])
+    by = [r for r in records if r['strategy'] == 'none' and r['status'] == 'ok' and not failed_on_error(r)]
+    if not by:
+        return ''
+    prices = record_prices(by[0])
     writes = statistics.median(_task_usage(r).cache_write_tokens for r in by)
     least = writes * min(prices.cache_write, prices.input) / 1e6
     written = writes * prices.cache_write / 1e6
