@@ -603,9 +603,11 @@ def test_postgres_a_run_on_a_wrong_port_tries_a_few_times_and_says_it_once(caplo
         assert [(w.category, 'cannot be reached' in str(w.message)) for w in caught] == [(RuntimeWarning, True)]
         breaker = store._breaker  # pyright: ignore[reportPrivateUsage]
         stats = store._pool.get_stats()  # pyright: ignore[reportPrivateUsage]
-        # 15 store calls: the first one waits for one of the pool's attempts, the others fail at once.
-        assert breaker.attempts <= 5 and stats.get('requests_num', 0) <= 2, (breaker.attempts, stats)
-        assert len([r for r in caplog.records if r.name == 'psycopg.pool']) <= 6
+        # 15 store calls: the first one waits for one of the pool's attempts (0.25 s pieces), the others fail at
+        # once. Before, with this connect_timeout: 180 requests to the pool, 12 attempts, 12 records, in 45 s.
+        # Bounds with room for a slow machine (usually 0 or 1 request, 3 or 4 attempts, 3 to 6 records).
+        assert breaker.attempts <= 8 and stats.get('requests_num', 0) <= 8, (breaker.attempts, stats)
+        assert len([r for r in caplog.records if r.name == 'psycopg.pool']) <= 9
         attempts = breaker.attempts
         with pytest.raises(ArchiveError) as raised:
             store.notes('c')
