@@ -9,6 +9,9 @@ server (the DSN's password never shows), and a line too long for a `tsvector`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import socket
 import sqlite3
 import threading
 import time
@@ -481,7 +484,7 @@ def test_postgres_a_database_created_after_the_refusal_is_used_without_a_new_sto
             store.notes('c')
         admin.execute(f'CREATE DATABASE {name}')
         deadline = time.monotonic() + 20
-        while True:  # the pool's next attempt (its backoff: 1 s, 2 s, ...) connects; no operation waits till then
+        while True:  # the first call after the store's back-off (1 s) connects; the calls before fail at once
             try:
                 assert store.notes('c') == []
                 break
@@ -496,16 +499,204 @@ def test_postgres_a_database_created_after_the_refusal_is_used_without_a_new_sto
         admin.close()
 
 
-def test_postgres_an_unreachable_server_is_not_a_setup_mistake() -> None:
-    # An outage (a restart, a server not up yet) is waited for as before and recovers: it is no refusal.
+def test_postgres_an_unreachable_server_is_said_once_and_is_not_a_setup_mistake() -> None:
+    # An outage (a restart, a server not up yet, a wrong port) is no refusal: a `RuntimeWarning`, not a
+    # `SetupWarning`, and its errors are not `setup` ones; but it is said once, as a refusal is.
     store = PostgresArchiveStore('postgresql://agent:s3cr3t-pw@127.0.0.1:9/archive', connect_timeout=0.5)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            errors: list[ArchiveError] = []
+            for operation in (lambda: store.notes('c'), lambda: store.get_archived('c', 'a1')):
+                with pytest.raises(ArchiveError) as raised:
+                    operation()
+                errors.append(raised.value)
+        assert [w.category for w in caught] == [RuntimeWarning]
+        assert 'the server cannot be reached (' in str(caught[0].message) and 'port=9' in str(caught[0].message)
+        assert all(not error.setup and error.reported and not is_setup_error(error) for error in errors)
+        assert 'get_archived failed on' in str(errors[1]) and 'Connection refused' in str(errors[1])
+        assert not any('s3cr3t' in text for text in [*map(str, errors), str(caught[0].message)])
+    finally:
+        store.close()
+
+
+def closed_port() -> int:
+    """A local port nothing listens on (connections to it are refused)."""
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        return probe.getsockname()[1]
+
+
+class Proxy:
+    """A TCP proxy on a local *port* to the test server, which the test starts and stops: a server that goes away
+    (new connections refused, open ones cut) and comes back."""
+
+    def __init__(self, port: int) -> None:
+        from psycopg.conninfo import conninfo_to_dict
+
+        params = conninfo_to_dict(POSTGRES_DSN)
+        self.upstream = (str(params.get('host') or '127.0.0.1'), int(params.get('port') or 5432))
+        self.port = port
+        self.listener: socket.socket | None = None
+        self.open: list[socket.socket] = []
+
+    def start(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(('127.0.0.1', self.port))
+        listener.listen()
+        self.listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def stop(self) -> None:
+        for sock in [*self.open, *([self.listener] if self.listener else [])]:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept() or recv()
+            sock.close()
+        self.listener, self.open = None, []
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.upstream)
+            self.open += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_RDWR)
+
+
+def pool_gave_up(store: PostgresArchiveStore) -> None:
+    """Wait until the pool's own attempts are over (it tries a failed one once more, then gives up)."""
+    deadline = time.monotonic() + 10
+    while store._pool.get_stats()['pool_size']:  # pyright: ignore[reportPrivateUsage]
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_postgres_a_run_on_a_wrong_port_tries_a_few_times_and_says_it_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Every store call of the run waited `connect_timeout` for the pool (a 6-step run took 150 s with the default
+    10 s), polling it every 0.25 s (600 requests), and the pool logged each of its 16 attempts."""
+    caplog.set_level(logging.WARNING, logger='psycopg.pool')
+    port = closed_port()
+    store = PostgresArchiveStore(f'postgresql://agent:s3cr3t-pw@127.0.0.1:{port}/archive', connect_timeout=3)
+    try:
+        agent, seen = memory_agent(store, key(), EVERY_TOOL)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            assert agent.run_sync('What is the media timeout?').output == 'done'
+        said = answers(seen)
+        for tool, text in (('note', 'could not be stored'), ('context_apply', 'nothing was archived')):
+            assert text in said[tool] and f'port={port}: the server cannot be reached' in said[tool]
+            assert 'Connection refused' in said[tool] and 's3cr3t' not in said[tool]
+        assert 'Recall is unavailable' in said['recall'] and 'could not be recovered now' in said['context_recover']
+        # Said once by the store; the capabilities do not say it again at every request.
+        assert [(w.category, 'cannot be reached' in str(w.message)) for w in caught] == [(RuntimeWarning, True)]
+        breaker = store._breaker  # pyright: ignore[reportPrivateUsage]
+        stats = store._pool.get_stats()  # pyright: ignore[reportPrivateUsage]
+        # 15 store calls: the first one waits for one of the pool's attempts (0.25 s pieces), the others fail at
+        # once. Before, with this connect_timeout: 180 requests to the pool, 12 attempts, 12 records, in 45 s.
+        # Bounds with room for a slow machine (usually 0 or 1 request, 3 or 4 attempts, 3 to 6 records).
+        assert breaker.attempts <= 8 and stats.get('requests_num', 0) <= 8, (breaker.attempts, stats)
+        assert len([r for r in caplog.records if r.name == 'psycopg.pool']) <= 9
+        attempts = breaker.attempts
+        with pytest.raises(ArchiveError) as raised:
+            store.notes('c')
+        assert raised.value.reported and breaker.attempts == attempts  # still at once, without trying
+    finally:
+        store.close()
+
+
+def test_postgres_a_server_that_does_not_answer_is_waited_for_once() -> None:
+    """A port that takes connections and never answers (a host that drops packets): the first call waits
+    `connect_timeout`, the next ones fail at once without asking the pool."""
+    silent = socket.socket()
+    silent.bind(('127.0.0.1', 0))
+    silent.listen()  # the kernel completes the handshake; nothing ever answers
+    store = PostgresArchiveStore(f'postgresql://agent@127.0.0.1:{silent.getsockname()[1]}/archive', connect_timeout=1)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter('always')
             with pytest.raises(ArchiveError) as raised:
                 store.notes('c')
-        assert not raised.value.setup and not caught
-        assert 'no connection within 0.5 s (the last attempt: ' in str(raised.value)
-        assert 's3cr3t' not in str(raised.value)
+            assert 'the server cannot be reached (no connection within 1 s' in str(raised.value)
+            requests = store._pool.get_stats()['requests_num']  # pyright: ignore[reportPrivateUsage]
+            for _ in range(5):
+                with pytest.raises(ArchiveError) as raised:
+                    store.get_archived('c', 'a1')
+                assert 'no connection within 1 s' in str(raised.value) and raised.value.reported
+        assert store._pool.get_stats()['requests_num'] == requests  # pyright: ignore[reportPrivateUsage]
+        assert len(caught) == 1
+    finally:
+        store.close()
+        silent.close()
+
+
+def test_postgres_a_server_that_comes_back_is_used_again_after_the_back_off() -> None:
+    postgres_store().close()  # skips (or fails in CI) without a server
+    proxy = Proxy(closed_port())
+    store = PostgresArchiveStore(refused_dsn(host='127.0.0.1', port=str(proxy.port)))  # the default 10 s timeout
+    breaker = store._breaker  # pyright: ignore[reportPrivateUsage]
+    conversation = key()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            for outage in range(2):  # the server away from the start, then away again while in use
+                with pytest.raises(ArchiveError) as raised:
+                    store.add_note(conversation, Note('fact', f'lost {outage}'))
+                assert 'Connection refused' in str(raised.value) and not raised.value.setup
+                pool_gave_up(store)
+                attempts = breaker.attempts
+                for _ in range(5):  # within the back-off: at once, and without trying
+                    with pytest.raises(ArchiveError):
+                        store.notes(conversation)
+                assert breaker.attempts == attempts
+                time.sleep(max(0.0, breaker.retry_at - time.monotonic()))
+                with pytest.raises(ArchiveError):
+                    store.notes(conversation)  # the retry finds the server still away: a longer back-off
+                assert breaker.attempts == attempts + 1 and breaker.interval == 4.0
+                proxy.start()
+                time.sleep(max(0.0, breaker.retry_at - time.monotonic()))
+                store.add_note(conversation, Note('fact', f'back {outage}'))  # the first call after it connects
+                assert breaker.interval == 1.0
+                assert [note.text for note in store.notes(conversation)] == ['back 0', 'back 1'][: outage + 1]
+                proxy.stop()
+        # Each outage said once, as an outage; every call between said nothing.
+        assert [(w.category, 'cannot be reached' in str(w.message)) for w in caught] == [(RuntimeWarning, True)] * 2
+    finally:
+        proxy.stop()
+        store.close()
+
+
+def test_postgres_a_healthy_store_makes_no_round_trip_nor_attempt_of_its_own(tmp_path: Path) -> None:
+    from psycopg import pq
+
+    store = postgres_store(max_connections=1)  # has connected and made its tables
+    pool: Any = store._pool  # pyright: ignore[reportPrivateUsage]
+    conversation = key()
+    trace = tmp_path / 'trace.txt'
+    try:
+        with trace.open('w') as out:
+            conn = pool.getconn()  # the one connection every operation below uses
+            conn.pgconn.trace(out.fileno())
+            conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+            pool.putconn(conn)
+            attempts, requests = store._breaker.attempts, pool.get_stats()['requests_num']  # pyright: ignore[reportPrivateUsage]
+            for n in range(3):  # fewer than psycopg's 5 runs before it prepares a statement (one more round trip)
+                assert store.notes(conversation) == []
+                assert store.get_archived(conversation, f'a{n}') is None
+            conn.pgconn.untrace()
+        # One round trip each (the server's `ReadyForQuery` ends one); the pool asked once each, nothing more.
+        assert trace.read_text().count('ReadyForQuery') == 6
+        assert (store._breaker.attempts, pool.get_stats()['requests_num']) == (attempts, requests + 6)  # pyright: ignore[reportPrivateUsage]
     finally:
         store.close()

@@ -81,7 +81,9 @@ class ArchiveError(RuntimeError):
     password, so it can be shown to the model as it is.
     """
 
-    def __init__(self, message: str, *, operation: str = '', target: str = '', setup: bool = False) -> None:
+    def __init__(
+        self, message: str, *, operation: str = '', target: str = '', setup: bool = False, reported: bool = False
+    ) -> None:
         """Build the error.
 
         Args:
@@ -90,6 +92,8 @@ class ArchiveError(RuntimeError):
             target: The database: a file path, or a PostgreSQL DSN without its password.
             setup: A mistake in the store's setup (a login refused, a database missing), which the store
                 reported once with a `SetupWarning`: capabilities do not warn about it again at every call.
+            reported: A failure the store has already reported once with a warning (a PostgreSQL server that
+                cannot be reached): capabilities do not warn about it again at every call. Implied by *setup*.
         """
         super().__init__(message)
         self.operation = operation
@@ -98,6 +102,9 @@ class ArchiveError(RuntimeError):
         """The database the operation ran on (path, or DSN without password)."""
         self.setup = setup
         """Whether the failure is a mistake in the store's setup, already reported with a `SetupWarning`."""
+        self.reported = reported or setup
+        """Whether the store has already reported this failure with a warning (a setup mistake, or a server that
+        cannot be reached): said once by the store, not again by every capability at every call."""
 
 
 @runtime_checkable

@@ -43,7 +43,7 @@ from pydantic_ai_compaction.processors.memory.results import (
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore
 from pydantic_ai_compaction.protocols.metadata import ResultMarks
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int
-from pydantic_ai_compaction.runtime.degraded import is_setup_error, warn_degraded
+from pydantic_ai_compaction.runtime.degraded import warn_degraded
 from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.events import EventObserver
 from pydantic_ai_compaction.runtime.project import project_request, rewrite_log, rewrite_log_at, rewritten_request
@@ -254,7 +254,7 @@ class Archive(AbstractCapability[AgentDepsT]):
                 numbered = await call_store('next_numbers', self._number_results, ctx, log, todo, highest)
             except ArchiveError as error:
                 # No key (its function failed): results go out without ids now; the next request numbers them.
-                if not is_setup_error(error):  # a store's setup mistake: reported once, by the store
+                if not error.reported:  # a setup mistake or an unreachable server: reported once, by the store
                     warn_degraded(f'Archive could not number new results this request: {error}', stacklevel=2)
         # Only the numbered requests are checked and written: the rest of the log stays as it is, object for object.
         replaced = {index: (log[index], message) for index, message in (numbered or {}).items()}
@@ -341,7 +341,7 @@ class Archive(AbstractCapability[AgentDepsT]):
         except ArchiveError as error:
             # Numbering degrades rather than stops: ids that follow the history's own are unique in it, so
             # the agent can still name results; the store's counter moves past them once it answers again.
-            if not is_setup_error(error):  # a store's setup mistake: reported once, by the store
+            if not error.reported:  # a setup mistake or an unreachable server: reported once, by the store
                 warn_degraded(
                     f'Archive numbered new results from the history alone, the store failed: {error}', stacklevel=2
                 )

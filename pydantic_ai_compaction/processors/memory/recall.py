@@ -36,7 +36,7 @@ from pydantic_core import to_jsonable_python
 from pydantic_ai_compaction.processors.memory.results import args_json, original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore, Hit, LineSource, LogLine
 from pydantic_ai_compaction.runtime.checks import check_instance, check_int
-from pydantic_ai_compaction.runtime.degraded import is_setup_error, warn_degraded
+from pydantic_ai_compaction.runtime.degraded import warn_degraded
 from pydantic_ai_compaction.runtime.encoding import strip_nul, to_bytes, to_json
 from pydantic_ai_compaction.runtime.project import rewrites_accepted
 from pydantic_ai_compaction.runtime.stores._query import SEARCH_CANDIDATES
@@ -141,9 +141,9 @@ class Recall(AbstractCapability[AgentDepsT]):
         try:
             await call_store('index_lines', self._index_pending, self.conversation_id(ctx), messages, pending)
         except ArchiveError as error:
-            # Recall degrades; the run goes on (the next request indexes what this one could not). A setup mistake
-            # was reported once by the store: not again at every request.
-            if not is_setup_error(error):
+            # Recall degrades; the run goes on (the next request indexes what this one could not). A failure the
+            # store reported itself (a setup mistake, a server that cannot be reached) is not said again every request.
+            if not error.reported:
                 warn_degraded(f'Recall could not index this request: {error}', stacklevel=2)
         else:
             self._advance(messages, start)

@@ -5,14 +5,16 @@ dropped (a restart, a failover, `pg_terminate_backend`) is replaced by the next 
 whose connection breaks under it is tried once more on a fresh one. Any failure is an `ArchiveError`
 naming the operation and the server (its DSN without the password).
 
-A connection the server refuses for the setup (a password or role refused, a database missing) is reported once
-with a `SetupWarning`, and operations then fail at once rather than each waiting `connect_timeout` for a
-connection that cannot come (see `_REFUSED_FOR`).
+A server that cannot be connected to is reported once, and operations then fail at once rather than each waiting
+`connect_timeout` for a connection that cannot come, until an operation tries again after a back-off (a circuit
+breaker, `_Breaker`): a refusal for the setup (a password or role refused, a database missing) with a
+`SetupWarning`; an outage (a server down, a wrong host or port, an attempt timing out) with a `RuntimeWarning`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -305,66 +307,109 @@ _REFUSALS = (
 """Words of the answer to a connection refused for the setup: a password, a role or a host refused, a role or a
 database missing (`does not exist`, which a login says of nothing else). A failed connection carries no
 `sqlstate`, so its text is read; a server answering in another language is not recognised, and its refusals
-wait as an outage's do."""
+are reported as an outage (the same back-off, a `RuntimeWarning` rather than a `SetupWarning`)."""
 
-_REFUSED_FOR = 30.0
-"""Seconds after a connection refused for the setup during which an operation fails at once, without waiting
-for a connection. The pool keeps trying in the background (its own backoff) and the first success ends it at once,
-so a password changed or a database created on the server is picked up; after this long without another refusal
-an operation waits again, so the pool connects even after it gave up trying. An outage (the server restarting,
-unreachable, not accepting connections yet) is not a refusal: operations wait for it as before, and it recovers."""
+_RETRY_FIRST = 1.0
+"""Seconds after a failed connection attempt during which operations fail at once, without trying to connect;
+each attempt that fails again doubles it, up to `_RETRY_MOST`. A restart or a failover is over within seconds,
+and is picked up after 1, 2 or 4 s; a server that stays away (a wrong port or host, a server stopped) costs one
+attempt every 30 s, which for a host that never answers is one operation waiting `connect_timeout` among all
+the others that fail at once (with a fixed 1 s, such a host would keep an operation waiting most of the time).
+Refusals and outages alike: a password changed or a database created on the server is picked up as a server
+coming back is."""
+
+_RETRY_MOST = 30.0
+"""The longest back-off between attempts (`_RETRY_FIRST`), in seconds: as long as a refused login made operations
+fail at once before outages had a back-off."""
 
 _POLL = 0.25
-"""Seconds an operation waits for the pool at a time while the pool's connections fail or none was made yet:
-between waits it looks whether the pool's attempt was refused, so the first operation on a refused store does not
-wait `connect_timeout`."""
+"""Seconds an operation waits for the pool at a time while no connection attempt has succeeded yet: between
+waits it looks whether an attempt failed, so the first operation on a store whose server cannot be reached
+fails as soon as the pool's attempt does, not after `connect_timeout`."""
 
 
-class _Attempts:
-    """What the pool's latest connection attempt met, for the operations waiting on it (any thread)."""
+class _Breaker:
+    """Whether the server can be connected to, for all the store's operations (any thread): a circuit breaker.
+
+    Closed (no failure): operations take connections from the pool. Once a connection attempt failed (the pool's
+    or an operation's) and an operation met it, open: every operation fails at once, with the attempt's error,
+    until `retry_at`; then half-open: the first operation connects itself (`PostgresArchiveStore._probe`)
+    while the others still fail at once, and either closes it (the server answers: the store works again,
+    without a new store) or opens it again for twice as long (`_RETRY_FIRST`). Any attempt that connects closes
+    it at once. The first failure of an episode is warned about once (`told`).
+    """
 
     def __init__(self) -> None:
-        self.refused: str | None = None
-        """The server's answer to the latest attempt, when it refused it for the setup (`_REFUSALS`)."""
-        self.refused_at = 0.0
-        """When (`monotonic()`) it was."""
-        self.last_error: str | None = None
-        """The latest failed attempt's error, whatever it was: a timeout names it."""
-        self.told = False
-        """Whether the current refusal was warned about: once until a connection succeeds."""
+        self.failure: str | None = None
+        """The latest connection attempt's error, when it failed; `None` once one connected (or before any)."""
+        self.setup = False
+        """Whether `failure` is a refusal for the setup (`_REFUSALS`) rather than an outage."""
+        self.failures = 0
+        """Failed attempts so far: an operation waiting on the pool sees a new one by this count."""
+        self.attempts = 0
+        """Connection attempts so far, the pool's and the operations' own: each one a round trip, or a wait of up
+        to `connect_timeout` on a host that does not answer."""
+        self.retry_at = 0.0
+        """Until when (`monotonic()`) operations fail at once; the first one after tries to connect."""
+        self.interval = _RETRY_FIRST
+        """The back-off the next failed attempt of an operation sets (`retry_at`)."""
+        self.probing = False
+        """Whether an operation is trying to connect (half-open): the others fail at once meanwhile."""
+        self.told: bool | None = None
+        """The kind of failure warned about in this episode (`setup`), `None` if none: told once until a
+        connection succeeds, and again if a refusal follows an outage or the other way round."""
         self.connected_last = False
         """Whether the latest attempt connected: then an operation waits for the pool in one piece (`_POLL`)."""
         self.lock = threading.Lock()
-        """Guards the fields: the pool's threads write them, the operations' threads read them."""
+        """Guards the fields: the pool's threads and the operations' threads write them."""
 
     def failed(self, error: BaseException) -> None:
+        """A connection attempt failed with *error*."""
         text = ' '.join(str(error).split())
         with self.lock:
-            self.last_error, self.connected_last = text, False
-            if any(word in text.lower() for word in _REFUSALS):
-                self.refused, self.refused_at = text, monotonic()
-            else:
-                self.refused = None
+            self.failure, self.connected_last = text, False
+            self.setup = any(word in text.lower() for word in _REFUSALS)
+            self.failures += 1
 
     def connected(self) -> None:
+        """A connection attempt succeeded: closed, and the back-off starts again from `_RETRY_FIRST`."""
         with self.lock:
-            self.refused, self.told, self.connected_last = None, False, True
+            self.failure, self.told, self.connected_last = None, None, True
+            self.retry_at, self.interval = 0.0, _RETRY_FIRST
+
+    def lost(self) -> None:
+        """A connection broke under an operation: the server may be gone, so the next wait for the pool is made
+        in pieces (`connected_last`), and an attempt that fails meanwhile ends it, not `connect_timeout`."""
+        with self.lock:
+            self.connected_last = False
+
+    def trip(self, failure: str | None = None) -> None:
+        """Open for the current back-off (called with `lock` held), then double it; *failure* if none is known
+        (an attempt still running when the operation's wait ended)."""
+        now = monotonic()
+        if self.failure is None:
+            self.failure, self.setup = failure or 'no connection', False
+        if self.retry_at <= now:  # operations that met one failure together back off once
+            self.retry_at = now + self.interval
+            self.interval = min(self.interval * 2, _RETRY_MOST)
 
 
-def _watched_connections(attempts: _Attempts) -> type[Any]:
-    """A connection class for the pool that tells *attempts* how each connection attempt ended: the pool connects
-    in its own thread and only logs why it failed, so an operation waiting on it knew only that it timed out."""
+def _watched_connections(breaker: _Breaker) -> type[Any]:
+    """A connection class that tells *breaker* how each connection attempt ended: the pool connects in its own
+    thread and only logs why it failed, so an operation waiting on it knew only that it timed out."""
     import psycopg
 
     class WatchedConnection(psycopg.Connection[Any]):
         @classmethod
         def connect(cls, conninfo: str = '', **kwargs: Any) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
+            with breaker.lock:
+                breaker.attempts += 1
             try:
                 conn = super().connect(conninfo, **kwargs)
             except psycopg.OperationalError as error:
-                attempts.failed(error)
+                breaker.failed(error)
                 raise
-            attempts.connected()
+            breaker.connected()
             return conn
 
     return WatchedConnection
@@ -495,7 +540,11 @@ class PostgresArchiveStore:
         Args:
             dsn: A libpq connection string, e.g. `postgresql://user:pass@127.0.0.1/db`.
             max_connections: Connections the pool may open (threads of one process share them).
-            connect_timeout: Seconds an operation waits for a working connection before it fails.
+            connect_timeout: Seconds an operation waits for a connection before it fails: the pool's connections
+                all in use, or a connection attempt that neither connects nor fails (a host that drops packets).
+                A failed attempt (a port closed, a host unknown, a login refused) ends the wait at once, and
+                until the store tries again (after 1 s, then 2 s, 4 s, ... up to 30 s) every operation fails at
+                once with that attempt's error, reported once with a warning (`_Breaker`).
             busy_timeout_ms: Longest a statement may wait for a lock held by another worker, in milliseconds,
                 as in `SQLiteArchiveStore`: 0 does not wait (an operation that finds the lock taken fails at
                 once; PostgreSQL's `lock_timeout` of 0 would wait forever, so it is set to 1 ms, its least).
@@ -534,20 +583,29 @@ class PostgresArchiveStore:
         """The server errors name: the DSN without its password."""
         self._schema_ready = False
         self._schema_lock = threading.Lock()
-        self._attempts = _Attempts()
-        """How the pool's connection attempts ended: an operation fails at once on a refusal (`_REFUSED_FOR`)."""
+        self._breaker = _Breaker()
+        """How the connection attempts ended: operations fail at once while the server cannot be reached."""
+        self._connection_class = _watched_connections(self._breaker)
+        self._dsn = dsn
+        self._connect_options: dict[str, Any] = {
+            'autocommit': True,
+            'connect_timeout': max(1, round(self.connect_timeout)),
+            'options': f'-c lock_timeout={max(self.busy_timeout_ms, 1)} {_SESSION_OPTIONS}{_own_options(dsn)}',
+        }
+        """The pool's connections' settings, which an operation trying the server again (`_probe`) uses too."""
         self._pool: Any = ConnectionPool(
             dsn,
-            connection_class=_watched_connections(self._attempts),
+            connection_class=self._connection_class,
             min_size=1,
             max_size=self.max_connections,
             open=False,
-            kwargs={
-                'autocommit': True,
-                'connect_timeout': max(1, round(self.connect_timeout)),
-                'options': f'-c lock_timeout={max(self.busy_timeout_ms, 1)} {_SESSION_OPTIONS}{_own_options(dsn)}',
-            },
+            kwargs=self._connect_options,
             timeout=self.connect_timeout,
+            # A failed attempt of the pool is tried once more, then given up: the store's back-off decides when to
+            # try again (`_Breaker`). With the pool's own (1 s, 2 s, 4 s, ... for 5 minutes), each chain of
+            # attempts went on in the background whatever the store knew, each attempt logged as a warning by
+            # `psycopg.pool`: 16 in a 6-step run on a wrong port.
+            reconnect_timeout=0,
             name='pydantic-ai-compaction',
         )
         self._pool.open(wait=False)
@@ -564,48 +622,109 @@ class PostgresArchiveStore:
         )
 
     def _checkout(self, operation: str) -> Any:
-        """A pooled connection within `connect_timeout`, or at once an `ArchiveError` when the server refuses
-        connections for the setup (`_REFUSED_FOR`), which the first one met warns about."""
+        """A pooled connection within `connect_timeout`, or an `ArchiveError` as soon as a connection attempt
+        fails, and at once while the breaker is open (`_Breaker`); the first failure of an episode is warned
+        about (`_unreachable`).
+
+        With connections working this is the pool's `getconn` alone: no attempt, no round trip of its own.
+        """
         from psycopg_pool import PoolTimeout
 
+        breaker = self._breaker
         started = monotonic()
+        with breaker.lock:
+            seen = breaker.failures
+            down = breaker.failure is not None
+            # Open, or another operation is trying the server: fail at once. Else, after a failure, try it here.
+            fail_now = down and (breaker.probing or started < breaker.retry_at)
+            if down and not fail_now:
+                breaker.probing = True
+        if fail_now:
+            raise self._unreachable(operation)
+        if down:
+            self._probe(operation)
         deadline = started + self.connect_timeout
         while True:
-            self._fail_if_refused(operation, started)
+            with breaker.lock:
+                failed = breaker.failures > seen and breaker.failure is not None
+                if failed:
+                    breaker.trip()
+            if failed:  # an attempt made while this operation waited failed: waiting longer would not help
+                raise self._unreachable(operation)
             left = deadline - monotonic()
             if left <= 0:
-                last = self._attempts.last_error
-                raise PoolTimeout(
-                    f'no connection within {self.connect_timeout:g} s'
-                    + (f' (the last attempt: {last})' if last else '')
+                last = breaker.failure
+                waited = f'no connection within {self.connect_timeout:g} s' + (
+                    f' (the last attempt: {last})' if last else ''
                 )
+                with breaker.lock:
+                    unreachable = not breaker.connected_last
+                    if unreachable:  # no attempt connected: an attempt still running, a host that does not answer
+                        breaker.trip(waited)
+                if unreachable:
+                    raise self._unreachable(operation, waited)
+                raise PoolTimeout(waited)  # connections work, all in use by other operations: no outage
             try:
-                # Waited in pieces only while connections fail or none was made yet: a waiter whose piece ends goes
-                # to the back of the pool's queue, which a busy pool's waiters should not.
-                return self._pool.getconn(timeout=left if self._attempts.connected_last else min(left, _POLL))
+                # Waited in pieces only while no attempt succeeded: a waiter whose piece ends goes to the back of
+                # the pool's queue, which a busy pool's waiters should not.
+                return self._pool.getconn(timeout=left if breaker.connected_last else min(left, _POLL))
             except PoolTimeout:
                 continue
 
-    def _fail_if_refused(self, operation: str, started: float) -> None:
-        attempts = self._attempts
-        with attempts.lock:
-            refused, at = attempts.refused, attempts.refused_at
-            if refused is None or (at < started and monotonic() - at > _REFUSED_FOR):
-                return  # none, or long ago: wait for the pool, which tries again
-            tell, attempts.told = not attempts.told, True
+    def _probe(self, operation: str) -> None:
+        """Connect once, in the operation's thread, to see whether the server answers again (half-open): the
+        pool gave up its attempts (`reconnect_timeout`), and waiting on it would wait its next one. Else the
+        breaker opens for a longer back-off and the operation fails (`_unreachable`).
+
+        The connection is closed: the pool makes its own, now that an attempt succeeded.
+        """
+        import psycopg
+
+        breaker = self._breaker
+        try:
+            conn = self._connection_class.connect(self._dsn, **self._connect_options)
+        except psycopg.Error:
+            with breaker.lock:
+                breaker.trip()
+            raise self._unreachable(operation) from None
+        finally:
+            with breaker.lock:  # whatever ended the attempt: else every later operation would fail at once
+                breaker.probing = False
+        conn.close()
+
+    def _unreachable(self, operation: str, cause: str | None = None) -> ArchiveError:
+        """The error of *operation* while the server cannot be connected to (*cause*, else the latest attempt's
+        error), after warning about it if it is the first of its kind since a connection last succeeded."""
+        breaker = self._breaker
+        with breaker.lock:
+            cause, setup = cause or breaker.failure or 'no connection', breaker.setup
+            tell, breaker.told = breaker.told is not setup, setup
+            wait = math.ceil(max(0.0, breaker.retry_at - monotonic()))
         if tell:
-            warn_degraded(
-                f'PostgreSQL archive on {self.target}: the server refused the connection ({refused}). Check the '
-                "DSN's user, password and database. Until a connection succeeds, every operation of the store "
-                'fails at once and the run goes on without it (Archive keeps results in context, Notes keep notes '
-                'in the conversation, Recall answers that it is unavailable).',
-                category=SetupWarning,
+            run_on = (
+                'every operation of the store fails at once and the run goes on without it (Archive keeps results '
+                'in context, Notes keep notes in the conversation, Recall answers that it is unavailable)'
             )
-        raise ArchiveError(
-            f'PostgreSQL archive: {operation} failed on {self.target}: the server refused the connection ({refused})',
+            if setup:
+                warn_degraded(
+                    f'PostgreSQL archive on {self.target}: the server refused the connection ({cause}). Check the '
+                    f"DSN's user, password and database. Until a connection succeeds, {run_on}; an operation tries "
+                    f'again after {wait} s, then at doubling intervals up to {_RETRY_MOST:.0f} s.',
+                    category=SetupWarning,
+                )
+            else:
+                warn_degraded(
+                    f'PostgreSQL archive on {self.target}: the server cannot be reached ({cause}). Check that it '
+                    f"runs and the DSN's host and port. Until a connection succeeds, {run_on}; an operation tries "
+                    f'again after {wait} s, then at doubling intervals up to {_RETRY_MOST:.0f} s.'
+                )
+        said = 'the server refused the connection' if setup else 'the server cannot be reached'
+        return ArchiveError(
+            f'PostgreSQL archive: {operation} failed on {self.target}: {said} ({cause})',
             operation=operation,
             target=self.target,
-            setup=True,
+            setup=setup,
+            reported=True,
         )
 
     def _ensure_schema(self, conn: Any) -> None:
@@ -704,6 +823,7 @@ class PostgresArchiveStore:
                             if not conn.broken or lost is not None:
                                 raise
                             lost = error
+                            self._breaker.lost()
                 finally:
                     self._pool.putconn(conn)
                 # Here only when the connection broke. The server may have ended the idle ones too (a restart):
