@@ -132,6 +132,17 @@ def test_clearing_does_not_rewrite_kept_results_at_every_request() -> None:
     assert rewritten_results(kept)[-8:] == [2] * 8
 
 
+def test_clearing_leaves_room_for_the_next_step_instead_of_clearing_one_result_per_request() -> None:
+    # Three logs of about 1,400 tokens fit under the 5,000-token threshold, four do not: keeping the three
+    # newest would cross it again at the next request, clear one more log, and send the two kept older ones again.
+    seen, _, _ = run(Tiered(context_window=WINDOW, summarize=False, clear_min_saving=0.05), steps=16, lines=130)
+    assert cleared_count(seen[-1]) >= 12
+    assert sum(rewritten_results(seen)) == 0
+    # Each clearing leaves only the log in progress verbatim, so the next one comes three requests later.
+    runs = [i for i, (a, b) in enumerate(itertools.pairwise(seen), 1) if cleared_count(b) > cleared_count(a)]
+    assert runs == [4, 7, 10, 13, 16]
+
+
 def test_fit_kept_results_must_be_a_bool() -> None:
     with pytest.raises(ValueError, match=r'ClearThenSummarize\.fit_kept_results must be True or False'):
         Tiered(fit_kept_results=1)  # pyright: ignore[reportArgumentType]

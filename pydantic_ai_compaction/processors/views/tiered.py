@@ -141,10 +141,12 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
     that calls three tools brings three), which is why it is not called `keep_last`. See `fit_kept_results`."""
 
     fit_kept_results: bool = True
-    """When the request is still at or over `clear_at` with the `keep_results` newest results verbatim, keep
+    """When the request would still be at or over `clear_at` with the `keep_results` newest results verbatim,
+    now or at the next request if that one brings results as large as the request in progress does, keep
     only the results of the request in progress (`True`). With `False` they are all kept anyway, and clearing
-    then runs again at every request: each run changes the request before the kept results, so the provider
-    writes them to its cache again every time (the presets that reproduce a published policy keep it)."""
+    then runs again at every request, one result at a time: each run changes the request before the kept
+    results, so the provider writes them to its cache again every time (the presets that reproduce a
+    published policy keep it)."""
 
     summarize: bool = True
     """`False` keeps only the clearing tier (the seed study's "clearing alone" setup)."""
@@ -304,10 +306,13 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         # The newest results and those of the request in progress stay verbatim.
         last = len(view) - 1
         older = [(i, p) for i, p in results[: max(len(results) - self.keep_results, 0)] if i != last]
-        if self.fit_kept_results and tokens - _saving(view, older) >= self.clear_at * window:
-            # The newest results alone hold the request over the threshold: clearing would run again at the next
-            # request and, since everything after the first changed part is written to the provider's cache
-            # again, rewrite those same results every time. Only the request in progress's results stay.
+        # Room for the next step, taken to bring as much as the request in progress did.
+        incoming = sum(len(return_text(_part_at(view, i, p))) for i, p in results if i == last) // 4
+        if self.fit_kept_results and tokens - _saving(view, older) + incoming >= self.clear_at * window:
+            # The newest results alone hold the request over the threshold, or leave no room for the next
+            # step's: clearing would run again at the next request and, since everything after the first
+            # changed part is written to the provider's cache again, rewrite those same results every time.
+            # Only the request in progress's results stay.
             older = [(i, p) for i, p in results if i != last]
         if not older:
             return None
