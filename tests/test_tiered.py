@@ -19,7 +19,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from pydantic_ai_compaction import Notes
+from pydantic_ai_compaction import Notes, Recall
 from pydantic_ai_compaction.processors.views.tiered import HANDOFF_MARKER, Tiered
 from pydantic_ai_compaction.runtime.segment import our_record
 
@@ -79,7 +79,10 @@ def test_clearing_is_a_view_and_the_log_keeps_everything() -> None:
     stub = next(
         p for m in seen[-1] for p in m.parts if isinstance(p, ToolReturnPart) and str(p.content).startswith('[cleared:')
     )
-    assert 'read_log({"index":0})' in str(stub.content) and 'use recall' in str(stub.content)
+    # The call stays in the view beside its stub, so the stub does not repeat it; no recall tool, no pointer at one.
+    assert str(stub.content).startswith('[cleared: 2,575 chars, began "log 0 00-0000 service=api')
+    assert str(stub.content).endswith('; run it again for details]') and 'recall' not in str(stub.content)
+    assert any(isinstance(p, ToolCallPart) and p.tool_call_id == stub.tool_call_id for m in seen[-1] for p in m.parts)
     # Newest results stay verbatim.
     verbatim = [p for p in seen[-1][-1].parts if isinstance(p, ToolReturnPart)]
     assert verbatim and not str(verbatim[0].content).startswith('[cleared:')
@@ -130,6 +133,78 @@ def test_clearing_does_not_rewrite_kept_results_at_every_request() -> None:
         lines=160,
     )
     assert rewritten_results(kept)[-8:] == [2] * 8
+
+
+def test_clearing_leaves_room_for_the_next_step_instead_of_clearing_one_result_per_request() -> None:
+    # Three logs of about 1,400 tokens fit under the 5,000-token threshold, four do not: keeping the three
+    # newest would cross it again at the next request, clear one more log, and send the two kept older ones again.
+    seen, _, _ = run(Tiered(context_window=WINDOW, summarize=False, clear_min_saving=0.05), steps=16, lines=130)
+    assert cleared_count(seen[-1]) >= 12
+    assert sum(rewritten_results(seen)) == 0
+    # Each clearing leaves only the log in progress verbatim, so the next one comes three requests later.
+    runs = [i for i, (a, b) in enumerate(itertools.pairwise(seen), 1) if cleared_count(b) > cleared_count(a)]
+    assert runs == [4, 7, 10, 13, 16]
+
+
+def test_a_stub_never_repeats_the_call_and_a_short_result_is_not_cleared() -> None:
+    # A write tool is given a whole file and answers "ok"; a read tool returns a long output.
+    sent: list[list[ModelMessage]] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(list(messages))
+        step = sum(1 for m in messages if isinstance(m, ModelResponse))
+        if step >= 8:
+            return ModelResponse(parts=[TextPart('done')])
+        if step % 2:
+            return ModelResponse(parts=[ToolCallPart('write_file', {'path': f'f{step}.py', 'content': 'x' * 4_000})])
+        return ModelResponse(parts=[ToolCallPart('read_file', {'path': f'f{step}.py'})])
+
+    agent = Agent(
+        FunctionModel(respond),
+        capabilities=[Tiered(context_window=8_000, summarize=False, clear_min_saving=0.01)],
+    )
+
+    @agent.tool_plain
+    def write_file(path: str, content: str) -> str:  # pyright: ignore[reportUnusedFunction]
+        return 'ok'
+
+    @agent.tool_plain
+    def read_file(path: str) -> str:  # pyright: ignore[reportUnusedFunction]
+        return 'y' * 8_000
+
+    agent.run_sync('Rewrite the files.')
+    returns = [p for m in sent[-1] for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert [p.tool_name for p in returns] == ['read_file', 'write_file'] * 4
+    # Every read was cleared to a short stub; each write's "ok" was left as it was (its stub would be longer).
+    assert [p.content for p in returns[1::2]] == ['ok'] * 4
+    assert all(str(p.content).startswith('[cleared: 8,000 chars') and len(str(p.content)) < 150 for p in returns[::2])
+
+
+def test_a_stub_points_at_recall_only_when_the_model_is_offered_it() -> None:
+    seen, _, _ = run(Tiered(context_window=WINDOW, summarize_at=1.0), steps=10)
+    without = [str(p.content) for m in seen[-1] for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert without[0].endswith('; run it again for details]')
+    sent: list[list[ModelMessage]] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(list(messages))
+        step = sum(1 for m in messages if isinstance(m, ModelResponse))
+        if step >= 10:
+            return ModelResponse(parts=[TextPart('done')])
+        return ModelResponse(parts=[ToolCallPart('read_log', {'index': step})])
+
+    agent = Agent(FunctionModel(respond), capabilities=[Recall(), Tiered(context_window=WINDOW, summarize_at=1.0)])
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return log_text(index, 60)
+
+    agent.run_sync('Audit the logs.')
+    stubs = [str(p.content) for m in sent[-1] for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert stubs[0].endswith('; use recall or run it again for details]')
+    assert stubs[0].removesuffix('use recall or run it again for details]') == without[0].removesuffix(
+        'run it again for details]'
+    )
 
 
 def test_fit_kept_results_must_be_a_bool() -> None:

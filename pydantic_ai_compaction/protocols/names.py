@@ -5,5 +5,8 @@ from __future__ import annotations
 NOTE_TOOL = 'note'
 """Name of the `Notes` capability's tool; the runtime copies its calls into every compaction boundary."""
 
+RECALL_TOOL = 'recall'
+"""Name of the `Recall` capability's tool; a clearing stub points at it only when the model is offered it."""
+
 WRITE_TOOLS = r'write|edit|patch|create|save|apply|commit'
 """Default pattern of tool names whose success externalizes a step's conclusion (a file written, a change saved)."""

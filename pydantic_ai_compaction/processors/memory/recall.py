@@ -35,6 +35,7 @@ from pydantic_core import to_jsonable_python
 
 from pydantic_ai_compaction.processors.memory.results import args_json, original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore, Hit, LineSource, LogLine
+from pydantic_ai_compaction.protocols.names import RECALL_TOOL
 from pydantic_ai_compaction.runtime.checks import check_instance, check_int
 from pydantic_ai_compaction.runtime.degraded import warn_degraded
 from pydantic_ai_compaction.runtime.encoding import strip_nul, to_bytes, to_json
@@ -53,7 +54,6 @@ from pydantic_ai_compaction.runtime.transcript import user_text
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
 
-RECALL_TOOL = 'recall'
 RECALL_INSTRUCTIONS = """\
 The recall tool searches everything this conversation has seen, including what is no longer in your
 context. When a question needs an exact value you do not see, search for it instead of answering from

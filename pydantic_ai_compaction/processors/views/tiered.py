@@ -2,8 +2,8 @@
 
 The persisted history is never changed: only what the model is sent is. The projection is reused
 across requests until the next compaction, so the provider's cached prefix stays stable between
-compactions. Tier 1 turns older tool outputs into one line each (what it was, its size, how to get
-it back), only in batches that save at least 10 % of the window. Tier 2 replaces older exchanges by a
+compactions. Tier 1 turns older tool outputs into one line each (its size, its opening words, how to
+get it back), only in batches that save at least 10 % of the window. Tier 2 replaces older exchanges by a
 handoff note the model writes, and *updates* at the next compaction instead of rewriting, followed by
 parts copied by code: the user's messages (newest first, within 5 % of the window), the files changed and the notes.
 With `Recall` in front, every cleared or summarized detail stays searchable.
@@ -31,10 +31,10 @@ from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT, RunContext
 
-from pydantic_ai_compaction.processors.memory.results import archive_results, args_json
+from pydantic_ai_compaction.processors.memory.results import archive_results
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore
 from pydantic_ai_compaction.protocols.metadata import ResultMarks, is_handoff
-from pydantic_ai_compaction.protocols.names import WRITE_TOOLS
+from pydantic_ai_compaction.protocols.names import RECALL_TOOL, WRITE_TOOLS
 from pydantic_ai_compaction.protocols.types import METADATA_KEY, CompactionRecord
 from pydantic_ai_compaction.runtime import compactor
 from pydantic_ai_compaction.runtime.checks import (
@@ -141,10 +141,12 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
     that calls three tools brings three), which is why it is not called `keep_last`. See `fit_kept_results`."""
 
     fit_kept_results: bool = True
-    """When the request is still at or over `clear_at` with the `keep_results` newest results verbatim, keep
+    """When the request would still be at or over `clear_at` with the `keep_results` newest results verbatim,
+    now or at the next request if that one brings results as large as the request in progress does, keep
     only the results of the request in progress (`True`). With `False` they are all kept anyway, and clearing
-    then runs again at every request: each run changes the request before the kept results, so the provider
-    writes them to its cache again every time (the presets that reproduce a published policy keep it)."""
+    then runs again at every request, one result at a time: each run changes the request before the kept
+    results, so the provider writes them to its cache again every time (the presets that reproduce a
+    published policy keep it)."""
 
     summarize: bool = True
     """`False` keeps only the clearing tier (the seed study's "clearing alone" setup)."""
@@ -280,7 +282,8 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             self._projection = replace(self._projection, covers=len(persisted), messages=view, covered=tuple(persisted))
         elif tokens >= self.clear_at * window:
             # In a worker thread: clearing archives the outputs it clears, and a store call may block.
-            cleared = await anyio.to_thread.run_sync(self._clear, view, window, ctx, tokens)
+            recall = any(tool.name == RECALL_TOOL for tool in request_context.model_request_parameters.function_tools)
+            cleared = await anyio.to_thread.run_sync(self._clear, view, window, ctx, tokens, recall)
             if cleared is not None:
                 view = cleared
                 self._projection = replace(
@@ -289,9 +292,17 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         return view
 
     def _clear(
-        self, view: list[ModelMessage], window: int, ctx: RunContext[AgentDepsT], tokens: int | None = None
+        self,
+        view: list[ModelMessage],
+        window: int,
+        ctx: RunContext[AgentDepsT],
+        tokens: int | None = None,
+        recall: bool = False,
     ) -> list[ModelMessage] | None:
-        """*view* with older tool results cleared (*tokens*: its estimate, measured when not given), or `None`."""
+        """*view* with older tool results cleared (*tokens*: its estimate, measured when not given), or `None`.
+
+        *recall*: whether the model is offered the `recall` tool, which the stubs then point at.
+        """
         tokens = estimate_token_count(view) if tokens is None else tokens
         calls = {p.tool_call_id: p for m in view for p in m.parts if isinstance(p, ToolCallPart)}
         results = [
@@ -304,11 +315,17 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         # The newest results and those of the request in progress stay verbatim.
         last = len(view) - 1
         older = [(i, p) for i, p in results[: max(len(results) - self.keep_results, 0)] if i != last]
-        if self.fit_kept_results and tokens - _saving(view, older) >= self.clear_at * window:
-            # The newest results alone hold the request over the threshold: clearing would run again at the next
-            # request and, since everything after the first changed part is written to the provider's cache
-            # again, rewrite those same results every time. Only the request in progress's results stay.
+        # Room for the next step, taken to bring as much as the request in progress did.
+        incoming = sum(len(return_text(_part_at(view, i, p))) for i, p in results if i == last) // 4
+        if self.fit_kept_results and tokens - _saving(view, older) + incoming >= self.clear_at * window:
+            # The newest results alone hold the request over the threshold, or leave no room for the next
+            # step's: clearing would run again at the next request and, since everything after the first
+            # changed part is written to the provider's cache again, rewrite those same results every time.
+            # Only the request in progress's results stay.
             older = [(i, p) for i, p in results if i != last]
+        # A result no longer than its stub would be is left as it is (it still counts among the kept ones):
+        # clearing it would grow the request, and change it, for nothing.
+        older = [(i, p) for i, p in older if len(return_text(_part_at(view, i, p))) > _STUB_CHARS]
         if not older:
             return None
         out = list(view)
@@ -321,13 +338,17 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             assert isinstance(request, ModelRequest)
             part = request.parts[part_index]
             assert isinstance(part, ToolReturnPart)
-            call = calls.get(part.tool_call_id)
             content = return_text(part)
-            where = f'context_recover("{ref}") returns it' if ref else 'use recall or run it again for details'
-            stub = (
-                f'[cleared: output of {part.tool_name}({args_json(call) if call else ""}), {len(content):,} chars, '
-                f'began "{clip(content, 80)}"; {where}]'
-            )
+            if ref:
+                where = f'context_recover("{ref}") returns it'
+            else:
+                where = 'use recall or run it again for details' if recall else 'run it again for details'
+            # The call this result answers stays in the view, paired with the stub by its id: the stub names it
+            # only when it is not there, and never repeats its arguments (a file a write tool was given).
+            call = calls.get(part.tool_call_id)
+            named = '' if call else f'output of {part.tool_name}, '
+            stub = f'[cleared: {named}{len(content):,} chars, began "{clip(content, 80)}"; {where}]'
+
             metadata = ResultMarks(cleared=True).to_metadata(part.metadata)
             parts = list(request.parts)
             parts[part_index] = replace(part, content=stub, metadata=metadata)
@@ -437,9 +458,13 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         return out
 
 
+_STUB_CHARS = 150
+"""About the length of a stub: a result no longer than this is never cleared."""
+
+
 def _saving(view: Sequence[ModelMessage], results: Sequence[tuple[int, int]]) -> int:
-    """Estimated tokens clearing *results* saves: each stub is about 200 characters, the rest goes."""
-    return sum(max(len(return_text(_part_at(view, i, p))) - 200, 0) for i, p in results) // 4
+    """Estimated tokens clearing *results* saves: each stub is about `_STUB_CHARS` characters, the rest goes."""
+    return sum(max(len(return_text(_part_at(view, i, p))) - _STUB_CHARS, 0) for i, p in results) // 4
 
 
 def _part_at(view: Sequence[ModelMessage], index: int, part_index: int) -> ToolReturnPart:
