@@ -170,3 +170,66 @@ def test_a_long_integer_in_a_dataclass_or_a_set_is_written_exactly(limit: int) -
     assert text.count(digits) == 4  # the field, both members of `tags` (one negative) and the member of `seen`
     assert read['result'] == {'count': LONG, 'tags': [-LONG, LONG, 3]}  # sorted by their JSON text
     assert read['seen'] == ['a', 1, LONG]
+
+
+def test_sets_nested_in_sets_are_written_in_one_order_whatever_the_hash_seed() -> None:
+    """A set's members were ordered by `str` of what they hold, and `str` of a set follows the hash seed: the text
+    (and so its hash) changed from one interpreter to the next."""
+    import subprocess
+    import sys
+
+    # The module alone, loaded from its file (it imports no other module of the package): a fresh interpreter
+    # per seed without the package's import time.
+    script = (
+        'import importlib.util, sys\n'
+        f'spec = importlib.util.spec_from_file_location("encoding", {encoding.__file__!r})\n'
+        'module = importlib.util.module_from_spec(spec); sys.modules["encoding"] = module\n'
+        'spec.loader.exec_module(module); to_json = module.to_json\n'
+        'from dataclasses import dataclass\n'
+        '@dataclass(frozen=True)\n'
+        'class D:\n'
+        '    a: object\n'
+        "value = {'sets': {frozenset({'alpha', 'beta'}), frozenset({'alpha', 'gamma'}),\n"
+        "                  frozenset({'beta', 'delta'})},\n"
+        "         'tuples': {('k', frozenset({'x', 'y'})), ('k', frozenset({'x', 'z'}))},\n"
+        "         'tie': {D('x'), \"D(a='x')\"}}\n"
+        'print(to_json(value))\n'
+    )
+    texts = {
+        subprocess.run(
+            [sys.executable, '-c', script],
+            env={**os.environ, 'PYTHONHASHSEED': str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in range(6)
+    }
+    assert len(texts) == 1
+    (text,) = texts
+    assert json.loads(text)['sets'] == [['alpha', 'beta'], ['alpha', 'gamma'], ['beta', 'delta']]
+    assert json.loads(text)['tie'] == ["D(a='x')", {'a': 'x'}]  # the same text: the type's name decides
+
+
+def test_sets_nested_deep_with_long_integers_are_walked_once_a_level(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each level's members were ordered by writing them whole, and that writing ordered the level below again:
+    time doubled (or worse) with each level (depth 10: 23 s). Counted by the long integers converted to digits."""
+    import pydantic_core
+
+    calls = 0
+    convert = pydantic_core.to_json
+
+    def counting(value: Any) -> bytes:
+        nonlocal calls
+        calls += 1
+        return convert(value)
+
+    monkeypatch.setattr(pydantic_core, 'to_json', counting)
+    value: Any = frozenset({LONG, 'leaf'})
+    for depth in range(1, 12):
+        value = frozenset({value, LONG + depth})
+    text = to_json({value})
+    # Digits sort before a list's bracket: each level is its integer, then the level below; `LONG` and 'leaf' last.
+    assert text.count('[') == 13
+    assert text.endswith('12345' + ']' * 13) and '["leaf",1000' in text
+    assert calls <= 12 * 13  # 12 integers; a walk per level of what lies below it at most

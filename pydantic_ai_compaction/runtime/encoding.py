@@ -118,7 +118,7 @@ def to_json(value: Any) -> str:
 
     One path for every value, so the same value always gives the same text (a hash of it is stable):
     non-finite floats become `null`; datetimes, dates and times their ISO form; dataclasses their fields;
-    sets sorted lists; bytes base64; anything else its `str`. A value nested deeper than the interpreter
+    sets sorted lists (in one order whatever the hash seed: `_member_order`); bytes base64; anything else its `str`. A value nested deeper than the interpreter
     can walk becomes a fixed JSON string saying so (lossy, never an error).
     """
     try:
@@ -135,24 +135,29 @@ def to_json(value: Any) -> str:
     return text if text.isascii() else _SURROGATE.sub(lambda match: f'\\u{ord(match.group()):04x}', text)
 
 
-def _with_long_integers(value: Any) -> str:
+def _with_long_integers(value: Any, encoder: json.JSONEncoder | None = None) -> str:
     """`to_json`'s standard-library text of *value* holding an integer past Python's digit limit
-    (`sys.get_int_max_str_digits`, 4,300 by default), which has no `str` and so no JSON there.
+    (`sys.get_int_max_str_digits`, 4,300 by default), which has no `str` and so no JSON there (*encoder*:
+    `_ENCODER` unless given).
 
     Each such integer is written as pydantic-core writes it (no such limit: as pydantic-ai sends it): as a key, its
     digits are the key (sorted with the others, as the standard library sorts keys written as strings); as a value,
     it is written in, in one pass, in place of a marker string no value holds (a NUL and a random token). Sets and
-    dataclasses are opened here as `_other` opens them (the encoder's `default` would meet the integer unwritten);
-    an integer the marker cannot replace (a set's member's dataclass, written by `str`) makes the value a fixed
-    JSON string saying so (lossy, never an error).
+    dataclasses are opened here as `_other` opens them (the encoder's `default` would meet the integer unwritten),
+    each node once: a set's members are ordered by their own text, integers written in (`_member_order`). A
+    value the encoder still cannot write becomes a fixed JSON string saying so (lossy, never an error).
     """
     token = secrets.token_hex(8)
     digits: list[str] = []
+    marker = re.compile(r'"\\u0000' + token + r':(\d+)\\u0000"')
     # Below these many bits an integer has fewer digits than the limit (log2(10) > 3.32): `str` writes it.
     safe_bits = int((_digit_limit() - 1) * 3.32)
 
     def long(item: Any) -> bool:
         return isinstance(item, int) and not isinstance(item, bool) and item.bit_length() >= safe_bits
+
+    def written_in(text: str) -> str:
+        return marker.sub(lambda match: digits[int(match.group(1))], text)
 
     def swap(item: Any) -> Any:
         if long(item):
@@ -168,24 +173,45 @@ def _with_long_integers(value: Any) -> str:
         if dataclasses.is_dataclass(item) and not isinstance(item, type):
             return swap(dataclasses.asdict(item))
         if isinstance(item, set | frozenset):
-            # `_other`'s order; a member holding a long integer has no `json.dumps`, so its digits order it.
-            return [swap(inner) for inner in sorted(item, key=_member_order)]  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+            # `_member_order`'s order, from each member's swapped form: a member is walked once, however deep.
+            members = [(swap(inner), type(inner).__qualname__) for inner in item]  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+            members.sort(key=lambda pair: (written_in(_ORDER_ENCODER.encode(pair[0])), pair[1]))
+            return [swapped for swapped, _ in members]
         return _plain(item)
 
     try:
-        text = _ENCODER.encode(swap(value))
+        text = (encoder or _ENCODER).encode(swap(value))
     except (ValueError, RecursionError):
         return '"<a value holding an integer too long to encode>"'
-    marker = re.compile(r'"\\u0000' + token + r':(\d+)\\u0000"')
-    return marker.sub(lambda match: digits[int(match.group(1))], text)
+    return written_in(text)
 
 
-def _member_order(member: Any) -> str:
-    """The key `_other` sorts a set's members by, also for a member holding an integer past the digit limit."""
+def _member_order(member: Any) -> tuple[str, str]:
+    """The key `_other` sorts a set's members by: the member's text as `json.dumps(sort_keys=True)` writes it, then
+    its type's name (a string and an object written as that string tie on the text).
+
+    Sets and dataclasses inside the member are written as `to_json` writes them (their sets sorted the same way),
+    not by `str`, whose order of a set's members follows the interpreter's hash seed; so are integers past the
+    digit limit.
+    """
     try:
-        return json.dumps(_plain(member), sort_keys=True, default=str)
-    except ValueError:
-        return to_json(member)
+        text = _ORDER_PLAIN.encode(_plain(member))
+    except (TypeError, ValueError):  # a set or a dataclass inside; an integer past the digit limit
+        text = _with_long_integers(member, _ORDER_ENCODER)
+    return text, type(member).__qualname__
+
+
+def _unordered(value: Any) -> str:
+    """`str` of a value JSON has no form for, except those `_member_order` writes itself (a `TypeError`)."""
+    if isinstance(value, set | frozenset) or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
+        raise TypeError('written by _with_long_integers')
+    return str(value)
+
+
+_ORDER_ENCODER = json.JSONEncoder(sort_keys=True, default=str)
+"""`json.dumps(sort_keys=True, default=str)`: the text a set's members are ordered by."""
+_ORDER_PLAIN = json.JSONEncoder(sort_keys=True, default=_unordered)
+"""`_ORDER_ENCODER` for a member without sets or dataclasses inside (the common case, without a walk in Python)."""
 
 
 def _digit_limit() -> int:
