@@ -118,8 +118,9 @@ def to_json(value: Any) -> str:
 
     One path for every value, so the same value always gives the same text (a hash of it is stable):
     non-finite floats become `null`; datetimes, dates and times their ISO form; dataclasses their fields;
-    sets sorted lists (in one order whatever the hash seed: `_member_order`); bytes base64; anything else its `str`. A value nested deeper than the interpreter
-    can walk becomes a fixed JSON string saying so (lossy, never an error).
+    sets sorted lists (in one order whatever the hash seed: `_member_order`); bytes base64; anything else its
+    `str`. A value nested deeper than the interpreter can walk becomes a fixed JSON string saying so (lossy,
+    never an error).
     """
     try:
         if _orjson_writes_as_json(value):
