@@ -25,7 +25,18 @@ from typing import NoReturn
 from pydantic_ai_compaction_bench import console, costsim, models, strategies
 from pydantic_ai_compaction_bench.cost import PriceTable
 from pydantic_ai_compaction_bench.plots import plot
-from pydantic_ai_compaction_bench.report import read_records, recorded_prices, summarize, write_records
+from pydantic_ai_compaction_bench.report import (
+    Record,
+    describe_prices,
+    describe_sheets,
+    mixed_prices,
+    price_sheets,
+    prices_argument,
+    read_records,
+    recorded_prices,
+    summarize,
+    write_records,
+)
 from pydantic_ai_compaction_bench.runner import PLAYERS, REFERENCE, Player, RunSpec, check_server, run_all, spec_of
 from pydantic_ai_compaction_bench.tasks import incident
 
@@ -354,6 +365,29 @@ def open_records(path: Path, *, resume: bool, overwrite: bool) -> list[dict[str,
     return []
 
 
+def resumed_at_other_prices(kept: Sequence[Record], model: str, prices: dict[str, float] | None, path: Path) -> str:
+    """Why runs of *model* at *prices* cannot join the records *kept* in *path*, else ''.
+
+    The tables take medians over one model's runs: added at other prices, they would mix two price sheets in one
+    cost cell. Runs of other models have tables of their own and may have been priced otherwise.
+    """
+    counts = price_sheets(record for record in kept if record.get('model') == model).get(model)
+    new = PriceTable(**prices) if prices is not None else None
+    if not counts or set(counts) == {new}:
+        return ''
+    wanted = describe_prices(new) if new is not None else 'no known prices'
+    # Prices that match exist only when the file's runs of the model share one known sheet.
+    matching = (
+        f'pass --prices {prices_argument(sheet)} to add runs at them, or '
+        if len(counts) == 1 and (sheet := next(iter(counts))) is not None
+        else ''
+    )
+    return (
+        f'{path} holds runs of {model} priced at {describe_sheets(counts)}; this run would price its runs at '
+        f'{wanted}: {matching}write to another --out (or --overwrite)'
+    )
+
+
 def bench(args: argparse.Namespace) -> int:
     """Run, append records as runs finish, write plots, print the tables."""
     if args.model != REFERENCE:
@@ -381,11 +415,14 @@ def bench(args: argparse.Namespace) -> int:
     if isinstance(opened, str):
         print(f'pai-compaction: error: {opened}', file=sys.stderr)
         return EXIT_USAGE
-    done = {spec_of(record).key() for record in opened if record.get('status') == 'ok' and 'config' in record}
-    todo = [spec for spec in specs if spec.key() not in done]
     # Each record keeps the prices its run was priced at, so that `summarize` shows the same costs without
     # `--prices` (the $0 of a server, a table given here, a registry price that may change).
     prices = recorded_prices(args.prices, args.model)
+    if conflict := resumed_at_other_prices(opened, args.model, prices, path):
+        print(f'pai-compaction: error: {conflict}', file=sys.stderr)
+        return EXIT_USAGE
+    done = {spec_of(record).key() for record in opened if record.get('status') == 'ok' and 'config' in record}
+    todo = [spec for spec in specs if spec.key() not in done]
     asyncio.run(
         run_all(
             todo,
@@ -492,6 +529,9 @@ def summarize_records(args: argparse.Namespace) -> int:
         raise UsageError(f'{path} is not a records file of pai-compaction bench (a line without a strategy)')
     present = sorted({str(record.get('strategy')) for record in records})
     baseline = chosen_baseline(args.baseline, present, f'among the strategies in {path}')
+    if args.prices is None and (mixed := mixed_prices(records)):
+        # One cost cell is a median over runs: at two price sheets it is a cost at neither.
+        raise UsageError(f'{path}: {mixed}; pass --prices input,cache_read,cache_write,output to price every run alike')
     print(summarize(records, baseline=baseline, prices=args.prices, budget=args.summary_budget))
     if args.plots is not None:
         plot(records, args.plots, budget=args.summary_budget, prices=args.prices)

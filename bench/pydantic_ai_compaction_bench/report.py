@@ -109,6 +109,77 @@ def recorded_prices(prices: PriceTable | None, model: str) -> dict[str, float] |
     return dataclasses.asdict(prices)
 
 
+def describe_prices(prices: PriceTable) -> str:
+    """*prices* in words, for a table header or an error: `$2 input, $0.1 cache read, ... per million tokens`."""
+    return (
+        f'${prices.input:g} input, ${prices.cache_read:g} cache read, ${prices.cache_write:g} cache write, '
+        f'${prices.output:g} output per million tokens'
+    )
+
+
+def prices_argument(prices: PriceTable) -> str:
+    """*prices* as `--prices` takes them: `input,cache_read,cache_write,output`."""
+    return ','.join(f'{value:g}' for value in dataclasses.astuple(prices))
+
+
+def priced_at(record: Record) -> PriceTable | None:
+    """The prices *record* is priced at without `--prices` (`record_prices`), or None when none are known."""
+    try:
+        return record_prices(record)
+    except ValueError:  # an unknown model recorded without prices: pricing it asks for --prices
+        return None
+
+
+def price_sheets(records: Iterable[Record]) -> dict[str, dict[PriceTable | None, int]]:
+    """Per model, the prices its priced runs (status ok) are priced at without `--prices`, and how many runs each.
+
+    Only runs of one model share a table, so one model's runs must share one price sheet; other models may differ.
+    """
+    sheets: dict[str, dict[PriceTable | None, int]] = defaultdict(lambda: defaultdict(int))
+    for record in records:
+        if record['status'] == 'ok':
+            sheets[record['model']][priced_at(record)] += 1
+    return {model: dict(counts) for model, counts in sheets.items()}
+
+
+def describe_sheets(counts: dict[PriceTable | None, int]) -> str:
+    """Price sheets and how many runs each, most runs first: `$2 input, ... per million tokens (3 runs); ...`."""
+    ordered = sorted(counts.items(), key=lambda item: -item[1])
+    return '; '.join(
+        f'{describe_prices(sheet) if sheet is not None else "no known prices"} ({count} run{"s" * (count != 1)})'
+        for sheet, count in ordered
+    )
+
+
+def mixed_prices(records: Iterable[Record]) -> str:
+    """Why *records* cannot share tables without `--prices`: runs of one model priced at different prices, else ''.
+
+    A median over runs priced at different sheets is no cost at any of them, so `summarize` refuses it rather
+    than showing one under a header that names one rate.
+    """
+    mixed = {model: counts for model, counts in price_sheets(records).items() if len(counts) > 1}
+    return '; '.join(f'runs of {model} are priced at {describe_sheets(counts)}' for model, counts in mixed.items())
+
+
+def _cost_basis(records: Sequence[Record], prices: PriceTable | None) -> str:
+    """What a table's cost column is priced at, for its header."""
+    if prices is not None:
+        return f'the given --prices ({describe_prices(prices)})'
+    ok = [r for r in records if r['status'] == 'ok']
+    sheets = {priced_at(r) for r in ok}
+    if len(sheets) != 1 or (sheet := sheets.pop()) is None:
+        # No priced run, or prices unknown (pricing raises) or mixed (`summarize` refuses first).
+        return "the model's rates"
+    recorded = sum(1 for r in ok if r.get('prices') is not None)
+    if recorded == len(ok):
+        source = 'the prices recorded with the runs'
+    elif recorded == 0:
+        source = "the model's rates as known now"
+    else:
+        source = "the prices recorded with the runs (the model's rates as known now for runs recorded without)"
+    return f'{source} ({describe_prices(sheet)})'
+
+
 def usage_totals(record: Record) -> UsageTotals:
     """Everything a run sent and received, compactor calls included."""
     requests: list[dict[str, Any]] = list(record.get('requests') or [])
@@ -300,7 +371,12 @@ def summarize(
     One main table per task, size, model and player at the main summary budget (*budget* if the records
     have it); a sensitivity table per task and size when the records hold several budgets or players; and
     the configuration of every strategy, as recorded.
+
+    Raises:
+        ValueError: Without *prices*, when runs of one model were priced at different prices (`mixed_prices`).
     """
+    if prices is None and (mixed := mixed_prices(records)):
+        raise ValueError(f'{mixed}: pass --prices to price every run at one sheet')
     chosen_budget = main_budget(records, budget)
     groups: dict[GroupKey, list[Record]] = defaultdict(list)
     for record in records:
@@ -321,8 +397,8 @@ def summarize(
             title += ', anchors pin markers'
         meta = (
             f'{len(seeds)} seeds × {len(variants)} variant(s) ({", ".join(variants)}); trigger {trigger:,}; '
-            "medians per run; cost = input, cache reads and writes, output at the model's rates (compactor calls "
-            'included); pairs by seed and variant.'
+            'medians per run; cost = input, cache reads and writes, output (compactor calls included) at '
+            f'{_cost_basis(group, prices)}; pairs by seed and variant.'
         )
         present = {r['strategy'] for r in group}
         chosen = baseline if baseline in present else None
