@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import httpx2
 import pytest
@@ -59,8 +59,8 @@ EXTENDED = AnthropicModelSettings(anthropic_thinking={'type': 'enabled', 'budget
 class StrictAnthropic(Anthropic):
     """The Anthropic endpoint, thinking only when the request asks for it, with the model's own settings."""
 
-    def __init__(self, settings: ModelSettings | None = None) -> None:
-        super().__init__('claude-sonnet-4-6')
+    def __init__(self, settings: ModelSettings | None = None, model_name: str = 'claude-sonnet-4-6') -> None:
+        super().__init__(model_name)
         self.settings = settings
 
     def build(self, client: httpx2.AsyncClient, **kwargs: Any) -> Model:
@@ -100,8 +100,8 @@ def _refuse(path: str, payload: Payload) -> int | None:
     return 400 if any('running tool loop must start with its thinking block' in p for p in problems) else None
 
 
-def _anthropic(settings: ModelSettings | None = EXTENDED) -> Mock:
-    return Mock(StrictAnthropic(settings), Script(), fail=_refuse)
+def _anthropic(settings: ModelSettings | None = EXTENDED, model_name: str = 'claude-sonnet-4-6') -> Mock:
+    return Mock(StrictAnthropic(settings, model_name), Script(), fail=_refuse)
 
 
 def _marked(payload: Payload, marker: str = FORK_MARKER) -> bool:
@@ -152,9 +152,9 @@ def test_a_fork_on_anthropic_with_thinking_continues_another_providers_tool_loop
         assert _marked(payload)
         # The history's assistant turn opens with a tool call (the agent's reasoning went as text) ...
         assert _assistant_turn_opening(payload) == 'tool_use'
-        # ... so this request does not think; pydantic-ai's `thinking=False` leaves `thinking` out for a model that
-        # thinks only when asked, and a model setting is replaced by an explicit `disabled`.
-        assert payload.get('thinking') == ({'type': 'disabled'} if thinking == 'anthropic_thinking' else None)
+        # ... so this request does not think: pydantic-ai's `thinking=False` leaves `thinking` out for a model that
+        # thinks only when asked, the model's own `anthropic_thinking` unset for it.
+        assert 'thinking' not in payload
         assert 'output_config' not in payload  # no effort left over from the unified `thinking='high'`
     assert fork.problems() == []
     assert agent_mock.problems() == []
@@ -193,9 +193,75 @@ def test_a_fork_that_turns_thinking_on_for_an_anthropic_agent_without_it() -> No
     assert len(records) >= 2 and [r.fallback_reason for r in records] == [None] * len(records)
     forks = [p for p in mock.payloads if _marked(p)]
     assert len(forks) == len(records)
-    assert all(p['thinking'] == {'type': 'disabled'} for p in forks)
+    assert all('thinking' not in p for p in forks)
     assert all(e.status == 200 for e in mock.exchanges)
     assert mock.problems() == []
+
+
+def test_a_fork_on_a_fallback_model_whose_anthropic_model_answers_when_the_first_fails() -> None:
+    """`FallbackModel(OpenAI, Anthropic with thinking)`: the OpenAI model fails (503) and the request goes to the
+    Anthropic one, which would think in the OpenAI agent's tool loop; thinking is off for the request (for both models,
+    which share its settings), and the Anthropic model answers."""
+    from pydantic_ai.models.fallback import FallbackModel
+
+    primary = Mock(PROVIDERS['openai-responses'](), Script(), fail=lambda path, payload: 503)
+    anthropic = _anthropic()
+    agent_mock = Mock(PROVIDERS['openai-responses'](), Script())
+    events: list[CompactionEvent] = []
+    fork_model = FallbackModel(primary.model(), anthropic.model())
+    agent = Agent(agent_mock.model(), capabilities=[Fork(trigger=TRIGGER, model=fork_model, observer=events.append)])
+    plain_tools(agent)
+
+    assert agent.run_sync('Audit logs 1-8 and report.').output == 'report: done'
+    records = _records(events)
+    assert len(records) >= 2 and [r.fallback_reason for r in records] == [None] * len(records)
+    assert [e.status for e in primary.exchanges] == [503] * len(records)
+    assert [e.status for e in anthropic.exchanges] == [200] * len(records)
+    for payload in anthropic.payloads:
+        assert _marked(payload)
+        assert _assistant_turn_opening(payload) == 'tool_use'
+        assert 'thinking' not in payload
+    assert anthropic.problems() == []
+
+
+@pytest.mark.parametrize('model_name', ['claude-opus-5', 'claude-haiku-5-5'])
+@pytest.mark.parametrize('effort', ['max', 'xhigh'])
+def test_a_fork_turning_thinking_off_lowers_an_effort_the_model_refuses_without_it(
+    model_name: str, effort: str
+) -> None:
+    """These models think by default and cap the effort at `high` with thinking off (pydantic-ai refuses to send
+    more): the fork request that turns thinking off sends `high`, and is answered."""
+    fork = _anthropic(cast(ModelSettings, {'anthropic_effort': effort}), model_name)
+    agent_mock = Mock(PROVIDERS['openai-responses'](), Script())
+    events: list[CompactionEvent] = []
+    agent = Agent(agent_mock.model(), capabilities=[Fork(trigger=TRIGGER, model=fork.model(), observer=events.append)])
+    plain_tools(agent)
+
+    assert agent.run_sync('Audit logs 1-8 and report.').output == 'report: done'
+    records = _records(events)
+    assert len(records) >= 2 and [r.fallback_reason for r in records] == [None] * len(records)
+    assert [e.status for e in fork.exchanges] == [200] * len(records)
+    for payload in fork.payloads:
+        assert payload['thinking'] == {'type': 'disabled'}
+        assert payload['output_config'] == {'effort': 'high'}
+    assert fork.problems() == []
+
+
+def test_an_effort_the_model_takes_without_thinking_is_left_as_it_is() -> None:
+    """Opus 4.8 accepts every effort with thinking off: turning thinking off leaves its `max`."""
+    fork = _anthropic(cast(ModelSettings, {'anthropic_effort': 'max', 'thinking': True}), 'claude-opus-4-8')
+    agent_mock = Mock(PROVIDERS['openai-responses'](), Script())
+    events: list[CompactionEvent] = []
+    agent = Agent(agent_mock.model(), capabilities=[Fork(trigger=TRIGGER, model=fork.model(), observer=events.append)])
+    plain_tools(agent)
+
+    assert agent.run_sync('Audit logs 1-8 and report.').output == 'report: done'
+    records = _records(events)
+    assert len(records) >= 2 and [r.fallback_reason for r in records] == [None] * len(records)
+    for payload in fork.payloads:
+        assert 'thinking' not in payload
+        assert payload['output_config'] == {'effort': 'max'}
+    assert fork.problems() == []
 
 
 @pytest.mark.parametrize('fork_provider', ['openai-responses', 'openai-chat', 'google'])

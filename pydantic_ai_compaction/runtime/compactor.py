@@ -402,6 +402,26 @@ def _filters_tools(model: Model) -> bool:
     return _is_model(_unwrapped(model), _TOOL_FILTERING)
 
 
+def _candidates(model: Model) -> tuple[list[Model], bool]:
+    """The models that may answer for *model*: what wrappers send to, every model of a `FallbackModel` (each one it
+    may send to), and whether a `FallbackModel` was passed through (whose `prepare_messages` leaves the messages to
+    each model)."""
+    found: object = model
+    while True:
+        inner = cast(object, getattr(found, 'wrapped', None))
+        if not isinstance(inner, Model):
+            break
+        found = cast(object, inner)
+    fallbacks = cast(object, getattr(found, 'models', None))
+    if isinstance(fallbacks, list | tuple) and fallbacks:
+        leaves: list[Model] = []
+        for each in cast(Sequence[object], fallbacks):
+            if isinstance(each, Model):
+                leaves.extend(_candidates(cast(Model, each))[0])
+        return leaves, True
+    return [cast(Model, found)], False
+
+
 def _thinking_settings(
     target: Model, messages: Sequence[ModelMessage], settings: ModelSettings | None, parameters: ModelRequestParameters
 ) -> ModelSettings | None:
@@ -418,23 +438,40 @@ def _thinking_settings(
     turn it off still thinks, and is refused). Otherwise the settings are left as they are: a changed
     thinking setting invalidates Anthropic's cached message prefix (prompt-caching docs), which a fork
     on the agent's own model reuses.
+
+    Every model the request may be sent to is asked, each over the messages as it prepares them: a `FallbackModel`
+    whose first model is not Anthropic sends to its Anthropic one when the first fails. Its models share the
+    settings, so `thinking=False` turns thinking off for all of them, which a request asking for text can afford.
     """
-    model = _unwrapped(target)
-    if not _is_model(model, _THINKING_BOUND) or not _unsigned_tool_loop(messages, model.system):
+    candidates, fallback = _candidates(target)
+    refused: list[tuple[Model, ModelSettings]] = []
+    for model in candidates:
+        if not _is_model(model, _THINKING_BOUND):
+            continue
+        # A `FallbackModel` prepares the messages for each of its models as it sends to it.
+        prepared = model.prepare_messages(list(messages), parameters) if fallback else messages
+        if not _unsigned_tool_loop(prepared, model.system):
+            continue
+        thinks = getattr(model, '_request_thinks', None)
+        merged = merge_model_settings(model.settings, settings) or {}
+        if callable(thinks) and thinks(merged, parameters):
+            refused.append((model, merged))
+    if not refused:
         return settings
-    thinks = getattr(model, '_request_thinks', None)
-    merged = merge_model_settings(model.settings, settings) or {}
-    if not callable(thinks) or not thinks(merged, parameters):
-        return settings
-    off: ModelSettings = {**(settings or {}), 'thinking': False}
-    if merged.get('anthropic_thinking'):
-        # The provider's own setting wins over `thinking`: replaced by what `thinking=False` sends for the model
-        # (`disabled`, or the lowest setting of a model that cannot turn thinking off), `disabled` where it sends
-        # none.
-        translate = getattr(model, '_translate_thinking', None)
-        sent: object = translate({}, replace(parameters, thinking=False)) if callable(translate) else None
-        cast(dict[str, object], off)['anthropic_thinking'] = sent if isinstance(sent, dict) else {'type': 'disabled'}
-    return off
+    off: dict[str, object] = {**(settings or {}), 'thinking': False}
+    if any(merged.get('anthropic_thinking') for _, merged in refused):
+        # The provider's own setting wins over `thinking`, here or in the model's settings: unset (pydantic-ai reads
+        # an empty one as none), so that each model sends what `thinking=False` means for it (`disabled`, or the
+        # lowest setting of a model that cannot turn thinking off).
+        off['anthropic_thinking'] = None
+    for model, merged in refused:
+        if merged.get('anthropic_effort') in _EFFORTS_NEEDING_THINKING and model.profile.get(
+            'anthropic_disallows_top_effort_when_thinking_disabled', False
+        ):
+            # Opus 5, Sonnet 5.5 and Haiku 5.5 cap the effort at `high` with thinking off; pydantic-ai refuses to
+            # send more (`UserError`). The highest they accept, for the request asking for text.
+            off['anthropic_effort'] = 'high'
+    return cast(ModelSettings, off)
 
 
 def _unsigned_tool_loop(messages: Sequence[ModelMessage], system: str) -> bool:
@@ -468,7 +505,15 @@ _TOOL_FILTERING = frozenset({'AnthropicModel', 'GoogleModel'})
 """Model classes that send a `tool_choice` restricted to some tools by leaving the others out of the request."""
 
 _THINKING_BOUND = frozenset({'AnthropicModel'})
-"""Model classes whose thinking must open the assistant turn of a running tool loop with a block they signed."""
+"""Model classes whose thinking must open the assistant turn of a running tool loop with a block they signed.
+
+`BedrockConverseModel` is not among them, though Claude on Bedrock is bound by the same rule (Bedrock relays the
+same 400): its thinking may be set in `bedrock_additional_model_requests_fields`, which `thinking=False` does not
+override, and it is not handled here."""
+
+_EFFORTS_NEEDING_THINKING = frozenset({'xhigh', 'max'})
+"""Anthropic efforts that the models flagged `anthropic_disallows_top_effort_when_thinking_disabled` refuse with
+thinking off."""
 
 
 def with_appended_prompt(messages: Sequence[ModelMessage], prompt: str) -> list[ModelMessage]:
