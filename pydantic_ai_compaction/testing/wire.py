@@ -267,7 +267,9 @@ def anthropic_problems(payload: Payload, issued: Issued | None = None) -> list[s
 
     - `[anthropic.roles]`: roles are `user` and `assistant`; the turns alternate starting with `user`
       (consecutive messages of one role count as one turn), or with the assistant turn that opens with
-      a compaction block.
+      a compaction block. A `system` entry (mid-conversation system messages, docs.anthropic.com/en/docs/
+      build-with-claude/mid-conversation-system-messages: Claude Opus 4.8 and later) comes right after a
+      user turn, or after such an entry, and is not a turn.
     - `[anthropic.tool-result-first]`: every `tool_use` is answered by a `tool_result` in the very next
       turn, a user turn whose content starts with its tool results; no `tool_result` without its call.
     - `[anthropic.thinking-unmodified]`: with thinking enabled, the assistant turn of the running tool
@@ -283,6 +285,11 @@ def anthropic_problems(payload: Payload, issued: Issued | None = None) -> list[s
         role = message.get('role')
         blocks = _blocks(message.get('content'))
         out.extend(_thinking_problems(index, blocks, issued))
+        if role == 'system':
+            previous = messages[index - 1].get('role') if index else None
+            if previous not in ('user', 'system') or not turns or turns[-1][0] != 'user':
+                out.append(f'[anthropic.roles] message {index}: a system entry not after a user turn')
+            continue
         if role not in ('user', 'assistant'):
             out.append(f'[anthropic.roles] message {index}: role {role!r}')
             continue

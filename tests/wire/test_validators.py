@@ -103,6 +103,15 @@ def test_valid_requests_pass(kind: wire.ProviderKind, payload: dict[str, Any]) -
     wire.check(kind, payload, issued())
 
 
+def test_a_system_entry_after_a_user_turn_passes() -> None:
+    """Mid-conversation system messages (Claude Opus 4.8 and later; pydantic-ai 2.68 sends them): an entry,
+    or several, right after a user turn, outside the alternation of turns."""
+    system = {'role': 'system', 'content': [{'type': 'text', 'text': 'Answer briefly.'}]}
+    messages = ANTHROPIC_OK['messages']
+    payload = {**ANTHROPIC_OK, 'messages': [messages[0], system, system, *messages[1:], system]}
+    assert wire.problems('anthropic', payload, issued()) == []
+
+
 def chat(*messages: dict[str, Any]) -> dict[str, Any]:
     return {'messages': list(messages)}
 
@@ -186,9 +195,21 @@ BAD: list[tuple[str, wire.ProviderKind, dict[str, Any], str]] = [
         'anthropic.roles',
     ),
     (
-        'anthropic: unknown role',
+        'anthropic: a system entry first',
         'anthropic',
         {'messages': [{'role': 'system', 'content': 'x'}, *ANTHROPIC_OK['messages']]},
+        'anthropic.roles',
+    ),
+    (
+        'anthropic: a system entry after an assistant turn',
+        'anthropic',
+        {'messages': [*ANTHROPIC_OK['messages'][:2], {'role': 'system', 'content': 'x'}, ANTHROPIC_OK['messages'][2]]},
+        'anthropic.roles',
+    ),
+    (
+        'anthropic: unknown role',
+        'anthropic',
+        {'messages': [*ANTHROPIC_OK['messages'], {'role': 'developer', 'content': 'x'}]},
         'anthropic.roles',
     ),
     (
