@@ -8,7 +8,9 @@ naming the operation and the server (its DSN without the password).
 A server that cannot be connected to is reported once, and operations then fail at once rather than each waiting
 `connect_timeout` for a connection that cannot come, until an operation tries again after a back-off (a circuit
 breaker, `_Breaker`): a refusal for the setup (a password or role refused, a database missing) with a
-`SetupWarning`; an outage (a server down, a wrong host or port, an attempt timing out) with a `RuntimeWarning`.
+`SetupWarning`; an outage (a server down, a wrong host or port, an attempt timing out) with a `RuntimeWarning`, as
+another answer of the server is (a connection limit, a start in progress), said as a refusal in its words. Only
+a server no connection works with is one: a pool that cannot grow keeps serving from the connections it has.
 """
 
 from __future__ import annotations
@@ -581,7 +583,8 @@ class PostgresArchiveStore:
             max_connections: Connections the pool may open (threads of one process share them).
             connect_timeout: Seconds an operation waits for a connection before it fails: the pool's connections
                 all in use, or a connection attempt that neither connects nor fails (a host that drops packets).
-                A failed attempt (a port closed, a host unknown, a login refused) ends the wait at once, and
+                While no connection works, a failed attempt (a port closed, a host unknown, a login refused)
+                ends the wait at once, that of the operations already queued too, and
                 until the store tries again (after 1 s, then 2 s, 4 s, ... up to 30 s) every operation fails at
                 once with that attempt's error, reported once with a warning (`_Breaker`).
             busy_timeout_ms: Longest a statement may wait for a lock held by another worker, in milliseconds,
@@ -688,7 +691,7 @@ class PostgresArchiveStore:
 
         With connections working this is the pool's `getconn` alone: no attempt, no round trip of its own.
         """
-        from psycopg_pool import PoolTimeout
+        from psycopg_pool import PoolClosed, PoolTimeout
 
         if self._closed:
             raise self._error(operation, 'the store is closed')
@@ -730,6 +733,8 @@ class PostgresArchiveStore:
                 # Waited in pieces only while no attempt succeeded: a waiter whose piece ends goes to the back of
                 # the pool's queue, which a busy pool's waiters should not.
                 return self._pool.getconn(timeout=left if breaker.working else min(left, _POLL))
+            except PoolClosed:  # closed while this operation waited
+                raise self._error(operation, 'the store is closed') from None
             except PoolTimeout:
                 if self._closed:
                     raise self._error(operation, 'the store is closed') from None
