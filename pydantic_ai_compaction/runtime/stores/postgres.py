@@ -423,6 +423,7 @@ class _Breaker:
         """Open for the current back-off (called with `lock` held), then double it; *failure* if none is known
         (an attempt still running when the operation's wait ended)."""
         now = monotonic()
+        self.working = False  # taken for an outage: the next attempts that fail are not the pool's growth
         if self.failure is None:
             self.failure, self.kind = failure or 'no connection', 'outage'
         if self.retry_at <= now:  # operations that met one failure together back off once
@@ -722,8 +723,11 @@ class PostgresArchiveStore:
                 waited = f'no connection within {self.connect_timeout:g} s' + (
                     f' (the last attempt: {last})' if last else ''
                 )
+                # The pool holding no connection: none works, though none broke under an operation (the pool
+                # replaced an expired one while the server was away), so no later attempt would be taken for one.
+                empty = not self._pool.get_stats().get('pool_size')
                 with breaker.lock:
-                    unreachable = not breaker.working
+                    unreachable = empty or not breaker.working
                     if unreachable:  # no attempt connected: an attempt still running, a host that does not answer
                         breaker.trip(waited)
                 if unreachable:
