@@ -444,6 +444,8 @@ def refused_dsn(**changed: str) -> str:
     [
         ({'password': 'wrong-s3cr3t'}, 'password authentication failed'),
         ({'dbname': 'pac_missing_database'}, 'database "pac_missing_database" does not exist'),
+        # The server answers these too: said as refused, with its words, never as a server that cannot be reached.
+        ({'options': '-c statement_timeout=abc'}, 'invalid value for parameter'),
     ],
 )
 def test_postgres_refused_login_is_one_setup_warning_and_no_call_waits(changed: dict[str, str], cause: str) -> None:
@@ -461,6 +463,7 @@ def test_postgres_refused_login_is_one_setup_warning_and_no_call_waits(changed: 
         assert took < 5, took  # every store call waited the 10 s connect_timeout: over a minute
         setup = [str(w.message) for w in caught if issubclass(w.category, SetupWarning)]
         assert len(setup) == 1 and cause in setup[0] and store.target in setup[0]
+        assert 'the server refused the connection' in setup[0] and 'cannot be reached' not in setup[0]
         assert [str(w.message) for w in caught if 'PostgreSQL' in str(w.message)] == setup  # said once
         assert 'nothing was archived' in said['context_apply'] and cause in said['context_apply']
         assert 'could not be stored' in said['note'] and 'Recall is unavailable' in said['recall']
@@ -511,7 +514,7 @@ def test_postgres_an_unreachable_server_is_said_once_and_is_not_a_setup_mistake(
                 with pytest.raises(ArchiveError) as raised:
                     operation()
                 errors.append(raised.value)
-        assert [w.category for w in caught] == [RuntimeWarning]
+        assert [w.category for w in store_warnings(caught)] == [RuntimeWarning]
         assert 'the server cannot be reached (' in str(caught[0].message) and 'port=9' in str(caught[0].message)
         assert all(not error.setup and error.reported and not is_setup_error(error) for error in errors)
         assert 'get_archived failed on' in str(errors[1]) and 'Connection refused' in str(errors[1])
@@ -529,9 +532,10 @@ def closed_port() -> int:
 
 class Proxy:
     """A TCP proxy on a local *port* to the test server, which the test starts and stops: a server that goes away
-    (new connections refused, open ones cut) and comes back."""
+    (new connections refused, open ones cut) and comes back; with *limit*, one that closes the connections past
+    the first *limit* at once, as a server's or a pooler's connection limit does."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, limit: int | None = None) -> None:
         from psycopg.conninfo import conninfo_to_dict
 
         params = conninfo_to_dict(POSTGRES_DSN)
@@ -539,6 +543,8 @@ class Proxy:
         self.port = port
         self.listener: socket.socket | None = None
         self.open: list[socket.socket] = []
+        self.limit = limit
+        self.passed = 0
 
     def start(self) -> None:
         listener = socket.socket()
@@ -549,11 +555,13 @@ class Proxy:
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
 
     def stop(self) -> None:
-        for sock in [*self.open, *([self.listener] if self.listener else [])]:
+        # The listener first: a connection cut while it still listened was replaced through it at once.
+        sockets = [*([self.listener] if self.listener else []), *self.open]
+        self.listener, self.open = None, []
+        for sock in sockets:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept() or recv()
             sock.close()
-        self.listener, self.open = None, []
 
     def _accept(self, listener: socket.socket) -> None:
         while True:
@@ -561,6 +569,13 @@ class Proxy:
                 client, _ = listener.accept()
             except OSError:
                 return
+            if self.listener is not listener:  # accepted as it stopped: a stopped server takes nothing
+                client.close()
+                return
+            if self.limit is not None and self.passed >= self.limit:
+                client.close()
+                continue
+            self.passed += 1
             upstream = socket.create_connection(self.upstream)
             self.open += [client, upstream]
             for source, sink in ((client, upstream), (upstream, client)):
@@ -575,11 +590,17 @@ class Proxy:
             sink.shutdown(socket.SHUT_RDWR)
 
 
+def store_warnings(caught: list[warnings.WarningMessage]) -> list[warnings.WarningMessage]:
+    """The warnings of *caught* but a `ResourceWarning`: an event loop an earlier test left is collected at any
+    time, and warned about in whichever test is running."""
+    return [w for w in caught if not issubclass(w.category, ResourceWarning)]
+
+
 def pool_gave_up(store: PostgresArchiveStore) -> None:
     """Wait until the pool's own attempts are over (it tries a failed one once more, then gives up)."""
     deadline = time.monotonic() + 10
     while store._pool.get_stats()['pool_size']:  # pyright: ignore[reportPrivateUsage]
-        assert time.monotonic() < deadline
+        assert time.monotonic() < deadline, store._pool.get_stats()  # pyright: ignore[reportPrivateUsage]
         time.sleep(0.01)
 
 
@@ -671,7 +692,9 @@ def test_postgres_a_server_that_comes_back_is_used_again_after_the_back_off() ->
                 assert [note.text for note in store.notes(conversation)] == ['back 0', 'back 1'][: outage + 1]
                 proxy.stop()
         # Each outage said once, as an outage; every call between said nothing.
-        assert [(w.category, 'cannot be reached' in str(w.message)) for w in caught] == [(RuntimeWarning, True)] * 2
+        assert [(w.category, 'cannot be reached' in str(w.message)) for w in store_warnings(caught)] == [
+            (RuntimeWarning, True)
+        ] * 2
     finally:
         proxy.stop()
         store.close()
@@ -699,4 +722,205 @@ def test_postgres_a_healthy_store_makes_no_round_trip_nor_attempt_of_its_own(tmp
         assert trace.read_text().count('ReadyForQuery') == 6
         assert (store._breaker.attempts, pool.get_stats()['requests_num']) == (attempts, requests + 6)  # pyright: ignore[reportPrivateUsage]
     finally:
+        store.close()
+
+
+def test_postgres_a_pool_that_cannot_grow_keeps_serving_from_its_working_connection() -> None:
+    """A server's (or a pooler's) connection limit: the pool's one connection works, its attempts to grow are
+    closed at once. That is no outage: every operation waits its turn on the working connection. Taken for one,
+    4 of 8 operations failed at once with a warning, and so did the next call."""
+    postgres_store().close()  # skips (or fails in CI) without a server
+    proxy = Proxy(closed_port(), limit=1)
+    proxy.start()
+    store = PostgresArchiveStore(refused_dsn(host='127.0.0.1', port=str(proxy.port)), max_connections=4)
+    breaker = store._breaker  # pyright: ignore[reportPrivateUsage]
+    conversation = key()
+    failures: list[ArchiveError] = []
+
+    def sleepy() -> None:
+        try:
+            store._run('sleepy', lambda conn: conn.execute('SELECT pg_sleep(0.1)'))  # pyright: ignore[reportPrivateUsage]
+        except ArchiveError as error:
+            failures.append(error)
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            assert store.notes(conversation) == []
+            threads = [threading.Thread(target=sleepy) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert store.notes(conversation) == []
+        assert failures == [] and store_warnings(caught) == []
+        # The pool did try to grow, and was refused: the case this is about, not a pool that never grew.
+        assert breaker.attempts > 1 and proxy.passed == 1
+        assert breaker.failure is None and breaker.failures == 0
+    finally:
+        store.close()
+        proxy.stop()
+
+
+def test_postgres_operations_queued_on_a_busy_pool_end_when_the_server_goes_away() -> None:
+    """Operations waiting for the pool's one connection, in use, when the server goes away: the attempt to replace
+    it fails, and that ends their wait. Queued while the connection worked, they waited in one piece, all of
+    `connect_timeout` (30 s here)."""
+    postgres_store().close()  # skips (or fails in CI) without a server
+    proxy = Proxy(closed_port())
+    proxy.start()
+    store = PostgresArchiveStore(
+        refused_dsn(host='127.0.0.1', port=str(proxy.port)), max_connections=1, connect_timeout=30
+    )
+    pool: Any = store._pool  # pyright: ignore[reportPrivateUsage]
+    conversation = key()
+    errors: list[str] = []
+
+    def call(work: Callable[[], Any]) -> None:
+        try:
+            work()
+        except ArchiveError as error:
+            errors.append(str(error))
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            assert store.notes(conversation) == []
+            holding = threading.Event()
+
+            def hold(conn: Any) -> None:
+                holding.set()
+                conn.execute('SELECT pg_sleep(20)')
+
+            holder = threading.Thread(target=call, args=(lambda: store._run('hold', hold),))  # pyright: ignore[reportPrivateUsage]
+            holder.start()
+            assert holding.wait(10)
+            # Counted as they queue (the pool's `requests_waiting` also counts waits that ended).
+            queued_before = pool.get_stats().get('requests_queued', 0)
+            queued = [threading.Thread(target=call, args=(lambda: store.notes(conversation),)) for _ in range(4)]
+            for thread in queued:
+                thread.start()
+            deadline = time.monotonic() + 10
+            while pool.get_stats().get('requests_queued', 0) < queued_before + 4:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            proxy.stop()
+            deadline = time.monotonic() + 10  # a third of connect_timeout: those still waiting would wait it all
+            for thread in [holder, *queued]:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            assert not any(thread.is_alive() for thread in [holder, *queued]), (
+                [thread.is_alive() for thread in [holder, *queued]],
+                vars(store._breaker),
+                pool.get_stats(),
+                errors,  # pyright: ignore[reportPrivateUsage]
+            )
+        # The holder's connection was cut; the queued ones met the failed attempt to replace it.
+        assert len(errors) == 5 and all('the server cannot be reached' in error for error in errors), errors
+        assert [w.category for w in store_warnings(caught)] == [RuntimeWarning]
+    finally:
+        proxy.stop()
+        store.close()
+
+
+def test_postgres_a_failure_the_server_answered_is_not_said_as_unreachable() -> None:
+    """A server that answers (its connection limit, a start in progress) is running at the DSN's host and port:
+    its refusal is said with its words, not as a server to look for; no answer is an outage."""
+    from psycopg import OperationalError
+
+    from pydantic_ai_compaction.runtime.stores.postgres import _Breaker  # pyright: ignore[reportPrivateUsage]
+
+    said = {
+        'connection failed: FATAL: sorry, too many clients already': 'refused',
+        'connection failed: FATAL: the database system is starting up': 'refused',
+        'connection failed: server does not support SSL, but SSL was required': 'setup',
+        'connection failed: FATAL: password authentication failed for user "agent"': 'setup',
+        'connection failed: Connection refused Is the server running on that host': 'outage',
+        'connection failed: server closed the connection unexpectedly': 'outage',
+    }
+    for text, kind in said.items():
+        breaker = _Breaker()
+        breaker.pending += 1  # as an attempt starts
+        breaker.failed(OperationalError(text))
+        assert (breaker.kind, breaker.failure) == (kind, text)
+    store = PostgresArchiveStore('postgresql://agent@127.0.0.1:9/archive', connect_timeout=0.5)
+    try:
+        with pytest.raises(ArchiveError):
+            store.notes('c')  # the pool's attempt, refused: an outage
+        pool_gave_up(store)  # its attempt once more, which would say the outage again
+        breaker = store._breaker  # pyright: ignore[reportPrivateUsage]
+        breaker.pending += 1  # an attempt the server answered
+        breaker.failed(OperationalError('connection failed: FATAL: sorry, too many clients already'))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            with pytest.raises(ArchiveError) as raised:
+                store.notes('c')
+        assert 'the server refused the connection (connection failed: FATAL: sorry, too many' in str(raised.value)
+        assert not raised.value.setup and raised.value.reported
+        assert [w.category for w in store_warnings(caught)] == [RuntimeWarning]
+        message = str(caught[0].message)
+        assert (
+            'refused the connection' in message
+            and 'cannot be reached' not in message
+            and 'host and port' not in message
+        )
+    finally:
+        store.close()
+
+
+def test_postgres_a_closed_store_fails_at_once_and_never_connects_again() -> None:
+    """Closed while the breaker was open: the back-off's end made a later call connect (from a closed store), and
+    calls said the server cannot be reached rather than that the store is closed."""
+    postgres_store().close()  # skips (or fails in CI) without a server
+    proxy = Proxy(closed_port())
+    store = PostgresArchiveStore(refused_dsn(host='127.0.0.1', port=str(proxy.port)), connect_timeout=2)
+    breaker = store._breaker  # pyright: ignore[reportPrivateUsage]
+    try:
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter('always')
+            with pytest.raises(ArchiveError):
+                store.notes('c')
+        pool_gave_up(store)
+        store.close()
+        proxy.start()  # the server is back, and the back-off is over
+        with breaker.lock:
+            breaker.retry_at = 0.0
+        attempts, requests = breaker.attempts, store._pool.get_stats()['requests_num']  # pyright: ignore[reportPrivateUsage]
+        for _ in range(3):
+            with pytest.raises(ArchiveError) as raised:
+                store.notes('c')
+            assert str(raised.value).endswith(': the store is closed') and not raised.value.setup
+        assert (breaker.attempts, store._pool.get_stats()['requests_num']) == (attempts, requests)  # pyright: ignore[reportPrivateUsage]
+    finally:
+        proxy.stop()
+        store.close()
+
+
+def test_postgres_a_pool_left_without_connections_while_the_server_is_away_is_an_outage() -> None:
+    """The pool replaced its connection (expired, here drained) while the server was away, with no operation on
+    it: no connection broke under an operation, yet none works. The next call waits `connect_timeout` once and
+    opens the breaker; taken for a pool that cannot grow, every call waited it and none was said."""
+    postgres_store().close()  # skips (or fails in CI) without a server
+    proxy = Proxy(closed_port())
+    proxy.start()
+    store = PostgresArchiveStore(refused_dsn(host='127.0.0.1', port=str(proxy.port)), connect_timeout=1)
+    pool: Any = store._pool  # pyright: ignore[reportPrivateUsage]
+    breaker = store._breaker  # pyright: ignore[reportPrivateUsage]
+    try:
+        assert store.notes(key()) == []
+        proxy.stop()
+        pool.drain()  # closes the idle connection; the pool's attempt to replace it fails
+        pool_gave_up(store)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            with pytest.raises(ArchiveError) as raised:
+                store.notes('c')
+            assert raised.value.reported and 'the server cannot be reached' in str(raised.value)
+            attempts, requests = breaker.attempts, pool.get_stats()['requests_num']
+            for _ in range(3):
+                with pytest.raises(ArchiveError):
+                    store.notes('c')
+        assert (breaker.attempts, pool.get_stats()['requests_num']) == (attempts, requests)  # at once
+        assert [w.category for w in store_warnings(caught)] == [RuntimeWarning]
+    finally:
+        proxy.stop()
         store.close()

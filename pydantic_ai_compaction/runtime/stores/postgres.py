@@ -8,7 +8,9 @@ naming the operation and the server (its DSN without the password).
 A server that cannot be connected to is reported once, and operations then fail at once rather than each waiting
 `connect_timeout` for a connection that cannot come, until an operation tries again after a back-off (a circuit
 breaker, `_Breaker`): a refusal for the setup (a password or role refused, a database missing) with a
-`SetupWarning`; an outage (a server down, a wrong host or port, an attempt timing out) with a `RuntimeWarning`.
+`SetupWarning`; an outage (a server down, a wrong host or port, an attempt timing out) with a `RuntimeWarning`, as
+another answer of the server is (a connection limit, a start in progress), said as a refusal in its words. Only
+a server no connection works with is one: a pool that cannot grow keeps serving from the connections it has.
 """
 
 from __future__ import annotations
@@ -303,11 +305,20 @@ _REFUSALS = (
     'no pg_hba.conf entry',
     'permission denied for database',
     'does not exist',
+    'invalid value for parameter',
+    'unrecognized configuration parameter',
+    'does not support ssl',
 )
 """Words of the answer to a connection refused for the setup: a password, a role or a host refused, a role or a
-database missing (`does not exist`, which a login says of nothing else). A failed connection carries no
-`sqlstate`, so its text is read; a server answering in another language is not recognised, and its refusals
-are reported as an outage (the same back-off, a `RuntimeWarning` rather than a `SetupWarning`)."""
+database missing (`does not exist`, which a login says of nothing else), a setting of the DSN's `options` the
+server rejects, SSL required of a server without it. A failed connection carries no `sqlstate`, so its text is
+read; a server answering in another language is not recognised, and its refusals are reported as the server's
+other answers are (`_ANSWERED`)."""
+
+_ANSWERED = ('fatal:', 'error:', 'does not support ssl')
+"""Words of a failed connection attempt that the server answered (its message, not a TCP or DNS failure): said as
+the server refusing the connection, with its message, and not as a server that cannot be reached (a host or a
+port to check), though the same back-off applies (a server starting up, or at its connection limit)."""
 
 _RETRY_FIRST = 1.0
 """Seconds after a failed connection attempt during which operations fail at once, without trying to connect;
@@ -342,53 +353,79 @@ class _Breaker:
     def __init__(self) -> None:
         self.failure: str | None = None
         """The latest connection attempt's error, when it failed; `None` once one connected (or before any)."""
-        self.setup = False
-        """Whether `failure` is a refusal for the setup (`_REFUSALS`) rather than an outage."""
+        self.kind = 'outage'
+        """What `failure` is: `setup` (a refusal for the setup, `_REFUSALS`), `refused` (another answer of the
+        server, `_ANSWERED`) or `outage` (no answer: a server down, a wrong host or port, a timeout)."""
         self.failures = 0
         """Failed attempts so far: an operation waiting on the pool sees a new one by this count."""
         self.attempts = 0
         """Connection attempts so far, the pool's and the operations' own: each one a round trip, or a wait of up
         to `connect_timeout` on a host that does not answer."""
+        self.pending = 0
+        """Connection attempts under way: one that fails while another may still connect (the pool's first
+        connection and its growth, started together) is no outage yet."""
         self.retry_at = 0.0
         """Until when (`monotonic()`) operations fail at once; the first one after tries to connect."""
         self.interval = _RETRY_FIRST
         """The back-off the next failed attempt of an operation sets (`retry_at`)."""
         self.probing = False
         """Whether an operation is trying to connect (half-open): the others fail at once meanwhile."""
-        self.told: bool | None = None
-        """The kind of failure warned about in this episode (`setup`), `None` if none: told once until a
-        connection succeeds, and again if a refusal follows an outage or the other way round."""
-        self.connected_last = False
-        """Whether the latest attempt connected: then an operation waits for the pool in one piece (`_POLL`)."""
+        self.told: str | None = None
+        """The `kind` of failure warned about in this episode, `None` if none: told once until a connection
+        succeeds, and again if a refusal follows an outage or the other way round."""
+        self.working = False
+        """Whether a connection works: an attempt connected and no connection broke since. Then an operation
+        waits for the pool in one piece (`_POLL`), and a failed attempt is the pool failing to grow (a server's or
+        a pooler's connection limit), not an outage: the operations wait for the working connections."""
+        self.wake: Callable[[], None] = lambda: None
+        """Ends the waits of the operations queued on the pool (the store's `_wake_waiters`), when an attempt
+        fails with no connection working."""
         self.lock = threading.Lock()
         """Guards the fields: the pool's threads and the operations' threads write them."""
 
     def failed(self, error: BaseException) -> None:
-        """A connection attempt failed with *error*."""
+        """A connection attempt failed with *error*: an outage only if no connection works (`working`) and no
+        other attempt is under way (`pending`)."""
         text = ' '.join(str(error).split())
+        lowered = text.lower()
         with self.lock:
-            self.failure, self.connected_last = text, False
-            self.setup = any(word in text.lower() for word in _REFUSALS)
+            self.pending -= 1
+            if self.working or self.pending:
+                # The pool could not grow (a server's or a pooler's connection limit) while its connections work,
+                # or one may still connect: the operations waiting get one of those.
+                return
+            self.failure = text
+            self.kind = (
+                'setup'
+                if any(word in lowered for word in _REFUSALS)
+                else 'refused'
+                if any(word in lowered for word in _ANSWERED)
+                else 'outage'
+            )
             self.failures += 1
+        # Waiters queued in one piece (`working` was true when they asked) would wait `connect_timeout`.
+        self.wake()
 
     def connected(self) -> None:
         """A connection attempt succeeded: closed, and the back-off starts again from `_RETRY_FIRST`."""
         with self.lock:
-            self.failure, self.told, self.connected_last = None, None, True
+            self.pending -= 1
+            self.failure, self.told, self.working = None, None, True
             self.retry_at, self.interval = 0.0, _RETRY_FIRST
 
     def lost(self) -> None:
         """A connection broke under an operation: the server may be gone, so the next wait for the pool is made
-        in pieces (`connected_last`), and an attempt that fails meanwhile ends it, not `connect_timeout`."""
+        in pieces (`working`), and an attempt that fails meanwhile ends it, not `connect_timeout`."""
         with self.lock:
-            self.connected_last = False
+            self.working = False
 
     def trip(self, failure: str | None = None) -> None:
         """Open for the current back-off (called with `lock` held), then double it; *failure* if none is known
         (an attempt still running when the operation's wait ended)."""
         now = monotonic()
+        self.working = False  # taken for an outage: the next attempts that fail are not the pool's growth
         if self.failure is None:
-            self.failure, self.setup = failure or 'no connection', False
+            self.failure, self.kind = failure or 'no connection', 'outage'
         if self.retry_at <= now:  # operations that met one failure together back off once
             self.retry_at = now + self.interval
             self.interval = min(self.interval * 2, _RETRY_MOST)
@@ -404,10 +441,15 @@ def _watched_connections(breaker: _Breaker) -> type[Any]:
         def connect(cls, conninfo: str = '', **kwargs: Any) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
             with breaker.lock:
                 breaker.attempts += 1
+                breaker.pending += 1
             try:
                 conn = super().connect(conninfo, **kwargs)
             except psycopg.OperationalError as error:
                 breaker.failed(error)
+                raise
+            except BaseException:
+                with breaker.lock:
+                    breaker.pending -= 1
                 raise
             breaker.connected()
             return conn
@@ -542,7 +584,8 @@ class PostgresArchiveStore:
             max_connections: Connections the pool may open (threads of one process share them).
             connect_timeout: Seconds an operation waits for a connection before it fails: the pool's connections
                 all in use, or a connection attempt that neither connects nor fails (a host that drops packets).
-                A failed attempt (a port closed, a host unknown, a login refused) ends the wait at once, and
+                While no connection works, a failed attempt (a port closed, a host unknown, a login refused)
+                ends the wait at once, that of the operations already queued too, and
                 until the store tries again (after 1 s, then 2 s, 4 s, ... up to 30 s) every operation fails at
                 once with that attempt's error, reported once with a warning (`_Breaker`).
             busy_timeout_ms: Longest a statement may wait for a lock held by another worker, in milliseconds,
@@ -608,11 +651,32 @@ class PostgresArchiveStore:
             reconnect_timeout=0,
             name='pydantic-ai-compaction',
         )
+        self._breaker.wake = self._wake_waiters
+        self._closed = False
+        """Whether `close` was called: every operation then fails at once, without connecting."""
         self._pool.open(wait=False)
 
     def close(self) -> None:
-        """Close the pool and its connections."""
+        """Close the pool and its connections; every later operation fails at once, saying so."""
+        self._closed = True  # before the pool: an operation starting meanwhile must not probe the server
         self._pool.close()
+
+    def _wake_waiters(self) -> None:
+        """End the wait of every operation queued on the pool (each sees the failed attempt, `_checkout`).
+
+        The pool has no public way to do it: its queue is read under its lock, and a waiter already served or
+        timed out ignores it (`WaitingClient.fail`). A pool without that queue leaves the waits as they are.
+        """
+        from psycopg_pool import PoolTimeout
+
+        pool: Any = self._pool
+        lock, waiting = getattr(pool, '_lock', None), getattr(pool, '_waiting', None)
+        if lock is None or waiting is None:
+            return
+        with lock:
+            queued = list(waiting)
+        for client in queued:
+            client.fail(PoolTimeout('a connection attempt failed'))
 
     def _error(self, operation: str, error: BaseException | str) -> ArchiveError:
         return ArchiveError(
@@ -628,8 +692,10 @@ class PostgresArchiveStore:
 
         With connections working this is the pool's `getconn` alone: no attempt, no round trip of its own.
         """
-        from psycopg_pool import PoolTimeout
+        from psycopg_pool import PoolClosed, PoolTimeout
 
+        if self._closed:
+            raise self._error(operation, 'the store is closed')
         breaker = self._breaker
         started = monotonic()
         with breaker.lock:
@@ -657,8 +723,11 @@ class PostgresArchiveStore:
                 waited = f'no connection within {self.connect_timeout:g} s' + (
                     f' (the last attempt: {last})' if last else ''
                 )
+                # The pool holding no connection: none works, though none broke under an operation (the pool
+                # replaced an expired one while the server was away), so no later attempt would be taken for one.
+                empty = not self._pool.get_stats().get('pool_size')
                 with breaker.lock:
-                    unreachable = not breaker.connected_last
+                    unreachable = empty or not breaker.working
                     if unreachable:  # no attempt connected: an attempt still running, a host that does not answer
                         breaker.trip(waited)
                 if unreachable:
@@ -667,8 +736,12 @@ class PostgresArchiveStore:
             try:
                 # Waited in pieces only while no attempt succeeded: a waiter whose piece ends goes to the back of
                 # the pool's queue, which a busy pool's waiters should not.
-                return self._pool.getconn(timeout=left if breaker.connected_last else min(left, _POLL))
+                return self._pool.getconn(timeout=left if breaker.working else min(left, _POLL))
+            except PoolClosed:  # closed while this operation waited
+                raise self._error(operation, 'the store is closed') from None
             except PoolTimeout:
+                if self._closed:
+                    raise self._error(operation, 'the store is closed') from None
                 continue
 
     def _probe(self, operation: str) -> None:
@@ -697,20 +770,27 @@ class PostgresArchiveStore:
         error), after warning about it if it is the first of its kind since a connection last succeeded."""
         breaker = self._breaker
         with breaker.lock:
-            cause, setup = cause or breaker.failure or 'no connection', breaker.setup
-            tell, breaker.told = breaker.told is not setup, setup
+            cause, kind = cause or breaker.failure or 'no connection', breaker.kind
+            tell, breaker.told = breaker.told != kind, kind
             wait = math.ceil(max(0.0, breaker.retry_at - monotonic()))
         if tell:
             run_on = (
                 'every operation of the store fails at once and the run goes on without it (Archive keeps results '
                 'in context, Notes keep notes in the conversation, Recall answers that it is unavailable)'
             )
-            if setup:
+            if kind == 'setup':
                 warn_degraded(
                     f'PostgreSQL archive on {self.target}: the server refused the connection ({cause}). Check the '
-                    f"DSN's user, password and database. Until a connection succeeds, {run_on}; an operation tries "
-                    f'again after {wait} s, then at doubling intervals up to {_RETRY_MOST:.0f} s.',
+                    f"DSN's user, password, database and parameters. Until a connection succeeds, {run_on}; an "
+                    f'operation tries again after {wait} s, then at doubling intervals up to {_RETRY_MOST:.0f} s.',
                     category=SetupWarning,
+                )
+            elif kind == 'refused':
+                # The server answered: its host and port are right, its message says why.
+                warn_degraded(
+                    f'PostgreSQL archive on {self.target}: the server refused the connection ({cause}). Until a '
+                    f'connection succeeds, {run_on}; an operation tries again after {wait} s, then at doubling '
+                    f'intervals up to {_RETRY_MOST:.0f} s.'
                 )
             else:
                 warn_degraded(
@@ -718,12 +798,12 @@ class PostgresArchiveStore:
                     f"runs and the DSN's host and port. Until a connection succeeds, {run_on}; an operation tries "
                     f'again after {wait} s, then at doubling intervals up to {_RETRY_MOST:.0f} s.'
                 )
-        said = 'the server refused the connection' if setup else 'the server cannot be reached'
+        said = 'the server cannot be reached' if kind == 'outage' else 'the server refused the connection'
         return ArchiveError(
             f'PostgreSQL archive: {operation} failed on {self.target}: {said} ({cause})',
             operation=operation,
             target=self.target,
-            setup=setup,
+            setup=kind == 'setup',
             reported=True,
         )
 
