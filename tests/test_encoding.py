@@ -186,13 +186,16 @@ def test_sets_nested_in_sets_are_written_in_one_order_whatever_the_hash_seed() -
         'module = importlib.util.module_from_spec(spec); sys.modules["encoding"] = module\n'
         'spec.loader.exec_module(module); to_json = module.to_json\n'
         'from dataclasses import dataclass\n'
+        'from datetime import datetime\n'
         '@dataclass(frozen=True)\n'
         'class D:\n'
         '    a: object\n'
         "value = {'sets': {frozenset({'alpha', 'beta'}), frozenset({'alpha', 'gamma'}),\n"
         "                  frozenset({'beta', 'delta'})},\n"
         "         'tuples': {('k', frozenset({'x', 'y'})), ('k', frozenset({'x', 'z'}))},\n"
-        "         'tie': {D('x'), \"D(a='x')\"}}\n"
+        "         'tie': {D('x'), \"D(a='x')\"},\n"
+        "         'bytes': {('x', b'a'), ('x', \"b'a'\")},\n"
+        "         'dates': {('x', datetime(2020, 1, 1)), ('x', '2020-01-01 00:00:00')}}\n"
         'print(to_json(value))\n'
     )
     texts = {
@@ -203,12 +206,15 @@ def test_sets_nested_in_sets_are_written_in_one_order_whatever_the_hash_seed() -
             text=True,
             check=True,
         ).stdout
-        for seed in range(6)
+        for seed in range(8)
     }
     assert len(texts) == 1
     (text,) = texts
     assert json.loads(text)['sets'] == [['alpha', 'beta'], ['alpha', 'gamma'], ['beta', 'delta']]
     assert json.loads(text)['tie'] == ["D(a='x')", {'a': 'x'}]  # the same text: the type's name decides
+    # The same key (`str` of bytes, of a datetime) and the same type: their own text decides.
+    assert json.loads(text)['bytes'] == [['x', 'YQ=='], ['x', "b'a'"]]
+    assert json.loads(text)['dates'] == [['x', '2020-01-01 00:00:00'], ['x', '2020-01-01T00:00:00']]
 
 
 def test_sets_nested_deep_with_long_integers_are_walked_once_a_level(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -166,3 +166,15 @@ def test_runs_of_other_models_may_be_priced_otherwise(tmp_path: Path) -> None:
         'tokens: write to another --out (or --overwrite)'
     )
     assert mixed_prices(twice).startswith('runs of openai-chat:stub are priced at $0 input')
+
+
+@pytest.mark.parametrize('sheet', ['1.1234567,0.11234567,1.404320875,5.6172835', '2,0.1,2.5,10', '3e-07,1,2,4'])
+def test_the_suggested_prices_read_back_as_the_recorded_ones(sheet: str) -> None:
+    """A refused resume suggests `--prices` written from the recorded sheet: written with six digits (`:g`), the
+    suggestion of a sheet like 1.1234567 was itself refused, and the error showed the same figures on both sides."""
+    from pydantic_ai_compaction_bench.cli import price_table
+    from pydantic_ai_compaction_bench.report import describe_prices, prices_argument
+
+    recorded = price_table(sheet)
+    assert price_table(prices_argument(recorded)) == recorded
+    assert describe_prices(recorded) != describe_prices(price_table('1.12346,0.112346,1.40432,5.61728'))

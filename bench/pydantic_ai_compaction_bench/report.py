@@ -109,17 +109,24 @@ def recorded_prices(prices: PriceTable | None, model: str) -> dict[str, float] |
     return dataclasses.asdict(prices)
 
 
+def _price(value: float) -> str:
+    """*value* written in full (`repr`'s shortest text that reads back as the same float), without a trailing `.0`:
+    `:g` keeps six digits, and a price written so no longer matched the one recorded."""
+    text = repr(float(value))
+    return text[:-2] if text.endswith('.0') else text
+
+
 def describe_prices(prices: PriceTable) -> str:
     """*prices* in words, for a table header or an error: `$2 input, $0.1 cache read, ... per million tokens`."""
     return (
-        f'${prices.input:g} input, ${prices.cache_read:g} cache read, ${prices.cache_write:g} cache write, '
-        f'${prices.output:g} output per million tokens'
+        f'${_price(prices.input)} input, ${_price(prices.cache_read)} cache read, '
+        f'${_price(prices.cache_write)} cache write, ${_price(prices.output)} output per million tokens'
     )
 
 
 def prices_argument(prices: PriceTable) -> str:
     """*prices* as `--prices` takes them: `input,cache_read,cache_write,output`."""
-    return ','.join(f'{value:g}' for value in dataclasses.astuple(prices))
+    return ','.join(_price(value) for value in dataclasses.astuple(prices))
 
 
 def priced_at(record: Record) -> PriceTable | None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import itertools
 import json
 import math
 import re
@@ -176,7 +177,14 @@ def _with_long_integers(value: Any, encoder: json.JSONEncoder | None = None) -> 
         if isinstance(item, set | frozenset):
             # `_member_order`'s order, from each member's swapped form: a member is walked once, however deep.
             members = [(swap(inner), type(inner).__qualname__) for inner in item]  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
-            members.sort(key=lambda pair: (written_in(_ORDER_ENCODER.encode(pair[0])), pair[1]))
+            # Ties (members written apart that the key cannot tell apart) go by their text as written.
+            members.sort(
+                key=lambda pair: (
+                    written_in(_ORDER_ENCODER.encode(pair[0])),
+                    pair[1],
+                    written_in((encoder or _ENCODER).encode(pair[0])),
+                )
+            )
             return [swapped for swapped, _ in members]
         return _plain(item)
 
@@ -200,6 +208,10 @@ def _member_order(member: Any) -> tuple[str, str]:
     except (TypeError, ValueError):  # a set or a dataclass inside; an integer past the digit limit
         text = _with_long_integers(member, _ORDER_ENCODER)
     return text, type(member).__qualname__
+
+
+def _first(pair: tuple[tuple[str, str], Any]) -> tuple[str, str]:
+    return pair[0]
 
 
 def _unordered(value: Any) -> str:
@@ -303,7 +315,13 @@ def _other(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _plain(dataclasses.asdict(value))
     if isinstance(value, set | frozenset):
-        return [_plain(item) for item in sorted(value, key=_member_order)]  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+        members = cast('set[Any] | frozenset[Any]', value)
+        keyed: list[tuple[tuple[str, str], Any]] = sorted(((_member_order(item), item) for item in members), key=_first)
+        if any(one[0] == other[0] for one, other in itertools.pairwise(keyed)):
+            # Members the key cannot tell apart that are written differently (bytes and the string of their `str`,
+            # a datetime and its `str`, inside tuples): their own text decides, not the set's iteration order.
+            keyed.sort(key=lambda pair: (pair[0], to_json(pair[1])))
+        return [_plain(item) for _, item in keyed]
     if isinstance(value, bytes | bytearray):
         return base64.b64encode(bytes(value)).decode()
     return str(value)
