@@ -202,6 +202,9 @@ class Interrupt(importlib.abc.MetaPathFinder):
             os.kill(os.getpid(), signal.SIGINT)
         return None
 
+# A shell starts a background job with SIGINT ignored, and Python keeps an ignored SIGINT ignored: the suite run so
+# would never see the interrupt. A terminal's Ctrl-C reaches a process with Python's own handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.meta_path.insert(0, Interrupt())
 from pydantic_ai_compaction_bench.console import main
 sys.exit(main(sys.argv[1:]))

@@ -545,6 +545,8 @@ class Proxy:
         self.open: list[socket.socket] = []
         self.limit = limit
         self.passed = 0
+        self.silent = False
+        """Whether new connections are accepted and never answered (a host gone silent); open ones still work."""
 
     def start(self) -> None:
         listener = socket.socket()
@@ -574,6 +576,9 @@ class Proxy:
                 return
             if self.limit is not None and self.passed >= self.limit:
                 client.close()
+                continue
+            if self.silent:
+                self.open.append(client)  # held open, never answered: the attempt waits its own timeout
                 continue
             self.passed += 1
             upstream = socket.create_connection(self.upstream)
@@ -723,6 +728,44 @@ def test_postgres_a_healthy_store_makes_no_round_trip_nor_attempt_of_its_own(tmp
         assert (store._breaker.attempts, pool.get_stats()['requests_num']) == (attempts, requests + 6)  # pyright: ignore[reportPrivateUsage]
     finally:
         store.close()
+
+
+def test_postgres_a_host_gone_silent_while_a_pooled_connection_still_works_is_an_outage() -> None:
+    """New connections go unanswered while the pool's open one still works until it expires: the pool's
+    replacement attempts fail without an answer while a connection is counted as working. Taken for a busy
+    pool, the first operation that waited `connect_timeout` failed without saying why, and the next one waited
+    `connect_timeout` again; now the first wait in vain is an outage, and the operations after it fail at once."""
+    postgres_store().close()  # skips (or fails in CI) without a server
+    proxy = Proxy(closed_port())
+    proxy.start()
+    store = PostgresArchiveStore(
+        refused_dsn(host='127.0.0.1', port=str(proxy.port)), max_connections=2, connect_timeout=2
+    )
+    breaker = store._breaker  # pyright: ignore[reportPrivateUsage]
+    conversation = key()
+    try:
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter('always')
+            assert store.notes(conversation) == []
+            proxy.silent = True
+            for conn in list(store._pool._pool):  # pyright: ignore[reportPrivateUsage, reportUnknownMemberType, reportUnknownVariableType, reportUnknownArgumentType, reportAttributeAccessIssue]
+                conn._expire_at = 0  # pyright: ignore[reportUnknownMemberType, reportAttributeAccessIssue]
+            errors: list[ArchiveError] = []
+            for _ in range(4):
+                try:
+                    store.notes(conversation)
+                except ArchiveError as error:
+                    errors.append(error)
+            attempts = breaker.attempts
+            with pytest.raises(ArchiveError, match='cannot be reached'):
+                store.notes(conversation)
+        assert errors, 'the expired connection was not replaced'
+        assert 'cannot be reached' in str(errors[0]) and errors[0].reported
+        assert all('cannot be reached' in str(error) for error in errors)
+        assert breaker.attempts == attempts  # failed at once: no attempt, no wait on the pool
+    finally:
+        store.close()
+        proxy.stop()
 
 
 def test_postgres_a_pool_that_cannot_grow_keeps_serving_from_its_working_connection() -> None:

@@ -364,6 +364,11 @@ class _Breaker:
         self.pending = 0
         """Connection attempts under way: one that fails while another may still connect (the pool's first
         connection and its growth, started together) is no outage yet."""
+        self.unanswered: tuple[float, str] = (float('-inf'), '')
+        """When (`monotonic()`) an attempt last failed without an answer while a connection worked, and its error."""
+        self.begun: list[float] = []
+        """When (`monotonic()`) each attempt under way began: one still under way after an operation waited
+        `connect_timeout` for the pool is no busy pool's growth but a host that does not answer."""
         self.retry_at = 0.0
         """Until when (`monotonic()`) operations fail at once; the first one after tries to connect."""
         self.interval = _RETRY_FIRST
@@ -388,20 +393,23 @@ class _Breaker:
         other attempt is under way (`pending`)."""
         text = ' '.join(str(error).split())
         lowered = text.lower()
+        kind = (
+            'setup'
+            if any(word in lowered for word in _REFUSALS)
+            else 'refused'
+            if any(word in lowered for word in _ANSWERED)
+            else 'outage'
+        )
         with self.lock:
             self.pending -= 1
             if self.working or self.pending:
                 # The pool could not grow (a server's or a pooler's connection limit) while its connections work,
-                # or one may still connect: the operations waiting get one of those.
+                # or one may still connect: the operations waiting get one of those. Unanswered, it is noted: an
+                # operation that then waits `connect_timeout` in vain takes it for an outage.
+                if kind == 'outage':
+                    self.unanswered = (monotonic(), text)
                 return
-            self.failure = text
-            self.kind = (
-                'setup'
-                if any(word in lowered for word in _REFUSALS)
-                else 'refused'
-                if any(word in lowered for word in _ANSWERED)
-                else 'outage'
-            )
+            self.failure, self.kind = text, kind
             self.failures += 1
         # Waiters queued in one piece (`working` was true when they asked) would wait `connect_timeout`.
         self.wake()
@@ -431,6 +439,12 @@ class _Breaker:
             self.interval = min(self.interval * 2, _RETRY_MOST)
 
 
+def _ended(breaker: _Breaker, begun: float) -> None:
+    """The attempt begun at *begun* is no longer under way (`_Breaker.begun`)."""
+    with breaker.lock:
+        breaker.begun.remove(begun)
+
+
 def _watched_connections(breaker: _Breaker) -> type[Any]:
     """A connection class that tells *breaker* how each connection attempt ended: the pool connects in its own
     thread and only logs why it failed, so an operation waiting on it knew only that it timed out."""
@@ -439,18 +453,23 @@ def _watched_connections(breaker: _Breaker) -> type[Any]:
     class WatchedConnection(psycopg.Connection[Any]):
         @classmethod
         def connect(cls, conninfo: str = '', **kwargs: Any) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
+            begun = monotonic()
             with breaker.lock:
                 breaker.attempts += 1
                 breaker.pending += 1
+                breaker.begun.append(begun)
             try:
                 conn = super().connect(conninfo, **kwargs)
             except psycopg.OperationalError as error:
+                _ended(breaker, begun)
                 breaker.failed(error)
                 raise
             except BaseException:
+                _ended(breaker, begun)
                 with breaker.lock:
                     breaker.pending -= 1
                 raise
+            _ended(breaker, begun)
             breaker.connected()
             return conn
 
@@ -726,8 +745,14 @@ class PostgresArchiveStore:
                 # The pool holding no connection: none works, though none broke under an operation (the pool
                 # replaced an expired one while the server was away), so no later attempt would be taken for one.
                 empty = not self._pool.get_stats().get('pool_size')
+                now = monotonic()
                 with breaker.lock:
-                    unreachable = empty or not breaker.working
+                    # An attempt under way for as long as this operation waited: a host that does not answer
+                    # (a working connection, not yet seen broken, would otherwise keep this a busy pool).
+                    stuck = any(now - begun >= self.connect_timeout for begun in breaker.begun)
+                    # An attempt failed unanswered while this operation waited, and no connection came back.
+                    unanswered = breaker.unanswered[0] >= started
+                    unreachable = empty or not breaker.working or stuck or unanswered
                     if unreachable:  # no attempt connected: an attempt still running, a host that does not answer
                         breaker.trip(waited)
                 if unreachable:
