@@ -112,6 +112,20 @@ def _records(events: list[CompactionEvent]) -> list[Any]:
     return [e.record for e in events if e.kind == 'compacted' and e.record is not None]
 
 
+def _forked_openai_run(fork_model: Any) -> list[Any]:
+    """An OpenAI Responses agent's tool loop with `Fork(model=fork_model)`: its compaction records, each checked to
+    have compacted (no fallback), at least two."""
+    agent_mock = Mock(PROVIDERS['openai-responses'](), Script())
+    events: list[CompactionEvent] = []
+    agent = Agent(agent_mock.model(), capabilities=[Fork(trigger=TRIGGER, model=fork_model, observer=events.append)])
+    plain_tools(agent)
+
+    assert agent.run_sync('Audit logs 1-8 and report.').output == 'report: done'
+    records = _records(events)
+    assert len(records) >= 2 and [r.fallback_reason for r in records] == [None] * len(records)
+    return records
+
+
 def _assistant_turn_opening(payload: Payload) -> str:
     """The first block type of the assistant turn the request's tool results answer."""
     messages = payload['messages']
@@ -206,15 +220,7 @@ def test_a_fork_on_a_fallback_model_whose_anthropic_model_answers_when_the_first
 
     primary = Mock(PROVIDERS['openai-responses'](), Script(), fail=lambda path, payload: 503)
     anthropic = _anthropic()
-    agent_mock = Mock(PROVIDERS['openai-responses'](), Script())
-    events: list[CompactionEvent] = []
-    fork_model = FallbackModel(primary.model(), anthropic.model())
-    agent = Agent(agent_mock.model(), capabilities=[Fork(trigger=TRIGGER, model=fork_model, observer=events.append)])
-    plain_tools(agent)
-
-    assert agent.run_sync('Audit logs 1-8 and report.').output == 'report: done'
-    records = _records(events)
-    assert len(records) >= 2 and [r.fallback_reason for r in records] == [None] * len(records)
+    records = _forked_openai_run(FallbackModel(primary.model(), anthropic.model()))
     assert [e.status for e in primary.exchanges] == [503] * len(records)
     assert [e.status for e in anthropic.exchanges] == [200] * len(records)
     for payload in anthropic.payloads:
@@ -232,14 +238,7 @@ def test_a_fork_turning_thinking_off_lowers_an_effort_the_model_refuses_without_
     """These models think by default and cap the effort at `high` with thinking off (pydantic-ai refuses to send
     more): the fork request that turns thinking off sends `high`, and is answered."""
     fork = _anthropic(cast(ModelSettings, {'anthropic_effort': effort}), model_name)
-    agent_mock = Mock(PROVIDERS['openai-responses'](), Script())
-    events: list[CompactionEvent] = []
-    agent = Agent(agent_mock.model(), capabilities=[Fork(trigger=TRIGGER, model=fork.model(), observer=events.append)])
-    plain_tools(agent)
-
-    assert agent.run_sync('Audit logs 1-8 and report.').output == 'report: done'
-    records = _records(events)
-    assert len(records) >= 2 and [r.fallback_reason for r in records] == [None] * len(records)
+    records = _forked_openai_run(fork.model())
     assert [e.status for e in fork.exchanges] == [200] * len(records)
     for payload in fork.payloads:
         assert payload['thinking'] == {'type': 'disabled'}
@@ -250,14 +249,7 @@ def test_a_fork_turning_thinking_off_lowers_an_effort_the_model_refuses_without_
 def test_an_effort_the_model_takes_without_thinking_is_left_as_it_is() -> None:
     """Opus 4.8 accepts every effort with thinking off: turning thinking off leaves its `max`."""
     fork = _anthropic(cast(ModelSettings, {'anthropic_effort': 'max', 'thinking': True}), 'claude-opus-4-8')
-    agent_mock = Mock(PROVIDERS['openai-responses'](), Script())
-    events: list[CompactionEvent] = []
-    agent = Agent(agent_mock.model(), capabilities=[Fork(trigger=TRIGGER, model=fork.model(), observer=events.append)])
-    plain_tools(agent)
-
-    assert agent.run_sync('Audit logs 1-8 and report.').output == 'report: done'
-    records = _records(events)
-    assert len(records) >= 2 and [r.fallback_reason for r in records] == [None] * len(records)
+    assert len(_forked_openai_run(fork.model())) == len(fork.payloads)  # one request a compaction, each answered
     for payload in fork.payloads:
         assert 'thinking' not in payload
         assert payload['output_config'] == {'effort': 'max'}

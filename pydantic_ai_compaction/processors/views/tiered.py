@@ -367,7 +367,8 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
                 self.store, conversation, [(part, f'cleared by {type(self).__name__}') for part in cleared], calls
             )
         except ArchiveError:
-            # The stub then points at recall instead; clearing is a view, nothing is lost from the log.
+            # The stub then points at recall (when the model has it) or at running the tool again; clearing is a
+            # view, nothing is lost from the log.
             return [None] * len(cleared)
         return [entry.ref for entry in entries]
 
