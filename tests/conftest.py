@@ -14,10 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 from pydantic_ai import models
 
 # Tests never reach a provider: a stray real model call fails loudly.
 models.ALLOW_MODEL_REQUESTS = False
+
+# No test's property is about time: a loaded machine stalls an example past hypothesis' 200 ms default deadline,
+# which failed the test though its code was right. Tests with settings of their own inherit this.
+settings.register_profile('suite', deadline=None)
+settings.load_profile('suite')
 
 OPTIONAL: dict[str, tuple[str, str]] = {
     'harness': ('pydantic_ai_harness', "needs pydantic-ai-harness: pip install 'pydantic-ai-compaction[harness]'"),

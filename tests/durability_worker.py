@@ -15,8 +15,9 @@ def payload(ref: str) -> bytes:
     return hashlib.sha256(ref.encode()).digest() * 64 + b'\x00\xff'
 
 
-def slow_batch(path: str, conversation: str, count: int) -> None:
-    """Write one big batch slowly, announcing when the transaction is under way (to be killed mid-batch)."""
+def slow_batch(path: str, conversation: str, count: int, *, hold: bool = False) -> None:
+    """Write one big batch slowly, announcing when the transaction is under way (to be killed mid-batch); with
+    *hold*, it then waits there to be killed: a slow parent killed it after the batch had committed."""
     store = SQLiteArchiveStore(path)
     state = {'calls': 0}
 
@@ -24,6 +25,8 @@ def slow_batch(path: str, conversation: str, count: int) -> None:
         state['calls'] += 1
         if state['calls'] == 50:
             print('writing', flush=True)
+            while hold:
+                time.sleep(1)
         time.sleep(0.0002)
         return 0
 
@@ -58,6 +61,6 @@ def worker(kind: str, target: str, conversation: str, batches: int, size: int) -
 
 if __name__ == '__main__':
     if sys.argv[1] == 'slow':
-        slow_batch(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        slow_batch(sys.argv[2], sys.argv[3], int(sys.argv[4]), hold=sys.argv[5:] == ['hold'])
     else:
         worker(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))

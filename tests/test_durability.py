@@ -36,7 +36,7 @@ def count(store: SQLiteArchiveStore, conversation: str, n: int) -> int:
 def test_a_process_killed_mid_batch_leaves_all_or_nothing(tmp_path: Path) -> None:
     path = str(tmp_path / 'archive.sqlite3')
     SQLiteArchiveStore(path).close()
-    killed = spawn('slow', path, 'killed', '400')
+    killed = spawn('slow', path, 'killed', '400', 'hold')
     assert killed.stdout is not None
     assert killed.stdout.readline().strip() == 'writing'  # inside the batch's transaction
     os.kill(killed.pid, signal.SIGKILL)

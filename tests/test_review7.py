@@ -186,13 +186,18 @@ _FACTORIES = {
 }
 
 
-async def _cancellable_run(capability: object, tag: int, *, hang_at: int | None = None) -> list[Any]:
-    """`_agent_run` with a compactor answering too; *hang_at*: the model call (agent or compactor) that never ends."""
+async def _cancellable_run(
+    capability: object, tag: int, *, hang_at: int | None = None, hung: asyncio.Event | None = None
+) -> list[Any]:
+    """`_agent_run` with a compactor answering too; *hang_at*: the model call (agent or compactor) that never ends,
+    *hung* set once it is reached."""
     sent: list[Any] = []
 
     async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         await asyncio.sleep(0)
         if hang_at is not None and len(sent) == hang_at:
+            if hung is not None:
+                hung.set()
             await asyncio.sleep(30)
         sent.append([(type(p).__name__, getattr(p, 'content', None)) for m in messages for p in m.parts])
         prompt = '\n'.join(str(p.content) for p in messages[-1].parts if isinstance(p, UserPromptPart))
@@ -226,8 +231,16 @@ def test_runs_after_one_cancelled_mid_request_send_what_they_send_in_a_fresh_pro
 
     async def after_a_timeout(shared: object, hang_at: int) -> dict[int, list[Any]]:
         nonlocal cancelled
+        # The timeout starts once the run waits on the call that hangs: started with the run, it ended runs on a
+        # slow machine before they reached their later calls, which then went untested.
+        hung = asyncio.Event()
+        run = asyncio.ensure_future(_cancellable_run(shared, 1, hang_at=hang_at, hung=hung))
+        reached = asyncio.ensure_future(hung.wait())
+        await asyncio.wait({run, reached}, return_when=asyncio.FIRST_COMPLETED)
+        reached.cancel()
+        assert hung.is_set(), f'the run ended before its model call {hang_at}'
         try:
-            await asyncio.wait_for(_cancellable_run(shared, 1, hang_at=hang_at), 0.05)
+            await asyncio.wait_for(run, 0.05)
         except TimeoutError:
             cancelled += 1
         return {tag: await _cancellable_run(shared, tag) for tag in (2, 1, 3)}
