@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import threading
@@ -227,10 +228,8 @@ def test_runs_after_one_cancelled_mid_request_send_what_they_send_in_a_fresh_pro
     calls = len(alone[1])
     # Each capability compacts in these runs (the reset's checkpoint, or a compactor call).
     assert any('CompactionPart' in {kind for kind, _ in request} for request in alone[1])
-    cancelled = 0
 
     async def after_a_timeout(shared: object, hang_at: int) -> dict[int, list[Any]]:
-        nonlocal cancelled
         # The timeout starts once the run waits on the call that hangs: started with the run, it ended runs on a
         # slow machine before they reached their later calls, which then went untested.
         hung = asyncio.Event()
@@ -239,15 +238,12 @@ def test_runs_after_one_cancelled_mid_request_send_what_they_send_in_a_fresh_pro
         await asyncio.wait({run, reached}, return_when=asyncio.FIRST_COMPLETED)
         reached.cancel()
         assert hung.is_set(), f'the run ended before its model call {hang_at}'
-        try:
+        with contextlib.suppress(TimeoutError):  # it hangs on that call: the timeout ends it, always
             await asyncio.wait_for(run, 0.05)
-        except TimeoutError:
-            cancelled += 1
         return {tag: await _cancellable_run(shared, tag) for tag in (2, 1, 3)}
 
     for hang_at in range(calls):
         assert asyncio.run(after_a_timeout(_FACTORIES[name](), hang_at)) == alone
-    assert cancelled == calls
 
 
 def test_threads_taking_branches_of_one_history_in_turns_on_one_reset_compact_as_fresh_resets() -> None:

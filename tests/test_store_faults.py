@@ -607,6 +607,20 @@ def store_warnings(caught: list[warnings.WarningMessage]) -> list[warnings.Warni
     return [w for w in caught if not issubclass(w.category, ResourceWarning)]
 
 
+def watched_probes(store: PostgresArchiveStore) -> list[str]:
+    """The operations that try the server themselves from now on (`_probe`, half-open), in order: a call that
+    fails at once tries neither the pool nor the server, and `_probe` connects without the pool."""
+    probes: list[str] = []
+    probe = store._probe  # pyright: ignore[reportPrivateUsage]
+
+    def watched(operation: str) -> None:
+        probes.append(operation)
+        probe(operation)
+
+    store._probe = watched  # pyright: ignore[reportPrivateUsage]
+    return probes
+
+
 @contextlib.contextmanager
 def held_open(store: PostgresArchiveStore) -> Iterator[None]:
     """The store's breaker, open, kept so while the block runs: the calls there must fail at once, and on a slow
@@ -690,13 +704,15 @@ def test_postgres_a_server_that_does_not_answer_is_waited_for_once() -> None:
                 store.notes('c')
             assert 'the server cannot be reached (no connection within 1 s' in str(raised.value)
             requests = store._pool.get_stats()['requests_num']  # pyright: ignore[reportPrivateUsage]
+            probes = watched_probes(store)
             with held_open(store):
                 for _ in range(5):
                     with pytest.raises(ArchiveError) as raised:
                         store.get_archived('c', 'a1')
                     # The pool's own attempt, timing out meanwhile, may have become the failure they name.
                     assert 'the server cannot be reached' in str(raised.value) and raised.value.reported
-        assert store._pool.get_stats()['requests_num'] == requests  # pyright: ignore[reportPrivateUsage]
+        # At once: neither the pool nor a connection of their own (which would have waited 1 s each).
+        assert store._pool.get_stats()['requests_num'] == requests and probes == []  # pyright: ignore[reportPrivateUsage]
         assert len(store_warnings(caught)) == 1
     finally:
         store.close()
@@ -779,7 +795,6 @@ def test_postgres_a_host_gone_silent_while_a_pooled_connection_still_works_is_an
     store = PostgresArchiveStore(
         refused_dsn(host='127.0.0.1', port=str(proxy.port)), max_connections=2, connect_timeout=2
     )
-    probes: list[str] = []
     conversation = key()
     try:
         with warnings.catch_warnings(record=True):
@@ -799,13 +814,7 @@ def test_postgres_a_host_gone_silent_while_a_pooled_connection_still_works_is_an
                 except ArchiveError as error:
                     errors.append(error)
             requests = store._pool.get_stats()['requests_num']  # pyright: ignore[reportPrivateUsage]
-            probe = store._probe  # pyright: ignore[reportPrivateUsage]
-
-            def watched_probe(operation: str) -> None:
-                probes.append(operation)
-                probe(operation)
-
-            store._probe = watched_probe  # pyright: ignore[reportPrivateUsage]
+            probes = watched_probes(store)
             with held_open(store), pytest.raises(ArchiveError, match='cannot be reached'):
                 store.notes(conversation)
         assert errors, 'the expired connections were not replaced'
@@ -961,6 +970,30 @@ def test_postgres_a_failure_the_server_answered_is_not_said_as_unreachable() -> 
         )
     finally:
         store.close()
+
+
+def test_the_breaker_backs_off_for_one_second_then_twice_as_long_each_time_up_to_thirty() -> None:
+    """The back-off itself, without a server or a clock to race: the tests of calls failing at once hold the
+    breaker open (`held_open`), so a back-off too short or set wrong would pass them."""
+    from pydantic_ai_compaction.runtime.stores.postgres import _Breaker  # pyright: ignore[reportPrivateUsage]
+
+    breaker = _Breaker()
+    for expected in (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0):
+        before = time.monotonic()
+        with breaker.lock:
+            breaker.trip('no connection')
+        after = time.monotonic()
+        # From the moment of the trip, which lies between the two clock readings.
+        assert before + expected <= breaker.retry_at <= after + expected
+        opened_until = breaker.retry_at
+        with breaker.lock:
+            breaker.trip('no connection')  # met again within the back-off: not extended
+        assert breaker.retry_at == opened_until
+        breaker.retry_at = before  # its end reached: the next failure (a failed probe) trips it again
+    assert (breaker.failure, breaker.kind, breaker.working) == ('no connection', 'outage', False)
+    breaker.pending += 1
+    breaker.connected()  # a connection: closed, and the next episode starts from one second again
+    assert (breaker.failure, breaker.retry_at, breaker.interval) == (None, 0.0, 1.0)
 
 
 def test_postgres_a_closed_store_fails_at_once_and_never_connects_again() -> None:
