@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from .test_evals_cli import cost_cells
+
 pytestmark = pytest.mark.bench
 
 BENCH = [
@@ -37,18 +39,6 @@ def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
 def header(output: str) -> str:
     """The line under the main table's title that says what the costs are priced at."""
     return next(line for line in output.splitlines() if ' seeds × ' in line and 'cost = ' in line)
-
-
-def cost_cells(output: str) -> dict[str, str]:
-    """The cost column of each strategy's row in the main table."""
-    head = next(line for line in output.splitlines() if line.startswith('| strategy | pass |'))
-    column = [cell.strip() for cell in head.split('|')].index('cost')
-    return {
-        cells[1]: cells[column]
-        for line in output.splitlines()
-        if line.startswith('| none |') or line.startswith('| summary |')
-        for cells in [[cell.strip() for cell in line.split('|')]]
-    }
 
 
 def test_a_resume_at_other_prices_is_refused_naming_both(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

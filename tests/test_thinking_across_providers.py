@@ -112,18 +112,24 @@ def _records(events: list[CompactionEvent]) -> list[Any]:
     return [e.record for e in events if e.kind == 'compacted' and e.record is not None]
 
 
-def _forked_openai_run(fork_model: Any) -> list[Any]:
-    """An OpenAI Responses agent's tool loop with `Fork(model=fork_model)`: its compaction records, each checked to
-    have compacted (no fallback), at least two."""
-    agent_mock = Mock(PROVIDERS['openai-responses'](), Script())
+def _forked_run(agent_model: Any, settings: ModelSettings | None = None, **fork: Any) -> list[Any]:
+    """A tool loop of an agent on *agent_model* (with *settings*) and `Fork(**fork)`: its compaction records, each
+    checked to have compacted (no fallback), at least two."""
     events: list[CompactionEvent] = []
-    agent = Agent(agent_mock.model(), capabilities=[Fork(trigger=TRIGGER, model=fork_model, observer=events.append)])
+    agent = Agent(
+        agent_model, model_settings=settings, capabilities=[Fork(trigger=TRIGGER, observer=events.append, **fork)]
+    )
     plain_tools(agent)
 
     assert agent.run_sync('Audit logs 1-8 and report.').output == 'report: done'
     records = _records(events)
     assert len(records) >= 2 and [r.fallback_reason for r in records] == [None] * len(records)
     return records
+
+
+def _forked_openai_run(fork_model: Any) -> list[Any]:
+    """`_forked_run` of an OpenAI Responses agent with `Fork(model=fork_model)`."""
+    return _forked_run(Mock(PROVIDERS['openai-responses'](), Script()).model(), model=fork_model)
 
 
 def _assistant_turn_opening(payload: Payload) -> str:
@@ -148,19 +154,8 @@ def test_a_fork_on_anthropic_with_thinking_continues_another_providers_tool_loop
     request parameters): either way the fork request goes without it, and is answered."""
     fork = _anthropic(EXTENDED if thinking == 'anthropic_thinking' else None)
     agent_mock = Mock(PROVIDERS[agent_provider](), Script())
-    events: list[CompactionEvent] = []
     settings: ModelSettings | None = {'thinking': 'high'} if thinking == 'unified' else None
-    agent = Agent(
-        agent_mock.model(),
-        model_settings=settings,
-        capabilities=[Fork(trigger=TRIGGER, model=fork.model(), observer=events.append)],
-    )
-    plain_tools(agent)
-
-    assert agent.run_sync('Audit logs 1-8 and report.').output == 'report: done'
-    records = _records(events)
-    assert len(records) >= 2
-    assert [r.fallback_reason for r in records] == [None] * len(records)
+    records = _forked_run(agent_mock.model(), settings, model=fork.model())
     assert [e.status for e in fork.exchanges] == [200] * len(records)
     for payload in fork.payloads:
         assert _marked(payload)
@@ -178,13 +173,7 @@ def test_a_fork_on_the_agents_own_anthropic_model_keeps_its_thinking() -> None:
     """The agent's own Anthropic model with thinking: its tool turns open with their signed thinking blocks, which
     the fork request sends back unchanged, thinking on (the same settings as the agent's, for the cached prefix)."""
     mock = _anthropic()
-    events: list[CompactionEvent] = []
-    agent = Agent(mock.model(), capabilities=[Fork(trigger=TRIGGER, observer=events.append)])
-    plain_tools(agent)
-
-    assert agent.run_sync('Audit logs 1-8 and report.').output == 'report: done'
-    records = _records(events)
-    assert len(records) >= 2 and [r.fallback_reason for r in records] == [None] * len(records)
+    records = _forked_run(mock.model())
     forks = [p for p in mock.payloads if _marked(p)]
     assert len(forks) == len(records)
     for payload in forks:
@@ -198,13 +187,7 @@ def test_a_fork_that_turns_thinking_on_for_an_anthropic_agent_without_it() -> No
     """The agent's Anthropic model thinks only in the fork (`Fork(model_settings=...)`): the agent's tool turns carry
     no thinking block, so the fork request goes without thinking after all."""
     mock = _anthropic(None)
-    events: list[CompactionEvent] = []
-    agent = Agent(mock.model(), capabilities=[Fork(trigger=TRIGGER, model_settings=EXTENDED, observer=events.append)])
-    plain_tools(agent)
-
-    assert agent.run_sync('Audit logs 1-8 and report.').output == 'report: done'
-    records = _records(events)
-    assert len(records) >= 2 and [r.fallback_reason for r in records] == [None] * len(records)
+    records = _forked_run(mock.model(), model_settings=EXTENDED)
     forks = [p for p in mock.payloads if _marked(p)]
     assert len(forks) == len(records)
     assert all('thinking' not in p for p in forks)
@@ -262,13 +245,7 @@ def test_a_fork_on_openai_or_gemini_continues_an_anthropic_agents_thinking(fork_
     and never its signature, which they could not read; the fork is answered."""
     agent_mock = _anthropic()
     fork = Mock(PROVIDERS[fork_provider](), Script())
-    events: list[CompactionEvent] = []
-    agent = Agent(agent_mock.model(), capabilities=[Fork(trigger=TRIGGER, model=fork.model(), observer=events.append)])
-    plain_tools(agent)
-
-    assert agent.run_sync('Audit logs 1-8 and report.').output == 'report: done'
-    records = _records(events)
-    assert len(records) >= 2 and [r.fallback_reason for r in records] == [None] * len(records)
+    _forked_run(agent_mock.model(), model=fork.model())
     signatures = set(agent_mock.issued.signed)
     assert signatures  # the agent's requests did think
     for payload in fork.payloads:
