@@ -377,17 +377,9 @@ def text_only(
 
 def _unwrapped(model: Model) -> Model:
     """The model that answers for *model*: what a wrapper (instrumentation, a user's `WrapperModel`) sends to, and a
-    `FallbackModel`'s first model, which answers unless it fails."""
-    found: object = model
-    while True:
-        inner = cast(object, getattr(found, 'wrapped', None))
-        if not isinstance(inner, Model):
-            fallbacks = cast(object, getattr(found, 'models', None))
-            inner = cast(object, fallbacks[0]) if isinstance(fallbacks, list | tuple) and fallbacks else None  # pyright: ignore[reportUnknownVariableType]
-        if not isinstance(inner, Model):
-            break
-        found = cast(object, inner)
-    return cast(Model, found)
+    `FallbackModel`'s first model, which answers unless it fails (the first of `_candidates`)."""
+    candidates = _candidates(model)[0]
+    return candidates[0] if candidates else model
 
 
 def _is_model(model: Model, names: frozenset[str]) -> bool:
