@@ -85,6 +85,8 @@ def decide_whole(capability: ForgetReasoning[None], messages: list[ModelMessage]
         ),
         default=-1,
     )
+    # The last response, when it made calls, is the tool loop a provider sees running even after a new prompt.
+    last_response = max((i for i, m in enumerate(messages) if isinstance(m, ModelResponse)), default=-1)
     results_of: dict[str, ToolReturnPart] = {}
     for message in messages:
         if isinstance(message, ModelRequest):
@@ -120,7 +122,8 @@ def decide_whole(capability: ForgetReasoning[None], messages: list[ModelMessage]
             and capability._should_drop(message, [r.outcome for r in results])  # pyright: ignore[reportPrivateUsage]
         ):
             decision = 'dropped'
-            if any(p.signature or p.id or p.provider_details for p in thinking) and index > last_prompt:
+            running = index > last_prompt or (index == last_response and bool(calls))
+            if any(p.signature or p.id or p.provider_details for p in thinking) and running:
                 decision = 'deferred'
         if decision == reasoning_decision(message):
             continue

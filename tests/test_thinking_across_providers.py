@@ -11,11 +11,14 @@ Anthropic thinking sent to OpenAI or Gemini goes as text, its signature left out
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, cast
 
 import httpx2
 import pytest
+from pydantic import BaseModel
 from pydantic_ai import Agent, models
 from pydantic_ai.messages import (
     CompactionPart,
@@ -31,14 +34,15 @@ from pydantic_ai.models import Model
 from pydantic_ai.models.anthropic import AnthropicModelSettings
 from pydantic_ai.settings import ModelSettings
 
-from pydantic_ai_compaction import CompactionEvent, Fork, StatelessSummary, Trigger
+from pydantic_ai_compaction import CompactionEvent, ForgetReasoning, Fork, StatelessSummary, Trigger
 from pydantic_ai_compaction.processors.strategies.fork import FORK_MARKER
 from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER
+from pydantic_ai_compaction.processors.views.forget import reasoning_decision
 from pydantic_ai_compaction.runtime import compactor
 from pydantic_ai_compaction.testing import wire
 
 from .wire import canned
-from .wire.providers import PROVIDERS, Anthropic, Mock, Payload
+from .wire.providers import PROVIDERS, Anthropic, Call, Mock, Payload, Say
 from .wire.script import Script, plain_tools
 
 TRIGGER = Trigger(tokens=2_500)
@@ -308,3 +312,79 @@ def test_which_tool_loops_anthropic_would_refuse_with_thinking_on(parts: list[An
     # A request that answers no tool call (a new user turn) is never refused for it.
     closed = [*messages[:2], ModelRequest(parts=[UserPromptPart('Next.')])]
     assert compactor._unsigned_tool_loop(closed, 'anthropic') is False  # pyright: ignore[reportPrivateUsage]
+
+
+class _Verdict(BaseModel):
+    verdict: str
+
+
+@dataclass
+class _EndsWithOutputTool(Script):
+    """`Script`, each turn ended by a call of the output tool instead of a text."""
+
+    def __call__(self, text: str, body: str = '') -> Say:
+        said = super().__call__(text, body)
+        return Say(calls=(Call('final_result', {'verdict': 'clean'}),)) if said.text == 'report: done' else said
+
+
+def _dropped(messages: list[Any]) -> int:
+    return sum(isinstance(m, ModelResponse) and reasoning_decision(m) == 'dropped' for m in messages)
+
+
+def test_forget_reasoning_keeps_a_turn_that_ended_with_a_call_signed_until_the_next_answer() -> None:
+    """A turn that ends with a call (an output tool's) leaves that call's result to the next request, where the new
+    prompt joins it: Anthropic reads that assistant turn as the running tool loop and needs its thinking block, which
+    `ForgetReasoning` dropped at the new prompt (the second run's first request was refused)."""
+    mock = Mock(StrictAnthropic(EXTENDED), _EndsWithOutputTool(steps=3), fail=_refuse)
+    agent = Agent(mock.model(), output_type=_Verdict, capabilities=[ForgetReasoning(policy='drop')])
+    plain_tools(agent)
+    first = agent.run_sync('Audit logs 1-3 and report.')
+    second = agent.run_sync('Again.', message_history=first.all_messages())
+    assert second.output == _Verdict(verdict='clean')
+    assert [e.status for e in mock.exchanges] == [200] * len(mock.exchanges)
+    assert mock.problems() == []
+    # Not a test that forgets nothing: the first turn's steps lost their thinking, its last one once answered.
+    assert _dropped(second.all_messages()) >= 4
+    (ended,) = [m for m in first.all_messages() if isinstance(m, ModelResponse)][-1:]
+    assert reasoning_decision(ended) in (None, 'deferred')
+
+
+@dataclass
+class _KeepsAnEarlyStep(Script):
+    """`Script`, its fork replies keeping the second exchange they list (a step of an earlier turn)."""
+
+    def __call__(self, text: str, body: str = '') -> Say:
+        if self.kind(text) != 'fork':
+            return super().__call__(text, body)
+        self.kinds['fork'] += 1
+        ids = re.findall(r'^\s*-?\s*(g\d+)\b', text, re.MULTILINE)
+        summary = {
+            'rules': ['ignore service legacy'],
+            'facts': ['logs clean'],
+            'progress': 'reading',
+            'next_step': 'next',
+        }
+        return Say(text=json.dumps({'keep': ids[1:2], 'summary': summary}))
+
+
+def test_a_compaction_never_ends_on_a_step_whose_thinking_was_forgotten() -> None:
+    """A conversation continued with `ForgetReasoning` and a fork: at the new prompt the earlier turn's steps lose
+    their thinking, and a fork that keeps one of them and drops what followed it (the turn's answer too) made that
+    step the last before the request. Anthropic read it as the running tool loop and refused the agent's request;
+    the runtime falls back (`reasoning`) and the run goes on."""
+    events: list[CompactionEvent] = []
+    mock = Mock(StrictAnthropic(EXTENDED), _KeepsAnEarlyStep(steps=6), fail=_refuse)
+    earlier = Agent(mock.model())
+    plain_tools(earlier)
+    first = earlier.run_sync('Audit logs 1-8 and report.')
+    fork = Fork(trigger=TRIGGER, observer=events.append)
+    agent = Agent(mock.model(), capabilities=[ForgetReasoning(policy='drop'), fork])
+    plain_tools(agent)
+    second = agent.run_sync('Again.', message_history=first.all_messages())
+    assert second.output == 'report: done'
+    assert [e.status for e in mock.exchanges] == [200] * len(mock.exchanges)
+    assert mock.problems() == []
+    records = _records(events)
+    assert records[0].fallback_reason == 'reasoning'  # the fork kept g1 and dropped the rest of the first turn
+    assert 'g1' not in records[0].kept
+    assert [r.fallback_reason for r in records[1:]] == [None] * (len(records) - 1)  # only where it had to

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic_ai.messages import CompactionPart, ModelMessage, ModelResponse
+from pydantic_ai.messages import CompactionPart, ModelMessage, ModelResponse, ToolCallPart
 
+from pydantic_ai_compaction.protocols.metadata import MessageMarks
 from pydantic_ai_compaction.runtime.pairing import pair_message, pairing_problems, unanswered
 
 
@@ -42,6 +43,27 @@ def _with_turn_rules(
     if adjacent and (before is None or len(adjacent) > len(adjacent_responses(before))):
         problems.extend(f'two responses in a row (messages {index} and {index + 1})' for index in adjacent)
     return problems
+
+
+def forgotten_loop(messages: Sequence[ModelMessage]) -> ModelResponse | None:
+    """The last response of *messages*, if it made calls and `ForgetReasoning` dropped its thinking; else `None`.
+
+    The next request carries that step's results (and whatever prompt follows them): a provider that signs thinking
+    reads the step as the tool loop in progress, whose thinking block it needs back (Anthropic refuses the request
+    without it). `ForgetReasoning` never drops it there; a compaction that drops what followed a forgotten step
+    would put it there.
+    """
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, ModelResponse):
+            if _reasoning_dropped(message) and any(isinstance(part, ToolCallPart) for part in message.parts):
+                return message
+            return None
+    return None
+
+
+def _reasoning_dropped(message: ModelResponse) -> bool:
+    return MessageMarks.from_metadata(message.metadata).reasoning == 'dropped'
 
 
 def adjacent_responses(messages: Sequence[ModelMessage]) -> list[int]:

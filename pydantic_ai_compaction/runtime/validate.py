@@ -15,11 +15,11 @@ from dataclasses import dataclass, replace
 from itertools import chain, compress, count
 from typing import Any
 
-from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 
 from pydantic_ai_compaction.protocols.types import CompactionRecord, Exchange, Layout, Proposal, Summary
 from pydantic_ai_compaction.runtime.segment import ConversationView, our_record
-from pydantic_ai_compaction.runtime.shape import is_compaction_response, shape_problems
+from pydantic_ai_compaction.runtime.shape import forgotten_loop, is_compaction_response, shape_problems
 
 DEFAULT_FALLBACK_KEEP_LAST = 4
 """Exchanges the fallback layout keeps (besides protected and unfinished ones)."""
@@ -592,7 +592,9 @@ def decide(
        gets the fallback layout. A layout that removes nothing and restates nothing is no compaction.
     3. *build* lays the history out and measures it. A history that would not be smaller than before
        gets the fallback layout; if that is not smaller either, nothing changes.
-    4. A history that breaks the provider shape (pairing, roles) is never sent: nothing changes.
+    4. A history whose last step (the tool loop the next request continues) would be one whose thinking was
+       forgotten, and was not before, gets the fallback layout; if that has it too, nothing changes.
+    5. A history that breaks the provider shape (pairing, roles) is never sent: nothing changes.
     """
     if proposal.declined is not None:
         return Skipped('declined', proposal.declined)
@@ -619,11 +621,38 @@ def decide(
         outcome = build(smaller)
         if _grew(outcome):
             return Skipped('grew', 'the compaction would not make the history smaller')
+    if _exposes_forgotten(outcome.messages, view.messages):
+        # The layout made a step whose thinking `ForgetReasoning` dropped (it had ended an earlier turn, or was
+        # followed by one) the last one before the next request: a provider that signs thinking reads it as the
+        # running tool loop and refuses it without its thinking block (Anthropic's 400). The fallback keeps the
+        # newest exchanges, whose last step is the one the history ends with.
+        fallback = replace(
+            fallback_layout(view, 'reasoning', fallback_keep_last=fallback_keep_last), restate=layout.restate
+        )
+        if not fallback.dropped:
+            return Skipped('shape', 'the compaction would end on a step whose thinking was forgotten')
+        outcome = build(fallback)
+        if _grew(outcome) or _exposes_forgotten(outcome.messages, view.messages):
+            return Skipped('shape', 'the compaction would end on a step whose thinking was forgotten')
     if problems := shape_problems(outcome.messages, before=view.messages):
         # Segmentation keeps pairs inside exchanges and `settle` orders roles, so this is a last line
         # of defence: send the history as it was rather than one a provider would reject.
         return Skipped('shape', '; '.join(problems[:5]))
     return outcome
+
+
+def _exposes_forgotten(messages: Sequence[ModelMessage], before: Sequence[ModelMessage]) -> bool:
+    """Whether *messages* ends on a step whose thinking was forgotten (`forgotten_loop`) that *before* did not end on
+    (the same step: the same calls; a layout stamps its messages anew)."""
+    exposed = forgotten_loop(messages)
+    if exposed is None:
+        return False
+    was = forgotten_loop(before)
+    return was is None or _call_ids(was) != _call_ids(exposed)
+
+
+def _call_ids(message: ModelResponse) -> list[str]:
+    return [part.tool_call_id for part in message.parts if isinstance(part, ToolCallPart)]
 
 
 def _grew(outcome: Outcome) -> bool:

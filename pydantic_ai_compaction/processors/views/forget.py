@@ -12,7 +12,9 @@ Provider rules (why signed thinking is treated differently):
 - Anthropic signs thinking blocks (`ThinkingPart.signature`): they may be omitted, never edited, and the
   blocks of the tool loop in progress must be sent back. Signed or provider-bound thinking (a signature,
   an id or provider details, as OpenAI Responses' encrypted reasoning items have) is therefore dropped only
-  for steps before the latest user prompt, never inside the tool loop still running.
+  for steps before the latest user prompt, never inside the tool loop still running. A turn that ended with
+  a call (an output tool's) is that loop still when the next prompt is sent with the call's result: the
+  history's last response, when it made calls, is never dropped.
 - Unsigned reasoning (DeepSeek's `reasoning_content`, open models) can be dropped as soon as its step
   completes.
 
@@ -77,6 +79,10 @@ ForgetPolicy = Literal['keep', 'drop', 'after_artifact', 'score']
 def reasoning_decision(message: ModelResponse) -> str | None:
     """`kept`, `dropped`, `scored` or `deferred` once decided for a step, else `None`."""
     return MessageMarks.from_metadata(message.metadata).reasoning
+
+
+def _calls(message: ModelMessage) -> bool:
+    return isinstance(message, ModelResponse) and any(isinstance(part, ToolCallPart) for part in message.parts)
 
 
 def _signed(part: ThinkingPart) -> bool:
@@ -223,8 +229,9 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
         check_number('ForgetReasoning', 'drop_share', self.drop_share, minimum=0, maximum=1)
         check_callable('ForgetReasoning', 'scorer', self.scorer, arguments=2)
         check_callable('ForgetReasoning', 'observer', self.observer, arguments=1)
-        if not isinstance(self.write_tools, str):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise fail('ForgetReasoning', 'write_tools', 'a regular expression string', self.write_tools)
+        if not isinstance(self.write_tools, str) or not self.write_tools:  # pyright: ignore[reportUnnecessaryIsInstance]
+            # Empty, it would match every tool name (as `ResetToCheckpoint` and `Tiered` refuse it too).
+            raise fail('ForgetReasoning', 'write_tools', 'a non-empty regular expression string', self.write_tools)
         try:
             self._writes = re.compile(self.write_tools, re.IGNORECASE)
         except re.error as error:
@@ -314,18 +321,27 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
             if prompted:
                 prompts.append(index)
         last_prompt = prompts[-1] if prompts else -1
+        last_response = next(
+            (i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], ModelResponse)), -1
+        )
         changes: dict[int, ModelMessage] = {}
         for index in candidates:
-            decided = self._decide_step(_Written(messages, changes), index, last_prompt, returns)
+            running = index > last_prompt or (index == last_response and _calls(messages[index]))
+            decided = self._decide_step(_Written(messages, changes), index, running, returns)
             if decided is not None:
                 changes[index] = decided
         state.advance(_Written(messages, changes), start, candidates, list(changes))
         return changes
 
     def _decide_step(
-        self, messages: Sequence[ModelMessage], index: int, last_prompt: int, returns: dict[str, list[str]]
+        self, messages: Sequence[ModelMessage], index: int, running: bool, returns: dict[str, list[str]]
     ) -> ModelResponse | None:
-        """The step at *index* with its decision written, or `None` when it is decided or cannot be yet."""
+        """The step at *index* with its decision written, or `None` when it is decided or cannot be yet.
+
+        *running*: the step is in the tool loop a provider sees as running, whose signed thinking it needs back:
+        after the latest user prompt, or the history's last response when it made calls (a new prompt follows a
+        turn that ended with a call, such as an output tool's, and is sent in the same request as its result).
+        """
         message = messages[index]
         if not isinstance(message, ModelResponse) or reasoning_decision(message) in _FINAL:
             return None
@@ -348,7 +364,7 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
         elif thinking and len(thinking) < len(message.parts) and self._should_drop(message, outcomes):
             # A reply of reasoning alone keeps it: dropping it would leave an empty turn, which providers refuse.
             decision = 'dropped'
-            if any(_signed(p) for p in thinking) and index > last_prompt:
+            if any(_signed(p) for p in thinking) and running:
                 # Inside the tool loop still running: the provider needs the signed blocks back.
                 decision = 'deferred'
         if decision == reasoning_decision(message):
