@@ -263,6 +263,65 @@ def test_recall_finds_a_value_by_words_and_the_call_it_came_from(store: Any) -> 
     assert first.startswith('[diag({"service":"media"}) r1, line 42]')
 
 
+def test_recall_never_finds_its_own_answers(store: Any) -> None:
+    # Indexed like any tool output, each answer was found by the next search (nested `[recall(...), line 0]` quotes
+    # that pushed the source out of the top hits), and "No match" became a match for the same words.
+    seen: list[list[ModelMessage]] = []
+    steps = [
+        [ToolCallPart('diag', {'service': 'media'})],
+        *([ToolCallPart('recall', {'query': 'media timeout'})] for _ in range(4)),
+        [ToolCallPart('recall', {'query': 'zebra password'})],
+        [ToolCallPart('recall', {'query': 'zebra password'})],
+        [TextPart('1050')],
+    ]
+    conversation = f'conv-echo-{uuid.uuid4().hex}'
+    agent = Agent(scripted(steps, seen), capabilities=[Recall(store=store, conversation=conversation)])
+
+    @agent.tool_plain
+    def diag(service: str) -> str:  # pyright: ignore[reportUnusedFunction]
+        return f'== diag.py {service} ==\ntimeout_ms = 1050\n'
+
+    agent.run_sync('What is the media timeout?')
+    answers = [str(p.content) for p in returns(seen[-1]) if p.tool_name == 'recall']
+    assert len(answers) == 6
+    found = '[diag({"service":"media"}), line 1] timeout_ms = 1050\n[user, line 0] What is the media timeout?'
+    assert answers[:4] == [found] * 4
+    assert answers[4:] == ["No match for 'zebra password' anywhere in this conversation."] * 2
+
+
+def test_an_empty_note_is_answered_and_never_stored() -> None:
+    store = InMemoryArchiveStore()
+    steps = [
+        [ToolCallPart('note', {'kind': 'fact', 'text': ''})],
+        [ToolCallPart('note', {'kind': 'decision', 'text': '  \n '})],
+        [ToolCallPart('note', {'kind': 'fact', 'text': ' media timeout is 1050 ms '})],
+        [TextPart('done')],
+    ]
+    result = Agent(scripted(steps), capabilities=[Notes(store=store, conversation='c')]).run_sync('x')
+    said = [str(p.content) for p in returns(result.all_messages()) if p.tool_name == 'note']
+    empty = 'Nothing was noted: the note is empty. Call note again with what to remember.'
+    assert said == [empty, empty, 'Noted.']
+    assert store.notes('c') == [Note('fact', 'media timeout is 1050 ms')]
+
+
+@pytest.mark.parametrize(
+    ('capability', 'bad'),
+    [
+        (Recall(), [{'query': None}, {'query': 'x', 'limit': -1}, {'query': ['a']}]),
+        (Notes(), [{'kind': 'bogus', 'text': 'x'}, {'kind': 'fact'}, {'text': 'x'}]),
+    ],
+    ids=['recall', 'note'],
+)
+def test_memory_tools_give_a_model_three_tries_at_their_arguments(capability: Any, bad: list[dict[str, Any]]) -> None:
+    # pydantic-ai's default is one retry: a model that got the arguments wrong twice in a row ended the run.
+    name = 'recall' if isinstance(capability, Recall) else 'note'
+    steps = [*([ToolCallPart(name, args)] for args in bad), [TextPart('done')]]
+    result = Agent(scripted(steps), capabilities=[capability]).run_sync('x')
+    assert result.output == 'done'
+    retried = [p.tool_name for p in returns(result.all_messages()) if p.outcome == 'retried']
+    assert retried == [name] * 3
+
+
 def test_a_restatement_is_not_a_new_user_prompt_for_the_reminder() -> None:
     from pydantic_ai_compaction.runtime.apply import restatement_message
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic_ai import Agent
 from pydantic_ai.exceptions import ModelHTTPError
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import ModelMessage, ModelResponse, ModelResponsePart, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import RunContext
 from pydantic_ai_harness.compaction import (
     ClearToolResults,
@@ -16,7 +18,15 @@ from pydantic_ai_harness.compaction import (
     compact_now,
 )
 
-from pydantic_ai_compaction import Fork, InstructionSources, Reassert, ResetToCheckpoint, StatelessSummary
+from pydantic_ai_compaction import (
+    Archive,
+    Fork,
+    InMemoryArchiveStore,
+    InstructionSources,
+    Reassert,
+    ResetToCheckpoint,
+    StatelessSummary,
+)
 from pydantic_ai_compaction.runtime import our_record, pairing_problems
 
 from .support import ScriptedAgentModel, audit_agent, fork_json, recorded_history
@@ -85,3 +95,36 @@ async def test_compact_now_drives_a_wrapped_strategy() -> None:
     assert record['strategy'] == 'reassert+summary'
     assert record['restated'] == []  # user prompts only: tool output is not read
     assert out[-1] is recorded_history()[-1] or out[-1].parts == recorded_history()[-1].parts
+
+
+def test_archive_refuses_a_result_harness_cleared_and_keeps_nothing_of_it() -> None:
+    # Archived, the placeholder would have been "recovered" in place of the output, which is no longer anywhere.
+    store = InMemoryArchiveStore()
+    steps: list[list[ModelResponsePart]] = [
+        *([ToolCallPart('read', {'index': index})] for index in range(3)),
+        [ToolCallPart('context_apply', {'items': [{'result_id': 'r1', 'note': 'log 0 read'}]})],
+        [TextPart('done')],
+    ]
+    queue = iter(steps)
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=next(queue))
+
+    agent = Agent(
+        FunctionModel(respond),
+        capabilities=[Archive(store=store, conversation='c'), ClearToolResults(max_tokens=200, keep_pairs=1)],
+    )
+
+    @agent.tool_plain
+    def read(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return f'log {index}\n' + 'line of the log\n' * 40
+
+    result = agent.run_sync('Read the logs.')
+    (answer,) = [
+        str(p.content)
+        for m in result.all_messages()
+        for p in m.parts
+        if isinstance(p, ToolReturnPart) and p.tool_name == 'context_apply'
+    ]
+    assert 'r1: already cleared by another compaction (only a placeholder is left)' in answer
+    assert store.get_archived('c', 'a1') is None

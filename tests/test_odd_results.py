@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
+from pydantic_core import PydanticSerializationError
 
 from pydantic_ai_compaction.processors.views.forget import context_text
 from pydantic_ai_compaction.runtime.encoding import to_json
@@ -132,3 +133,86 @@ def test_reassert_reads_a_failed_result_holding_a_lone_surrogate_as_it_reads_any
     # used to raise instead.
     assert gathered('CHANGE: use port 8\ud800\nrest', 'failed') == gathered('CHANGE: use port 8\nrest', 'failed') == ()
     assert gathered('CHANGE: use port 8\ud800\nrest', 'success') == ('CHANGE: use port 8\ud800',)
+
+
+def test_archive_numbers_and_lists_such_a_result_and_the_run_goes_on() -> None:
+    # Its reminder measured each result with `model_response_str`, which refuses the surrogate: the run ended.
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import TextPart, UserPromptPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.usage import RequestUsage
+
+    from pydantic_ai_compaction import Archive
+
+    sent: list[list[ModelMessage]] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(messages)
+        # Usage given, as a provider reports it: `FunctionModel` would estimate it from the text, and refuse it.
+        return ModelResponse(parts=[TextPart('done')], usage=RequestUsage(input_tokens=10, output_tokens=1))
+
+    content = {'s': 'a\udfffb' * 400}
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart('read it')]),
+        ModelResponse(parts=[ToolCallPart('read', {'index': 1}, tool_call_id='c1')]),
+        ModelRequest(parts=[ToolReturnPart('read', content, tool_call_id='c1')]),
+        ModelResponse(parts=[TextPart('read')]),
+    ]
+
+    def run(capabilities: list[Any]) -> str:
+        try:
+            return (
+                Agent(FunctionModel(respond), capabilities=capabilities)
+                .run_sync('go on', message_history=history)
+                .output
+            )
+        except PydanticSerializationError as error:
+            # pydantic-ai from 2.6x on writes the result itself when preparing the request, and refuses it there:
+            # the run ends with or without Archive, which must not end one pydantic-ai finishes.
+            return type(error).__name__
+
+    without = run([])
+    assert run([Archive(reminder_tokens=100)]) == without
+    if without != 'done':
+        return
+    (numbered,) = [p for m in sent[-1] for p in m.parts if isinstance(p, ToolReturnPart)]  # Archive's run's request
+    assert result_chars(numbered) > 2_400  # its size as the model reads it, the lossless encoding
+    said = ' '.join(str(p.content) for m in sent[-1] for p in m.parts if isinstance(p, UserPromptPart))
+    assert f'Results you can archive: r1 read ({result_chars(numbered):,} chars)' in said
+
+
+def test_a_provider_tool_result_holding_a_lone_surrogate_is_measured_and_compacted() -> None:
+    # Its estimate raised (`model_response_str`), and every strategy and view skipped every request for good.
+    import warnings
+
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import NativeToolCallPart, NativeToolReturnPart, TextPart, UserPromptPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.usage import RequestUsage
+
+    from pydantic_ai_compaction import ResetToCheckpoint, Trigger
+    from pydantic_ai_compaction.runtime import our_record
+    from pydantic_ai_compaction.runtime.tokens import estimate_token_count
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart('done')], usage=RequestUsage(input_tokens=10, output_tokens=1))
+
+    found = NativeToolReturnPart('web_search', {'s': 'x\udfff' * 50}, tool_call_id='b1', provider_name='openai')
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart('search ' * 100)]),
+        ModelResponse(
+            parts=[
+                NativeToolCallPart('web_search', {'q': 'x'}, tool_call_id='b1', provider_name='openai'),
+                found,
+                TextPart('found ' * 100),
+            ]
+        ),
+        ModelRequest(parts=[UserPromptPart('next ' * 100)]),
+        ModelResponse(parts=[TextPart('answer ' * 100)]),
+    ]
+    assert estimate_token_count(history) > estimate_token_count(history[:1]) + 100
+    agent = Agent(FunctionModel(respond), capabilities=[ResetToCheckpoint(trigger=Trigger(tokens=30))])
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # no "compaction was skipped for this request"
+        result = agent.run_sync('go on', message_history=history)
+    assert sum(1 for m in result.all_messages() for p in m.parts if our_record(p) is not None) == 1

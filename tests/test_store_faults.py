@@ -202,6 +202,48 @@ def test_sqlite_missing_directory_degrades_then_resumes_once_it_exists(tmp_path:
     assert_healthy(store, conversation, said)
 
 
+def sqlite_notes(path: Path) -> list[Note]:
+    """The notes a new store on *path* reads (as another process would), closed after."""
+    store = SQLiteArchiveStore(path)
+    try:
+        return store.notes('c')
+    finally:
+        store.close()
+
+
+def remove_sqlite_files(path: Path) -> None:
+    for suffix in ('', '-wal', '-shm'):
+        Path(f'{path}{suffix}').unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize('uri', [False, True], ids=['path', 'uri'])
+def test_sqlite_file_removed_or_replaced_while_open_is_opened_again_and_nothing_written_after_is_lost(
+    tmp_path: Path, uri: bool
+) -> None:
+    # The open connection went on writing to the unlinked file, reporting success: a new process found nothing.
+    path = tmp_path / 'removed.sqlite3'
+    store = SQLiteArchiveStore(f'file:{path}' if uri else path)
+    store.add_note('c', Note('fact', 'before'))
+    remove_sqlite_files(path)
+    with pytest.warns(RuntimeWarning, match='removed or replaced while open; it is opened again'):
+        store.add_note('c', Note('fact', 'after'))
+    assert sqlite_notes(path) == [Note('fact', 'after')]
+    # Replaced by another database (an operator restoring a backup): what the store reads is the new file's.
+    other = tmp_path / 'backup.sqlite3'
+    backup = SQLiteArchiveStore(other)
+    backup.add_note('c', Note('fact', 'restored'))
+    backup.close()  # its last connection: its log is written into the file, which is then whole on its own
+    remove_sqlite_files(path)
+    other.replace(path)
+    with pytest.warns(RuntimeWarning, match='removed or replaced while open'):
+        assert store.notes('c') == [Note('fact', 'restored')]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # the same file again: no warning, nothing opened again
+        store.add_note('c', Note('fact', 'then'))
+    store.close()
+    assert sqlite_notes(path) == [Note('fact', 'restored'), Note('fact', 'then')]
+
+
 def test_sqlite_corrupt_file_degrades_then_resumes_once_replaced(tmp_path: Path) -> None:
     path = tmp_path / 'corrupt.sqlite3'
     path.write_bytes(b'this is not a database\x00' * 512)
@@ -433,6 +475,24 @@ def test_a_dsn_is_shown_without_any_of_its_secrets() -> None:
         assert 'Zs3cret' not in shown and '127.0.0.1' in shown
 
 
+NOLOGIN_ROLE = 'pac_nologin_role'
+"""A role the server knows and refuses to log in (`CREATE ROLE ... NOLOGIN`)."""
+
+
+@pytest.fixture
+def nologin_role() -> Iterator[str]:
+    import psycopg
+
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+        conn.execute(f'DROP ROLE IF EXISTS {NOLOGIN_ROLE}')
+        conn.execute(f"CREATE ROLE {NOLOGIN_ROLE} NOLOGIN PASSWORD 'nl-s3cr3t'")
+    try:
+        yield NOLOGIN_ROLE
+    finally:
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+            conn.execute(f'DROP ROLE IF EXISTS {NOLOGIN_ROLE}')
+
+
 def refused_dsn(**changed: str) -> str:
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -444,12 +504,18 @@ def refused_dsn(**changed: str) -> str:
     [
         ({'password': 'wrong-s3cr3t'}, 'password authentication failed'),
         ({'dbname': 'pac_missing_database'}, 'database "pac_missing_database" does not exist'),
+        # A role created `NOLOGIN` (the `nologin_role` fixture): a refusal for the setup, not an outage.
+        ({'user': NOLOGIN_ROLE, 'password': 'nl-s3cr3t'}, f'role "{NOLOGIN_ROLE}" is not permitted to log in'),
         # The server answers these too: said as refused, with its words, never as a server that cannot be reached.
         ({'options': '-c statement_timeout=abc'}, 'invalid value for parameter'),
     ],
 )
-def test_postgres_refused_login_is_one_setup_warning_and_no_call_waits(changed: dict[str, str], cause: str) -> None:
+def test_postgres_refused_login_is_one_setup_warning_and_no_call_waits(
+    changed: dict[str, str], cause: str, request: pytest.FixtureRequest
+) -> None:
     postgres_store().close()  # skips (or fails in CI) without a server
+    if changed.get('user') == NOLOGIN_ROLE:
+        request.getfixturevalue('nologin_role')
     store = PostgresArchiveStore(refused_dsn(**changed))  # the default connect_timeout: 10 s
     try:
         agent, seen = memory_agent(store, key(), EVERY_TOOL)

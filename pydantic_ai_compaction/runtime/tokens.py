@@ -398,7 +398,12 @@ def _response_part_text(part: ModelResponsePart) -> list[str]:
         # A redacted thinking block carries a signature and no text.
         return [part.content or '']
     if isinstance(part, NativeToolReturnPart):
-        return [part.tool_name, part.model_response_str()]
+        try:
+            return [part.tool_name, part.model_response_str()]
+        except ValueError:
+            # pydantic will not write a lone surrogate as JSON: measured by its `str`, as a tool return is, so one
+            # odd character in a provider's tool result does not turn every strategy and view off for good.
+            return [part.tool_name, value_text(part.content)]
     if isinstance(part, SpeechPart):
         return [part.transcript or '']
     # A file's payload is binary: its length in characters says nothing about what the provider bills.

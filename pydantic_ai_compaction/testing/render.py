@@ -7,7 +7,7 @@ out or numbered in order of appearance, so the same compaction renders the same 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from pydantic_ai.messages import (
     CompactionPart,
@@ -24,7 +24,7 @@ from pydantic_ai.messages import (
 
 from pydantic_ai_compaction.runtime.encoding import args_text
 from pydantic_ai_compaction.runtime.segment import is_restatement, our_record, segment
-from pydantic_ai_compaction.runtime.transcript import user_text
+from pydantic_ai_compaction.runtime.transcript import return_text, user_text
 
 DEFAULT_WIDTH = 80
 """Characters of content shown per part."""
@@ -82,7 +82,7 @@ def _render_part(part: Any, width: int, call_name: Any) -> str:
             return f'restatement ({len(text)}):' + _block(text)
         return f'user ({len(text)}): {_clip(text, width)}'
     if isinstance(part, ToolReturnPart):
-        text = part.model_response_str()
+        text = return_text(cast(ToolReturnPart, part))  # a structured result holding a lone surrogate, too
         return (
             f'return {call_name(part.tool_call_id)} {part.tool_name} {part.outcome} ({len(text)}): {_clip(text, width)}'
         )

@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, compress, count
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from pydantic import BaseModel, Field
@@ -49,6 +49,7 @@ from pydantic_ai_compaction.runtime.events import EventObserver
 from pydantic_ai_compaction.runtime.project import project_request, rewrite_log, rewrite_log_at, rewritten_request
 from pydantic_ai_compaction.runtime.segment import ProtectPredicate, is_restatement, segment
 from pydantic_ai_compaction.runtime.stores.access import (
+    MEMORY_TOOL_RETRIES,
     ConversationKey,
     call_store,
     check_conversation,
@@ -57,12 +58,25 @@ from pydantic_ai_compaction.runtime.stores.access import (
 )
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
 from pydantic_ai_compaction.runtime.tokens import estimate_token_count
+from pydantic_ai_compaction.runtime.transcript import result_chars
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
 
 APPLY_TOOL = 'context_apply'
 RECOVER_TOOL = 'context_recover'
+
+HARNESS_CLEARED = 'pydantic-ai-harness.compaction.cleared-tool-result.v1'
+"""The `ToolReturnPart.metadata` key pydantic-ai-harness sets on a result whose content it replaced with a placeholder
+(harness is optional: its name is written here, not imported)."""
+
+
+def _cleared_elsewhere(part: ToolReturnPart) -> bool:
+    """Whether *part* is a result a harness compaction cleared (its content is a placeholder, not the output)."""
+    metadata = part.metadata
+    return isinstance(metadata, dict) and cast('dict[str, object]', metadata).get(HARNESS_CLEARED) is True
+
+
 _RESULT_ID = re.compile(r'^r\d+$')
 _ARCHIVE_REF = re.compile(r'^a\d+$')
 
@@ -120,7 +134,9 @@ def _facts(message: ModelMessage) -> _Facts:
             # The marks are read once a part (both the id and the archive reference live there).
             marks = ResultMarks.from_metadata(part.metadata)
             if marks.result_id and not marks.archived:
-                eligible.append((part, len(part.model_response_str()), marks.result_id))
+                # As the model reads it: a structured result holding a lone surrogate is measured in its lossless
+                # encoding (`model_response_str` refuses it, and the run ended here).
+                eligible.append((part, result_chars(part), marks.result_id))
     return _Facts(prompts, tuple(eligible)) if prompts or eligible else _NO_FACTS
 
 
@@ -228,7 +244,7 @@ class Archive(AbstractCapability[AgentDepsT]):
     def get_toolset(self) -> FunctionToolset[AgentDepsT]:
         """`context_apply` and `context_recover`."""
         # A rejected batch is a retry; leave room for the model to fix a batch more than once.
-        toolset: FunctionToolset[AgentDepsT] = FunctionToolset(max_retries=3)
+        toolset: FunctionToolset[AgentDepsT] = FunctionToolset(max_retries=MEMORY_TOOL_RETRIES)
         toolset.add_function(self._apply, name=APPLY_TOOL, takes_ctx=True)
         toolset.add_function(self._recover, name=RECOVER_TOOL, takes_ctx=True)
         return toolset
@@ -454,6 +470,9 @@ class Archive(AbstractCapability[AgentDepsT]):
                 problems.append(f'{rid}: already archived as {archived_ref_of(where[2])}')
             elif where[2].tool_name == APPLY_TOOL or where[2].tool_call_id in protected:
                 problems.append(f'{rid}: protected, it cannot be archived')
+            elif _cleared_elsewhere(where[2]):
+                # Archived, it would be recovered as the placeholder: the original is not in the conversation.
+                problems.append(f'{rid}: already cleared by another compaction (only a placeholder is left)')
             elif not item.note.strip():
                 problems.append(f'{rid}: the note is empty')
         if problems:

@@ -17,6 +17,7 @@ from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore,
 from pydantic_ai_compaction.protocols.names import NOTE_TOOL
 from pydantic_ai_compaction.runtime.checks import check_instance
 from pydantic_ai_compaction.runtime.stores.access import (
+    MEMORY_TOOL_RETRIES,
     ConversationKey,
     call_store,
     check_conversation,
@@ -62,7 +63,9 @@ class Notes(AbstractCapability[AgentDepsT]):
 
     def get_toolset(self) -> FunctionToolset[AgentDepsT]:
         """The `note` tool."""
-        toolset: FunctionToolset[AgentDepsT] = FunctionToolset()
+        # Arguments that fail validation are retried: as many times as `Archive` allows, so a model that gets the
+        # `kind` wrong twice does not end the run.
+        toolset: FunctionToolset[AgentDepsT] = FunctionToolset(max_retries=MEMORY_TOOL_RETRIES)
         toolset.add_function(self._note, name=NOTE_TOOL, takes_ctx=True)
         return toolset
 
@@ -73,6 +76,10 @@ class Notes(AbstractCapability[AgentDepsT]):
             kind: decision, rejected, progress or fact.
             text: The note, self-contained.
         """
+        if not text.strip():
+            # An answer, not a retry (as `context_apply` answers an empty note): a blank note would be restated by
+            # every boundary that drops it, saying nothing.
+            return 'Nothing was noted: the note is empty. Call note again with what to remember.'
         try:
             note = Note(kind, text.strip())
             await call_store('add_note', self.store.add_note, conversation_key(ctx, self.conversation), note)

@@ -42,6 +42,7 @@ from pydantic_ai_compaction.runtime.encoding import strip_nul, to_bytes, to_json
 from pydantic_ai_compaction.runtime.project import rewrites_accepted
 from pydantic_ai_compaction.runtime.stores._query import SEARCH_CANDIDATES
 from pydantic_ai_compaction.runtime.stores.access import (
+    MEMORY_TOOL_RETRIES,
     ConversationKey,
     call_store,
     check_conversation,
@@ -119,7 +120,8 @@ class Recall(AbstractCapability[AgentDepsT]):
 
     def get_toolset(self) -> FunctionToolset[AgentDepsT]:
         """The `recall` tool."""
-        toolset: FunctionToolset[AgentDepsT] = FunctionToolset()
+        # Arguments that fail validation are retried, as many times as `Archive` allows (pydantic-ai's default is 1).
+        toolset: FunctionToolset[AgentDepsT] = FunctionToolset(max_retries=MEMORY_TOOL_RETRIES)
         toolset.add_function(self._recall, name=RECALL_TOOL, takes_ctx=True)
         return toolset
 
@@ -229,6 +231,10 @@ class Recall(AbstractCapability[AgentDepsT]):
         kind = type(part).__name__
         if isinstance(candidate, ToolReturnPart):
             returned = cast('ToolReturnPart', candidate)
+            if returned.tool_name == RECALL_TOOL:
+                # Recall's own answers are lines found already (or "No match"): indexed, each search would find the
+                # answers before it, nested ever deeper, and outrank the lines they quote.
+                return None
             call_id = returned.tool_call_id
             source = original_part(returned)
         text = _text_of(source)

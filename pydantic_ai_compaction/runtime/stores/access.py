@@ -33,6 +33,10 @@ ConversationKey = str | Callable[[RunContext[Any]], str] | None
 RUN_SCOPE_PREFIX = 'run:'
 """The default key is this prefix and the run's id: nothing outside the run can choose it."""
 
+MEMORY_TOOL_RETRIES = 3
+"""Retries each memory tool (`context_apply`, `context_recover`, `note`, `recall`) gives a model whose arguments fail
+validation: a store that fails is answered, never retried, so only a model's own mistakes use them."""
+
 
 def check_conversation(owner: str, value: object) -> None:
     """Refuse a `conversation=` that is neither `None`, a non-empty string nor a function."""

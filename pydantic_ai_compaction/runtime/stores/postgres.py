@@ -301,6 +301,7 @@ def _own_options(dsn: str) -> str:
 
 _REFUSALS = (
     'authentication failed',
+    'is not permitted to log in',
     'no password supplied',
     'no pg_hba.conf entry',
     'permission denied for database',
@@ -309,7 +310,8 @@ _REFUSALS = (
     'unrecognized configuration parameter',
     'does not support ssl',
 )
-"""Words of the answer to a connection refused for the setup: a password, a role or a host refused, a role or a
+"""Words of the answer to a connection refused for the setup: a password, a role (or one that may not log in) or a
+host refused, a role or a
 database missing (`does not exist`, which a login says of nothing else), a setting of the DSN's `options` the
 server rejects, SSL required of a server without it. A failed connection carries no `sqlstate`, so its text is
 read; a server answering in another language is not recognised, and its refusals are reported as the server's

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import os
 import sqlite3
 import threading
 from collections.abc import Generator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Hit, LogLine, Note
 from pydantic_ai_compaction.runtime.checks import check_int
+from pydantic_ai_compaction.runtime.degraded import warn_degraded
 from pydantic_ai_compaction.runtime.stores._query import (
     ARCHIVED_COLUMNS,
     MAX_BUSY_TIMEOUT_MS,
@@ -93,6 +96,30 @@ _TABLES = {'counters', 'archived', 'notes', 'indexed_parts', 'log'}
 _REOPEN_AFTER = ('SQLITE_IOERR', 'SQLITE_CORRUPT', 'SQLITE_NOTADB', 'SQLITE_CANTOPEN', 'SQLITE_READONLY_DBMOVED')
 """Errors after which the connection itself may be unusable: open a fresh one for the next operation."""
 
+
+def _file_of(path: str) -> str | None:
+    """The file *path* (a path or a `file:` URI) opens, `None` for an in-memory database."""
+    if path == ':memory:':
+        return None
+    if not path.startswith('file:'):
+        return path
+    parts = urlsplit(path)
+    if 'memory' in parse_qs(parts.query).get('mode', []) or parts.path in ('', ':memory:'):
+        return None
+    return unquote(parts.path)
+
+
+def _identity(path: str | None) -> tuple[int, int] | None:
+    """The (device, inode) of the file at *path*; `None` when there is none (in memory, or no longer there)."""
+    if path is None:
+        return None
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
 _STORE_ERRORS = (sqlite3.Error, ValueError, OverflowError)
 """What the driver raises for the database or for a value it cannot bind."""
 
@@ -118,6 +145,10 @@ class SQLiteArchiveStore:
         """The database file (or URI) errors name."""
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
+        self._file_path = _file_of(self.path)
+        """The file the database is in, `None` for an in-memory one."""
+        self._file: tuple[int, int] | None = None
+        """The open file's identity (device, inode), to tell when it is removed or replaced while open."""
         self._version = SCHEMA_VERSION
         """The open file's schema version: an old file that could not be migrated (read-only) is read as it is."""
         # A database that cannot be opened yet is reported by the operations, as every other error is.
@@ -139,7 +170,15 @@ class SQLiteArchiveStore:
 
     def _connection(self, operation: str) -> sqlite3.Connection:
         if self._db is not None:
-            return self._db
+            if self._file is None or self._file == _identity(self._file_path):
+                return self._db
+            # Removed or replaced since it was opened: the connection still writes to the unlinked file, which
+            # no other connection will ever read, so every write would be lost while reported done.
+            self.close()
+            warn_degraded(
+                f'SQLite archive: {self.path} was removed or replaced while open; it is opened again '
+                '(entries written before are in the removed file)'
+            )
         uri = self.path.startswith('file:')
         try:
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, uri=uri)
@@ -159,6 +198,7 @@ class SQLiteArchiveStore:
                 db.close()
             raise self._error(operation, error) from error
         self._db = db
+        self._file = _identity(self._file_path)
         return db
 
     @staticmethod
