@@ -30,6 +30,7 @@ from pydantic_ai_compaction import (
     Switch,
     Tiered,
     Trigger,
+    Verified,
 )
 
 NAN = math.nan
@@ -72,6 +73,20 @@ CASES: list[tuple[str, str, Callable[[Any], object], list[object]]] = [
     ('Pipeline', 'steps', lambda v: Pipeline(v), [[], Fork(), 'fork', None]),
     ('RetryPolicy', 'initial_wait', lambda v: RetryPolicy(initial_wait=v), [HUGE]),
     ('Trigger', 'fraction', lambda v: Trigger(fraction=v), [HUGE]),
+    # Windows past the float range: every request failed converting the ratio.
+    ('Trigger', 'context_window', lambda v: Trigger(fraction=0.5, context_window=v), [HUGE, 10**12 + 1]),
+    ('Trigger', 'fallback_context_window', lambda v: Trigger(fraction=0.5, fallback_context_window=v), [HUGE]),
+    ('ClearThenSummarize', 'context_window', lambda v: Tiered(context_window=v), [HUGE]),
+    ('ClearThenSummarize', 'store', lambda v: Tiered(store=v), [3, 'x.sqlite3']),
+    ('Verified', 'model_settings', lambda v: Verified(Fork(), model_settings=v), [3, 'fast']),
+    # A pattern matching the empty string marks every line of tool output as an instruction.
+    (
+        'InstructionSources',
+        'markers',
+        lambda v: InstructionSources(markers=v),
+        [(re.compile(''),), (re.compile('^'),), ('CHANGE:', re.compile('.*'))],
+    ),
+    ('ForgetReasoning', 'write_tools', lambda v: ForgetReasoning(write_tools=v), ['']),
     # Reassert and its sources: a bare string would become one-character markers.
     ('InstructionSources', 'markers', lambda v: InstructionSources(markers=v), ['CHANGE:', re.compile('x'), 3]),
     ('InstructionSources', 'user_prompts', lambda v: InstructionSources(markers=(), user_prompts=v), ['no', None]),

@@ -223,11 +223,12 @@ def test_a_tiered_note_model_that_cannot_run_is_shown_once_and_ends_the_run_when
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     agent, sent = _tiered_run('nosuch:model')
-    with pytest.warns(SetupWarning, match=r'Tiered: the handoff note cannot be written \(UserError: Unknown model'):
+    said = r'ClearThenSummarize: the handoff note cannot be written \(UserError: Unknown model'
+    with pytest.warns(SetupWarning, match=said):
         assert agent.run_sync('Audit the logs.').output == 'done'
     # The view goes on with the copied parts; the failure is said once in the note, not once more per summary.
     failed = '[handoff note could not be updated: UserError]'
     counts = [str(request).count(failed) for request in sent]
     assert max(counts) == 1 and counts.count(1) >= 2
     agent, _ = _tiered_run('nosuch:model')
-    _ends_the_run_unlogged(agent, r'Tiered: the handoff note cannot be written', caplog)
+    _ends_the_run_unlogged(agent, r'ClearThenSummarize: the handoff note cannot be written', caplog)

@@ -33,7 +33,7 @@ from pydantic_ai_compaction.presets.keep import KeepWithin
 from pydantic_ai_compaction.processors.strategies.summary import StatelessSummary
 from pydantic_ai_compaction.processors.strategies.verified import DEFAULT_CHECKS, Verified
 from pydantic_ai_compaction.processors.views.tiered import Tiered
-from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_int, check_number
+from pydantic_ai_compaction.runtime.checks import MAX_WINDOW, ConfigurationError, check_int, check_number
 from pydantic_ai_compaction.runtime.events import EventObserver
 from pydantic_ai_compaction.runtime.trigger import Trigger
 
@@ -109,7 +109,7 @@ CLAUDE_CODE_INSTRUCTIONS = (
 
 
 def _window(owner: str, context_window: int) -> int:
-    return check_int(owner, 'context_window', context_window, minimum=1_000)
+    return check_int(owner, 'context_window', context_window, minimum=1_000, maximum=MAX_WINDOW)
 
 
 def _reserve_trigger(owner: str, context_window: int, reserve: int, name: str) -> Trigger:

@@ -27,6 +27,11 @@ class ConfigurationError(ValueError, TypeError):
     """
 
 
+MAX_WINDOW = 10**12
+"""Largest context window a setting may name, in tokens: far past any model's, and a ratio of it to a history's
+size is still a float (an integer past about 1.8e308 is not, and every request failed on it)."""
+
+
 def fail(owner: str, name: str, expected: str, value: object) -> ConfigurationError:
     """The error for `owner.name`, which must be *expected* but is *value* (raise it)."""
     shown = repr(value)

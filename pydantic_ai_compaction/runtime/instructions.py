@@ -99,6 +99,13 @@ class InstructionSources:
                     raise ConfigurationError(
                         f'InstructionSources.markers[{index}] must be a str pattern, got {marker!r}.'
                     )
+                if pattern.search('') is not None:
+                    # `''`, `'^'`, `'.*'`: every line of every tool result would be restated as an instruction, which
+                    # the refusal of an empty string marker is there to prevent.
+                    raise ConfigurationError(
+                        f'InstructionSources.markers[{index}] must not match the empty string (it would mark every '
+                        f'line of tool output as an instruction), got {marker!r}.'
+                    )
                 items.append(pattern)
             else:
                 raise ConfigurationError(

@@ -11,6 +11,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, User
 from pydantic_ai.models import Model, ModelRequestParameters
 
 from pydantic_ai_compaction.runtime.checks import (
+    MAX_WINDOW,
     ConfigurationError,
     check_callable,
     check_int,
@@ -81,9 +82,9 @@ class Trigger:
     def __post_init__(self) -> None:
         check_optional_int('Trigger', 'tokens', self.tokens, minimum=1)
         check_optional_number('Trigger', 'fraction', self.fraction, minimum=0, maximum=1, exclusive_minimum=True)
-        check_optional_int('Trigger', 'context_window', self.context_window, minimum=1)
+        check_optional_int('Trigger', 'context_window', self.context_window, minimum=1, maximum=MAX_WINDOW)
         check_optional_int('Trigger', 'messages', self.messages, minimum=1)
-        check_int('Trigger', 'fallback_context_window', self.fallback_context_window, minimum=1)
+        check_int('Trigger', 'fallback_context_window', self.fallback_context_window, minimum=1, maximum=MAX_WINDOW)
         check_callable('Trigger', 'tokenizer', self.tokenizer, arguments=1)
         if self.tokens is None and self.fraction is None and self.messages is None:
             raise ConfigurationError('Trigger needs a limit: set `tokens`, `fraction` or `messages`.')

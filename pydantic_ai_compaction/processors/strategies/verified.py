@@ -230,6 +230,9 @@ class Verified(WrappingCompaction[AgentDepsT]):
             check_choice('Verified', f'checks[{index}]', name, CHECKS)
         self.checks = cast('tuple[Check, ...]', tuple(dict.fromkeys(names)))
         check_model('Verified', 'model', self.model)
+        check_instance(
+            'Verified', 'model_settings', self.model_settings, (dict, type(None)), 'a ModelSettings dict or None'
+        )
         check_choice('Verified', 'on_failure', self.on_failure, ('append', 'reject'))
         check_instance('Verified', 'sources', self.sources, InstructionSources, 'an InstructionSources')
         check_int('Verified', 'max_fact_lines', self.max_fact_lines, minimum=1)

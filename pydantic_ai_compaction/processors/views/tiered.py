@@ -38,6 +38,7 @@ from pydantic_ai_compaction.protocols.names import RECALL_TOOL, WRITE_TOOLS
 from pydantic_ai_compaction.protocols.types import METADATA_KEY, CompactionRecord
 from pydantic_ai_compaction.runtime import compactor
 from pydantic_ai_compaction.runtime.checks import (
+    MAX_WINDOW,
     ConfigurationError,
     check_callable,
     check_instance,
@@ -196,8 +197,8 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        check_optional_int(owner, 'context_window', self.context_window, minimum=1)
-        check_int(owner, 'fallback_context_window', self.fallback_context_window, minimum=1)
+        check_optional_int(owner, 'context_window', self.context_window, minimum=1, maximum=MAX_WINDOW)
+        check_int(owner, 'fallback_context_window', self.fallback_context_window, minimum=1, maximum=MAX_WINDOW)
         for name in (
             'clear_at',
             'clear_min_saving',
@@ -220,6 +221,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         check_instance(owner, 'model_settings', self.model_settings, (dict, type(None)), 'a ModelSettings dict or None')
         check_instance(owner, 'retry', self.retry, RetryPolicy, 'a RetryPolicy')
         check_conversation(owner, self.conversation)
+        check_instance(owner, 'store', self.store, (ArchiveStore, type(None)), 'an ArchiveStore or None')
         check_callable(owner, 'observer', self.observer, arguments=1)
         self._writes = check_pattern(owner, 'write_tools', self.write_tools)
         self._projection = _Projection()
@@ -397,9 +399,10 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             note = compactor.response_text(response) or (previous or '')
         except Exception as error:  # the note is best effort; the copied parts below still carry the essentials
             if is_setup_error(error):  # the user's setup, not a passing fault: say so
+                owner = type(self).__name__  # `Tiered` is another name of `ClearThenSummarize`
                 warnings.warn(
-                    f'Tiered: the handoff note cannot be written ({type(error).__name__}: {str(error)[:300]}); '
-                    "check Tiered's model=, its API key and its provider package.",
+                    f'{owner}: the handoff note cannot be written ({type(error).__name__}: {str(error)[:300]}); '
+                    f"check {owner}'s model=, its API key and its provider package.",
                     SetupWarning,
                     stacklevel=2,
                 )
