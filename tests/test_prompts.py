@@ -572,6 +572,22 @@ async def test_the_fallback_keeps_four_finished_exchanges_besides_the_one_in_pro
     assert record['dropped'] == ['g1', 'g2', 'g3']
 
 
+@pytest.mark.parametrize(
+    'line',
+    ['**KEEP:** g2', '`KEEP: g2`', '## KEEP: g2', '**KEEP**: g2', '> KEEP: g2', '__KEEP:__ g2'],
+)
+async def test_a_free_fork_reads_a_keep_line_written_in_markdown(line: str) -> None:
+    # A model formats a label it was shown plain; the reply was thrown away (`unparseable`) and the fallback kept
+    # the newest four exchanges instead of the one chosen.
+    def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart(f'{line}\nLogs 0-3 read, all clean. Next: log 4.')])
+
+    out = await replay(Fork(variant='free'), recorded_history(8), model=FunctionModel(reply))
+    record = next(r for m in out for p in m.parts if isinstance(p, CompactionPart) and (r := our_record(p)))
+    assert record['fallback_reason'] is None
+    assert record['kept'] == ['g0', 'g2', 'g8']
+
+
 # --- The tolerant reply reader ----------------------------------------------------------------------------
 
 OBJECT = {'keep': ['g2'], 'summary': {'rules': ["it's lowercase"], 'facts': [], 'progress': 'p', 'next_step': 'n'}}

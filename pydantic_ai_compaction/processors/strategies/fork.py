@@ -35,7 +35,11 @@ FORK_MARKER = '[pydantic-ai-compaction: fork request]'
 """First line of the appended message; the variant follows as `variant=<name>`."""
 
 _VALIDATOR = Draft202012Validator(FORK_JSON_SCHEMA)
-_KEEP_LINE = re.compile(r'^\s*KEEP\s*:\s*(?P<ids>.*)$', re.IGNORECASE | re.MULTILINE)
+_KEEP_LINE = re.compile(r'^[\s#>*_`]*KEEP[\s*_`]*:[\s*_`]*(?P<ids>.*)$', re.IGNORECASE | re.MULTILINE)
+"""The `KEEP:` line, also as markdown writes it (`**KEEP:** g1`, `` `KEEP: g1` ``, `## KEEP: g1`): models format
+a label they were shown plain."""
+_MARKUP = ' \t*_`'
+"""What may close a formatted `KEEP:` line after its ids (a closing `**` or backtick)."""
 _ID = re.compile(r'\bg\d+\b')
 _MAX_REPLY_CHARS = 2_000_000
 
@@ -254,7 +258,7 @@ def _parse_free(reply: str) -> Proposal:
     match = _KEEP_LINE.search(reply)
     if match is None:
         return Proposal.failed('unparseable', 'no KEEP: line in the reply', variant='free')
-    ids_text = match.group('ids').strip()
+    ids_text = match.group('ids').strip(_MARKUP)
     keep = () if ids_text.lower() in ('', 'none', '-') else tuple(_ID.findall(ids_text))
     if ids_text and ids_text.lower() not in ('none', '-') and not keep:
         return Proposal.failed('unparseable', f'KEEP line names no exchange id: {ids_text[:100]!r}', variant='free')
