@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 import warnings
 
 import pytest
@@ -38,7 +40,10 @@ from .support import recorded_history
         (lambda: Trigger(tokens=10, fraction=0.5), 'at most one of `tokens` and `fraction`'),
         (lambda: Trigger(messages=0), 'Trigger.messages must be an integer ≥ 1, got 0'),
         (lambda: Trigger(tokens=10, context_window=1000), 'context_window only applies together with `fraction`'),
-        (lambda: Trigger(fraction=0.5, context_window=0), 'Trigger.context_window must be an integer from 1 to 1000000000000, got 0'),
+        (
+            lambda: Trigger(fraction=0.5, context_window=0),
+            'Trigger.context_window must be an integer from 1 to 1000000000000, got 0',
+        ),
         (lambda: Fork(variant='yaml'), "Fork.variant must be one of 'json', 'free', 'fixed', got 'yaml'"),  # pyright: ignore[reportArgumentType]
         (lambda: Fork(fallback_keep_last=0), r'Fork.fallback_keep_last must be an integer ≥ 1, got 0'),
         (lambda: StatelessSummary(keep_last=-1), 'StatelessSummary.keep_last must be an integer ≥ 0, got -1'),
@@ -118,3 +123,30 @@ def test_a_fraction_of_an_unknown_window_warns_and_names_the_model() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter('error')
         assert Trigger(fraction=0.5, context_window=8_000).token_limit(model) == 4_000
+
+
+@pytest.mark.parametrize('count', [math.nan, -1, 'many', None, math.inf])
+def test_a_tokenizer_that_returns_no_count_is_said_at_each_request_and_the_run_goes_on(count: object) -> None:
+    # NaN compares false with every threshold: compaction was off for good, and nothing said so.
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.usage import RequestUsage
+
+    from pydantic_ai_compaction import ResetToCheckpoint
+
+    steps = iter([*([ToolCallPart('read', {'i': i})] for i in range(4)), [TextPart('done')]])
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=next(steps), usage=RequestUsage(input_tokens=10, output_tokens=1))
+
+    trigger = Trigger(tokens=30, tokenizer=lambda text: count)  # pyright: ignore[reportArgumentType, reportUnknownLambdaType]
+    agent = Agent(FunctionModel(respond), capabilities=[ResetToCheckpoint(trigger=trigger)])
+
+    @agent.tool_plain
+    def read(i: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return 'line of output ' * 40
+
+    with pytest.warns(RuntimeWarning, match=f'the tokenizer returned {re.escape(repr(count))} for a text of') as caught:
+        assert agent.run_sync('go').output == 'done'
+    assert len([w for w in caught if 'the tokenizer returned' in str(w.message)]) == 5  # each request

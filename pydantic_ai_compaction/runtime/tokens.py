@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Callable, Sequence
 from json import dumps
@@ -86,8 +87,19 @@ model requests (a Google long decode, an Anthropic server-side tool loop); the s
 def estimate_text_tokens(text: str, tokenizer: Tokenizer | None = None) -> int:
     """Estimated tokens of one string: *tokenizer*'s count, or its length over `CHARS_PER_TOKEN`."""
     if tokenizer is not None:
-        return tokenizer(text)
+        return _counted(tokenizer, text)
     return len(text) // CHARS_PER_TOKEN
+
+
+def _counted(tokenizer: Tokenizer, text: str) -> int:
+    """*tokenizer*'s count of *text*, refused unless a count: NaN compares false with every threshold, so a
+    tokenizer returning it would turn compaction off without a word; a negative count would hide a history."""
+    count = tokenizer(text)
+    if isinstance(count, bool) or not isinstance(count, int | float) or not 0 <= count < math.inf:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise ValueError(
+            f'the tokenizer returned {count!r} for a text of {len(text):,} characters, not a count of tokens'
+        )
+    return count  # pyright: ignore[reportReturnType]
 
 
 def estimate_token_count(messages: Sequence[ModelMessage], tokenizer: Tokenizer | None = None) -> int:
@@ -197,7 +209,7 @@ def _count(segments: Sequence[str], tokenizer: Tokenizer | None) -> int:
     # With a tokenizer each segment is counted on its own, as a provider tokenizes each part separately;
     # the heuristic divides the total once, so short segments do not each round down to nothing.
     if tokenizer is not None:
-        return sum(tokenizer(segment) for segment in segments)
+        return sum(_counted(tokenizer, segment) for segment in segments)
     return sum(len(segment) for segment in segments) // CHARS_PER_TOKEN
 
 
