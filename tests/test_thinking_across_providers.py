@@ -388,3 +388,37 @@ def test_a_compaction_never_ends_on_a_step_whose_thinking_was_forgotten() -> Non
     assert records[0].fallback_reason == 'reasoning'  # the fork kept g1 and dropped the rest of the first turn
     assert 'g1' not in records[0].kept
     assert [r.fallback_reason for r in records[1:]] == [None] * (len(records) - 1)  # only where it had to
+
+
+def test_a_compaction_may_end_on_a_step_whose_unsigned_thinking_was_forgotten() -> None:
+    """The same layout with unsigned thinking (no provider asks for it back): the fork's choice stands."""
+    from pydantic_ai.messages import ModelMessage
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    step = [0]
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = ' '.join(str(getattr(part, 'content', '')) for part in messages[-1].parts)
+        if FORK_MARKER in last:
+            ids = re.findall(r'^\s*-?\s*(g\d+)\b', last, re.MULTILINE)
+            summary = {'rules': [], 'facts': ['logs clean'], 'progress': 'reading', 'next_step': 'next'}
+            return ModelResponse(parts=[TextPart(json.dumps({'keep': ids[1:2], 'summary': summary}))])
+        step[0] += 1
+        thought = ThinkingPart(f'thinking about step {step[0]} ' * 5)  # no signature, id or provider details
+        if step[0] % 7 == 0:
+            return ModelResponse(parts=[thought, TextPart('report: done')])
+        return ModelResponse(parts=[thought, ToolCallPart('read_log', {'index': step[0]})])
+
+    earlier = Agent(FunctionModel(respond))
+    plain_tools(earlier)
+    first = earlier.run_sync('Audit logs 1-6 and report.')
+    events: list[CompactionEvent] = []
+    agent = Agent(
+        FunctionModel(respond),
+        capabilities=[ForgetReasoning(policy='drop'), Fork(trigger=TRIGGER, observer=events.append)],
+    )
+    plain_tools(agent)
+    assert agent.run_sync('Again.', message_history=first.all_messages()).output == 'report: done'
+    records = _records(events)
+    assert records[0].kept[:2] == ('g0', 'g1')  # the fork's layout, its kept step last before the new prompt
+    assert [r.fallback_reason for r in records] == [None] * len(records)

@@ -46,7 +46,8 @@ def _with_turn_rules(
 
 
 def forgotten_loop(messages: Sequence[ModelMessage]) -> ModelResponse | None:
-    """The last response of *messages*, if it made calls and `ForgetReasoning` dropped its thinking; else `None`.
+    """The last response of *messages*, if it made calls and `ForgetReasoning` dropped its signed (or
+    provider-bound) thinking; else `None`.
 
     The next request carries that step's results (and whatever prompt follows them): a provider that signs thinking
     reads the step as the tool loop in progress, whose thinking block it needs back (Anthropic refuses the request
@@ -63,7 +64,9 @@ def forgotten_loop(messages: Sequence[ModelMessage]) -> ModelResponse | None:
 
 
 def _reasoning_dropped(message: ModelResponse) -> bool:
-    return MessageMarks.from_metadata(message.metadata).reasoning == 'dropped'
+    marks = MessageMarks.from_metadata(message.metadata)
+    # Unsigned reasoning may go anywhere: no provider asks for it back.
+    return marks.reasoning == 'dropped' and marks.signed_thinking
 
 
 def adjacent_responses(messages: Sequence[ModelMessage]) -> list[int]:

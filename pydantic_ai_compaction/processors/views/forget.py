@@ -15,8 +15,8 @@ Provider rules (why signed thinking is treated differently):
   for steps before the latest user prompt, never inside the tool loop still running. A turn that ended with
   a call (an output tool's) is that loop still when the next prompt is sent with the call's result: the
   history's last response, when it made calls, is never dropped.
-- Unsigned reasoning (DeepSeek's `reasoning_content`, open models) can be dropped as soon as its step
-  completes.
+- Unsigned reasoning (no signature, id or provider details: an open model's `<think>` text) can be dropped as
+  soon as its step completes. DeepSeek's `reasoning_content` carries an id from pydantic-ai: provider-bound.
 
 A signed step inside the running tool loop is marked `deferred` and dropped at the next user turn;
 Anthropic already leaves earlier turns' thinking out of what it bills, so that does not move the
@@ -374,7 +374,10 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
         )
         thinking_chars = sum(len(p.content) for p in thinking)
         marks = MessageMarks(
-            reasoning=decision, thinking_chars=thinking_chars, output_tokens=message.usage.output_tokens
+            reasoning=decision,
+            thinking_chars=thinking_chars,
+            output_tokens=message.usage.output_tokens,
+            signed_thinking=decision == 'dropped' and any(_signed(p) for p in thinking),
         )
         metadata = marks.to_metadata(message.metadata)
         if extra:  # `score`: how many blocks were skipped, of how many
