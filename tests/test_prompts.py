@@ -574,7 +574,18 @@ async def test_the_fallback_keeps_four_finished_exchanges_besides_the_one_in_pro
 
 @pytest.mark.parametrize(
     'line',
-    ['**KEEP:** g2', '`KEEP: g2`', '## KEEP: g2', '**KEEP**: g2', '> KEEP: g2', '__KEEP:__ g2'],
+    [
+        '**KEEP:** g2',
+        '`KEEP: g2`',
+        '## KEEP: g2',
+        '**KEEP**: g2',
+        '> KEEP: g2',
+        '__KEEP:__ g2',
+        '- **KEEP:** g2',
+        '1. KEEP: g2.',
+        # A summary line that starts like the label, before the real one.
+        '**Keep:** the retry loop as it is.\nKEEP: g2',
+    ],
 )
 async def test_a_free_fork_reads_a_keep_line_written_in_markdown(line: str) -> None:
     # A model formats a label it was shown plain; the reply was thrown away (`unparseable`) and the fallback kept

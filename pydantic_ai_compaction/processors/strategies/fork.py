@@ -35,11 +35,13 @@ FORK_MARKER = '[pydantic-ai-compaction: fork request]'
 """First line of the appended message; the variant follows as `variant=<name>`."""
 
 _VALIDATOR = Draft202012Validator(FORK_JSON_SCHEMA)
-_KEEP_LINE = re.compile(r'^[\s#>*_`]*KEEP[\s*_`]*:[\s*_`]*(?P<ids>.*)$', re.IGNORECASE | re.MULTILINE)
-"""The `KEEP:` line, also as markdown writes it (`**KEEP:** g1`, `` `KEEP: g1` ``, `## KEEP: g1`): models format
-a label they were shown plain."""
-_MARKUP = ' \t*_`'
-"""What may close a formatted `KEEP:` line after its ids (a closing `**` or backtick)."""
+_KEEP_LINE = re.compile(
+    r'^[ \t#>*_`]*(?:(?:[-+]|\d+[.)])[ \t]+[*_`]*)?KEEP[ \t*_`]*:[ \t*_`]*(?P<ids>.*)$', re.IGNORECASE | re.MULTILINE
+)
+"""A `KEEP:` line, also as markdown writes it (`**KEEP:** g1`, `` `KEEP: g1` ``, `## KEEP: g1`, `- KEEP: g1`):
+models format a label they were shown plain. The reply's first such line that names ids or none is the one."""
+_MARKUP = ' \t*_`.'
+"""What may close a formatted `KEEP:` line after its ids (a closing `**` or backtick, a full stop)."""
 _ID = re.compile(r'\bg\d+\b')
 _MAX_REPLY_CHARS = 2_000_000
 
@@ -251,17 +253,27 @@ def render_structured(summary: dict[str, Any]) -> str:
     return '\n'.join(lines)
 
 
+def _keep_of(line: re.Match[str]) -> tuple[str, ...] | None:
+    """The ids a `KEEP:` line names (`()` for none), or `None` when it names neither."""
+    ids_text = line.group('ids').strip(_MARKUP)
+    if ids_text.lower() in ('', 'none', '-'):
+        return ()
+    return tuple(_ID.findall(ids_text)) or None
+
+
 def _parse_free(reply: str) -> Proposal:
     copied = [placeholder for placeholder in _FREE_PLACEHOLDERS if placeholder in reply]
     if copied:
         return Proposal.failed('unfilled', _unfilled_detail(copied), variant='free')
-    match = _KEEP_LINE.search(reply)
-    if match is None:
+    lines = list(_KEEP_LINE.finditer(reply))
+    if not lines:
         return Proposal.failed('unparseable', 'no KEEP: line in the reply', variant='free')
-    ids_text = match.group('ids').strip(_MARKUP)
-    keep = () if ids_text.lower() in ('', 'none', '-') else tuple(_ID.findall(ids_text))
-    if ids_text and ids_text.lower() not in ('none', '-') and not keep:
+    # A summary may say "Keep: the retry loop as it is" before the real line: the first line naming ids (or none).
+    match = next((line for line in lines if _keep_of(line) is not None), None)
+    if match is None:
+        ids_text = lines[0].group('ids').strip(_MARKUP)
         return Proposal.failed('unparseable', f'KEEP line names no exchange id: {ids_text[:100]!r}', variant='free')
+    keep = _keep_of(match) or ()
     summary = (reply[: match.start()] + reply[match.end() :]).strip()
     if not summary:
         return Proposal.failed('empty', 'no summary after the KEEP line', variant='free')
