@@ -244,6 +244,27 @@ def test_sqlite_file_removed_or_replaced_while_open_is_opened_again_and_nothing_
     assert sqlite_notes(path) == [Note('fact', 'restored'), Note('fact', 'then')]
 
 
+@pytest.mark.parametrize('given', ['archive.sqlite3', 'file:archive.sqlite3?cache=private'])
+def test_sqlite_relative_path_stays_on_its_file_when_the_process_changes_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str
+) -> None:
+    # A relative path looked up again after `chdir` named another file: the store moved to a new, empty one.
+    (tmp_path / 'a').mkdir()
+    (tmp_path / 'b').mkdir()
+    monkeypatch.chdir(tmp_path / 'a')
+    store = SQLiteArchiveStore(given)
+    store.add_note('c', Note('fact', 'written in a'))
+    monkeypatch.chdir(tmp_path / 'b')
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        store.add_note('c', Note('fact', 'written after chdir'))
+        assert store.notes('c') == [Note('fact', 'written in a'), Note('fact', 'written after chdir')]
+    store.close()
+    assert not list((tmp_path / 'b').iterdir())
+    assert sqlite_notes(tmp_path / 'a' / 'archive.sqlite3') == store.notes('c')
+    store.close()
+
+
 def test_sqlite_corrupt_file_degrades_then_resumes_once_replaced(tmp_path: Path) -> None:
     path = tmp_path / 'corrupt.sqlite3'
     path.write_bytes(b'this is not a database\x00' * 512)
@@ -475,8 +496,9 @@ def test_a_dsn_is_shown_without_any_of_its_secrets() -> None:
         assert 'Zs3cret' not in shown and '127.0.0.1' in shown
 
 
-NOLOGIN_ROLE = 'pac_nologin_role'
-"""A role the server knows and refuses to log in (`CREATE ROLE ... NOLOGIN`)."""
+NOLOGIN_ROLE = f'pac_nologin_{uuid.uuid4().hex[:12]}'
+"""A role the server knows and refuses to log in (`CREATE ROLE ... NOLOGIN`). Roles belong to the whole server:
+each run has its own, so runs sharing the server do not drop each other's."""
 
 
 @pytest.fixture
@@ -509,6 +531,7 @@ def refused_dsn(**changed: str) -> str:
         # The server answers these too: said as refused, with its words, never as a server that cannot be reached.
         ({'options': '-c statement_timeout=abc'}, 'invalid value for parameter'),
     ],
+    ids=['password', 'database', 'nologin', 'options'],
 )
 def test_postgres_refused_login_is_one_setup_warning_and_no_call_waits(
     changed: dict[str, str], cause: str, request: pytest.FixtureRequest

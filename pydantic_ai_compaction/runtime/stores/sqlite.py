@@ -17,7 +17,7 @@ from collections.abc import Generator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Hit, LogLine, Note
 from pydantic_ai_compaction.runtime.checks import check_int
@@ -97,16 +97,24 @@ _REOPEN_AFTER = ('SQLITE_IOERR', 'SQLITE_CORRUPT', 'SQLITE_NOTADB', 'SQLITE_CANT
 """Errors after which the connection itself may be unusable: open a fresh one for the next operation."""
 
 
-def _file_of(path: str) -> str | None:
-    """The file *path* (a path or a `file:` URI) opens, `None` for an in-memory database."""
+def _resolved(path: str) -> tuple[str, str | None]:
+    """What to open for *path* (a path or a `file:` URI), relative to the current directory made absolute, and the
+    file it is (`None` for an in-memory database)."""
     if path == ':memory:':
-        return None
+        return path, None
     if not path.startswith('file:'):
-        return path
+        absolute = os.path.abspath(path)
+        return absolute, absolute
     parts = urlsplit(path)
     if 'memory' in parse_qs(parts.query).get('mode', []) or parts.path in ('', ':memory:'):
-        return None
-    return unquote(parts.path)
+        return path, None
+    file = unquote(parts.path)
+    if os.path.isabs(file):
+        return path, file
+    absolute = os.path.abspath(file)
+    query = f'?{parts.query}' if parts.query else ''
+    fragment = f'#{parts.fragment}' if parts.fragment else ''
+    return f'file:{quote(absolute)}{query}{fragment}', absolute
 
 
 def _identity(path: str | None) -> tuple[int, int] | None:
@@ -145,8 +153,9 @@ class SQLiteArchiveStore:
         """The database file (or URI) errors name."""
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
-        self._file_path = _file_of(self.path)
-        """The file the database is in, `None` for an in-memory one."""
+        self._target, self._file_path = _resolved(self.path)
+        """What `sqlite3.connect` opens: the path (or URI) made absolute now, so a process that changes directory
+        keeps its database; and the file it is, `None` for an in-memory database."""
         self._file: tuple[int, int] | None = None
         """The open file's identity (device, inode), to tell when it is removed or replaced while open."""
         self._version = SCHEMA_VERSION
@@ -181,7 +190,7 @@ class SQLiteArchiveStore:
             )
         uri = self.path.startswith('file:')
         try:
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, uri=uri)
+            db = sqlite3.connect(self._target, isolation_level=None, check_same_thread=False, uri=uri)
         except _STORE_ERRORS as error:
             raise self._error(operation, error) from error
         try:
