@@ -119,12 +119,12 @@ class MessageMarks(Marks):
     thinking_chars: int | None = None
     """Characters of thinking the decision was about."""
 
+    output_tokens: int | None = None
+    """The response's output tokens when the decision was made."""
+
     signed_thinking: bool = False
     """Whether thinking `ForgetReasoning` dropped was signed or provider-bound (a provider that signs thinking
     needs it back if the step becomes the running tool loop again)."""
-
-    output_tokens: int | None = None
-    """The response's output tokens when the decision was made."""
 
 
 @dataclass(frozen=True)
