@@ -134,7 +134,8 @@ def decide_whole(capability: ForgetReasoning[None], messages: list[ModelMessage]
             reasoning=decision,
             thinking_chars=sum(len(p.content) for p in thinking),
             output_tokens=message.usage.output_tokens,
-            signed_thinking=decision == 'dropped' and any(p.signature or p.id or p.provider_details for p in thinking),
+            unsigned_thinking=decision == 'dropped'
+            and not any(p.signature or p.id or p.provider_details for p in thinking),
         )
         metadata = marks.to_metadata(message.metadata)
         if extra:

@@ -583,8 +583,13 @@ async def test_the_fallback_keeps_four_finished_exchanges_besides_the_one_in_pro
         '__KEEP:__ g2',
         '- **KEEP:** g2',
         '1. KEEP: g2.',
-        # A summary line that starts like the label, before the real one.
+        # A summary line that starts like the label, before the real one (naming an id or not).
         '**Keep:** the retry loop as it is.\nKEEP: g2',
+        '- Keep: g5 in mind, it failed twice\nKEEP: g2',
+        # The ids under an empty label, as a model lists them.
+        'KEEP:\ng2',
+        '**KEEP:**\n- g2',
+        'KEEP: g2\r',
     ],
 )
 async def test_a_free_fork_reads_a_keep_line_written_in_markdown(line: str) -> None:

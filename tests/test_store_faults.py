@@ -265,6 +265,35 @@ def test_sqlite_relative_path_stays_on_its_file_when_the_process_changes_directo
     store.close()
 
 
+def test_sqlite_relative_path_through_a_link_opens_the_file_the_system_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `link/../a.sqlite3` is `real/a.sqlite3` to the system (the link is followed before `..`); made absolute as
+    # text it was `./a.sqlite3`, a new, empty file.
+    (tmp_path / 'real' / 'inner').mkdir(parents=True)
+    (tmp_path / 'link').symlink_to(tmp_path / 'real' / 'inner')
+    existing = SQLiteArchiveStore(tmp_path / 'real' / 'a.sqlite3')
+    existing.add_note('c', Note('fact', 'there'))
+    existing.close()
+    monkeypatch.chdir(tmp_path)
+    store = SQLiteArchiveStore('link/../a.sqlite3')
+    assert store.notes('c') == [Note('fact', 'there')]
+    store.close()
+    assert not (tmp_path / 'a.sqlite3').exists()
+
+
+def test_sqlite_relative_path_in_a_removed_directory_is_built_and_its_operations_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = tmp_path / 'gone'
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    store = SQLiteArchiveStore('archive.sqlite3')  # building it never raises
+    with pytest.raises(ArchiveError, match='unable to open database file'):
+        store.add_note('c', Note('fact', 'x'))
+
+
 def test_sqlite_corrupt_file_degrades_then_resumes_once_replaced(tmp_path: Path) -> None:
     path = tmp_path / 'corrupt.sqlite3'
     path.write_bytes(b'this is not a database\x00' * 512)

@@ -422,3 +422,26 @@ def test_a_compaction_may_end_on_a_step_whose_unsigned_thinking_was_forgotten() 
     records = _records(events)
     assert records[0].kept[:2] == ('g0', 'g1')  # the fork's layout, its kept step last before the new prompt
     assert [r.fallback_reason for r in records] == [None] * len(records)
+
+
+def test_a_step_forgotten_by_an_earlier_version_is_taken_as_signed() -> None:
+    """A step whose thinking was dropped before the mark existed carries only `reasoning: dropped`: whether it was
+    signed is unknown, and it is taken as signed (a needless fallback costs less than a refused request)."""
+    from pydantic_ai_compaction.protocols.metadata import MessageMarks
+    from pydantic_ai_compaction.runtime.shape import forgotten_loop
+
+    def step(marks: MessageMarks) -> list[Any]:
+        response = ModelResponse(parts=[ToolCallPart('read_log', {'index': 1}, tool_call_id='c1')])
+        response = ModelResponse(parts=response.parts, metadata=marks.to_metadata(None))
+        done = ModelRequest(parts=[ToolReturnPart('read_log', 'log 1', tool_call_id='c1')])
+        return [
+            ModelRequest(parts=[UserPromptPart('audit')]),
+            response,
+            done,
+            ModelRequest(parts=[UserPromptPart('on')]),
+        ]
+
+    earlier = step(MessageMarks(reasoning='dropped', thinking_chars=40))
+    assert forgotten_loop(earlier) is earlier[1]
+    assert forgotten_loop(step(MessageMarks(reasoning='dropped', thinking_chars=40, unsigned_thinking=True))) is None
+    assert forgotten_loop(step(MessageMarks(reasoning='deferred', thinking_chars=40))) is None

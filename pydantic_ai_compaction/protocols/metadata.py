@@ -122,9 +122,10 @@ class MessageMarks(Marks):
     output_tokens: int | None = None
     """The response's output tokens when the decision was made."""
 
-    signed_thinking: bool = False
-    """Whether thinking `ForgetReasoning` dropped was signed or provider-bound (a provider that signs thinking
-    needs it back if the step becomes the running tool loop again)."""
+    unsigned_thinking: bool = False
+    """Whether the thinking `ForgetReasoning` dropped was unsigned (no provider asks for it back). A step dropped
+    without this mark (or by a version before it) is taken as signed: a provider that signs thinking needs it back
+    if the step becomes the running tool loop again."""
 
 
 @dataclass(frozen=True)

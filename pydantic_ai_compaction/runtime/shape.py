@@ -65,8 +65,9 @@ def forgotten_loop(messages: Sequence[ModelMessage]) -> ModelResponse | None:
 
 def _reasoning_dropped(message: ModelResponse) -> bool:
     marks = MessageMarks.from_metadata(message.metadata)
-    # Unsigned reasoning may go anywhere: no provider asks for it back.
-    return marks.reasoning == 'dropped' and marks.signed_thinking
+    # Unsigned reasoning may go anywhere: no provider asks for it back. Without the mark (a step decided before it
+    # was written), the thinking is taken as signed: a needless fallback costs less than a refused request.
+    return marks.reasoning == 'dropped' and not marks.unsigned_thinking
 
 
 def adjacent_responses(messages: Sequence[ModelMessage]) -> list[int]:

@@ -36,12 +36,15 @@ FORK_MARKER = '[pydantic-ai-compaction: fork request]'
 
 _VALIDATOR = Draft202012Validator(FORK_JSON_SCHEMA)
 _KEEP_LINE = re.compile(
-    r'^[ \t#>*_`]*(?:(?:[-+]|\d+[.)])[ \t]+[*_`]*)?KEEP[ \t*_`]*:[ \t*_`]*(?P<ids>.*)$', re.IGNORECASE | re.MULTILINE
+    r'^[ \t#>*_`]*(?:(?:[-+]|\d+[.)])[ \t]+[*_`]*)?(?P<label>KEEP)[ \t*_`]*:[ \t*_`]*(?P<ids>.*)$',
+    re.IGNORECASE | re.MULTILINE,
 )
 """A `KEEP:` line, also as markdown writes it (`**KEEP:** g1`, `` `KEEP: g1` ``, `## KEEP: g1`, `- KEEP: g1`):
-models format a label they were shown plain. The reply's first such line that names ids or none is the one."""
-_MARKUP = ' \t*_`.'
-"""What may close a formatted `KEEP:` line after its ids (a closing `**` or backtick, a full stop)."""
+models format a label they were shown plain (`_keep_line` says which of several is the one)."""
+_MARKUP = ' \t\r*_`.'
+"""What may close a formatted `KEEP:` line after its ids (a closing `**` or backtick, a full stop, a CR)."""
+_ID_LINE = re.compile(r'[ \t>*_`-]*(?:\d+[.)][ \t]+)?(?:[ \t,;*_`"\'\[\]]|and\b|g\d+\b)*\.?[ \t\r]*')
+"""A line holding nothing but exchange ids (in a list, quoted, bulleted): what may follow an empty `KEEP:` line."""
 _ID = re.compile(r'\bg\d+\b')
 _MAX_REPLY_CHARS = 2_000_000
 
@@ -261,20 +264,48 @@ def _keep_of(line: re.Match[str]) -> tuple[str, ...] | None:
     return tuple(_ID.findall(ids_text)) or None
 
 
+def _keep_line(reply: str) -> tuple[tuple[str, ...], int, int] | None:
+    """The ids the reply's `KEEP:` line names and where that line (with the id lines under it) starts and ends.
+
+    The label as the prompt shows it (`KEEP`, capitals) wins over a summary's "Keep: ..." in any case; among
+    those, the first line that names ids or none. An empty `KEEP:` line takes the lines of ids right under it
+    (`KEEP:` then `- g2`, `- g5`), and names none when there are none.
+    """
+    lines = list(_KEEP_LINE.finditer(reply))
+    labelled = [line for line in lines if line.group('label') == 'KEEP']
+    match = next((line for line in labelled or lines if _keep_of(line) is not None), None)
+    if match is None:
+        return None
+    keep, end = _keep_of(match) or (), match.end()
+    if not keep:
+        at = match.end()
+        while at < len(reply) and reply[at] == '\n':
+            following = _ID_LINE.fullmatch(reply, at + 1, _line_end(reply, at + 1))
+            if following is None or not _ID.search(following.group()):
+                break
+            keep, end = (*keep, *_ID.findall(following.group())), following.end()
+            at = end
+    return keep, match.start(), end
+
+
+def _line_end(text: str, start: int) -> int:
+    end = text.find('\n', start)
+    return len(text) if end < 0 else end
+
+
 def _parse_free(reply: str) -> Proposal:
     copied = [placeholder for placeholder in _FREE_PLACEHOLDERS if placeholder in reply]
     if copied:
         return Proposal.failed('unfilled', _unfilled_detail(copied), variant='free')
-    lines = list(_KEEP_LINE.finditer(reply))
-    if not lines:
+    first = _KEEP_LINE.search(reply)
+    if first is None:
         return Proposal.failed('unparseable', 'no KEEP: line in the reply', variant='free')
-    # A summary may say "Keep: the retry loop as it is" before the real line: the first line naming ids (or none).
-    match = next((line for line in lines if _keep_of(line) is not None), None)
-    if match is None:
-        ids_text = lines[0].group('ids').strip(_MARKUP)
+    found = _keep_line(reply)
+    if found is None:
+        ids_text = first.group('ids').strip(_MARKUP)
         return Proposal.failed('unparseable', f'KEEP line names no exchange id: {ids_text[:100]!r}', variant='free')
-    keep = _keep_of(match) or ()
-    summary = (reply[: match.start()] + reply[match.end() :]).strip()
+    keep, start, end = found
+    summary = (reply[:start] + reply[end:]).strip()
     if not summary:
         return Proposal.failed('empty', 'no summary after the KEEP line', variant='free')
     return Proposal(kept=keep, summary=Summary(summary), variant='free')

@@ -377,7 +377,7 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
             reasoning=decision,
             thinking_chars=thinking_chars,
             output_tokens=message.usage.output_tokens,
-            signed_thinking=decision == 'dropped' and any(_signed(p) for p in thinking),
+            unsigned_thinking=decision == 'dropped' and not any(_signed(p) for p in thinking),
         )
         metadata = marks.to_metadata(message.metadata)
         if extra:  # `score`: how many blocks were skipped, of how many

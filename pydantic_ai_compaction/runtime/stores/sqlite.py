@@ -103,18 +103,31 @@ def _resolved(path: str) -> tuple[str, str | None]:
     if path == ':memory:':
         return path, None
     if not path.startswith('file:'):
-        absolute = os.path.abspath(path)
+        absolute = _absolute(path)
         return absolute, absolute
     parts = urlsplit(path)
     if 'memory' in parse_qs(parts.query).get('mode', []) or parts.path in ('', ':memory:'):
         return path, None
     file = unquote(parts.path)
-    if os.path.isabs(file):
+    absolute = _absolute(file)
+    if absolute == file:
         return path, file
-    absolute = os.path.abspath(file)
     query = f'?{parts.query}' if parts.query else ''
     fragment = f'#{parts.fragment}' if parts.fragment else ''
     return f'file:{quote(absolute)}{query}{fragment}', absolute
+
+
+def _absolute(path: str) -> str:
+    """*path*, if relative, from the current directory: its directory resolved as the system resolves it (a link
+    followed by `..` leads where the link points, not back), the file's own name kept. As given when the current
+    directory is gone: opening it then fails, and the operations say so."""
+    if os.path.isabs(path):
+        return path
+    directory, name = os.path.split(path)
+    try:
+        return os.path.join(os.path.realpath(directory or os.curdir), name)
+    except OSError:
+        return path
 
 
 def _identity(path: str | None) -> tuple[int, int] | None:
