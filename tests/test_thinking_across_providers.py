@@ -431,8 +431,8 @@ def test_a_step_forgotten_by_an_earlier_version_is_taken_as_signed() -> None:
     from pydantic_ai_compaction.runtime.shape import forgotten_loop
 
     def step(marks: MessageMarks) -> list[Any]:
-        response = ModelResponse(parts=[ToolCallPart('read_log', {'index': 1}, tool_call_id='c1')])
-        response = ModelResponse(parts=response.parts, metadata=marks.to_metadata(None))
+        call = ToolCallPart('read_log', {'index': 1}, tool_call_id='c1')
+        response = ModelResponse(parts=[call], metadata=marks.to_metadata(None))
         done = ModelRequest(parts=[ToolReturnPart('read_log', 'log 1', tool_call_id='c1')])
         return [
             ModelRequest(parts=[UserPromptPart('audit')]),

@@ -57,10 +57,15 @@ def forgotten_loop(messages: Sequence[ModelMessage]) -> ModelResponse | None:
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
         if isinstance(message, ModelResponse):
-            if _reasoning_dropped(message) and any(isinstance(part, ToolCallPart) for part in message.parts):
+            if _reasoning_dropped(message) and makes_calls(message):
                 return message
             return None
     return None
+
+
+def makes_calls(message: ModelMessage) -> bool:
+    """Whether *message* is a response that calls tools (whose results the next request carries)."""
+    return isinstance(message, ModelResponse) and any(isinstance(part, ToolCallPart) for part in message.parts)
 
 
 def _reasoning_dropped(message: ModelResponse) -> bool:

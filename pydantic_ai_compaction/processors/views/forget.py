@@ -68,6 +68,7 @@ from pydantic_ai_compaction.runtime.scoring import (
 )
 from pydantic_ai_compaction.runtime.scoring import compression_gain as default_scorer
 from pydantic_ai_compaction.runtime.segment import is_restatement
+from pydantic_ai_compaction.runtime.shape import makes_calls
 from pydantic_ai_compaction.runtime.transcript import return_text
 
 if TYPE_CHECKING:
@@ -79,10 +80,6 @@ ForgetPolicy = Literal['keep', 'drop', 'after_artifact', 'score']
 def reasoning_decision(message: ModelResponse) -> str | None:
     """`kept`, `dropped`, `scored` or `deferred` once decided for a step, else `None`."""
     return MessageMarks.from_metadata(message.metadata).reasoning
-
-
-def _calls(message: ModelMessage) -> bool:
-    return isinstance(message, ModelResponse) and any(isinstance(part, ToolCallPart) for part in message.parts)
 
 
 def _signed(part: ThinkingPart) -> bool:
@@ -326,7 +323,7 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
         )
         changes: dict[int, ModelMessage] = {}
         for index in candidates:
-            running = index > last_prompt or (index == last_response and _calls(messages[index]))
+            running = index > last_prompt or (index == last_response and makes_calls(messages[index]))
             decided = self._decide_step(_Written(messages, changes), index, running, returns)
             if decided is not None:
                 changes[index] = decided
