@@ -590,6 +590,8 @@ async def test_the_fallback_keeps_four_finished_exchanges_besides_the_one_in_pro
         'KEEP:\ng2',
         '**KEEP:**\n- g2',
         'KEEP: g2\r',
+        'KEEP:\n\n- g2 (the second log)',
+        'KEEP:\n\u2022 g2: the second log',
     ],
 )
 async def test_a_free_fork_reads_a_keep_line_written_in_markdown(line: str) -> None:
@@ -602,6 +604,28 @@ async def test_a_free_fork_reads_a_keep_line_written_in_markdown(line: str) -> N
     record = next(r for m in out for p in m.parts if isinstance(p, CompactionPart) and (r := our_record(p)))
     assert record['fallback_reason'] is None
     assert record['kept'] == ['g0', 'g2', 'g8']
+
+
+@pytest.mark.parametrize(
+    'reply',
+    [
+        'KEEP: none\n- g2\nLogs 0-3 read, all clean.',
+        'KEEP: none\ng2, g3\nwere read, all clean.',
+        'KEEP:\ng2 was read last; logs 0-3 are clean.',
+    ],
+)
+async def test_a_free_fork_keeps_none_when_its_keep_line_says_so(reply: str) -> None:
+    # `none`, then ids on the next line (a list in the summary, a sentence's subject wrapped), and an empty label
+    # over a sentence that starts with an id: nothing is kept, and the summary keeps those lines.
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart(reply)])
+
+    out = await replay(Fork(variant='free'), recorded_history(8), model=FunctionModel(respond))
+    record = next(r for m in out for p in m.parts if isinstance(p, CompactionPart) and (r := our_record(p)))
+    assert record['fallback_reason'] is None
+    assert record['kept'] == ['g0', 'g8']
+    summary = next(p.content for m in out for p in m.parts if isinstance(p, CompactionPart))
+    assert reply.split('\n', 1)[1] in summary
 
 
 # --- The tolerant reply reader ----------------------------------------------------------------------------

@@ -43,8 +43,12 @@ _KEEP_LINE = re.compile(
 models format a label they were shown plain (`_keep_line` says which of several is the one)."""
 _MARKUP = ' \t\r*_`.'
 """What may close a formatted `KEEP:` line after its ids (a closing `**` or backtick, a full stop, a CR)."""
-_ID_LINE = re.compile(r'[ \t>*_`-]*(?:\d+[.)][ \t]+)?(?:[ \t,;*_`"\'\[\]]|and\b|g\d+\b)*\.?[ \t\r]*')
-"""A line holding nothing but exchange ids (in a list, quoted, bulleted): what may follow an empty `KEEP:` line."""
+_LIST_MARK = re.compile(r'[ \t>*_`\u2022-]*(?:\d+[.)][ \t]+)?')
+"""What opens a line of a list (a bullet, a number, a quote mark, emphasis)."""
+_NOTE = re.compile(r'\(|[\u2014\u2013:][ \t]|[ \t]-[ \t]')
+"""Where a note after a listed id starts (`g2 (the config)`, `g2: the config`, `g2 - the config`)."""
+_IDS_ONLY = re.compile(r'(?:[ \t,;*_`"\'\[\]]|and\b|g\d+\b)*')
+"""Text of exchange ids and nothing else (each alternative starts differently: matched in one pass)."""
 _ID = re.compile(r'\bg\d+\b')
 _MAX_REPLY_CHARS = 2_000_000
 
@@ -268,8 +272,8 @@ def _keep_line(reply: str) -> tuple[tuple[str, ...], int, int] | None:
     """The ids the reply's `KEEP:` line names and where that line (with the id lines under it) starts and ends.
 
     The label as the prompt shows it (`KEEP`, capitals) wins over a summary's "Keep: ..." in any case; among
-    those, the first line that names ids or none. An empty `KEEP:` line takes the lines of ids right under it
-    (`KEEP:` then `- g2`, `- g5`), and names none when there are none.
+    those, the first line that names ids or none. An empty `KEEP:` line takes the lines of ids under it (`KEEP:`
+    then `- g2`, `- g5`), and names none when there are none; `KEEP: none` names none, whatever follows it.
     """
     lines = list(_KEEP_LINE.finditer(reply))
     labelled = [line for line in lines if line.group('label') == 'KEEP']
@@ -277,15 +281,38 @@ def _keep_line(reply: str) -> tuple[tuple[str, ...], int, int] | None:
     if match is None:
         return None
     keep, end = _keep_of(match) or (), match.end()
-    if not keep:
-        at = match.end()
-        while at < len(reply) and reply[at] == '\n':
-            following = _ID_LINE.fullmatch(reply, at + 1, _line_end(reply, at + 1))
-            if following is None or not _ID.search(following.group()):
-                break
-            keep, end = (*keep, *_ID.findall(following.group())), following.end()
-            at = end
+    if not match.group('ids').strip(_MARKUP):
+        # An empty label (not `none`): the ids are listed under it, perhaps after a blank line.
+        keep, end = _listed(reply, end)
     return keep, match.start(), end
+
+
+def _listed(reply: str, at: int) -> tuple[tuple[str, ...], int]:
+    """The ids listed in the lines from *at* (the end of an empty `KEEP:` line) and where the list ends (*at* when
+    there is none): lines of ids, blank lines between them, or a lone `none`."""
+    keep: tuple[str, ...] = ()
+    end = at
+    while at < len(reply) and reply[at] == '\n':
+        start, stop = at + 1, _line_end(reply, at + 1)
+        text = reply[start:stop]
+        at = stop
+        if not text.strip():
+            continue  # a blank line, before the list or inside it
+        if not keep and text.strip(_MARKUP).lower() in ('none', '-'):
+            return (), stop
+        ids = _ids_listed(text)
+        if not ids:
+            break
+        keep, end = (*keep, *ids), stop
+    return keep, end
+
+
+def _ids_listed(line: str) -> list[str]:
+    """The ids of a line of a list of exchange ids (`- g2 (the config)`, `g2, g5`), or none for any other line: a
+    sentence that starts with an id (`g3 failed twice`) is not one."""
+    body = line[_LIST_MARK.match(line).end() :]  # pyright: ignore[reportOptionalMemberAccess]
+    head = _NOTE.split(body, maxsplit=1)[0].strip(' \t\r.*_`')
+    return _ID.findall(head) if _IDS_ONLY.fullmatch(head) else []
 
 
 def _line_end(text: str, start: int) -> int:
