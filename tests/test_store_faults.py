@@ -292,6 +292,17 @@ def test_sqlite_relative_path_in_a_removed_directory_is_built_and_its_operations
     store = SQLiteArchiveStore('archive.sqlite3')  # building it never raises
     with pytest.raises(ArchiveError, match='unable to open database file'):
         store.add_note('c', Note('fact', 'x'))
+    # Once in a directory again, the path is resolved there, and stays with that file whatever `chdir` follows.
+    (tmp_path / 'first').mkdir()
+    (tmp_path / 'second').mkdir()
+    monkeypatch.chdir(tmp_path / 'first')
+    store.add_note('c', Note('fact', 'in first'))
+    monkeypatch.chdir(tmp_path / 'second')
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        assert store.notes('c') == [Note('fact', 'in first')]
+    store.close()
+    assert not list((tmp_path / 'second').iterdir())
 
 
 def test_sqlite_corrupt_file_degrades_then_resumes_once_replaced(tmp_path: Path) -> None:

@@ -201,6 +201,9 @@ class SQLiteArchiveStore:
                 f'SQLite archive: {self.path} was removed or replaced while open; it is opened again '
                 '(entries written before are in the removed file)'
             )
+        if self._file_path is not None and not os.path.isabs(self._file_path):
+            # Built while the current directory was gone: resolved once it is back, then kept whatever `chdir` follows.
+            self._target, self._file_path = _resolved(self.path)
         uri = self.path.startswith('file:')
         try:
             db = sqlite3.connect(self._target, isolation_level=None, check_same_thread=False, uri=uri)
