@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
@@ -597,13 +597,20 @@ async def test_the_fallback_keeps_four_finished_exchanges_besides_the_one_in_pro
 async def test_a_free_fork_reads_a_keep_line_written_in_markdown(line: str) -> None:
     # A model formats a label it was shown plain; the reply was thrown away (`unparseable`) and the fallback kept
     # the newest four exchanges instead of the one chosen.
-    def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        return ModelResponse(parts=[TextPart(f'{line}\nLogs 0-3 read, all clean. Next: log 4.')])
-
-    out = await replay(Fork(variant='free'), recorded_history(8), model=FunctionModel(reply))
-    record = next(r for m in out for p in m.parts if isinstance(p, CompactionPart) and (r := our_record(p)))
+    record, _ = await free_fork(f'{line}\nLogs 0-3 read, all clean. Next: log 4.')
     assert record['fallback_reason'] is None
     assert record['kept'] == ['g0', 'g2', 'g8']
+
+
+async def free_fork(reply: str) -> tuple[dict[str, Any], str]:
+    """The record and the summary of a free fork of an 8-step history whose model answers *reply*."""
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart(reply)])
+
+    out = await replay(Fork(variant='free'), recorded_history(8), model=FunctionModel(respond))
+    (boundary,) = [p for m in out for p in m.parts if isinstance(p, CompactionPart) and our_record(p) is not None]
+    return cast(dict[str, Any], our_record(boundary)), boundary.content
 
 
 @pytest.mark.parametrize(
@@ -617,14 +624,9 @@ async def test_a_free_fork_reads_a_keep_line_written_in_markdown(line: str) -> N
 async def test_a_free_fork_keeps_none_when_its_keep_line_says_so(reply: str) -> None:
     # `none`, then ids on the next line (a list in the summary, a sentence's subject wrapped), and an empty label
     # over a sentence that starts with an id: nothing is kept, and the summary keeps those lines.
-    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        return ModelResponse(parts=[TextPart(reply)])
-
-    out = await replay(Fork(variant='free'), recorded_history(8), model=FunctionModel(respond))
-    record = next(r for m in out for p in m.parts if isinstance(p, CompactionPart) and (r := our_record(p)))
+    record, summary = await free_fork(reply)
     assert record['fallback_reason'] is None
     assert record['kept'] == ['g0', 'g8']
-    summary = next(p.content for m in out for p in m.parts if isinstance(p, CompactionPart))
     assert reply.split('\n', 1)[1] in summary
 
 
