@@ -132,7 +132,7 @@ async def test_a_run_reads_each_step_as_it_arrives_and_its_checkpoint_is_a_fresh
     agent = Agent(FunctionModel(model), tools=[read_log], capabilities=[reset])
     result = await agent.run('Audit every log.')
     history = result.all_messages()
-    assert len(reset._entries) == count  # pyright: ignore[reportPrivateUsage]
+    assert len(reset._facts) == count  # pyright: ignore[reportPrivateUsage]
     ours = await _proposal(reset, history)
     fresh = await _proposal(ResetToCheckpoint[None](trigger=Trigger(tokens=1)), history)
     assert ours == fresh
@@ -156,4 +156,4 @@ def test_a_user_extract_is_not_called_before_a_compaction() -> None:
     reset._read_arrived(history)  # pyright: ignore[reportPrivateUsage]
     default = ResetToCheckpoint[None](trigger=Trigger(tokens=10**9))
     default._read_arrived(history)  # pyright: ignore[reportPrivateUsage]
-    assert (calls, len(reset._entries), len(default._entries)) == ([], 0, 1)  # pyright: ignore[reportPrivateUsage]
+    assert (calls, len(reset._facts), len(default._facts)) == ([], 0, 1)  # pyright: ignore[reportPrivateUsage]

@@ -78,7 +78,17 @@ def _reference_shape(line: str) -> tuple[str, ...]:
 
 
 def reference_entries(reset: ResetToCheckpoint[None], messages: list[ModelMessage]) -> tuple[Any, ...]:
-    """`_exchange_entries` of a tool exchange of *messages*, as it read every exchange."""
+    """`_exchange_entries` of a tool exchange of *messages*: the plain reading's entries but its facts."""
+    return tuple(entry for entry in reference_reading(reset, messages) if entry[0] != 'found')
+
+
+def reference_facts(reset: ResetToCheckpoint[None], messages: list[ModelMessage]) -> tuple[Any, ...]:
+    """`_exchange_facts` of a tool exchange of *messages*: the plain reading's facts."""
+    return tuple(entry for entry in reference_reading(reset, messages) if entry[0] == 'found')
+
+
+def reference_reading(reset: ResetToCheckpoint[None], messages: list[ModelMessage]) -> tuple[Any, ...]:
+    """The entries and facts of a tool exchange of *messages*, as the reset read every exchange whole."""
     sections: dict[str, list[tuple[str, int]]] = {name: [] for name in SECTIONS}
     extract: FactExtractor = reset.extract or (lambda call, text: rare_lines(call, text, limit=reset.facts_per_result))
     returns = {
@@ -269,13 +279,18 @@ def test_an_exchange_is_read_as_the_plain_reading_reads_it(
     tools = [exchange for exchange in view.exchanges if exchange.kind == 'tools']
     for exchange in tools:
         try:
-            expected = reference_entries(reset, list(view.messages_of(exchange)))
+            expected = reference_reading(reset, list(view.messages_of(exchange)))
         except Exception as error:  # pydantic-ai cannot render a structured result holding a lone surrogate
             with pytest.raises(type(error)):
                 reset._exchange_entries(view, exchange)  # pyright: ignore[reportPrivateUsage]
+            with pytest.raises(type(error)):
+                reset._exchange_facts(view, exchange)  # pyright: ignore[reportPrivateUsage]
             continue
-        assert reset._exchange_entries(view, exchange) == expected  # pyright: ignore[reportPrivateUsage]
-        assert reset._exchange_entries(view, exchange) == expected  # pyright: ignore[reportPrivateUsage]  # remembered
+        entries = tuple(entry for entry in expected if entry[0] != 'found')
+        found = tuple(entry for entry in expected if entry[0] == 'found')
+        for _ in range(2):  # read, then remembered
+            assert reset._exchange_entries(view, exchange) == entries  # pyright: ignore[reportPrivateUsage]
+            assert reset._exchange_facts(view, exchange) == found  # pyright: ignore[reportPrivateUsage]
 
 
 def test_the_quick_reading_covers_the_common_exchange_and_leaves_the_others_to_the_plain_one() -> None:
@@ -286,15 +301,17 @@ def test_the_quick_reading_covers_the_common_exchange_and_leaves_the_others_to_t
     result = ToolReturnPart('write_file', 'saved 3 lines', tool_call_id='c')
     assert reset._call_entries(one, result) == (  # pyright: ignore[reportPrivateUsage]
         ('conversation', 'you: reading', 0, 'you'),
-        ('found', 'write_file({"p":1}): saved 3 lines', 21, 'write_file'),
         ('changed', 'write_file({"p":1}) → success, 13 chars', 0, 'write_file'),
     )
+    assert reset._call_facts(one, result) == (('found', 'write_file({"p":1}): saved 3 lines', 21, 'write_file'),)  # pyright: ignore[reportPrivateUsage]
     assert reset._call_entries(two, result) is None  # pyright: ignore[reportPrivateUsage]
+    assert reset._call_facts(two, result) is None  # pyright: ignore[reportPrivateUsage]
     for response in (one, two):
         history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('go')]), response, ModelRequest([result])]
         view = segment([*history, ModelResponse(parts=[TextPart('end')])])
         (exchange,) = [e for e in view.exchanges if e.kind == 'tools']
         assert reset._exchange_entries(view, exchange) == reference_entries(reset, list(view.messages_of(exchange)))  # pyright: ignore[reportPrivateUsage]
+        assert reset._exchange_facts(view, exchange) == reference_facts(reset, list(view.messages_of(exchange)))  # pyright: ignore[reportPrivateUsage]
 
 
 # --- the boundary record's cleaning --------------------------------------------------------------------------

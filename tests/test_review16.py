@@ -137,7 +137,7 @@ async def test_a_result_replaced_by_a_copy_after_it_was_read_ahead_reads_as_a_fr
     reset = ResetToCheckpoint[None](trigger=Trigger(tokens=10**9))
     agent = Agent(_loop_model(3), tools=[read_log], capabilities=[reset])
     history = (await agent.run('Audit every log.')).all_messages()
-    assert len(reset._entries) == 3  # pyright: ignore[reportPrivateUsage]
+    assert len(reset._facts) == 3  # pyright: ignore[reportPrivateUsage]
     message = history[2]
     assert isinstance(message, ModelRequest)
     history[2] = replace(message, parts=[replace(message.parts[0], content=LOG.replace('disk full', 'REDACTED'))])
@@ -216,7 +216,7 @@ async def test_huge_results_and_lone_surrogates_read_as_a_fresh_reset_does() -> 
             ModelRequest(parts=[ToolReturnPart('read_odd', content, tool_call_id=f'c{n}')]),
         ]
         reset._read_arrived(history)  # pyright: ignore[reportPrivateUsage]
-    assert len(reset._entries) == len(contents)  # pyright: ignore[reportPrivateUsage]
+    assert len(reset._facts) == len(contents)  # pyright: ignore[reportPrivateUsage]
     await _same_as_fresh(reset, history)
 
 
@@ -233,7 +233,7 @@ async def test_an_extractor_that_raises_is_swallowed_ahead_and_reported_by_the_c
     reset = ResetToCheckpoint[None](trigger=Trigger(tokens=10**9))
     agent = Agent(_loop_model(2), tools=[read_log], capabilities=[reset])
     history = (await agent.run('Audit every log.')).all_messages()
-    assert len(reset._entries) == 0  # pyright: ignore[reportPrivateUsage]
+    assert len(reset._facts) == 0  # pyright: ignore[reportPrivateUsage]
     with pytest.raises(ZeroDivisionError):
         await _proposal(reset, history)
 
@@ -266,25 +266,25 @@ def test_runs_in_threads_sharing_the_capability_read_as_a_fresh_reset_does() -> 
     anyio.run(check)
 
 
-def test_entries_read_ahead_die_with_their_messages() -> None:
+def test_facts_read_ahead_die_with_their_messages() -> None:
     reset = ResetToCheckpoint[None](trigger=Trigger(tokens=10**9))
     agent = Agent(_loop_model(5), tools=[read_log], capabilities=[reset])
     for n in range(20):
         agent.run_sync(f'Conversation {n}.')
     gc.collect()
-    assert len(reset._entries) == 0  # pyright: ignore[reportPrivateUsage]
+    assert len(reset._facts) == 0  # pyright: ignore[reportPrivateUsage]
     kept = agent.run_sync('Kept.').all_messages()
-    assert len(reset._entries) == 5  # pyright: ignore[reportPrivateUsage]
+    assert len(reset._facts) == 5  # pyright: ignore[reportPrivateUsage]
     del kept
     gc.collect()
-    assert len(reset._entries) == 0  # pyright: ignore[reportPrivateUsage]
+    assert len(reset._facts) == 0  # pyright: ignore[reportPrivateUsage]
 
 
 def test_a_custom_checkpoint_reads_nothing_ahead() -> None:
     reset = ResetToCheckpoint[None](trigger=Trigger(tokens=10**9), checkpoint=lambda ctx, view: 'mine')
     agent = Agent(_loop_model(3), tools=[read_log], capabilities=[reset])
     history = agent.run_sync('Go.').all_messages()
-    assert len(history) == 8 and len(reset._entries) == 0  # pyright: ignore[reportPrivateUsage]
+    assert len(history) == 8 and len(reset._facts) == 0  # pyright: ignore[reportPrivateUsage]
 
 
 # --- 2. rare_lines with one or two lines ---------------------------------------------------------------------------

@@ -92,34 +92,33 @@ def _shrinking_reset() -> ResetToCheckpoint[None]:
     return reset
 
 
-def test_an_excerpt_changed_while_the_history_is_read_reads_the_later_steps_as_the_step_by_step_reading() -> None:
-    """A short result after the extractor lowered `excerpt_chars` is extracted, as the step-by-step reading does.
-
-    The one loop took the excerpt once, at its start: the steps read after the change were carried whole.
-    """
+def test_the_entries_read_in_one_loop_are_the_step_by_step_reading_s_and_call_no_extractor() -> None:
+    """The one loop reads no result's facts: the extractor is not called, and the entries are the step-by-step
+    reading's (the one loop once took the excerpt at its start, and an extractor lowering it changed the rest)."""
     history = _loop(['w' * 100, 'ok 7', 'ok 8'])
     view = segment(fresh(history))
     expected = _step_by_step(_shrinking_reset(), view)
-    assert expected[2] == (
-        ('read', 'read_log({"index":1}) → success, 4 chars', 0, 'read_log'),
-        ('found', 'read_log({"index":1}): 4 chars read', 23, 'read_log'),
-    )
-    assert _shrinking_reset()._entries_of(view, view.exchanges) == expected  # pyright: ignore[reportPrivateUsage]
+    assert expected[2] == (('read', 'read_log({"index":1}) → success, 4 chars', 0, 'read_log'),)
+    reset = _shrinking_reset()
+    assert reset._entries_of(view, view.exchanges) == expected  # pyright: ignore[reportPrivateUsage]
+    assert reset.excerpt_chars == 40  # the extractor was not called
 
 
 @pytest.mark.anyio
 async def test_an_excerpt_changed_while_the_history_is_read_gives_the_checkpoint_the_step_by_step_reading_gives() -> (
     None
 ):
-    """The user-visible form of the above: the checkpoint lists the extractor's fact, not the whole result."""
-    history = _loop(['w' * 3_000, *(f'row {n} ' + 'x' * 20 for n in range(20))])
+    """Facts are read newest first, each result with the settings as they are when it is read: the results before
+    the long one, read after the extractor lowered `excerpt_chars`, are extracted, not carried whole."""
+    history = _loop([*(f'row {n} ' + 'x' * 20 for n in range(3)), 'w' * 3_000])
     outcome = await run_compaction(_shrinking_reset(), history, _context())
     assert isinstance(outcome, Outcome)
     found = outcome.record.to_metadata()['extra']['checkpoint']['found']
-    assert found[:3] == [
-        'read_log({"index":0}): 3000 chars read',
+    assert found == [
+        'read_log({"index":0}): 26 chars read',
         'read_log({"index":1}): 26 chars read',
         'read_log({"index":2}): 26 chars read',
+        'read_log({"index":3}): 3000 chars read',
     ]
 
 

@@ -4,7 +4,9 @@ The default checkpoint is built by code, the way seed 004 describes its runtime 
 read, what was found in it, what was changed, the conversation so far (the user's requests and the
 assistant's own answers), progress and the next step. "What was found" comes from a pluggable
 extractor; the default keeps the lines of each result whose shape is rare in it (an incident among
-request logs, an error among passing tests), which is where a task's facts usually are.
+request logs, an error among passing tests), which is where a task's facts usually are. Facts are read
+from the newest results back, until they fill `max_chars`: a checkpoint shows the newest facts and folds
+the older ones first, so the results before those are not read, and Found says how many.
 
 Each reset appends a checkpoint of what the earlier ones do not hold and leaves them byte-identical, so
 under a provider's prompt cache a reset writes only what is new. A checkpoint is never larger than what
@@ -23,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, repeat
-from typing import Any
+from typing import Any, TypeGuard
 
 from orjson import OPT_SORT_KEYS, JSONEncodeError, dumps
 from pydantic_ai.messages import (
@@ -304,10 +306,11 @@ class _Reading:
     that grows: a longer history extends it in place, and a history that shares less of it cuts it back.
 
     Only appended to (or cut back to a length it had), so going from one history to the next copies nothing: at
-    50k messages, a copy of the entries seen (25k calls, 25k facts) cost more than reading a new step.
+    50k messages, a copy of the entries seen (25k calls) cost more than reading a new step. Facts are not read here:
+    a compaction reads those of the newest results only (`ResetToCheckpoint._found`).
     """
 
-    __slots__ = ('added', 'at', 'carried', 'counts', 'keyed', 'keys', 'labels', 'placed', 'seen', 'sizes')
+    __slots__ = ('added', 'calls', 'carried', 'counts', 'labels', 'seen', 'sizes')
 
     def __init__(self, carried: dict[str, list[str]]) -> None:
         self.carried = {name: list(lines) for name, lines in carried.items()}
@@ -315,30 +318,28 @@ class _Reading:
         self.seen = {name: set(lines) for name, lines in carried.items()}
         """Every entry seen by now, per section (those carried and those added)."""
         self.added: dict[str, list[str]] = {name: [] for name in SECTIONS}
-        """The new entries, per section (facts in `found`), in the order they were read."""
-        self.at: list[int] = []
-        """Where each new fact's own text starts in its `found` entry."""
+        """The new entries, per section, in the order they were read (none in `found`)."""
         self.labels: dict[str, list[str]] = {name: [] for name in SECTIONS}
         """Each new entry's label (`label_counts`), alongside `added`."""
         self.counts: dict[str, Counter[str]] = {name: Counter[str]() for name in SECTIONS}
         """The new entries counted per label, per section."""
         self.sizes: dict[str, int] = dict.fromkeys(SECTIONS, 0)
         """The new entries' `_entries_size`, per section."""
-        self.placed = 0
-        """New facts whose own text starts after their call (`at` > 0): only those can be stated by the agent."""
-        self.keys: dict[str, list[int]] = {}
-        """Where each of the first `keyed` new facts' `_fact_key` is found in `added['found']` (facts with a key
-        only): the agent's words are compared with these, not with every fact. Made when first compared."""
-        self.keyed = 0
+        self.calls: list[int] = []
+        """Per exchange read, the completed calls in it and in those before it (each call is one Read or Changed
+        entry, counted before entries seen are left out): how many results a compaction did not read facts from."""
 
     def size(self) -> tuple[int, ...]:
-        """How many new entries each section holds: where to cut back to."""
-        return tuple(len(self.added[name]) for name in SECTIONS)
+        """How many new entries each section holds, then how many exchanges were read: where to cut back to."""
+        return (*(len(self.added[name]) for name in SECTIONS), len(self.calls))
 
     def read(self, entries: tuple[_Entry, ...]) -> None:
         """Read those of one exchange's *entries* not `seen` yet, in order (a call per exchange, not per entry)."""
         seen, added, labels, counts, sizes = self.seen, self.added, self.labels, self.counts, self.sizes
-        for name, line, at, label in entries:
+        calls = self.calls[-1] if self.calls else 0
+        for name, line, _, label in entries:
+            if name == 'read' or name == 'changed':
+                calls += 1
             known = seen[name]
             if line in known:
                 continue
@@ -347,13 +348,11 @@ class _Reading:
             labels[name].append(label)
             counts[name][label] += 1
             sizes[name] += len(line) + 3
-            if name == 'found':
-                self.at.append(at)
-                self.placed += bool(at)
+        self.calls.append(calls)
 
     def cut(self, size: tuple[int, ...]) -> None:
         """Back to *size* (an earlier `size()`): the entries read after it are forgotten, as never seen."""
-        for name, keep in zip(SECTIONS, size, strict=True):
+        for name, keep in zip(SECTIONS, size, strict=False):
             lines = self.added[name]
             if len(lines) == keep:
                 continue
@@ -364,26 +363,8 @@ class _Reading:
                 counts[label] -= 1
                 if not counts[label]:
                     del counts[label]
-            if name == 'found':
-                self.placed -= sum(map(bool, self.at[keep:]))
-                for line, at in zip(lines[keep : self.keyed], self.at[keep : self.keyed], strict=False):
-                    if at and (key := _fact_key(line[at:])):
-                        self.keys[key].pop()
-                        if not self.keys[key]:
-                            del self.keys[key]
-                self.keyed = min(self.keyed, keep)
-                del self.at[keep:]
             del lines[keep:], labels[keep:]
-
-    def stated(self, stated: set[str]) -> set[int]:
-        """Where the new facts whose `_fact_key` is in *stated* are in `added['found']`."""
-        found, keys = self.added['found'], self.keys
-        for index in range(self.keyed, len(found)):
-            at = self.at[index]
-            if at and (key := _fact_key(found[index][at:])):
-                keys.setdefault(key, []).append(index)
-        self.keyed = len(found)
-        return {index for key in stated if (indexes := keys.get(key)) for index in indexes}
+        del self.calls[size[len(SECTIONS)] :]
 
 
 @dataclass(frozen=True)
@@ -411,6 +392,9 @@ class _Carried:
     digests: dict[str, dict[str, int]] = field(default_factory=lambda: {name: {} for name in SECTIONS})
     """Their folded entries counted per label, per section."""
 
+    unread: int = 0
+    """Completed calls whose results they did not read facts from (`ResetToCheckpoint._found`)."""
+
     pieces: int = 0
     """Checkpoints a rewrite would replace (boundaries holding nothing but the reset's records)."""
 
@@ -432,6 +416,8 @@ class _Carried:
             for label, count in str_dict(digests.get(name)).items():
                 if _count(count):
                     self.digests[name][label] = self.digests[name].get(label, 0) + count
+        if _count(unread := extra.get('unread')):
+            self.unread += unread
         # Checkpoints written before sections existed: one line per completed call.
         self.sections['read'].extend(_strings(extra.get('checkpoint_entries')))
 
@@ -440,7 +426,7 @@ def _text(proposal: Proposal) -> str:
     return proposal.summary.text if isinstance(proposal.summary, Summary) else ''
 
 
-def _count(value: object) -> bool:
+def _count(value: object) -> TypeGuard[int]:
     """Whether a value read back from a record is a positive count."""
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
@@ -449,13 +435,13 @@ def _count(value: object) -> bool:
 class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     """Reset the history to the opening request plus a deterministic checkpoint.
 
-    The default checkpoint carries what was read, what was found in it (through `extract`), what was
-    changed, the user's requests and the assistant's own answers, every instruction change, progress and
-    the next step. Earlier checkpoints stay as they were and the next one holds only what they do not, so
-    nothing recorded is forgotten and nothing is written twice; a fact that a line of the agent's own words
-    states exactly is not restated. Each checkpoint stays within what it replaces, and all of them within
-    `max_chars` (above the floor of its fixed lines, about 750 characters).
-    Pass `checkpoint=` to render your own typed state instead (it replaces the earlier one at each reset).
+    The default checkpoint carries what was read, what was found in it (through `extract`, in the newest
+    results until their facts fill `max_chars`), what was changed, the user's requests and the assistant's
+    own answers, every instruction change, progress and the next step. Earlier checkpoints stay as they were
+    and the next one holds only what they do not, so nothing recorded is forgotten and nothing is written
+    twice; a fact that a line of the agent's own words states exactly is not restated. Each checkpoint stays
+    within what it replaces, and all of them within `max_chars` (above the floor of its fixed lines, about 750
+    characters). Pass `checkpoint=` to render your own typed state instead (it replaces the earlier one at each reset).
 
     Example:
         ```python
@@ -473,7 +459,8 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     """Instruction changes to list verbatim (default: the user's prompts after the opening one)."""
 
     extract: FactExtractor | None = None
-    """What each tool result contributes under "Found"; `None` uses `rare_lines`."""
+    """What each tool result contributes under "Found"; `None` uses `rare_lines`. Called at a compaction, for the
+    newest results first, until their facts fill `max_chars` (the results before them are counted, not read)."""
 
     excerpt_chars: int = 400
     """Results up to this many characters are carried whole under "Found" instead of through `extract`."""
@@ -499,6 +486,12 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     )
     """Each exchange's `(section, line, at, label)` entries by the identity of its parts (weak): an exchange a
     reset already read (a retried or repeated compaction of the same history) is not read again."""
+
+    _facts: IdentityMemo[tuple[_Entry, ...]] = field(
+        init=False, repr=False, compare=False, default_factory=IdentityMemo[tuple['_Entry', ...]]
+    )
+    """Each exchange's Found entries (`_exchange_facts`) by the identity of its parts (weak), read as the steps
+    arrive (`_read_arrived`) or by a compaction."""
 
     _read: list[_Read] = field(init=False, repr=False, compare=False, default_factory=list['_Read'])
     """The entries of the settled exchanges of the last few histories read: a longer history starting with the
@@ -540,14 +533,14 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             return Proposal(summary=Summary(text), supersedes=self.strategy_name, variant='custom')
         carried = self._carried(view)
         try:
-            added, labels = self._additions(view, carried)
+            added, labels, unread = self._additions(view, carried)
         finally:
             _KINDS.clear()  # the words of the results read are not held after the reading (see `_Kinds`)
         dropped = self._dropped_tokens(view)
         room = self.max_chars - carried.chars
         if dropped and room > 0 and (dropped * 3 <= room or _entries_size(added) <= room):
             limit = min(dropped * 3, room)
-            appended = self._checkpoint(view, added, carried, budget=limit, appended=True, labels=labels)
+            appended = self._checkpoint(view, added, carried, budget=limit, appended=True, labels=labels, unread=unread)
             # Bound by what it replaces, a checkpoint folds its own oldest entries; bound by the room `max_chars`
             # leaves, it is appended only if nothing folds (folding there would lose entries a rewrite keeps).
             folded = any(appended.extra['omitted'].values())
@@ -563,7 +556,9 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         for name in SECTIONS:
             labels[name].update(label_counts(carried.sections[name]))
         budget = min(self.max_chars // REWRITE_SHARE, (dropped + carried.tokens) * 3)
-        return self._checkpoint(view, sections, carried, budget=budget, appended=False, labels=labels)
+        return self._checkpoint(
+            view, sections, carried, budget=budget, appended=False, labels=labels, unread=carried.unread + unread
+        )
 
     def _checkpoint(
         self,
@@ -574,10 +569,12 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         budget: int,
         appended: bool,
         labels: dict[str, Counter[str]] | None = None,
+        unread: int = 0,
     ) -> Proposal:
         """A checkpoint of *sections* within *budget* characters (appended after *carried*, or replacing it).
 
-        *labels* are the entries of *sections* counted per label (`label_counts`), when the caller carried them.
+        *labels* are the entries of *sections* counted per label (`label_counts`), when the caller carried them;
+        *unread* counts the completed calls whose results were not read for facts (`_found`).
         """
         omitted: dict[str, int] = dict.fromkeys(SECTIONS, 0) if appended else dict(carried.omitted)
         digests: dict[str, dict[str, int]] = {name: {} for name in SECTIONS} if appended else carried.digests
@@ -591,6 +588,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 progress=self._progress(view, sections, omitted, before),
                 digests=digests,
                 header=header,
+                unread=unread,
             )
 
         # A lower bound of the rendered length: every entry but a fact is a line `- entry` of its own, and every fact
@@ -614,6 +612,8 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         extra: dict[str, Any] = {'checkpoint': sections, 'omitted': omitted, 'instructions': sections['instructions']}
         if any(digests.values()):
             extra['digests'] = digests
+        if unread:
+            extra['unread'] = unread
         if before is not None:
             extra['appended'] = before.pieces
             return Proposal(summary=Summary(text), variant='default', extra=extra)
@@ -654,22 +654,22 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     def sections(self, view: ConversationView) -> tuple[dict[str, list[str]], dict[str, int]]:
         """Every entry the checkpoints hold after this reset: those earlier checkpoints carried, then the new ones."""
         carried = self._carried(view)
-        added, _ = self._additions(view, carried)
+        added, _, _ = self._additions(view, carried)
         return {name: [*carried.sections[name], *added[name]] for name in SECTIONS}, dict(carried.omitted)
 
     def _additions(
         self, view: ConversationView, carried: _Carried
-    ) -> tuple[dict[str, list[str]], dict[str, Counter[str]]]:
-        """The entries the dropped exchanges add that no earlier checkpoint holds, and their `label_counts`.
+    ) -> tuple[dict[str, list[str]], dict[str, Counter[str]], int]:
+        """The entries the dropped exchanges add that no earlier checkpoint holds, their `label_counts`, and the
+        completed calls whose results were not read for facts (`_found`).
 
-        A fact found in a result is left out when the agent's own words already state it (a note it wrote,
-        in an earlier checkpoint, in this one or in the exchanges kept verbatim) or an instruction change
-        does: the checkpoint does not restate the agent's notes. The labels are counted as the entries are read
-        and carried forward with them, so folding tens of thousands of entries does not read each one again.
+        The labels are counted as the entries are read and carried forward with them, so folding tens of
+        thousands of entries does not read each one again.
         """
-        # The exchanges' entries are read before the lock is taken: `extract` is the user's, and may wait for
-        # another run (in another thread) that needs the lock. Should another thread move the reading back
-        # meanwhile, the few exchanges before are read the same way and the reading is resumed again.
+        # The exchanges' entries are read before the lock is taken, and their facts after it is let go: `extract` is
+        # the user's, and may wait for another run (in another thread) that needs the lock. Should another thread
+        # move the reading back meanwhile, the few exchanges before are read the same way and the reading is
+        # resumed again.
         self._check_settings()
         exchanges = view.exchanges
         have, want = len(exchanges), self._peek(carried, view)
@@ -680,8 +680,13 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             with _READING:
                 reading, start = self._resume(carried, view)
                 if start >= have:
-                    return self._read_additions(view, carried, reading, entries[start - have :], start)
+                    added, labels = self._read_additions(view, carried, reading, entries[start - have :], start)
+                    calls = list(reading.calls)  # the reading may be cut back by another thread once let go
+                    break
             want = start
+        added['found'], unread = self._found(view, carried, added, calls)
+        labels['found'] = label_counts(added['found'])
+        return added, labels, unread
 
     def _check_settings(self) -> None:
         """Forget what was read with other settings (a field `_settings` names was set again since)."""
@@ -690,7 +695,8 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             if self.write_tools != self._writes.pattern:  # set again since: checked as `__post_init__` checks it
                 (self._writes,) = check_patterns('ResetToCheckpoint', 'write_tools', (self.write_tools,))
             with _READING:
-                self._entries, self._read[:], self._read_with = IdentityMemo[tuple[_Entry, ...]](), [], settings
+                self._entries, self._facts = IdentityMemo[tuple[_Entry, ...]](), IdentityMemo[tuple[_Entry, ...]]()
+                self._read[:], self._read_with = [], settings
 
     def _settings(self) -> tuple[object, ...]:
         """The fields an exchange's entries are read with (`_exchange_entries`)."""
@@ -699,10 +705,10 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     async def before_model_request(
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        """Read the newest tool steps' entries as they arrive, then compact when the trigger is crossed.
+        """Read the facts of the newest tool steps as they arrive, then compact when the trigger is crossed.
 
-        A run's first compaction then finds each step's entries read already (as it finds them on a history an
-        earlier reset read), instead of reading every result of the history at once.
+        A run's first compaction then finds the facts of the newest results read already, which is most of what
+        it reads of them (`_found`), instead of reading them all at once.
         """
         try:
             self._read_arrived(ctx.messages)
@@ -711,11 +717,11 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         return await super().before_model_request(ctx, request_context)
 
     def _read_arrived(self, messages: Sequence[ModelMessage]) -> None:
-        """Put in `_entries` the entries of the newest tool steps of *messages* (a response, then a request of one
-        result to it), as `_exchange_entries` reads and keeps them, from the newest back to one already kept
-        (at most `_ARRIVED_STEPS`): a request costs what its new messages do, whatever the history's length."""
+        """Put in `_facts` the facts of the newest tool steps of *messages* (a response, then a request of one long
+        result to it), as `_exchange_facts` reads and keeps them, from the newest back to one already kept (at most
+        `_ARRIVED_STEPS`): a request costs what its new messages do, whatever the history's length."""
         if self.checkpoint is not None or self.extract is not None:
-            return  # a custom checkpoint reads no entries, and a user's `extract` is called at a compaction only
+            return  # a custom checkpoint reads no facts, and a user's `extract` is called at a compaction only
         try:
             self._check_settings()
             end = len(messages)
@@ -731,21 +737,17 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                     return
                 content = result.content
                 if content is None or (isinstance(content, str) and len(content) <= self.excerpt_chars):
-                    return  # not a step `_exchange_entries` keeps (a short result is read again: as cheap)
+                    return  # not a step `_exchange_facts` keeps (a short result is read again: as cheap)
                 call_id = result.tool_call_id
                 if not any(type(part) is ToolCallPart and part.tool_call_id == call_id for part in response.parts):
                     return  # not a step: segmentation would not make the two one exchange of tools
                 parts = (*response.parts, result)
-                if self._entries.get(parts) is not None:
+                if self._facts.get(parts) is not None:
                     return  # read at an earlier request, and so were the steps before it
-                found = self._call_entries(response, result)
+                found = self._call_facts(response, result)
                 if found is None:
                     return
-                for entry in found:
-                    # The compaction's set of entries seen hashes each line; a string keeps its hash once taken,
-                    # and hashing a fact of a long line costs microseconds.
-                    hash(entry[1])
-                self._entries.put(parts, found)
+                self._facts.put(parts, found)
         except Exception:
             # Only a head start: a compaction reads the same step again, and reports what fails there.
             pass
@@ -765,7 +767,8 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         entries: Sequence[tuple[_Entry, ...]],
         start: int,
     ) -> tuple[dict[str, list[str]], dict[str, Counter[str]]]:
-        """`_additions` from *reading*, which has read *view*'s first *start* exchanges (*entries*: the others')."""
+        """`_additions` but the facts, from *reading*, which has read *view*'s first *start* exchanges (*entries*:
+        the others')."""
         exchanges = view.exchanges
         seen = reading.seen
         settled = settled_prefix(exchanges)
@@ -785,15 +788,49 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             if text not in seen['instructions'] and f'user: {text}' not in said
         ]
         labels['instructions'] = label_counts(added['instructions'])
-        found = added['found']
-        stated = self._stated(view, carried, added) if reading.placed else set[str]()
-        # The facts the agent's words state, by their keys (a few among 25k facts, usually none).
-        drop = reading.stated(stated) if stated else set[int]()
-        if drop:
-            added['found'] = [line for at, line in enumerate(found) if at not in drop]
-        if len(added['found']) != len(found):
-            labels['found'] = label_counts(added['found'])
         return added, labels
+
+    def _found(
+        self, view: ConversationView, carried: _Carried, added: dict[str, list[str]], calls: list[int]
+    ) -> tuple[list[str], int]:
+        """The facts of the newest results, and how many completed calls before them were not read for facts
+        (*calls*: per exchange, the completed calls up to it, `_Reading.calls`).
+
+        Results are read newest first until their facts fill `max_chars`, more than any checkpoint shows of them
+        (Found is the first section folded, oldest first): reading every result of a long history to show a few
+        of them cost up to 18 times what clearing it costs. A fact is listed once, under the newest result that
+        gives it, and not at all when an earlier checkpoint holds it or the agent's own words state it (a note
+        it wrote, in an earlier checkpoint, in this one or in the exchanges kept verbatim) or an instruction
+        change does: the checkpoint does not restate the agent's notes.
+        """
+        exchanges = view.exchanges
+        seen = set(carried.sections['found'])
+        stated: set[str] | None = None
+        newest: list[list[str]] = []
+        size, first = 0, len(exchanges)
+        for position in range(len(exchanges) - 1, -1, -1):
+            if size >= self.max_chars:
+                break
+            first = position
+            exchange = exchanges[position]
+            if exchange.kind != 'tools' or _no_entries(exchange):
+                continue
+            lines: list[str] = []
+            for _, line, at, _ in self._exchange_facts(view, exchange):
+                if line in seen:
+                    continue
+                seen.add(line)
+                if at:
+                    if stated is None:
+                        stated = self._stated(view, carried, added)
+                    if (key := _fact_key(line[at:])) and key in stated:
+                        continue
+                lines.append(line)
+                size += len(line) + 3
+            if lines:
+                newest.append(lines)
+        unread = calls[first - 1] if first else 0
+        return [line for lines in reversed(newest) for line in lines], unread
 
     def _resume(self, carried: _Carried, view: ConversationView) -> tuple[_Reading, int]:
         """The reading to go on from for *view*'s exchanges after *carried*, and how many exchanges it has read.
@@ -837,13 +874,26 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         return stated
 
     def _exchange_entries(self, view: ConversationView, exchange: Exchange) -> tuple[_Entry, ...]:
-        """The `(section, line, at, label)` entries one exchange adds, read once per exchange (memoized by its parts).
+        """The `(section, line, at, label)` entries one exchange adds besides its facts (`_exchange_facts`), read
+        once per exchange (memoized by its parts).
 
-        `at` is where the fact a "Found" entry states starts in its line (0 for other entries), to tell whether
-        the agent's own words already state it; `label` is what a fold counts the entry under (`label_counts`).
+        `at` is 0 (where a fact's own text starts in a Found entry); `label` is what a fold counts the entry
+        under (`label_counts`).
         """
+        return self._exchange_reading(view, exchange, facts=False)
+
+    def _exchange_facts(self, view: ConversationView, exchange: Exchange) -> tuple[_Entry, ...]:
+        """The Found entries of one exchange's results, `(found, 'call: fact', at, label)`, read once per exchange
+        (memoized by its parts): `at` is where the fact's own text starts (0 for a failed call's output), to tell
+        whether the agent's own words already state it."""
+        return self._exchange_reading(view, exchange, facts=True)
+
+    def _exchange_reading(self, view: ConversationView, exchange: Exchange, *, facts: bool) -> tuple[_Entry, ...]:
+        """`_exchange_facts` if *facts*, else `_exchange_entries`."""
         history = view.messages
         refs = exchange.refs
+        read = self._call_facts if facts else self._call_entries
+        memo = self._facts if facts else self._entries
         if exchange.kind == 'tools' and len(refs) == 2 and refs[0][1] is None and refs[1][1] is None:
             # The common exchange: a response and the request returning its call, read without building the
             # sections and the exchange's parts (`_tool_entries` reads it alike; `_call_entries` says when).
@@ -854,17 +904,17 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                     content = result.content
                     if isinstance(content, str) and len(content) <= self.excerpt_chars:
                         # Read whole, as cheaply as it is found in the memo: not kept there.
-                        found = self._call_entries(response, result)
+                        found = read(response, result)
                         if found is not None:
                             return found
                     else:
                         parts = (*response.parts, result)
-                        cached = self._entries.get(parts)
+                        cached = memo.get(parts)
                         if cached is not None:
                             return cached
-                        found = self._call_entries(response, result)
+                        found = read(response, result)
                         if found is not None:
-                            return self._entries.put(parts, found)
+                            return memo.put(parts, found)
         # The parts are read through the refs, without building the exchange's message fragments: most
         # exchanges were read by an earlier reset, and only a new one needs its messages.
         parts = tuple(
@@ -873,7 +923,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 for index, chosen in exchange.refs
             )
         )
-        cached = self._entries.get(parts)
+        cached = memo.get(parts)
         if cached is not None:
             return cached
         # `view.messages_of`, without a call per whole message (most refs are whole messages).
@@ -881,10 +931,13 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             history[index] if chosen is None else fragment(history, (index, chosen)) for index, chosen in exchange.refs
         ]
         sections: dict[str, list[tuple[str, int]]] = {name: [] for name in SECTIONS}
-        if exchange.kind == 'tools':
-            self._tool_entries(messages, sections, self._default_extract if self.extract is None else self.extract)
+        if exchange.kind != 'tools':
+            if not facts:
+                sections['conversation'].extend((line, 0) for line in self._conversation(messages))
+        elif facts:
+            sections['found'] = self._tool_facts(messages)
         else:
-            sections['conversation'].extend((line, 0) for line in self._conversation(messages))
+            self._tool_entries(messages, sections)
         # In the order the section lines were produced (each section keeps its own order). An exchange's entries
         # mostly share one label (the tool called): each distinct head is labelled once.
         labels: dict[str, str] = {}
@@ -895,13 +948,13 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             return known if known is not None else labels.setdefault(head, _label_of(head))
 
         entries = tuple((name, line, fact, label(line)) for name in SECTIONS for line, fact in sections[name])
-        return self._entries.put(parts, entries) if parts else entries
+        return memo.put(parts, entries) if parts else entries
 
     def _entries_of(self, view: ConversationView, exchanges: Sequence[Exchange]) -> list[tuple[_Entry, ...]]:
         """`_exchange_entries` of each of *exchanges* (`()` for one `_no_entries` holds), in one loop.
 
-        A history never seen is mostly tool steps of one call and a short result (50k messages of them are
-        25k steps): those are read here with what each costs cut to what its entries need (`_short_step`).
+        A history never seen is mostly tool steps of one call and its result (50k messages of them are 25k steps):
+        those are read here with what each costs cut to what its entries need (`_short_step`).
         Every other exchange goes to `_exchange_entries`, which gives the same entries for these too.
         """
         history = view.messages
@@ -924,10 +977,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                         result = request.parts[0]
                         if type(result) is ToolReturnPart:
                             content = result.content
-                            # Read at each step, as `_exchange_entries` reads it: a user's `extract`, called for
-                            # a long result before, may have set it again.
-                            excerpt = self.excerpt_chars
-                            if type(content) is str and len(content) <= excerpt and result.outcome == 'success':
+                            if type(content) is str and result.outcome == 'success':
                                 found = short(response, result.tool_call_id, content, search, writes)
                                 if found is not None:
                                     add(found)
@@ -943,9 +993,9 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         search: Callable[[str], object],
         writes: dict[str, bool],
     ) -> tuple[_Entry, ...] | None:
-        """`_call_entries` of a step whose result (to *call_id*) is a successful plain `str`, *content*, short enough
-        to be carried whole, when the response holds thinking and calls only, one of them answered, with a plain name
-        already labelled and plain arguments (a few `str` keys to plain scalars); `None` for any other step.
+        """`_call_entries` of a step whose result (to *call_id*) is a successful plain `str`, *content*, when the
+        response holds thinking and calls only, one of them answered, with a plain name already labelled and plain
+        arguments (a few `str` keys to plain scalars); `None` for any other step.
 
         What each costs is cut to what its entries need: the arguments' JSON written by `orjson` as `to_json` writes
         them, whether a tool writes told once per name (*writes*, by *search*), a size under a thousand written
@@ -979,30 +1029,15 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         written = writes.get(name)
         if written is None:
             written = writes[name] = search(name) is not None
-        if not content.isascii():
-            content = clean_text(content)
+        # `clean_text` replaces each lone surrogate by one character: the size is the text's own.
         size = len(content)
         # `,` groups digits from a thousand on: below, the size is written as `str` writes it.
         entry = f'{call} → success, {size} chars' if size < 1_000 else f'{call} → success, {size:,} chars'
-        fact = ' '.join(content.split())
-        if written:
-            if fact:
-                return (('found', f'{call}: {fact}', len(call) + 2, label), ('changed', entry, 0, label))
-            return (('changed', entry, 0, label),)
-        if fact:
-            return (('read', entry, 0, label), ('found', f'{call}: {fact}', len(call) + 2, label))
-        return (('read', entry, 0, label),)
+        return (('changed', entry, 0, label),) if written else (('read', entry, 0, label),)
 
-    def _tool_entries(
-        self, messages: list[ModelMessage], sections: dict[str, list[tuple[str, int]]], extract: FactExtractor
-    ) -> None:
-        returns = {
-            part.tool_call_id: part
-            for message in messages
-            if isinstance(message, ModelRequest)
-            for part in message.parts
-            if isinstance(part, ToolReturnPart)
-        }
+    def _tool_entries(self, messages: list[ModelMessage], sections: dict[str, list[tuple[str, int]]]) -> None:
+        """The entries of an exchange of tool calls besides their facts, into *sections* (`_tool_facts` reads those)."""
+        returns = _returns(messages)
         for message in messages:
             if not isinstance(message, ModelResponse):
                 continue
@@ -1016,22 +1051,42 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 content = clean_text(return_text(result))
                 entry = f'{call} → {result.outcome}, {len(content):,} chars'
                 sections['changed' if self._writes.search(part.tool_name) else 'read'].append((entry, 0))
-                if result.outcome != 'success':
-                    sections['found'].append((f'{call}: {clip(content, self.excerpt_chars or 200)}', 0))
-                    continue
-                if len(content) <= self.excerpt_chars:
-                    facts = [' '.join(content.split())] if content.strip() else []
-                else:
-                    facts = [clean_text(str(line)) for line in extract(part, content)]
-                sections['found'].extend((f'{call}: {fact}', len(call) + 2) for fact in facts if fact.strip())
+
+    def _tool_facts(self, messages: list[ModelMessage]) -> list[tuple[str, int]]:
+        """The facts of an exchange of tool calls, `(call: fact, at)` in the order of the calls."""
+        returns = _returns(messages)
+        facts: list[tuple[str, int]] = []
+        for message in messages:
+            if not isinstance(message, ModelResponse):
+                continue
+            for part in message.parts:
+                if isinstance(part, ToolCallPart) and part.tool_call_id in returns:
+                    call = f'{part.tool_name}({clean_text(args_text(part.args))})'
+                    facts.extend(self._facts_of(part, call, returns[part.tool_call_id]))
+        return facts
+
+    def _facts_of(self, call_part: ToolCallPart, call: str, result: ToolReturnPart) -> list[tuple[str, int]]:
+        """The Found lines of one call's *result*, `(call: fact, at)`: a failed call's output (clipped), a short
+        result whole, a longer one through `extract` (`rare_lines` by default)."""
+        content = clean_text(return_text(result))
+        if result.outcome != 'success':
+            return [(f'{call}: {clip(content, self.excerpt_chars or 200)}', 0)]
+        at = len(call) + 2
+        if len(content) <= self.excerpt_chars:
+            fact = ' '.join(content.split())
+            return [(f'{call}: {fact}', at)] if fact else []
+        if self.extract is None:
+            # Lines of the cleaned result, stripped and never blank: nothing to clean or leave out.
+            return [(f'{call}: {fact}', at) for fact in rare_lines(call_part, content, limit=self.facts_per_result)]
+        facts = [clean_text(str(line)) for line in self.extract(call_part, content)]
+        return [(f'{call}: {fact}', at) for fact in facts if fact.strip()]
 
     def _call_entries(self, response: ModelResponse, result: ToolReturnPart) -> tuple[_Entry, ...] | None:
         """`_exchange_entries` of an exchange of *response* and the one request returning *result*, or `None`
         when *response* holds more than one call *result* returns (`_tool_entries` reads those).
 
         What `_tool_entries` and the labels give for it, in the same order, with fewer steps: every entry of one
-        call has the call's label, and the default extractor's lines need no cleaning (they are lines of the
-        cleaned result, stripped and never blank).
+        call has the call's label.
         """
         said: list[_Entry] = []
         call_part: ToolCallPart | None = None
@@ -1045,42 +1100,25 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 call_part = part
         if call_part is None:
             return tuple(said)
-        name = call_part.tool_name
-        call = f'{name}({clean_text(args_text(call_part.args))})'
-        # Kept per plain name only: a `str` subclass (an enum member) may format unlike its value, and an entry
-        # is labelled by the name as formatted in it.
-        plain = type(name) is str and len(name) <= _TOOL_LABEL_NAME_CHARS
-        label = _TOOL_LABELS.get(name) if plain else None
-        if label is None:
-            label = _label_of(_head(call))  # every entry starts with the call
-            if plain and len(_TOOL_LABELS) < _TOOL_LABELS_KEPT:
-                _TOOL_LABELS[name] = label
+        call, label = _called(call_part)
         content = clean_text(return_text(result))
-        outcome = result.outcome
-        entry = f'{call} → {outcome}, {len(content):,} chars'
-        writes = self._writes.search(name) is not None
-        entries = [*said] if writes else [*said, ('read', entry, 0, label)]
-        if outcome != 'success':
-            entries.append(('found', f'{call}: {clip(content, self.excerpt_chars or 200)}', 0, label))
-        elif len(content) <= self.excerpt_chars:
-            if fact := ' '.join(content.split()):
-                entries.append(('found', f'{call}: {fact}', len(call) + 2, label))
-        elif self.extract is None:
-            at = len(call) + 2
-            entries.extend(
-                ('found', f'{call}: {fact}', at, label)
-                for fact in rare_lines(call_part, content, limit=self.facts_per_result)
-            )
-        else:
-            at = len(call) + 2
-            facts = [clean_text(str(line)) for line in self.extract(call_part, content)]
-            entries.extend(('found', f'{call}: {fact}', at, label) for fact in facts if fact.strip())
-        if writes:
-            entries.append(('changed', entry, 0, label))
-        return tuple(entries)
+        entry = f'{call} → {result.outcome}, {len(content):,} chars'
+        section = 'changed' if self._writes.search(call_part.tool_name) is not None else 'read'
+        return (*said, (section, entry, 0, label))
 
-    def _default_extract(self, call: ToolCallPart, text: str) -> list[str]:
-        return rare_lines(call, text, limit=self.facts_per_result)
+    def _call_facts(self, response: ModelResponse, result: ToolReturnPart) -> tuple[_Entry, ...] | None:
+        """`_exchange_facts` of an exchange of *response* and the one request returning *result*, or `None`
+        when *response* holds more than one call *result* returns (`_tool_facts` reads those)."""
+        call_part: ToolCallPart | None = None
+        for part in response.parts:
+            if isinstance(part, ToolCallPart) and part.tool_call_id == result.tool_call_id:
+                if call_part is not None:
+                    return None
+                call_part = part
+        if call_part is None:
+            return ()
+        call, label = _called(call_part)
+        return tuple(('found', line, at, label) for line, at in self._facts_of(call_part, call, result))
 
     def _conversation(self, messages: list[ModelMessage]) -> list[str]:
         lines: list[str] = []
@@ -1142,6 +1180,32 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 if record.get('strategy') == self.strategy_name:
                     return True
         return False
+
+
+def _returns(messages: list[ModelMessage]) -> dict[str, ToolReturnPart]:
+    """The results *messages* return, by call id (the last of several with one id)."""
+    return {
+        part.tool_call_id: part
+        for message in messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, ToolReturnPart)
+    }
+
+
+def _called(call_part: ToolCallPart) -> tuple[str, str]:
+    """A call as its entries write it, `name(arguments)`, and the label a fold counts them under."""
+    name = call_part.tool_name
+    call = f'{name}({clean_text(args_text(call_part.args))})'
+    # Kept per plain name only: a `str` subclass (an enum member) may format unlike its value, and an entry is
+    # labelled by the name as formatted in it.
+    plain = type(name) is str and len(name) <= _TOOL_LABEL_NAME_CHARS
+    label = _TOOL_LABELS.get(name) if plain else None
+    if label is None:
+        label = _label_of(_head(call))  # every entry starts with the call
+        if plain and len(_TOOL_LABELS) < _TOOL_LABELS_KEPT:
+            _TOOL_LABELS[name] = label
+    return call, label
 
 
 def _strings(value: object) -> list[str]:
@@ -1371,12 +1435,14 @@ def render_checkpoint(
     progress: str = '',
     digests: dict[str, dict[str, int]] | None = None,
     header: str = CHECKPOINT_HEADER,
+    unread: int = 0,
 ) -> str:
     """The default checkpoint text (*header* first: `CONTINUED_HEADER` for one appended after earlier ones).
 
     A fact found in a call's result is listed under that call when the call is listed too (the call is not
     repeated on every fact); the others stay under Found with their call. A continued checkpoint uses short
-    titles: the first one says what each section holds.
+    titles: the first one says what each section holds. *unread* counts the completed calls whose results were
+    not read for facts (those before the newest results, whose facts filled the room): Found says so first.
     """
     titles = _CONTINUED_TITLES if header == CONTINUED_HEADER else _TITLES
     grouped, loose = _group_facts(sections)
@@ -1384,9 +1450,13 @@ def render_checkpoint(
     for name in SECTIONS:
         entries = loose if name == 'found' else sections.get(name) or []
         folded = omitted.get(name, 0)
-        if not entries and not folded:
+        skipped = unread if name == 'found' else 0
+        if not entries and not folded and not skipped:
             continue
         lines.append(f'{titles[name]}:')
+        if skipped:
+            results = f'{skipped:,} earlier result' + ('s' if skipped != 1 else '')
+            lines.append(f'- (facts of {results} not read: recall or re-read for their details)')
         digest = (digests or {}).get(name) or {}
         if folded and digest:
             counted = ', '.join(f'{label} ×{count:,}' for label, count in digest.items())
