@@ -249,3 +249,8 @@ def _range(kind: str, minimum: int | None, maximum: int | None) -> str:
     if maximum is not None:
         return f'{kind} ≤ {maximum}'
     return kind
+
+
+def is_str(value: object) -> bool:
+    """Whether *value* is a `str`: for a value typed `str` that a user's code may have set to anything."""
+    return isinstance(value, str)

@@ -11,6 +11,7 @@ from pydantic_ai.messages import ModelMessage
 
 from pydantic_ai_compaction.protocols.types import CompactionRecord, Layout, Proposal, Summary
 from pydantic_ai_compaction.runtime.apply import apply_layout, assemble
+from pydantic_ai_compaction.runtime.checks import is_str
 from pydantic_ai_compaction.runtime.context import CompactionContext, Strategy
 from pydantic_ai_compaction.runtime.degraded import SetupWarning, is_setup_error
 from pydantic_ai_compaction.runtime.encoding import ascii_strings, clean_value
@@ -98,7 +99,7 @@ async def _propose(
 ) -> tuple[Proposal, tuple[str, ...], Exception | None]:
     """Ask for a proposal; on a context overflow, ask once more with the oldest unprotected exchanges left out."""
     try:
-        return await strategy.propose(view, ctx), (), None
+        return _checked(await strategy.propose(view, ctx)), (), None
     except Exception as error:
         if not is_context_overflow(error):
             _warn_if_misconfigured(error, strategy)
@@ -108,10 +109,22 @@ async def _propose(
     if not left_out:
         return Proposal.failed('context_overflow', 'nothing left to leave out of the compactor view'), (), first_error
     try:
-        return await strategy.propose(reduced, ctx), left_out, None
+        return _checked(await strategy.propose(reduced, ctx)), left_out, None
     except Exception as error:
         reason = 'context_overflow' if is_context_overflow(error) else 'compactor_error'
         return Proposal.failed(reason, _describe(error)), left_out, error
+
+
+def _checked(proposal: Proposal) -> Proposal:
+    """*proposal*, or a failed one when its summary's text is not a `str` (a user's renderer returning `None`):
+    the runtime falls back, rather than failing when it writes the boundary."""
+    summary = proposal.summary
+    text = summary.text if isinstance(summary, Summary) else ''
+    if not is_str(text):  # typed `str`; a user's strategy sets anything
+        shown = repr(text)
+        shown = shown if len(shown) <= 80 else shown[:79] + '…'
+        return Proposal.failed('schema', f'Summary.text must be a str, not {type(text).__name__}: {shown}')
+    return proposal
 
 
 def shrink(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import operator
 import re
 import threading
+import warnings
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -45,7 +46,7 @@ from pydantic_ai_compaction.protocols.metadata import ours, record_extra, str_di
 from pydantic_ai_compaction.protocols.names import WRITE_TOOLS
 from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
-from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int, check_patterns
+from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int, check_patterns, is_str
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.encoding import PLAIN_SCALARS, args_text, clean_text
 from pydantic_ai_compaction.runtime.instructions import (
@@ -75,7 +76,8 @@ CheckpointFn = Callable[[RunContext[Any], ConversationView], str]
 """Renders the checkpoint from the run (typed state in `ctx.deps`) and the history."""
 
 FactExtractor = Callable[[ToolCallPart, str], Sequence[str]]
-"""Task-specific facts from one tool result: receives the call and the result's text, returns lines to carry."""
+"""Task-specific facts from one tool result: receives the call and the result's text, returns lines to carry (a
+`str` returned is taken as its lines)."""
 
 CHECKPOINT_HEADER = 'Checkpoint: the conversation so far was reset to this record, written by the runtime.'
 
@@ -529,7 +531,13 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         append again for a while: rewrites are rare, and the record says when one happened (`rewrote`).
         """
         if self.checkpoint is not None:
-            text = self.checkpoint(ctx.run, view)
+            try:
+                text = self.checkpoint(ctx.run, view)
+            except Exception as error:
+                _warn_failed('checkpoint', f'raised {error!r}')
+                raise
+            if not is_str(text):  # typed `str`, but a user's function returns anything
+                raise TypeError(_warn_failed('checkpoint', f'returned {clip(repr(text), 80)}, not a str'))
             return Proposal(summary=Summary(text), supersedes=self.strategy_name, variant='custom')
         carried = self._carried(view)
         try:
@@ -1078,7 +1086,13 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         if self.extract is None:
             # Lines of the cleaned result, stripped and never blank: nothing to clean or leave out.
             return [(f'{call}: {fact}', at) for fact in rare_lines(call_part, content, limit=self.facts_per_result)]
-        facts = [clean_text(str(line)) for line in self.extract(call_part, content)]
+        try:
+            lines = self.extract(call_part, content)
+            # A text returned whole is taken as its lines (a `str` is a sequence of one-character strings).
+            facts = [clean_text(str(line)) for line in (lines.splitlines() if isinstance(lines, str) else lines)]
+        except Exception as error:
+            _warn_failed('extract', f'raised {error!r}')
+            raise
         return [(f'{call}: {fact}', at) for fact in facts if fact.strip()]
 
     def _call_entries(self, response: ModelResponse, result: ToolReturnPart) -> tuple[_Entry, ...] | None:
@@ -1180,6 +1194,17 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 if record.get('strategy') == self.strategy_name:
                     return True
         return False
+
+
+def _warn_failed(field: str, what: str) -> str:
+    """Warn that the user's `ResetToCheckpoint.<field>` failed this compaction (*what* it did); the message.
+
+    The runtime falls back, as for any strategy that fails: without the warning a function that fails every time
+    would leave the run compacting by the fallback alone, and its author none the wiser.
+    """
+    message = f'ResetToCheckpoint.{field} {what}: this compaction falls back to keeping the newest exchanges'
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+    return message
 
 
 def _returns(messages: list[ModelMessage]) -> dict[str, ToolReturnPart]:
