@@ -190,6 +190,22 @@ def test_a_store_error_is_a_clear_tool_error_and_nothing_changes() -> None:
     assert 'archive store failed and nothing was archived: disk full' in parts[1].model_response_str()
 
 
+class LeakyStore(InMemoryArchiveStore):
+    def put_archived(self, entries: Any) -> None:
+        raise OSError('permission denied: /srv/tenants/acme/secret.db')
+
+
+def test_a_store_of_your_own_failing_tells_the_model_the_kind_and_warns_you_the_text() -> None:
+    """A store of the user's raising anything but `ArchiveError`: its text (a path, a query) is the user's to read."""
+    seen: list[list[ModelMessage]] = []
+    steps = [[ToolCallPart('read', {'index': 1})], apply(('r1', 'file 1')), [TextPart('done')]]
+    with pytest.warns(RuntimeWarning, match=r'put_archived failed \(OSError\)\nOSError: permission denied: /srv/'):
+        agent_with(scripted(steps, seen), [Archive(store=LeakyStore())]).run_sync('go')
+    said = returns(seen[-1])[1].model_response_str()
+    assert 'nothing was archived: archive store: put_archived failed (OSError).' in said
+    assert '/srv/' not in said
+
+
 def test_reminder_schedule_is_request_only() -> None:
     seen: list[list[ModelMessage]] = []
     steps = [[ToolCallPart('read', {'index': i})] for i in range(1, 8)] + [[TextPart('done')]]
@@ -471,11 +487,14 @@ def test_a_key_function_that_fails_is_a_tool_answer_not_a_failed_run() -> None:
         [TextPart('done')],
     ]
     capabilities = [Archive(conversation=broken), Recall(conversation=broken), Notes(conversation=lambda ctx: 7)]  # pyright: ignore[reportArgumentType]
-    with pytest.warns(RuntimeWarning, match='conversation key function failed: LookupError: no session'):
+    failed = r'conversation key function failed \(LookupError\)\nLookupError: no session'
+    with pytest.warns(RuntimeWarning, match=failed):
         assert agent_with(scripted(steps, seen), capabilities).run_sync('go').output == 'done'
     said = {p.tool_name: p.model_response_str() for p in returns(seen[-1])}
-    assert 'returned 7, not a non-empty string' in said['note']
-    assert 'Recall is unavailable' in said['recall'] and 'LookupError' in said['recall']
+    assert 'returned int, not a non-empty string' in said['note'] and '7' not in said['note']
+    # The model is told the kind of failure, not the text of the user's exception.
+    assert 'Recall is unavailable right now (the conversation key function failed (LookupError))' in said['recall']
+    assert 'no session' not in said['recall']
 
 
 @pytest.mark.parametrize(

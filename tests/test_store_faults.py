@@ -404,11 +404,16 @@ def test_a_store_of_your_own_that_raises_anything_never_fails_the_run() -> None:
         def get_archived(self, conversation_id: str, ref: str) -> ArchivedResult | None:
             raise RuntimeError('backend down')
 
-    output, said, _ = run_every_tool(Broken(), key())
+    output, said, texts = run_every_tool(Broken(), key())
     assert output == 'done'
-    assert 'OSError: quota exceeded' in said['note']
-    assert 'KeyError' in said['recall']
-    assert 'could not be recovered now' in said['context_recover'] and 'backend down' in said['context_recover']
+    # The model is told what failed and its kind; the user is warned with the store's own text.
+    assert 'archive store: add_note failed (OSError)' in said['note'] and 'quota' not in said['note']
+    assert 'archive store: search failed (KeyError)' in said['recall']
+    assert 'could not be recovered now: archive store: get_archived failed (RuntimeError)' in said['context_recover']
+    assert 'backend down' not in said['context_recover']
+    assert any(text.startswith('Notes could not store a note') and 'OSError: quota exceeded' in text for text in texts)
+    assert any(text.startswith('Recall could not search') and "KeyError: 'index'" in text for text in texts)
+    assert any(text.startswith("Archive could not recover 'a1'") and 'backend down' in text for text in texts)
 
 
 # PostgreSQL -----------------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ from pydantic_ai_compaction.runtime.stores.access import (
     call_store,
     check_conversation,
     conversation_key,
-    short_error,
+    tool_failed,
 )
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
 from pydantic_ai_compaction.runtime.tokens import estimate_token_count
@@ -493,8 +493,9 @@ class Archive(AbstractCapability[AgentDepsT]):
             )
         except ArchiveError as error:
             # An answer, not a retry: a store that is down must not use up the tool's retries and end the run.
+            failed = tool_failed('Archive could not archive', error)
             return (
-                f'The archive store failed and nothing was archived: {short_error(error)}. '
+                f'The archive store failed and nothing was archived: {failed}. '
                 'Keep working with the results as they are.'
             )
 
@@ -528,7 +529,8 @@ class Archive(AbstractCapability[AgentDepsT]):
         try:
             entry = await call_store('get_archived', self.store.get_archived, self.conversation_id(ctx), ref)
         except ArchiveError as error:
-            return f'The archive store failed, {clean_text(ref)!r} could not be recovered now: {short_error(error)}.'
+            failed = tool_failed(f'Archive could not recover {clean_text(ref)!r}', error)
+            return f'The archive store failed, {clean_text(ref)!r} could not be recovered now: {failed}.'
         if entry is None:
             # An answer, not a retry: a reference from another conversation or an earlier run is simply absent.
             return f'No archived result {clean_text(ref)!r} in this conversation.'

@@ -22,7 +22,7 @@ from pydantic_ai_compaction.runtime.stores.access import (
     call_store,
     check_conversation,
     conversation_key,
-    short_error,
+    tool_failed,
 )
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
 
@@ -85,5 +85,6 @@ class Notes(AbstractCapability[AgentDepsT]):
             await call_store('add_note', self.store.add_note, conversation_key(ctx, self.conversation), note)
         except ArchiveError as error:
             # An answer, not a retry: the note stays in the history as this call, and boundaries copy it from there.
-            return f'The note could not be stored ({short_error(error)}); it stays in this conversation as written.'
+            failed = tool_failed('Notes could not store a note', error)
+            return f'The note could not be stored ({failed}); it stays in this conversation as written.'
         return 'Noted.'

@@ -47,7 +47,7 @@ from pydantic_ai_compaction.runtime.stores.access import (
     call_store,
     check_conversation,
     conversation_key,
-    short_error,
+    tool_failed,
 )
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
 from pydantic_ai_compaction.runtime.transcript import user_text
@@ -255,7 +255,8 @@ class Recall(AbstractCapability[AgentDepsT]):
         try:
             hits = await call_store('search', self.store.search, self.conversation_id(ctx), query, self.limit)
         except ArchiveError as error:
-            return f'Recall is unavailable right now ({short_error(error)}); say you are not sure rather than guess.'
+            failed = tool_failed('Recall could not search', error)
+            return f'Recall is unavailable right now ({failed}); say you are not sure rather than guess.'
 
         if not hits:
             return f'No match for {query!r} anywhere in this conversation.'

@@ -23,7 +23,9 @@ from pydantic_ai.tools import RunContext
 
 from pydantic_ai_compaction.protocols.archive import ArchiveError
 from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_callable
+from pydantic_ai_compaction.runtime.degraded import warn_degraded
 from pydantic_ai_compaction.runtime.encoding import clean_text
+from pydantic_ai_compaction.runtime.transcript import clip
 
 T = TypeVar('T')
 
@@ -67,13 +69,21 @@ def conversation_key(ctx: RunContext[Any], conversation: ConversationKey) -> str
         key = conversation(ctx)
     except Exception as error:
         raise ArchiveError(
-            f'the conversation key function failed: {type(error).__name__}: {error}', operation='conversation'
+            f'the conversation key function failed ({type(error).__name__})\n{_shown(error)}', operation='conversation'
         ) from error
     if not isinstance(key, str) or not key:  # pyright: ignore[reportUnnecessaryIsInstance]
         raise ArchiveError(
-            f'the conversation key function returned {key!r}, not a non-empty string', operation='conversation'
+            f'the conversation key function returned {type(key).__name__}, not a non-empty string\n'
+            f'it returned {clip(repr(key), 200)}',
+            operation='conversation',
         )
     return key
+
+
+def _shown(error: BaseException) -> str:
+    """*error* as the user reads it in a warning (`Type: text`, clipped): on the second line of an `ArchiveError`
+    built from the user's code, which the model is not shown (`short_error` keeps the first)."""
+    return clip(f'{type(error).__name__}: {error}', 500)
 
 
 async def call_store(operation: str, function: Callable[..., T], *args: Any) -> T:
@@ -87,13 +97,28 @@ async def call_store(operation: str, function: Callable[..., T], *args: Any) -> 
     except ArchiveError:
         raise
     except Exception as error:
+        # A store of your own may put anything in its error (a path, a query, a DSN): the model is told the kind
+        # only, the warning the whole of it.
         raise ArchiveError(
-            f'archive store: {operation} failed: {type(error).__name__}: {error}', operation=operation
+            f'archive store: {operation} failed ({type(error).__name__})\n{_shown(error)}', operation=operation
         ) from error
 
 
+def tool_failed(what: str, error: ArchiveError) -> str:
+    """Warn the user that a memory tool's store call failed (*what* the tool could not do, then the whole error),
+    unless the store reported the failure already; the short error the tool tells the model.
+
+    The tool answers the model rather than failing the run: without the warning, a store that fails on every call
+    would be known to the model only.
+    """
+    if not error.reported:  # a setup mistake or an unreachable server: reported once, by the store
+        warn_degraded(f'{what}: {error}', stacklevel=3)
+    return short_error(error)
+
+
 def short_error(error: ArchiveError, limit: int = 300) -> str:
-    """The error's first line, clipped: what a tool tells the model (no traceback, no server detail)."""
+    """The error's first line, clipped: what a tool tells the model (no traceback, no server detail, nothing the
+    user's own code raised: that is on the lines after)."""
     text = clean_text(str(error)).strip()
     first = text.splitlines()[0] if text else type(error).__name__
     return first if len(first) <= limit else first[: limit - 1] + '…'
