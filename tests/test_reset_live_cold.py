@@ -109,24 +109,25 @@ def _outcome(outcome: Outcome | Skipped) -> object:
 @given(
     first=st.lists(steps(), max_size=5),
     requests=st.lists(st.tuples(ACTIONS, st.lists(steps(), max_size=3), st.integers(0, 50)), min_size=1, max_size=8),
+    max_chars=st.sampled_from([300, 600, 16_000]),
 )
 @pytest.mark.anyio
 async def test_a_live_run_s_compaction_is_a_cold_compaction_of_the_same_history(
-    first: list[list[ModelMessage]], requests: list[tuple[str, list[list[ModelMessage]], int]]
+    first: list[list[ModelMessage]], requests: list[tuple[str, list[list[ModelMessage]], int]], max_chars: int
 ) -> None:
     """Requests below the trigger read the steps ahead; each compaction (checkpoint text, boundary record, kept
-    messages) is a fresh reset's on a copy of the history never seen."""
+    messages) is a fresh reset's on a copy of the history never seen. A small `max_chars` leaves results unread."""
     opening = ModelRequest(parts=[SystemPromptPart('You audit logs.'), UserPromptPart(PROMPT)])
     history: list[ModelMessage] = [opening, *(m for step in first for m in step)]
-    reset = ResetToCheckpoint[None](trigger=Trigger(tokens=1), excerpt_chars=40)
+    reset = ResetToCheckpoint[None](trigger=Trigger(tokens=1), excerpt_chars=40, max_chars=max_chars)
     for action, new, at in requests:
         history = [*_changed(history, action, at), *(m for step in new for m in step)]
         reset._read_arrived(history)  # pyright: ignore[reportPrivateUsage]  # its hook below the trigger
         if at % 4 == 0:  # a compaction at this request (its history is not saved here)
-            fresh = ResetToCheckpoint[None](trigger=Trigger(tokens=1), excerpt_chars=40)
+            fresh = ResetToCheckpoint[None](trigger=Trigger(tokens=1), excerpt_chars=40, max_chars=max_chars)
             cold = await run_compaction(fresh, _copied(history), _context())
             assert _outcome(await run_compaction(reset, history, _context())) == _outcome(cold)
     same(segment(history, prompt=PROMPT), segment_fresh(_copied(history), prompt=PROMPT))
-    fresh = ResetToCheckpoint[None](trigger=Trigger(tokens=1), excerpt_chars=40)
+    fresh = ResetToCheckpoint[None](trigger=Trigger(tokens=1), excerpt_chars=40, max_chars=max_chars)
     cold = await run_compaction(fresh, _copied(history), _context())
     assert _outcome(await run_compaction(reset, history, _context())) == _outcome(cold)

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import (
     ModelMessage,
+    ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
     TextPart,
@@ -167,3 +168,45 @@ def test_the_results_read_are_the_newest_and_every_earlier_one_is_counted(kinds:
     assert calls == sorted(longs, reverse=True)
     steps = {int(line.split('"step":')[1].split('}')[0]) for line in extra['checkpoint']['found']}
     assert all(step >= unread for step in steps)
+
+
+def test_a_call_repeated_is_counted_once_as_progress_counts_it() -> None:
+    """A status polled with the same arguments and output size is one Read entry: it is one earlier result too, not
+    one per poll (the checkpoint said `1 tool call completed` and `facts of 27 earlier results not read`)."""
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('Watch the job.')])]
+    for poll in range(40):
+        out = '\n'.join(['INFO heartbeat ok'] * 40 + [f'ERROR batch {poll:04} failed'])
+        history.append(ModelResponse(parts=[ToolCallPart('job_status', {'job': 1}, tool_call_id=f'c{poll}')]))
+        history.append(ModelRequest(parts=[ToolReturnPart('job_status', out, tool_call_id=f'c{poll}')]))
+    history.append(ModelResponse(parts=[TextPart('Still failing.')]))
+    history.append(ModelRequest(parts=[UserPromptPart('Go on.')]))
+    outcome = _compact(ResetToCheckpoint[None](trigger=Trigger(tokens=1), max_chars=600), history)
+    text = _checkpoint(outcome)
+    assert outcome.record.to_metadata()['extra']['unread'] == 1
+    assert '- (facts of 1 earlier result not read: recall or re-read for their details)' in text
+    assert 'Progress: 1 tool call completed' in text
+
+
+def test_a_forged_count_in_an_earlier_record_is_ignored() -> None:
+    """A count past any real history (a record edited in storage) is not carried: it would grow at each rewrite
+    past what `int` writes as text (4,300 digits), and every later reset would fail."""
+    calls: list[str] = []
+    first = _compact(
+        ResetToCheckpoint[None](trigger=Trigger(tokens=1), extract=_counting(calls), max_chars=4_000), _history(100)
+    )
+    unread = first.record.to_metadata()['extra']['unread']
+    raw = ModelMessagesTypeAdapter.dump_json(list(first.messages)).decode()
+    assert raw.count(f'"unread":{unread}') == 1
+    for forged in ('9' * 4_300, str(10**30)):
+        messages = ModelMessagesTypeAdapter.validate_json(raw.replace(f'"unread":{unread}', f'"unread":{forged}'))
+        for step in range(100, 160):
+            call = ToolCallPart('read_log', {'path': f'{step}.log'}, tool_call_id=f'c{step}')
+            messages.append(ModelResponse(parts=[call]))
+            messages.append(ModelRequest(parts=[ToolReturnPart('read_log', _LOG, tool_call_id=f'c{step}')]))
+        messages.append(ModelResponse(parts=[TextPart('And those.')]))
+        messages.append(ModelRequest(parts=[UserPromptPart('Go on.')]))
+        reset = ResetToCheckpoint[None](trigger=Trigger(tokens=1), extract=_counting(calls), max_chars=4_000)
+        second = _compact(reset, messages)
+        extra = second.record.to_metadata()['extra']
+        assert second.record.fallback_reason is None and extra.get('rewrote') == 1
+        assert extra['unread'] == 60 - _read_until_full(4_000)

@@ -42,7 +42,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import AgentDepsT, RunContext
 
-from pydantic_ai_compaction.protocols.metadata import ours, record_extra, str_dict
+from pydantic_ai_compaction.protocols.metadata import MAX_EXCHANGE_NUMBER, ours, record_extra, str_dict
 from pydantic_ai_compaction.protocols.names import WRITE_TOOLS
 from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
@@ -328,8 +328,9 @@ class _Reading:
         self.sizes: dict[str, int] = dict.fromkeys(SECTIONS, 0)
         """The new entries' `_entries_size`, per section."""
         self.calls: list[int] = []
-        """Per exchange read, the completed calls in it and in those before it (each call is one Read or Changed
-        entry, counted before entries seen are left out): how many results a compaction did not read facts from."""
+        """Per exchange read, the completed calls listed by then (new Read and Changed entries: a call repeated with
+        the same outcome and size is listed once, as Progress counts it): how many results a compaction did not
+        read facts from."""
 
     def size(self) -> tuple[int, ...]:
         """How many new entries each section holds, then how many exchanges were read: where to cut back to."""
@@ -340,12 +341,12 @@ class _Reading:
         seen, added, labels, counts, sizes = self.seen, self.added, self.labels, self.counts, self.sizes
         calls = self.calls[-1] if self.calls else 0
         for name, line, _, label in entries:
-            if name == 'read' or name == 'changed':
-                calls += 1
             known = seen[name]
             if line in known:
                 continue
             known.add(line)
+            if name == 'read' or name == 'changed':
+                calls += 1
             added[name].append(line)
             labels[name].append(label)
             counts[name][label] += 1
@@ -429,8 +430,9 @@ def _text(proposal: Proposal) -> str:
 
 
 def _count(value: object) -> TypeGuard[int]:
-    """Whether a value read back from a record is a positive count."""
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    """Whether a value read back from a record is a positive count (one past `MAX_EXCHANGE_NUMBER` is forged or
+    corrupt: carried forward, it would grow past what `int` writes as text, and every later reset would fail)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_EXCHANGE_NUMBER
 
 
 @dataclass
