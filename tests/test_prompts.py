@@ -602,6 +602,38 @@ async def test_a_free_fork_reads_a_keep_line_written_in_markdown(line: str) -> N
     assert record['kept'] == ['g0', 'g2', 'g8']
 
 
+@pytest.mark.parametrize(
+    ('line', 'kept'),
+    [
+        ('KEEP: G2', ['g2']),
+        ('KEEP: g2-g3', ['g2', 'g3']),
+        ('KEEP: g2\u2013g4', ['g2', 'g3', 'g4']),
+        ('KEEP: g2..g3, g5', ['g2', 'g3', 'g5']),
+        ('KEEP: g2 to g3', ['g2', 'g3']),
+        ('KEEP: G2-3', ['g2', 'g3']),
+        ('KEEP:\n- g2-g3 (the two logs)', ['g2', 'g3']),
+        # A range too wide to be meant is read as its two ends (the validator rejects the one that is no exchange).
+        ('KEEP: g2-g99999999999', ['g2']),
+    ],
+)
+async def test_a_free_fork_reads_ids_in_capitals_and_ranges(line: str, kept: list[str]) -> None:
+    # `G2` and `g2-g3` named no id the reader knew: the reply was thrown away (`unparseable`), or kept only the ends.
+    record, _ = await free_fork(f'{line}\nLogs 0-3 read, all clean. Next: log 4.')
+    assert record['fallback_reason'] is None
+    assert record['kept'] == ['g0', *kept, 'g8']
+
+
+@pytest.mark.parametrize(
+    'line',
+    ['KEEP: none \u2014 logs 0-3 are summarized below', 'KEEP: None.', 'KEEP: n/a', 'KEEP: (none)', 'KEEP: nothing'],
+)
+async def test_a_free_fork_keeps_none_however_its_keep_line_words_it(line: str) -> None:
+    record, summary = await free_fork(f'{line}\nLogs 0-3 read, all clean. Next: log 4.')
+    assert record['fallback_reason'] is None
+    assert record['kept'] == ['g0', 'g8']
+    assert summary == 'Logs 0-3 read, all clean. Next: log 4.'
+
+
 async def free_fork(reply: str) -> tuple[dict[str, Any], str]:
     """The record and the summary of a free fork of an 8-step history whose model answers *reply*."""
 

@@ -47,9 +47,15 @@ _LIST_MARK = re.compile(r'[ \t>*_`\u2022-]*(?:\d+[.)][ \t]+)?')
 """What opens a line of a list (a bullet, a number, a quote mark, emphasis)."""
 _NOTE = re.compile(r'\(|[\u2014\u2013:][ \t]|[ \t]-[ \t]')
 """Where a note after a listed id starts (`g2 (the config)`, `g2: the config`, `g2 - the config`)."""
-_IDS_ONLY = re.compile(r'(?:[ \t,;*_`"\'\[\]]|and\b|g\d+\b)*')
-"""Text of exchange ids and nothing else (each alternative starts differently: matched in one pass)."""
-_ID = re.compile(r'\bg\d+\b')
+_IDS_ONLY = re.compile(r'(?:[ \t,;*_`"\'\[\]]|and\b|to\b|g\d+(?:(?:[-\u2013\u2014]|\.\.)g?\d+)?\b)*', re.IGNORECASE)
+"""Text of exchange ids and ranges of them and nothing else (each alternative starts differently: one pass)."""
+_ID = re.compile(r'\bg\d+\b', re.IGNORECASE)
+_RANGE = re.compile(r'\bg(\d{1,12})(?:[-\u2013\u2014]|\.\.|[ \t]+to[ \t]+)g?(\d{1,12})\b', re.IGNORECASE)
+"""A range of exchange ids as a model writes one (`g2-g5`, `g2–g5`, `g2..g5`, `g2-5`, `g2 to g5`)."""
+_MAX_RANGE = 1_000
+"""Ids a range names at most: a wider one (`g1-g999999999`) is read as its two ends."""
+_NONE_WORDS = frozenset({'', 'none', '-', 'nothing', 'n/a', 'no', 'nil'})
+"""What a `KEEP:` line opens with to name no exchange (`KEEP: none`, `KEEP: None — all summarized`, `KEEP: n/a`)."""
 _MAX_REPLY_CHARS = 2_000_000
 
 FORK_PROMPT = """{marker} variant={variant}
@@ -263,9 +269,30 @@ def render_structured(summary: dict[str, Any]) -> str:
 def _keep_of(line: re.Match[str]) -> tuple[str, ...] | None:
     """The ids a `KEEP:` line names (`()` for none), or `None` when it names neither."""
     ids_text = line.group('ids').strip(_MARKUP)
-    if ids_text.lower() in ('', 'none', '-'):
-        return ()
-    return tuple(_ID.findall(ids_text)) or None
+    words = ids_text.split(maxsplit=1)
+    if not words or _none(words[0]):
+        return ()  # whatever follows it: `KEEP: none — the logs are summarized below`
+    return _ids_in(ids_text) or None
+
+
+def _none(word: str) -> bool:
+    """Whether *word* (a line's first, or a line alone) names no exchange: `none`, `None.`, `(none)`, `n/a`."""
+    return word.strip(_MARKUP + '()[],;:').lower() in _NONE_WORDS
+
+
+def _ids_in(text: str) -> tuple[str, ...]:
+    """The exchange ids *text* names, in order and lower-cased (the prompt writes `g2`; a model may write `G2`), a
+    range (`g2-g5`) as each id in it."""
+    ids: list[str] = []
+    at = 0
+    for span in _RANGE.finditer(text):
+        ids.extend(_ID.findall(text, at, span.start()))
+        low, high = int(span.group(1)), int(span.group(2))
+        bounds = range(low, high + 1) if low <= high <= low + _MAX_RANGE else (low, high)
+        ids.extend(f'g{number}' for number in bounds)
+        at = span.end()
+    ids.extend(_ID.findall(text, at))
+    return tuple(identifier.lower() for identifier in ids)
 
 
 def _keep_line(reply: str) -> tuple[tuple[str, ...], int, int] | None:
@@ -298,7 +325,7 @@ def _listed(reply: str, at: int) -> tuple[tuple[str, ...], int]:
         at = stop
         if not text.strip():
             continue  # a blank line, before the list or inside it
-        if not keep and text.strip(_MARKUP).lower() in ('none', '-'):
+        if not keep and _none(text):
             return (), stop
         ids = _ids_listed(text)
         if not ids:
@@ -307,12 +334,12 @@ def _listed(reply: str, at: int) -> tuple[tuple[str, ...], int]:
     return keep, end
 
 
-def _ids_listed(line: str) -> list[str]:
+def _ids_listed(line: str) -> tuple[str, ...]:
     """The ids of a line of a list of exchange ids (`- g2 (the config)`, `g2, g5`), or none for any other line: a
     sentence that starts with an id (`g3 failed twice`) is not one."""
     body = line[_LIST_MARK.match(line).end() :]  # pyright: ignore[reportOptionalMemberAccess]
     head = _NOTE.split(body, maxsplit=1)[0].strip(' \t\r.*_`')
-    return _ID.findall(head) if _IDS_ONLY.fullmatch(head) else []
+    return _ids_in(head) if _IDS_ONLY.fullmatch(head) else ()
 
 
 def _line_end(text: str, start: int) -> int:
