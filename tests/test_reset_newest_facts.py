@@ -11,10 +11,13 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
+from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_ai.messages import (
+    CompactionPart,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
@@ -26,6 +29,7 @@ from pydantic_ai.messages import (
 )
 
 from pydantic_ai_compaction import ResetToCheckpoint, Trigger
+from pydantic_ai_compaction.processors.strategies import reset as reset_module
 from pydantic_ai_compaction.processors.strategies.reset import FactExtractor
 from pydantic_ai_compaction.runtime import segment
 from pydantic_ai_compaction.runtime.engine import Outcome, run_compaction
@@ -81,19 +85,25 @@ def _read_until_full(max_chars: int) -> int:
 
 
 def test_only_the_newest_results_are_read_and_the_earlier_ones_are_counted() -> None:
+    reads: set[int] = set()
     for count in (60, 600):
         calls: list[str] = []
         reset = ResetToCheckpoint[None](trigger=Trigger(tokens=1), extract=_counting(calls), max_chars=4_000)
         outcome = _compact(reset, _history(count, args=[f'{step:03}.log' for step in range(count)]))
-        read = _read_until_full(4_000)
-        # Newest first, the same number whatever the history's length.
+        read = len(calls)
+        reads.add(read)
+        # Newest first; fewer than fill `max_chars`, since the calls listed take room too, and the oldest read is
+        # folded (its fact is counted): an older one would be folded as well.
         assert calls == [f'{step:03}.log' for step in range(count - 1, count - 1 - read, -1)]
+        assert 1 < read < _read_until_full(4_000)
         extra = outcome.record.to_metadata()['extra']
         assert extra['unread'] == count - read
+        assert extra['omitted']['found'] >= 1
         text = _checkpoint(outcome)
-        assert f'- (facts of {count - read:,} earlier results not read: recall or re-read for their details)' in text
+        assert f'- (facts of {count - read:,} earlier results not read; ' in text  # then the facts folded
         assert f'read_log({{"path":"{count - 1:03}.log"}}) → success' in text  # the newest, with its fact under it
         assert f'  - {_FACT}' in text
+    assert len(reads) == 1  # as many whatever the history's length
 
 
 def test_a_history_whose_facts_fit_is_read_whole_and_says_nothing_of_unread_results() -> None:
@@ -107,8 +117,8 @@ def test_a_history_whose_facts_fit_is_read_whole_and_says_nothing_of_unread_resu
 
 def test_a_fact_repeated_is_listed_once_under_the_newest_call_giving_it() -> None:
     """The same call giving the same fact twice: listed once, at the newer call's place (after `b.log`'s)."""
-    reset = ResetToCheckpoint[None](trigger=Trigger(tokens=1))
-    sections, _ = reset.sections(segment(_history(3, args=['a.log', 'b.log', 'a.log'], content='disk full on db-1')))
+    reset = ResetToCheckpoint[None](trigger=Trigger(tokens=1), extract=lambda call, text: ['disk full on db-1'])
+    sections, _ = reset.sections(segment(_history(3, args=['a.log', 'b.log', 'a.log'])))
     found = sections['found']
     assert found == ['read_log({"path":"b.log"}): disk full on db-1', 'read_log({"path":"a.log"}): disk full on db-1']
 
@@ -119,7 +129,8 @@ def test_a_rewrite_counts_the_results_earlier_checkpoints_did_not_read() -> None
     reset = ResetToCheckpoint[None](trigger=Trigger(tokens=1), extract=_counting(calls), max_chars=4_000)
     first = _compact(reset, _history(100))
     unread = first.record.to_metadata()['extra']['unread']
-    assert unread == 100 - _read_until_full(4_000)
+    assert unread == 100 - len(calls)
+    calls.clear()
     grown = [*first.messages]
     for step in range(100, 160):
         grown.append(ModelResponse(parts=[ToolCallPart('read_log', {'path': f'{step}.log'}, tool_call_id=f'c{step}')]))
@@ -129,9 +140,10 @@ def test_a_rewrite_counts_the_results_earlier_checkpoints_did_not_read() -> None
     second = _compact(reset, grown)
     extra = second.record.to_metadata()['extra']
     assert extra.get('rewrote') == 1  # the first checkpoint filled `max_chars`: the two are rewritten into one
-    assert extra['unread'] == unread + 60 - _read_until_full(4_000)
+    assert 0 < len(calls) < 60
+    assert extra['unread'] == unread + 60 - len(calls)
     text = _checkpoint(second)
-    assert f'- (facts of {extra["unread"]:,} earlier results not read' in text
+    assert f'- (facts of {extra["unread"]:,} earlier results not read;' in text
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
@@ -183,7 +195,7 @@ def test_a_call_repeated_is_counted_once_as_progress_counts_it() -> None:
     outcome = _compact(ResetToCheckpoint[None](trigger=Trigger(tokens=1), max_chars=600), history)
     text = _checkpoint(outcome)
     assert outcome.record.to_metadata()['extra']['unread'] == 1
-    assert '- (facts of 1 earlier result not read: recall or re-read for their details)' in text
+    assert '- (facts of 1 earlier result not read; ' in text
     assert 'Progress: 1 tool call completed' in text
 
 
@@ -206,7 +218,75 @@ def test_a_forged_count_in_an_earlier_record_is_ignored() -> None:
         messages.append(ModelResponse(parts=[TextPart('And those.')]))
         messages.append(ModelRequest(parts=[UserPromptPart('Go on.')]))
         reset = ResetToCheckpoint[None](trigger=Trigger(tokens=1), extract=_counting(calls), max_chars=4_000)
+        calls.clear()
         second = _compact(reset, messages)
         extra = second.record.to_metadata()['extra']
         assert second.record.fallback_reason is None and extra.get('rewrote') == 1
-        assert extra['unread'] == 60 - _read_until_full(4_000)
+        assert extra['unread'] == 60 - len(calls)
+
+
+def test_the_checkpoint_of_a_long_history_read_from_its_newest_results(compaction_snapshot: Any) -> None:
+    """The whole text the agent reads after a reset of 60 80-line logs within 2,500 characters: the newest facts
+    under their calls, the older calls folded into counts, the results whose facts were not read counted."""
+    history = _history(60, args=[f'{step:02}.log' for step in range(60)], content=_LOG.replace('payments', 'db'))
+    outcome = _compact(ResetToCheckpoint[None](trigger=Trigger(tokens=1), max_chars=2_500), history)
+    text = _checkpoint(outcome)
+    assert 'earlier results not read' in text and len(text) <= 2_500
+    assert text == compaction_snapshot
+
+
+_STEPS = st.lists(st.sampled_from(['short', 'long', 'long', 'write', 'failed', 'turn']), min_size=1, max_size=50)
+
+
+def _step(step: int, kind: str) -> list[ModelMessage]:
+    if kind == 'turn':
+        return [ModelResponse(parts=[TextPart(f'checked {step}')]), ModelRequest(parts=[UserPromptPart(f'on {step}')])]
+    tool = 'write_file' if kind == 'write' else 'read_log'
+    content = {'short': f'ok {step}', 'failed': f'boom {step}'}.get(kind, _LOG.replace('payments', f'svc{step}'))
+    outcome = 'failed' if kind == 'failed' else 'success'
+    return [
+        ModelResponse(parts=[ToolCallPart(tool, {'step': step}, tool_call_id=f'c{step}')]),
+        ModelRequest(parts=[ToolReturnPart(tool, content, tool_call_id=f'c{step}', outcome=outcome)]),
+    ]
+
+
+@settings(max_examples=EXAMPLES * 2, deadline=None)
+@given(_STEPS, _STEPS, st.sampled_from([1_000, 2_500, 6_000, 16_000]))
+def test_stopping_where_the_fold_takes_facts_shows_what_reading_until_max_chars_shows(
+    kinds: list[str], more: list[str], max_chars: int
+) -> None:
+    """The stop is an optimisation, not a choice: a checkpoint keeps the entries reading facts until they fill
+    `max_chars` keeps, on a first reset and on the next one (appended or rewritten), but for a few of the oldest
+    whose room the line counting the results not read takes."""
+    cheap = ResetToCheckpoint[None](trigger=Trigger(tokens=1), max_chars=max_chars)
+    full = ResetToCheckpoint[None](trigger=Trigger(tokens=1), max_chars=max_chars)
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('Audit every log.')])]
+    history += [message for step, kind in enumerate(kinds) for message in _step(step, kind)]
+    for round_ in range(2):
+        history = [*history, ModelResponse(parts=[TextPart('Go on.')]), ModelRequest(parts=[UserPromptPart('next')])]
+        outcome = asyncio.run(run_compaction(cheap, history, _context(), min_saving=0.0))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(reset_module, '_folds_found', lambda *_: False)
+            reference = asyncio.run(run_compaction(full, history, _context(), min_saving=0.0))
+        if not isinstance(outcome, Outcome):
+            assert not isinstance(reference, Outcome)
+            return
+        assert isinstance(reference, Outcome)
+        ours, theirs = outcome.record.to_metadata()['extra'], reference.record.to_metadata()['extra']
+        # The same entries, newest first: the line counting the results not read may take the room of a few.
+        for name, kept in ours['checkpoint'].items():
+            full_kept = theirs['checkpoint'][name]
+            assert kept == full_kept[len(full_kept) - len(kept) :], name
+            assert len(full_kept) - len(kept) <= 3, name
+        start = 100 * (round_ + 1)
+        history = [*outcome.messages, *(m for step, kind in enumerate(more) for m in _step(start + step, kind))]
+
+
+def _checkpoint_text(outcome: Outcome) -> str:
+    """Every checkpoint in the compacted history, in order."""
+    return '\n'.join(
+        part.content
+        for message in outcome.messages
+        for part in message.parts
+        if isinstance(part, CompactionPart) and isinstance(part.content, str)
+    )

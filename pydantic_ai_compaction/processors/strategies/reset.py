@@ -806,18 +806,27 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         """The facts of the newest results, and how many completed calls before them were not read for facts
         (*calls*: per exchange, the completed calls up to it, `_Reading.calls`).
 
-        Results are read newest first until their facts fill `max_chars`, more than any checkpoint shows of them
-        (Found is the first section folded, oldest first): reading every result of a long history to show a few
-        of them cost up to 18 times what clearing it costs. A fact is listed once, under the newest result that
-        gives it, and not at all when an earlier checkpoint holds it or the agent's own words state it (a note
-        it wrote, in an earlier checkpoint, in this one or in the exchanges kept verbatim) or an instruction
-        change does: the checkpoint does not restate the agent's notes.
+        Results are read newest first until their facts fill `max_chars`, more than any checkpoint shows of them,
+        or until the checkpoint is sure to fold the oldest of the facts read (`_folds_found`): Found is folded
+        oldest first, so the facts of older results would be folded too. Reading every result of a long history
+        to show a few of them cost up to 18 times what clearing it costs. A fact is listed once, under the newest
+        result that gives it, and not at all when an earlier checkpoint holds it or the agent's own words state it
+        (a note it wrote, in an earlier checkpoint, in this one or in the exchanges kept verbatim) or an
+        instruction change does: the checkpoint does not restate the agent's notes.
         """
         exchanges = view.exchanges
         seen = set(carried.sections['found'])
         stated: set[str] | None = None
         newest: list[list[str]] = []
         size, first = 0, len(exchanges)
+        # The fold is certain only when the text cannot fit unfolded (`least`, at least: the header, the other
+        # sections' lines, each fact's own text under its call) in the largest budget this reset may take.
+        # Checked as Found grows by a tenth, from the size under which no fold takes a fact (each section keeps
+        # at least a fifth of the room).
+        budget = self._largest_budget(view, carried)
+        others = {name: lines for name, lines in added.items() if name != 'found'}
+        least, room = len(CONTINUED_HEADER) + _entries_size(others), max(budget - FIXED_LINES, 0)
+        check = room // len(SECTIONS)
         for position in range(len(exchanges) - 1, -1, -1):
             if size >= self.max_chars:
                 break
@@ -837,10 +846,22 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                         continue
                 lines.append(line)
                 size += len(line) + 3
+                least += len(line) - at + 3 if at else 3  # `  - fact` under its call, or a loose `- call: fact`
             if lines:
                 newest.append(lines)
+                if size >= check and least > budget:
+                    check = size + size // 10
+                    if _folds_found(others, newest, room):
+                        break
         unread = calls[first - 1] if first else 0
         return [line for lines in reversed(newest) for line in lines], unread
+
+    def _largest_budget(self, view: ConversationView, carried: _Carried) -> int:
+        """The largest budget `propose` may give this reset's checkpoint: appended, or rewriting the earlier ones."""
+        dropped = self._dropped_tokens(view)
+        left = self.max_chars - carried.chars
+        appended = min(dropped * 3, left) if dropped and left > 0 else 0
+        return max(appended, min(self.max_chars // REWRITE_SHARE, (dropped + carried.tokens) * 3))
 
     def _resume(self, carried: _Carried, view: ConversationView) -> tuple[_Reading, int]:
         """The reading to go on from for *view*'s exchanges after *carried*, and how many exchanges it has read.
@@ -1278,6 +1299,20 @@ def fold(
     return folded, counts
 
 
+FIXED_LINES = 900
+"""What a fold leaves of its budget for titles, omission notes, digests, header and the progress lines (at most)."""
+
+
+def _folds_found(others: dict[str, list[str]], newest: list[list[str]], room: int) -> bool:
+    """Whether a fold of *others* and the facts read so far (*newest*: per result, newest first) into *room* takes
+    the oldest fact: then it takes every fact of an older result too (a longer Found is folded at least as far, and
+    its older entries first), and so does a fold into less room or of more entries (a rewrite's, a smaller budget's).
+    """
+    found = [line for lines in reversed(newest) for line in lines]
+    sections = {**others, 'found': found}
+    return _fold_cuts(sections, {name: _size(lines) for name, lines in sections.items()}, room)['found'] > 0
+
+
 DIGEST_LABELS = 6
 """Labels a section's digest names (the most frequent); the rest are counted together as `other`."""
 
@@ -1301,8 +1336,7 @@ def fold_with_digests(
     omitted = dict(omitted)
     digests = {name: dict((digests or {}).get(name) or {}) for name in sections}
     sizes = {name: _size(lines) for name, lines in sections.items()}
-    # Titles, omission notes, digests, header and the progress lines take about 900 characters at most.
-    room = max(budget - 900, 0) if room is None else max(budget - room, 0)
+    room = max(budget - FIXED_LINES, 0) if room is None else max(budget - room, 0)
     cuts = _fold_cuts(sections, sizes, room)
     for name, cut in cuts.items():
         if not cut:
@@ -1481,17 +1515,19 @@ def render_checkpoint(
         if not entries and not folded and not skipped:
             continue
         lines.append(f'{titles[name]}:')
-        if skipped:
-            results = f'{skipped:,} earlier result' + ('s' if skipped != 1 else '')
-            lines.append(f'- (facts of {results} not read: recall or re-read for their details)')
+        # Results whose facts were not read, then entries folded: one line, which takes room from the entries.
+        not_read = (
+            f'facts of {skipped:,} earlier result' + ('s' if skipped != 1 else '') + ' not read' if skipped else ''
+        )
         digest = (digests or {}).get(name) or {}
-        if folded and digest:
-            counted = ', '.join(f'{label} ×{count:,}' for label, count in digest.items())
+        if folded:
+            counted = ': ' + ', '.join(f'{label} ×{count:,}' for label, count in digest.items()) if digest else ''
+            before = f'{not_read}; ' if not_read else ''
             lines.append(
-                f'- ({folded:,} earlier entries folded to fit: {counted}; recall or re-read for their details)'
+                f'- ({before}{folded:,} earlier entries folded to fit{counted}; recall or re-read for their details)'
             )
-        elif folded:
-            lines.append(f'- ({folded:,} earlier entries folded to fit; recall or re-read for their details)')
+        elif not_read:
+            lines.append(f'- ({not_read}: recall or re-read for their details)')
         for entry in entries:
             lines.append(f'- {entry}')
             if name != 'found' and (facts := grouped.pop(_call_of(entry), None)):
