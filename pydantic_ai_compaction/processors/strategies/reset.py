@@ -5,8 +5,9 @@ read, what was found in it, what was changed, the conversation so far (the user'
 assistant's own answers), progress and the next step. "What was found" comes from a pluggable
 extractor; the default keeps the lines of each result whose shape is rare in it (an incident among
 request logs, an error among passing tests), which is where a task's facts usually are. Facts are read
-from the newest results back, until they fill `max_chars`: a checkpoint shows the newest facts and folds
-the older ones first, so the results before those are not read, and Found says how many.
+from the newest results back, until they fill `max_chars` or the checkpoint is sure to fold the oldest of
+them: a checkpoint shows the newest facts and folds the older ones first, so the results before those are not
+read, and Found says how many.
 
 Each reset appends a checkpoint of what the earlier ones do not hold and leaves them byte-identical, so
 under a provider's prompt cache a reset writes only what is new. A checkpoint is never larger than what
@@ -440,7 +441,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     """Reset the history to the opening request plus a deterministic checkpoint.
 
     The default checkpoint carries what was read, what was found in it (through `extract`, in the newest
-    results until their facts fill `max_chars`), what was changed, the user's requests and the assistant's
+    results until their facts fill what the checkpoint shows), what was changed, the user's requests and the assistant's
     own answers, every instruction change, progress and the next step. Earlier checkpoints stay as they were
     and the next one holds only what they do not, so nothing recorded is forgotten and nothing is written
     twice; a fact that a line of the agent's own words states exactly is not restated. Each checkpoint stays
@@ -464,7 +465,8 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
 
     extract: FactExtractor | None = None
     """What each tool result contributes under "Found"; `None` uses `rare_lines`. Called at a compaction, for the
-    newest results first, until their facts fill `max_chars` (the results before them are counted, not read)."""
+    newest results first, until their facts fill `max_chars` or the checkpoint is sure to fold the oldest of them
+    (the results before them are counted, not read)."""
 
     excerpt_chars: int = 400
     """Results up to this many characters are carried whole under "Found" instead of through `extract`."""
