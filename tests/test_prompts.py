@@ -624,6 +624,35 @@ async def test_a_free_fork_reads_ids_in_capitals_and_ranges(line: str, kept: lis
 
 
 @pytest.mark.parametrize(
+    ('reply', 'kept'),
+    [
+        ('KEEP: none of them except g5\nLogs read.', ['g5']),
+        ('KEEP: - g3 (the config)\nLogs read.', ['g3']),
+        ('KEEP: g5 (the final config; g1-g4 were drafts)\nLogs read.', ['g5']),
+        # A rule in the summary that starts like the label does not take the place of the real line after it.
+        ('Rules in force:\n- KEEP: no mocks in integration tests (user rule)\nLogs read.\nKEEP: g3', ['g3']),
+        ('KEEP: G3, g3, g2-g4\nLogs read.', ['g2', 'g3', 'g4']),
+    ],
+)
+async def test_a_free_fork_reads_ids_before_a_note_and_none_only_when_said(reply: str, kept: list[str]) -> None:
+    record, summary = await free_fork(reply)
+    assert record['fallback_reason'] is None
+    assert record['kept'] == ['g0', *kept, 'g8']
+    assert record['rejected'] == []
+    assert 'Logs read.' in summary
+
+
+def test_a_reply_repeating_a_range_names_a_bounded_number_of_ids() -> None:
+    # `g1-g1000,` 30,000 times named 30 million ids (gigabytes, seconds with the event loop blocked).
+    from pydantic_ai_compaction.processors.strategies import fork as fork_module
+
+    found = fork_module._keep_line('KEEP: ' + 'g1-g1000,' * 30_000)  # pyright: ignore[reportPrivateUsage]
+    assert found is not None and found[0] == tuple(f'g{n}' for n in range(1, 1001))
+    listed = fork_module._keep_line('KEEP:\n' + '- g1-g1000\n' * 30_000)  # pyright: ignore[reportPrivateUsage]
+    assert listed is not None and len(listed[0]) == 1_000 and listed[2] < 11 * 30_000
+
+
+@pytest.mark.parametrize(
     'line',
     ['KEEP: none \u2014 logs 0-3 are summarized below', 'KEEP: None.', 'KEEP: n/a', 'KEEP: (none)', 'KEEP: nothing'],
 )

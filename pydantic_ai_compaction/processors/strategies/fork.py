@@ -54,6 +54,8 @@ _RANGE = re.compile(r'\bg(\d{1,12})(?:[-\u2013\u2014]|\.\.|[ \t]+to[ \t]+)g?(\d{
 """A range of exchange ids as a model writes one (`g2-g5`, `g2–g5`, `g2..g5`, `g2-5`, `g2 to g5`)."""
 _MAX_RANGE = 1_000
 """Ids a range names at most: a wider one (`g1-g999999999`) is read as its two ends."""
+_MAX_IDS = 10_000
+"""Ids a reply names at most, repeats counted (a reply repeating `g1-g1000` would otherwise name millions)."""
 _NONE_WORDS = frozenset({'', 'none', '-', 'nothing', 'n/a', 'no', 'nil'})
 """What a `KEEP:` line opens with to name no exchange (`KEEP: none`, `KEEP: None — all summarized`, `KEEP: n/a`)."""
 _MAX_REPLY_CHARS = 2_000_000
@@ -269,10 +271,15 @@ def render_structured(summary: dict[str, Any]) -> str:
 def _keep_of(line: re.Match[str]) -> tuple[str, ...] | None:
     """The ids a `KEEP:` line names (`()` for none), or `None` when it names neither."""
     ids_text = line.group('ids').strip(_MARKUP)
+    # Ids before a note (`g5 (final config; g1-g4 were drafts)`): a range in the note is not a choice.
+    head = _NOTE.split(ids_text, maxsplit=1)[0]
+    ids = _ids_in(head) or _ids_in(ids_text)
+    if ids:
+        return ids  # `KEEP: none of them except g5` names g5
     words = ids_text.split(maxsplit=1)
-    if not words or _none(words[0]):
-        return ()  # whatever follows it: `KEEP: none — the logs are summarized below`
-    return _ids_in(ids_text) or None
+    if not words or (_none(words[0]) and (len(words) == 1 or _NOTE.match(words[1]) or words[0][-1] in '.,;:')):
+        return ()  # `KEEP: none`, `KEEP: None — the logs are summarized below`; not `Keep: no mocks in tests`
+    return None
 
 
 def _none(word: str) -> bool:
@@ -283,16 +290,21 @@ def _none(word: str) -> bool:
 def _ids_in(text: str) -> tuple[str, ...]:
     """The exchange ids *text* names, in order and lower-cased (the prompt writes `g2`; a model may write `G2`), a
     range (`g2-g5`) as each id in it."""
-    ids: list[str] = []
-    at = 0
+    ids: dict[str, None] = {}  # distinct, in order: `G3, g3` is one id, not one kept and one rejected
+    named, at = 0, 0
     for span in _RANGE.finditer(text):
-        ids.extend(_ID.findall(text, at, span.start()))
+        before = _ID.findall(text, at, span.start())
         low, high = int(span.group(1)), int(span.group(2))
         bounds = range(low, high + 1) if low <= high <= low + _MAX_RANGE else (low, high)
-        ids.extend(f'g{number}' for number in bounds)
+        named += len(before) + len(bounds)
+        if named > _MAX_IDS:
+            break
+        ids.update(dict.fromkeys(found.lower() for found in before))
+        ids.update(dict.fromkeys(f'g{number}' for number in bounds))
         at = span.end()
-    ids.extend(_ID.findall(text, at))
-    return tuple(identifier.lower() for identifier in ids)
+    else:
+        ids.update(dict.fromkeys(found.lower() for found in _ID.findall(text, at)[: _MAX_IDS - named]))
+    return tuple(ids)
 
 
 def _keep_line(reply: str) -> tuple[tuple[str, ...], int, int] | None:
@@ -317,9 +329,9 @@ def _keep_line(reply: str) -> tuple[tuple[str, ...], int, int] | None:
 def _listed(reply: str, at: int) -> tuple[tuple[str, ...], int]:
     """The ids listed in the lines from *at* (the end of an empty `KEEP:` line) and where the list ends (*at* when
     there is none): lines of ids, blank lines between them, or a lone `none`."""
-    keep: tuple[str, ...] = ()
-    end = at
-    while at < len(reply) and reply[at] == '\n':
+    keep: dict[str, None] = {}
+    end, named = at, 0
+    while at < len(reply) and reply[at] == '\n' and named < _MAX_IDS:
         start, stop = at + 1, _line_end(reply, at + 1)
         text = reply[start:stop]
         at = stop
@@ -330,8 +342,10 @@ def _listed(reply: str, at: int) -> tuple[tuple[str, ...], int]:
         ids = _ids_listed(text)
         if not ids:
             break
-        keep, end = (*keep, *ids), stop
-    return keep, end
+        keep.update(dict.fromkeys(ids))
+        named += len(ids)
+        end = stop
+    return tuple(keep), end
 
 
 def _ids_listed(line: str) -> tuple[str, ...]:
