@@ -9,6 +9,7 @@ the runtime fall back.
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,3 +112,11 @@ class _NoText:
 def test_any_strategy_s_summary_that_is_not_text_makes_the_runtime_fall_back(text: object) -> None:
     outcome = asyncio.run(run_compaction(_NoText(text), _loop(['long'] * 10), _context()))
     assert _fallback(outcome) == ('schema', f'Summary.text must be a str, not {type(text).__name__}: {text!r}')
+
+
+@pytest.mark.parametrize('value', [None, 42, b'INCIDENT\nowner'])
+def test_an_extractor_returning_no_lines_is_named_with_its_value(value: object) -> None:
+    reset = ResetToCheckpoint[None](trigger=Trigger(tokens=1), extract=lambda call, text: value)  # pyright: ignore[reportArgumentType, reportUnknownLambdaType]
+    with pytest.warns(RuntimeWarning, match=rf'ResetToCheckpoint\.extract returned {re.escape(repr(value))}, not a'):
+        outcome = asyncio.run(run_compaction(reset, _loop(['long'] * 10), _context()))
+    assert _fallback(outcome)[0] == 'compactor_error'

@@ -24,10 +24,10 @@ import threading
 import warnings
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, repeat
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, cast
 
 from orjson import OPT_SORT_KEYS, JSONEncodeError, dumps
 from pydantic_ai.messages import (
@@ -1112,12 +1112,16 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             # Lines of the cleaned result, stripped and never blank: nothing to clean or leave out.
             return [(f'{call}: {fact}', at) for fact in rare_lines(call_part, content, limit=self.facts_per_result)]
         try:
-            lines = self.extract(call_part, content)
-            # A text returned whole is taken as its lines (a `str` is a sequence of one-character strings).
-            facts = [clean_text(str(line)) for line in (lines.splitlines() if isinstance(lines, str) else lines)]
+            lines: object = self.extract(call_part, content)
         except Exception as error:
             _warn_failed('extract', f'raised {error!r}')
             raise
+        if isinstance(lines, str):
+            lines = lines.splitlines()  # a text returned whole is its lines, not its characters
+        if isinstance(lines, bytes | bytearray) or not isinstance(lines, Iterable):  # pyright: ignore[reportUnnecessaryIsInstance]  # a user's function returns anything
+            shown = clip(repr(lines), 80)
+            raise TypeError(_warn_failed('extract', f'returned {shown}, not a sequence of str'))
+        facts = [clean_text(str(line)) for line in cast('Iterable[object]', lines)]
         return [(f'{call}: {fact}', at) for fact in facts if fact.strip()]
 
     def _call_entries(self, response: ModelResponse, result: ToolReturnPart) -> tuple[_Entry, ...] | None:
