@@ -1080,7 +1080,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 if not isinstance(part, ToolCallPart) or part.tool_call_id not in returns:
                     continue
                 result = returns[part.tool_call_id]
-                call = f'{part.tool_name}({clean_text(args_text(part.args))})'
+                call, _ = _called(part)
                 content = clean_text(return_text(result))
                 entry = f'{call} → {result.outcome}, {len(content):,} chars'
                 sections['changed' if self._writes.search(part.tool_name) else 'read'].append((entry, 0))
@@ -1094,7 +1094,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 continue
             for part in message.parts:
                 if isinstance(part, ToolCallPart) and part.tool_call_id in returns:
-                    call = f'{part.tool_name}({clean_text(args_text(part.args))})'
+                    call, _ = _called(part)
                     facts.extend(self._facts_of(part, call, returns[part.tool_call_id]))
         return facts
 
