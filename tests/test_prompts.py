@@ -632,6 +632,11 @@ async def test_a_free_fork_reads_ids_in_capitals_and_ranges(line: str, kept: lis
         # A rule in the summary that starts like the label does not take the place of the real line after it.
         ('Rules in force:\n- KEEP: no mocks in integration tests (user rule)\nLogs read.\nKEEP: g3', ['g3']),
         ('KEEP: G3, g3, g2-g4\nLogs read.', ['g2', 'g3', 'g4']),
+        ('KEEP: g2 (the config), g5: the tests\nLogs read.', ['g2', 'g5']),
+        # A note after a none word names what was dropped, not what to keep.
+        ('KEEP: None (g1-g4 were drafts, summarized)\nLogs read.', []),
+        ('KEEP: none, g2 was superseded by g5\nLogs read.', []),
+        ('KEEP: None - all summarized below\nLogs read.', []),
     ],
 )
 async def test_a_free_fork_reads_ids_before_a_note_and_none_only_when_said(reply: str, kept: list[str]) -> None:

@@ -54,6 +54,8 @@ _RANGE = re.compile(r'\bg(\d{1,12})(?:[-\u2013\u2014]|\.\.|[ \t]+to[ \t]+)g?(\d{
 """A range of exchange ids as a model writes one (`g2-g5`, `g2–g5`, `g2..g5`, `g2-5`, `g2 to g5`)."""
 _MAX_RANGE = 1_000
 """Ids a range names at most: a wider one (`g1-g999999999`) is read as its two ends."""
+_PARENTHESES = re.compile(r'\([^()]*\)')
+"""A note in parentheses after an id (`g5 (the final config; g1-g4 were drafts)`)."""
 _MAX_IDS = 10_000
 """Ids a reply names at most, repeats counted (a reply repeating `g1-g1000` would otherwise name millions)."""
 _NONE_WORDS = frozenset({'', 'none', '-', 'nothing', 'n/a', 'no', 'nil'})
@@ -271,15 +273,20 @@ def render_structured(summary: dict[str, Any]) -> str:
 def _keep_of(line: re.Match[str]) -> tuple[str, ...] | None:
     """The ids a `KEEP:` line names (`()` for none), or `None` when it names neither."""
     ids_text = line.group('ids').strip(_MARKUP)
-    # Ids before a note (`g5 (final config; g1-g4 were drafts)`): a range in the note is not a choice.
-    head = _NOTE.split(ids_text, maxsplit=1)[0]
-    ids = _ids_in(head) or _ids_in(ids_text)
-    if ids:
-        return ids  # `KEEP: none of them except g5` names g5
     words = ids_text.split(maxsplit=1)
-    if not words or (_none(words[0]) and (len(words) == 1 or _NOTE.match(words[1]) or words[0][-1] in '.,;:')):
-        return ()  # `KEEP: none`, `KEEP: None — the logs are summarized below`; not `Keep: no mocks in tests`
-    return None
+    if not words:
+        return ()
+    # `KEEP: none`, `KEEP: None — g3 and g4 are summarized`, `KEEP: none, g2 was superseded`; not `Keep: no mocks
+    # in tests`, nor a bullet before ids (`KEEP: - g3`).
+    said = len(words) == 1 or (words[0] != '-' and (words[1][0] in '-\u2013\u2014(:' or words[0][-1] in '.,;:-\u2014'))
+    if _none(words[0]) and said:
+        return ()
+    # Each id before its note (`g2 (config), g5: the tests`): an id or a range in a note is not a choice.
+    unnoted = _PARENTHESES.sub('', ids_text)
+    ids = _ids_in(','.join(_NOTE.split(piece, maxsplit=1)[0] for piece in re.split('[,;]', unnoted)))
+    if ids:
+        return ids
+    return _ids_in(ids_text) or None  # `KEEP: none of them except g5` names g5
 
 
 def _none(word: str) -> bool:
@@ -342,7 +349,7 @@ def _listed(reply: str, at: int) -> tuple[tuple[str, ...], int]:
         ids = _ids_listed(text)
         if not ids:
             break
-        keep.update(dict.fromkeys(ids))
+        keep.update(dict.fromkeys(ids[: _MAX_IDS - named]))
         named += len(ids)
         end = stop
     return tuple(keep), end

@@ -1118,7 +1118,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             raise
         if isinstance(lines, str):
             lines = lines.splitlines()  # a text returned whole is its lines, not its characters
-        if isinstance(lines, bytes | bytearray) or not isinstance(lines, Iterable):  # pyright: ignore[reportUnnecessaryIsInstance]  # a user's function returns anything
+        if isinstance(lines, bytes | bytearray | memoryview) or not isinstance(lines, Iterable):  # pyright: ignore[reportUnnecessaryIsInstance]  # a user's function returns anything
             shown = clip(repr(lines), 80)
             raise TypeError(_warn_failed('extract', f'returned {shown}, not a sequence of str'))
         facts = [clean_text(str(line)) for line in cast('Iterable[object]', lines)]
