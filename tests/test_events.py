@@ -237,3 +237,25 @@ def _run_context(tracer: Any) -> Any:
     from pydantic_ai.usage import RunUsage
 
     return RunContext(deps=None, model=TestModel(), usage=RunUsage(), tracer=tracer)
+
+
+def test_a_failure_whose_error_cannot_be_written_is_an_error_span_and_fails_no_run() -> None:
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise ValueError('str refused')
+
+        def __repr__(self) -> str:
+            raise ValueError('repr refused')
+
+    def protect(exchange: object, messages: object) -> bool:
+        raise Unprintable
+
+    exporter = InMemorySpanExporter()
+    script = ScriptedAgentModel(logs=5, compactor=lambda messages, kind: fork_json([]))
+    with pytest.warns(RuntimeWarning, match=r'left the history unchanged: <Unprintable: repr\(\) failed>'):
+        result = instrumented_agent(script, Fork(trigger=Trigger(tokens=3_000), protect=protect), exporter).run_sync(
+            'Audit.'
+        )
+    assert result.output == 'report: done'
+    failed = [s for s in compaction_spans(exporter.get_finished_spans()) if s.status.status_code is StatusCode.ERROR]
+    assert failed and all(s.status.description == 'Unprintable: <Unprintable: str() failed>' for s in failed)

@@ -128,3 +128,59 @@ def test_fork_json_found_among_prose_and_fences(reply: str, keep: tuple[str, ...
 def test_fork_free_keep_line_takes_whole_ids_only() -> None:
     proposal = ForkClass(variant='free').parse('KEEP: g3, debug12, img4\nsummary text', segment(recorded_history()))
     assert proposal.kept == ('g3',)
+
+
+class Unprintable(Exception):
+    """An exception of the user's that refuses to be written: its `str` and its `repr` raise."""
+
+    def __str__(self) -> str:
+        raise ValueError('str refused')
+
+    def __repr__(self) -> str:
+        raise ValueError('repr refused')
+
+
+def _raise_unprintable(*args: object) -> Any:
+    raise Unprintable
+
+
+@pytest.mark.parametrize(
+    ('capability', 'said'),
+    [
+        (Fork(trigger=TRIGGER, observer=_raise_unprintable), 'compaction observer raised <Unprintable: repr() failed>'),
+        (
+            Switch(when=_raise_unprintable, then=Fork(trigger=TRIGGER), otherwise=Native(trigger=TRIGGER)),
+            'compaction was skipped for this request: <Unprintable: repr() failed>',
+        ),
+        (
+            ResetToCheckpoint(trigger=TRIGGER, extract=_raise_unprintable),
+            'ResetToCheckpoint.extract raised <Unprintable: repr() failed>',
+        ),
+    ],
+    ids=['observer', 'predicate', 'extract'],
+)
+def test_an_error_that_cannot_be_written_is_reported_by_its_type_and_fails_no_run(capability: Any, said: str) -> None:
+    script = ScriptedAgentModel(logs=5, compactor=lambda messages, kind: fork_json([]))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        result = audit_agent(script, [capability]).run_sync('Audit.')
+    assert result.output == 'report: done'
+    assert any(said in str(w.message) for w in caught), [str(w.message) for w in caught]
+
+
+def test_a_compactor_error_that_cannot_be_written_still_gives_the_fallback_and_its_reason() -> None:
+    script = ScriptedAgentModel(logs=5, compactor=_raise_unprintable)
+    events: list[CompactionEvent] = []
+    result = audit_agent(script, [Fork(trigger=TRIGGER, observer=events.append)]).run_sync('Audit.')
+    assert result.output == 'report: done'
+    assert script.calls.count('fork') == 4
+    # Each failed proposal is read as the runtime's fallback reads any other (here it has nothing to drop).
+    details = [event.detail for event in events if event.detail]
+    assert (
+        details
+        == [
+            'the proposal failed (compactor_error: Unprintable: <Unprintable: str() failed>) '
+            'and the fallback removes no exchange'
+        ]
+        * 4
+    )

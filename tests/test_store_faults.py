@@ -416,6 +416,62 @@ def test_a_store_of_your_own_that_raises_anything_never_fails_the_run() -> None:
     assert any(text.startswith("Archive could not recover 'a1'") and 'backend down' in text for text in texts)
 
 
+class Unprintable(Exception):
+    """A store's error that refuses to be written: its `str` and `repr` raise."""
+
+    def __str__(self) -> str:
+        raise ValueError('str refused')
+
+    def __repr__(self) -> str:
+        raise ValueError('repr refused')
+
+
+def test_a_store_error_or_a_key_that_cannot_be_written_is_reported_by_its_type_and_fails_no_run() -> None:
+    class Broken(InMemoryArchiveStore):
+        def add_note(self, conversation_id: str, note: Note) -> None:
+            raise Unprintable
+
+        def search(self, conversation_id: str, query: str, limit: int = 8) -> Any:
+            raise Unprintable
+
+        def index_lines(self, lines: Any) -> int:
+            raise Unprintable
+
+    output, said, texts = run_every_tool(Broken(), key())
+    assert output == 'done'
+    assert 'archive store: add_note failed (Unprintable)' in said['note']
+    assert 'archive store: search failed (Unprintable)' in said['recall']
+    shown = 'Unprintable: <Unprintable: str() failed>'
+    assert any(text.startswith('Notes could not store a note') and text.endswith(shown) for text in texts)
+    assert any(text.startswith('Recall could not index this request') and text.endswith(shown) for text in texts)
+
+    # A key function that raises such an error, or returns a key that is no `str` and refuses `repr`.
+    def raising(ctx: Any) -> str:
+        raise Unprintable
+
+    class Key:
+        def __repr__(self) -> str:
+            raise ValueError('repr refused')
+
+    seen: list[list[ModelMessage]] = []
+    steps = iter([EVERY_TOOL[1], EVERY_TOOL[4], EVERY_TOOL[-1]])  # note, recall, the answer
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        return ModelResponse(parts=next(steps))
+
+    capabilities = [Notes(conversation=raising), Recall(conversation=lambda ctx: Key())]  # pyright: ignore[reportArgumentType]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        agent = Agent(FunctionModel(respond), capabilities=capabilities)
+        assert agent.run_sync('What is the timeout?').output == 'done'
+    said = answers(seen)
+    texts = [str(w.message) for w in caught]
+    assert 'the conversation key function failed (Unprintable)' in said['note']
+    assert 'the conversation key function returned Key, not a non-empty string' in said['recall']
+    assert any(text.endswith('it returned <Key: repr() failed>') for text in texts), texts
+
+
 # PostgreSQL -----------------------------------------------------------------------------------------------
 
 

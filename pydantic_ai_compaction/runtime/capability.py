@@ -22,7 +22,7 @@ from pydantic_ai_compaction.protocols.types import CompactionEvent, CompactionSt
 from pydantic_ai_compaction.runtime.checks import check_bool, check_callable, check_instance, check_int, check_number
 from pydantic_ai_compaction.runtime.compactor import close_models
 from pydantic_ai_compaction.runtime.context import CompactionContext
-from pydantic_ai_compaction.runtime.degraded import SetupWarning, warn_degraded
+from pydantic_ai_compaction.runtime.degraded import SetupWarning, described, warn_degraded
 from pydantic_ai_compaction.runtime.engine import DEFAULT_MIN_SAVING, run_compaction
 from pydantic_ai_compaction.runtime.events import EventObserver, compaction_span, emit, record_failure
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
@@ -113,7 +113,8 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
             # skipping compaction on every request instead would hide it while the history grows.
             raise
         except Exception as error:  # a user predicate or trigger bug must not end the run
-            warn_degraded(f'{self.strategy_name} compaction was skipped for this request: {error!r}', stacklevel=2)
+            skipped = f'{self.strategy_name} compaction was skipped for this request: {described(error)}'
+            warn_degraded(skipped, stacklevel=2)
             return request_context
         if compacted is None:
             return request_context
@@ -239,7 +240,8 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         except Exception as error:  # compaction must never fail a run; a runtime bug leaves the history as it was
             record_failure(span, error)
             warn_degraded(
-                f'{chosen.strategy_name} compaction failed and left the history unchanged: {error!r}', stacklevel=2
+                f'{chosen.strategy_name} compaction failed and left the history unchanged: {described(error)}',
+                stacklevel=2,
             )
             return None
         if isinstance(outcome, Skipped):

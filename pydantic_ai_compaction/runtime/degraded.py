@@ -48,6 +48,19 @@ def is_setup_error(error: BaseException) -> bool:
     return isinstance(error, ModelHTTPError) and error.status_code in SETUP_STATUSES
 
 
+def described(value: object, *, text: bool = False) -> str:
+    """`repr(value)`, or `str(value)` with *text*, for a warning or an error message.
+
+    The value is often the user's (an exception a store, a key function or an observer raised, a value a callback
+    returned), and its `__repr__` or `__str__` may raise: it is then shown by its type, since a report must never
+    fail the run it reports on.
+    """
+    try:
+        return str(value) if text else repr(value)
+    except Exception:
+        return f'<{type(value).__name__}: {"str" if text else "repr"}() failed>'
+
+
 LOGGER = logging.getLogger('pydantic_ai_compaction')
 """Where a degraded report goes when the warnings filters would make it an exception."""
 

@@ -13,7 +13,7 @@ from pydantic_ai_compaction.protocols.types import CompactionRecord, Layout, Pro
 from pydantic_ai_compaction.runtime.apply import apply_layout, assemble
 from pydantic_ai_compaction.runtime.checks import is_str
 from pydantic_ai_compaction.runtime.context import CompactionContext, Strategy
-from pydantic_ai_compaction.runtime.degraded import SetupWarning, is_setup_error
+from pydantic_ai_compaction.runtime.degraded import SetupWarning, described, is_setup_error
 from pydantic_ai_compaction.runtime.encoding import ascii_strings, clean_value
 from pydantic_ai_compaction.runtime.notes import gather_notes, notes_in_place, with_notes
 from pydantic_ai_compaction.runtime.retry import is_context_overflow
@@ -121,7 +121,7 @@ def _checked(proposal: Proposal) -> Proposal:
     summary = proposal.summary
     text = summary.text if isinstance(summary, Summary) else ''
     if not is_str(text):  # typed `str`; a user's strategy sets anything
-        shown = repr(text)
+        shown = described(text)
         shown = shown if len(shown) <= 80 else shown[:79] + '…'
         return Proposal.failed('schema', f'Summary.text must be a str, not {type(text).__name__}: {shown}')
     return proposal
@@ -225,5 +225,5 @@ def _warn_if_misconfigured(error: BaseException, strategy: Strategy) -> None:
 
 
 def _describe(error: BaseException) -> str:
-    text = str(error)
+    text = described(error, text=True)
     return f'{type(error).__name__}: {text[:500]}' if text else type(error).__name__

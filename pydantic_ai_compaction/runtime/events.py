@@ -19,7 +19,7 @@ from typing import Any
 from opentelemetry.trace import NoOpTracer, Span, Status, StatusCode, Tracer
 
 from pydantic_ai_compaction.protocols.types import CompactionEvent
-from pydantic_ai_compaction.runtime.degraded import warn_degraded
+from pydantic_ai_compaction.runtime.degraded import described, warn_degraded
 
 SPAN_NAME = 'pydantic_ai_compaction.compact'
 """Name of the span each compaction (or ignored crossing) emits."""
@@ -58,8 +58,11 @@ def compaction_span(
 def record_failure(span: Span | None, error: BaseException) -> None:
     """Mark *span* as failed by *error*, which the runtime caught (compaction never fails a run)."""
     if span is not None and span.is_recording():
-        span.record_exception(error)
-        span.set_status(Status(StatusCode.ERROR, f'{type(error).__name__}: {error}'))
+        try:
+            span.record_exception(error)  # writes `str(error)`, which a user's exception may refuse
+        except Exception:
+            span.set_attribute('exception.type', type(error).__qualname__)
+        span.set_status(Status(StatusCode.ERROR, f'{type(error).__name__}: {described(error, text=True)}'))
 
 
 def emit(
@@ -86,7 +89,7 @@ def emit(
         try:
             observer(event)
         except Exception as error:  # an observer's bug must not fail the run it observes
-            warn_degraded(f'compaction observer raised {error!r}', stacklevel=2)
+            warn_degraded(f'compaction observer raised {described(error)}', stacklevel=2)
 
 
 def _attributes(event: CompactionEvent) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from pydantic_ai.tools import RunContext
 
 from pydantic_ai_compaction.protocols.types import CompactionEvent, CompactionRecord, CompactorUsage
 from pydantic_ai_compaction.runtime import shape
-from pydantic_ai_compaction.runtime.degraded import SetupWarning, warn_degraded
+from pydantic_ai_compaction.runtime.degraded import SetupWarning, described, warn_degraded
 from pydantic_ai_compaction.runtime.events import EventObserver, emit
 from pydantic_ai_compaction.runtime.tokens import estimate_token_count
 
@@ -438,7 +438,7 @@ async def project(
     except Exception as error:  # a view must never fail the run: send the request unprojected
         never_fails(owner, error)
         event = CompactionEvent(
-            'ignored', owner, None, None, len(original), len(original), reason='error', detail=repr(error)[:500]
+            'ignored', owner, None, None, len(original), len(original), reason='error', detail=described(error)[:500]
         )
         emit(event, ctx.tracer, observer)
         return request_context
@@ -456,4 +456,4 @@ async def project(
 
 def never_fails(owner: str, error: Exception, outcome: str = 'sent the request unprojected') -> None:
     """Report *error* raised while *owner* built a change; the caller then goes on as if it made none."""
-    warn_degraded(f'{owner} {outcome}: {error!r}', stacklevel=3)
+    warn_degraded(f'{owner} {outcome}: {described(error)}', stacklevel=3)

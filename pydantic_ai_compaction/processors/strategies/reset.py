@@ -49,6 +49,7 @@ from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int, check_patterns, is_str
 from pydantic_ai_compaction.runtime.context import CompactionContext
+from pydantic_ai_compaction.runtime.degraded import described
 from pydantic_ai_compaction.runtime.encoding import PLAIN_SCALARS, args_text, clean_text
 from pydantic_ai_compaction.runtime.instructions import (
     InstructionSources,
@@ -538,10 +539,10 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             try:
                 text = self.checkpoint(ctx.run, view)
             except Exception as error:
-                _warn_failed('checkpoint', f'raised {error!r}')
+                _warn_failed('checkpoint', f'raised {described(error)}')
                 raise
             if not is_str(text):  # typed `str`, but a user's function returns anything
-                raise TypeError(_warn_failed('checkpoint', f'returned {clip(repr(text), 80)}, not a str'))
+                raise TypeError(_warn_failed('checkpoint', f'returned {clip(described(text), 80)}, not a str'))
             return Proposal(summary=Summary(text), supersedes=self.strategy_name, variant='custom')
         carried = self._carried(view)
         try:
@@ -1114,12 +1115,12 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         try:
             lines: object = self.extract(call_part, content)
         except Exception as error:
-            _warn_failed('extract', f'raised {error!r}')
+            _warn_failed('extract', f'raised {described(error)}')
             raise
         if isinstance(lines, str):
             lines = lines.splitlines()  # a text returned whole is its lines, not its characters
         if isinstance(lines, bytes | bytearray | memoryview) or not isinstance(lines, Iterable):  # pyright: ignore[reportUnnecessaryIsInstance]  # a user's function returns anything
-            shown = clip(repr(lines), 80)
+            shown = clip(described(lines), 80)
             raise TypeError(_warn_failed('extract', f'returned {shown}, not a sequence of str'))
         facts = [clean_text(str(line)) for line in cast('Iterable[object]', lines)]
         return [(f'{call}: {fact}', at) for fact in facts if fact.strip()]

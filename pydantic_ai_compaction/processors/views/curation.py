@@ -34,7 +34,7 @@ from pydantic_ai_compaction.protocols.types import CompactionEvent
 from pydantic_ai_compaction.runtime import compactor, replies
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int, check_model, check_patterns
 from pydantic_ai_compaction.runtime.context import CompactionContext, for_request
-from pydantic_ai_compaction.runtime.degraded import SetupWarning, is_setup_error
+from pydantic_ai_compaction.runtime.degraded import SetupWarning, described, is_setup_error
 from pydantic_ai_compaction.runtime.events import EventObserver, emit
 from pydantic_ai_compaction.runtime.project import project as checked_request
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
@@ -272,7 +272,8 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
                 # An unknown model name, a refused key or a missing provider package is the user's setup, not a
                 # passing fault: every request would quietly be `BoundedSelection` (or get no orientation) meanwhile.
                 warnings.warn(
-                    f'{type(self).__name__}: the curator cannot run ({type(error).__name__}: {str(error)[:300]}); '
+                    f'{type(self).__name__}: the curator cannot run '
+                    f'({type(error).__name__}: {described(error, text=True)[:300]}); '
                     f"every request falls back to its BoundedSelection. Check {type(self).__name__}'s model=, "
                     'its API key and its provider package.',
                     SetupWarning,

@@ -49,7 +49,7 @@ from pydantic_ai_compaction.runtime.checks import (
     check_pattern,
 )
 from pydantic_ai_compaction.runtime.context import CompactionContext, for_request
-from pydantic_ai_compaction.runtime.degraded import SetupWarning, is_setup_error
+from pydantic_ai_compaction.runtime.degraded import SetupWarning, described, is_setup_error
 from pydantic_ai_compaction.runtime.events import EventObserver
 from pydantic_ai_compaction.runtime.instructions import tool_provided
 from pydantic_ai_compaction.runtime.notes import NOTES_HEADER, gather_notes
@@ -401,7 +401,8 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             if is_setup_error(error):  # the user's setup, not a passing fault: say so
                 owner = type(self).__name__  # `Tiered` is another name of `ClearThenSummarize`
                 warnings.warn(
-                    f'{owner}: the handoff note cannot be written ({type(error).__name__}: {str(error)[:300]}); '
+                    f'{owner}: the handoff note cannot be written '
+                    f'({type(error).__name__}: {described(error, text=True)[:300]}); '
                     f"check {owner}'s model=, its API key and its provider package.",
                     SetupWarning,
                     stacklevel=2,

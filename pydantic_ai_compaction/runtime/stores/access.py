@@ -23,7 +23,7 @@ from pydantic_ai.tools import RunContext
 
 from pydantic_ai_compaction.protocols.archive import ArchiveError
 from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_callable
-from pydantic_ai_compaction.runtime.degraded import warn_degraded
+from pydantic_ai_compaction.runtime.degraded import described, warn_degraded
 from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.transcript import clip
 
@@ -74,7 +74,7 @@ def conversation_key(ctx: RunContext[Any], conversation: ConversationKey) -> str
     if not isinstance(key, str) or not key:  # pyright: ignore[reportUnnecessaryIsInstance]
         raise ArchiveError(
             f'the conversation key function returned {type(key).__name__}, not a non-empty string\n'
-            f'it returned {clip(repr(key), 200)}',
+            f'it returned {clip(described(key), 200)}',
             operation='conversation',
         )
     return key
@@ -83,7 +83,7 @@ def conversation_key(ctx: RunContext[Any], conversation: ConversationKey) -> str
 def _shown(error: BaseException) -> str:
     """*error* as the user reads it in a warning (`Type: text`, clipped): on the second line of an `ArchiveError`
     built from the user's code, which the model is not shown (`short_error` keeps the first)."""
-    return clip(f'{type(error).__name__}: {error}', 500)
+    return clip(f'{type(error).__name__}: {described(error, text=True)}', 500)
 
 
 async def call_store(operation: str, function: Callable[..., T], *args: Any) -> T:
