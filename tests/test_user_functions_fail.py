@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +80,18 @@ def test_an_extractor_that_raises_is_warned_and_the_runtime_falls_back() -> None
     with pytest.warns(RuntimeWarning, match=r"ResetToCheckpoint\.extract raised KeyError\('owner'\)"):
         outcome = asyncio.run(run_compaction(reset, _loop(['long'] * 10), _context()))
     assert _fallback(outcome) == ('compactor_error', "KeyError: 'owner'")
+
+
+def test_an_extractor_whose_lines_raise_as_they_are_read_is_warned_and_the_runtime_falls_back() -> None:
+    def extract(call: ToolCallPart, text: str) -> Iterator[str]:
+        yield 'owner=ops'
+        raise KeyError('region')
+
+    reset = ResetToCheckpoint[None](trigger=Trigger(tokens=1), extract=extract)
+    said = r"ResetToCheckpoint\.extract raised KeyError\('region'\) while its lines were read"
+    with pytest.warns(RuntimeWarning, match=said):
+        outcome = asyncio.run(run_compaction(reset, _loop(['long'] * 10), _context()))
+    assert _fallback(outcome) == ('compactor_error', "KeyError: 'region'")
 
 
 def test_an_extractor_returning_one_text_gives_its_lines_not_its_characters() -> None:

@@ -1122,7 +1122,13 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         if isinstance(lines, bytes | bytearray | memoryview) or not isinstance(lines, Iterable):  # pyright: ignore[reportUnnecessaryIsInstance]  # a user's function returns anything
             shown = clip(described(lines), 80)
             raise TypeError(_warn_failed('extract', f'returned {shown}, not a sequence of str'))
-        facts = [clean_text(str(line)) for line in cast('Iterable[object]', lines)]
+        try:
+            # A generator runs the user's code as it is read, and a line's `str` is the user's: what either raises is
+            # the function's failure too.
+            facts = [clean_text(str(line)) for line in cast('Iterable[object]', lines)]
+        except Exception as error:
+            _warn_failed('extract', f'raised {described(error)} while its lines were read')
+            raise
         return [(f'{call}: {fact}', at) for fact in facts if fact.strip()]
 
     def _call_entries(self, response: ModelResponse, result: ToolReturnPart) -> tuple[_Entry, ...] | None:
