@@ -612,6 +612,11 @@ async def test_a_free_fork_reads_a_keep_line_written_in_markdown(line: str) -> N
         ('KEEP: g2 to g3', ['g2', 'g3']),
         ('KEEP: G2-3', ['g2', 'g3']),
         ('KEEP:\n- g2-g3 (the two logs)', ['g2', 'g3']),
+        # A range written with spaces around its dash, or from its high end, names the ids between too.
+        ('KEEP: g2 - g4', ['g2', 'g3', 'g4']),
+        ('KEEP: g2 \u2013 g4 (the config work), g6', ['g2', 'g3', 'g4', 'g6']),
+        ('KEEP:\n- g2 \u2014 g3: the two logs', ['g2', 'g3']),
+        ('KEEP: g4-g2', ['g2', 'g3', 'g4']),
         # A range too wide to be meant is read as its two ends (the validator rejects the one that is no exchange).
         ('KEEP: g2-g99999999999', ['g2']),
     ],
@@ -637,6 +642,10 @@ async def test_a_free_fork_reads_ids_in_capitals_and_ranges(line: str, kept: lis
         ('KEEP: None (g1-g4 were drafts, summarized)\nLogs read.', []),
         ('KEEP: none, g2 was superseded by g5\nLogs read.', []),
         ('KEEP: None - all summarized below\nLogs read.', []),
+        ('KEEP: None\u2014all summarized below\nLogs read.', []),
+        ('KEEP: none-g2 was superseded\nLogs read.', []),
+        # A note that starts with a dash after an id is still a note.
+        ('KEEP: g2 - the config, g5\nLogs read.', ['g2', 'g5']),
     ],
 )
 async def test_a_free_fork_reads_ids_before_a_note_and_none_only_when_said(reply: str, kept: list[str]) -> None:

@@ -52,12 +52,17 @@ _IDS_ONLY = re.compile(r'(?:[ \t,;*_`"\'\[\]]|and\b|to\b|g\d+(?:(?:[-\u2013\u201
 _ID = re.compile(r'\bg\d+\b', re.IGNORECASE)
 _RANGE = re.compile(r'\bg(\d{1,12})(?:[-\u2013\u2014]|\.\.|[ \t]+to[ \t]+)g?(\d{1,12})\b', re.IGNORECASE)
 """A range of exchange ids as a model writes one (`g2-g5`, `g2–g5`, `g2..g5`, `g2-5`, `g2 to g5`)."""
+_SPACED_RANGE = re.compile(r'\b(g\d{1,12})[ \t]+[-\u2013\u2014][ \t]+(g\d{1,12})\b', re.IGNORECASE)
+"""A range written with spaces around its dash (`g2 - g5`, `g2 – g5`): a dash between two ids is a range, not the
+start of a note (`g2 - the config`), so it is closed up (`g2-g5`) before notes are cut off."""
 _MAX_RANGE = 1_000
 """Ids a range names at most: a wider one (`g1-g999999999`) is read as its two ends."""
 _PARENTHESES = re.compile(r'\([^()]*\)')
 """A note in parentheses after an id (`g5 (the final config; g1-g4 were drafts)`)."""
 _MAX_IDS = 10_000
 """Ids a reply names at most, repeats counted (a reply repeating `g1-g1000` would otherwise name millions)."""
+_NONE_JOINED = re.compile(r'[-\u2013\u2014]')
+"""What joins a none word to its note in one word (`None\u2014all`, `none-all summarized`)."""
 _NONE_WORDS = frozenset({'', 'none', '-', 'nothing', 'n/a', 'no', 'nil'})
 """What a `KEEP:` line opens with to name no exchange (`KEEP: none`, `KEEP: None — all summarized`, `KEEP: n/a`)."""
 _MAX_REPLY_CHARS = 2_000_000
@@ -272,10 +277,12 @@ def render_structured(summary: dict[str, Any]) -> str:
 
 def _keep_of(line: re.Match[str]) -> tuple[str, ...] | None:
     """The ids a `KEEP:` line names (`()` for none), or `None` when it names neither."""
-    ids_text = line.group('ids').strip(_MARKUP)
+    ids_text = _SPACED_RANGE.sub(r'\1-\2', line.group('ids').strip(_MARKUP))
     words = ids_text.split(maxsplit=1)
     if not words:
         return ()
+    if _none(_NONE_JOINED.split(words[0], maxsplit=1)[0]) and _NONE_JOINED.search(words[0].lstrip('-')):
+        return ()  # `KEEP: None\u2014all summarized`: the note joined to the none word without a space
     # `KEEP: none`, `KEEP: None — g3 and g4 are summarized`, `KEEP: none, g2 was superseded`; not `Keep: no mocks
     # in tests`, nor a bullet before ids (`KEEP: - g3`).
     said = len(words) == 1 or (words[0] != '-' and (words[1][0] in '-\u2013\u2014(:' or words[0][-1] in '.,;:-\u2014'))
@@ -302,7 +309,8 @@ def _ids_in(text: str) -> tuple[str, ...]:
     for span in _RANGE.finditer(text):
         before = _ID.findall(text, at, span.start())
         low, high = int(span.group(1)), int(span.group(2))
-        bounds = range(low, high + 1) if low <= high <= low + _MAX_RANGE else (low, high)
+        low, high = min(low, high), max(low, high)  # `g5-g2` names the same ids as `g2-g5`
+        bounds = range(low, high + 1) if high <= low + _MAX_RANGE else (low, high)
         named += len(before) + len(bounds)
         if named > _MAX_IDS:
             break
@@ -358,7 +366,7 @@ def _listed(reply: str, at: int) -> tuple[tuple[str, ...], int]:
 def _ids_listed(line: str) -> tuple[str, ...]:
     """The ids of a line of a list of exchange ids (`- g2 (the config)`, `g2, g5`), or none for any other line: a
     sentence that starts with an id (`g3 failed twice`) is not one."""
-    body = line[_LIST_MARK.match(line).end() :]  # pyright: ignore[reportOptionalMemberAccess]
+    body = _SPACED_RANGE.sub(r'\1-\2', line[_LIST_MARK.match(line).end() :])  # pyright: ignore[reportOptionalMemberAccess]
     head = _NOTE.split(body, maxsplit=1)[0].strip(' \t\r.*_`')
     return _ids_in(head) if _IDS_ONLY.fullmatch(head) else ()
 
