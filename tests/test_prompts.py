@@ -615,8 +615,10 @@ async def test_a_free_fork_reads_a_keep_line_written_in_markdown(line: str) -> N
         # A range written with spaces around its dash, or from its high end, names the ids between too.
         ('KEEP: g2 - g4', ['g2', 'g3', 'g4']),
         ('KEEP: g2 \u2013 g4 (the config work), g6', ['g2', 'g3', 'g4', 'g6']),
-        ('KEEP:\n- g2 \u2014 g3: the two logs', ['g2', 'g3']),
+        ('KEEP:\n- g2 \u2014 g3 (the two logs)\n- g5', ['g2', 'g3', 'g5']),
         ('KEEP: g4-g2', ['g2', 'g3', 'g4']),
+        # Without a `g` on its high end, a range from its high end is read as its two ends, as a range too wide.
+        ('KEEP: g4-2', ['g2', 'g4']),
         # A range too wide to be meant is read as its two ends (the validator rejects the one that is no exchange).
         ('KEEP: g2-g99999999999', ['g2']),
     ],
@@ -643,9 +645,14 @@ async def test_a_free_fork_reads_ids_in_capitals_and_ranges(line: str, kept: lis
         ('KEEP: none, g2 was superseded by g5\nLogs read.', []),
         ('KEEP: None - all summarized below\nLogs read.', []),
         ('KEEP: None\u2014all summarized below\nLogs read.', []),
-        ('KEEP: none-g2 was superseded\nLogs read.', []),
-        # A note that starts with a dash after an id is still a note.
+        # With ids after it, a none word joined to a dash is read for them, as `none of them except g5` is.
+        ('KEEP: none-of-these except g5\nLogs read.', ['g5']),
+        ('KEEP: no-op changes aside, g3 and g4\nLogs read.', ['g3', 'g4']),
+        # A note after a dash is still a note, also when it names other exchanges: not a range.
         ('KEEP: g2 - the config, g5\nLogs read.', ['g2', 'g5']),
+        ('KEEP: g7 \u2014 g2 and g3 were superseded by it\nLogs read.', ['g7']),
+        ('KEEP: g3 \u2014 g4 failed\nLogs read.', ['g3']),
+        ('KEEP:\n- g3 \u2014 g2 was superseded by it\n- g4\nLogs read.', ['g3', 'g4']),
     ],
 )
 async def test_a_free_fork_reads_ids_before_a_note_and_none_only_when_said(reply: str, kept: list[str]) -> None:

@@ -52,9 +52,12 @@ _IDS_ONLY = re.compile(r'(?:[ \t,;*_`"\'\[\]]|and\b|to\b|g\d+(?:(?:[-\u2013\u201
 _ID = re.compile(r'\bg\d+\b', re.IGNORECASE)
 _RANGE = re.compile(r'\bg(\d{1,12})(?:[-\u2013\u2014]|\.\.|[ \t]+to[ \t]+)g?(\d{1,12})\b', re.IGNORECASE)
 """A range of exchange ids as a model writes one (`g2-g5`, `g2–g5`, `g2..g5`, `g2-5`, `g2 to g5`)."""
-_SPACED_RANGE = re.compile(r'\b(g\d{1,12})[ \t]+[-\u2013\u2014][ \t]+(g\d{1,12})\b', re.IGNORECASE)
-"""A range written with spaces around its dash (`g2 - g5`, `g2 – g5`): a dash between two ids is a range, not the
-start of a note (`g2 - the config`), so it is closed up (`g2-g5`) before notes are cut off."""
+_SPACED_RANGE = re.compile(
+    r'\b(g\d{1,12})[ \t]+[-\u2013\u2014][ \t]+(g\d{1,12})(?=[ \t]*(?:[,;(\r]|$))', re.IGNORECASE | re.MULTILINE
+)
+"""A range written with spaces around its dash (`g2 - g5`, `g2 – g5 (the config)`), closed up (`g2-g5`) before
+notes are cut off. Only a dash between two ids that end the item: `g3 — g2 was superseded by it` is an id and its
+note, which names another exchange."""
 _MAX_RANGE = 1_000
 """Ids a range names at most: a wider one (`g1-g999999999`) is read as its two ends."""
 _PARENTHESES = re.compile(r'\([^()]*\)')
@@ -281,8 +284,11 @@ def _keep_of(line: re.Match[str]) -> tuple[str, ...] | None:
     words = ids_text.split(maxsplit=1)
     if not words:
         return ()
-    if _none(_NONE_JOINED.split(words[0], maxsplit=1)[0]) and _NONE_JOINED.search(words[0].lstrip('-')):
-        return ()  # `KEEP: None\u2014all summarized`: the note joined to the none word without a space
+    # `KEEP: None\u2014all summarized`: a note joined to the none word, naming no exchange. With an id after it
+    # (`none-of-these except g5`, `no-op aside, g3`) the line is read for its ids as any other.
+    joined = _NONE_JOINED.search(words[0].lstrip('-'))
+    if joined and _none(_NONE_JOINED.split(words[0], maxsplit=1)[0]) and not _ID.search(ids_text):
+        return ()
     # `KEEP: none`, `KEEP: None — g3 and g4 are summarized`, `KEEP: none, g2 was superseded`; not `Keep: no mocks
     # in tests`, nor a bullet before ids (`KEEP: - g3`).
     said = len(words) == 1 or (words[0] != '-' and (words[1][0] in '-\u2013\u2014(:' or words[0][-1] in '.,;:-\u2014'))
@@ -309,8 +315,9 @@ def _ids_in(text: str) -> tuple[str, ...]:
     for span in _RANGE.finditer(text):
         before = _ID.findall(text, at, span.start())
         low, high = int(span.group(1)), int(span.group(2))
-        low, high = min(low, high), max(low, high)  # `g5-g2` names the same ids as `g2-g5`
-        bounds = range(low, high + 1) if high <= low + _MAX_RANGE else (low, high)
+        if high < low and span.group(0)[-len(span.group(2)) - 1] in 'gG':
+            low, high = high, low  # `g5-g2` names the same ids as `g2-g5`; `g12-3` is read as its two ends
+        bounds = range(low, high + 1) if low <= high <= low + _MAX_RANGE else (low, high)
         named += len(before) + len(bounds)
         if named > _MAX_IDS:
             break
