@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
 import sqlite3
@@ -470,6 +471,74 @@ def test_a_store_error_or_a_key_that_cannot_be_written_is_reported_by_its_type_a
     assert 'the conversation key function failed (Unprintable)' in said['note']
     assert 'the conversation key function returned Key, not a non-empty string' in said['recall']
     assert any(text.endswith('it returned <Key: repr() failed>') for text in texts), texts
+
+
+def test_a_store_archive_error_that_cannot_be_written_is_reported_by_its_type_and_fails_no_run() -> None:
+    class Unwritable(ArchiveError):
+        def __str__(self) -> str:
+            raise ValueError('str refused')
+
+    class Broken(InMemoryArchiveStore):
+        def add_note(self, conversation_id: str, note: Note) -> None:
+            raise Unwritable('quota', operation='add_note')
+
+        def search(self, conversation_id: str, query: str, limit: int = 8) -> Any:
+            raise ArchiveError(Unprintable())  # a message that cannot be written
+
+    output, said, texts = run_every_tool(Broken(), key())
+    assert output == 'done'
+    assert 'archive store: add_note failed (Unwritable)' in said['note']
+    assert 'archive store: search failed (ArchiveError)' in said['recall']
+    assert any(text.endswith('Unwritable: <Unwritable: str() failed>') for text in texts)
+
+
+def test_a_store_answer_of_another_type_is_a_failed_call_not_a_failed_run() -> None:
+    class Odd(InMemoryArchiveStore):
+        def get_archived(self, conversation_id: str, ref: str) -> Any:
+            return {'payload': b''}  # not an `ArchivedResult`
+
+        def search(self, conversation_id: str, query: str, limit: int = 8) -> Any:
+            return [object()]
+
+    output, said, texts = run_every_tool(Odd(), key())
+    assert output == 'done'
+    assert said['context_recover'].startswith(
+        "The archive store failed, 'a1' could not be recovered now: archive store: get_archived returned what "
+        'cannot be read (AttributeError).'
+    )
+    assert said['recall'].startswith(
+        'Recall is unavailable right now (archive store: search returned what cannot be read (AttributeError))'
+    )
+    assert any(text.startswith('Recall could not search: archive store: search returned') for text in texts)
+
+
+@pytest.mark.parametrize('kind', [memoryview, bytearray])
+def test_a_payload_read_back_as_another_bytes_like_object_is_recovered_exactly(kind: Callable[[bytes], Any]) -> None:
+    class Driver(InMemoryArchiveStore):
+        """A store on a driver that gives `bytea` back as a `memoryview` (psycopg2) or a `bytearray`."""
+
+        def get_archived(self, conversation_id: str, ref: str) -> ArchivedResult | None:
+            entry = super().get_archived(conversation_id, ref)
+            return None if entry is None else dataclasses.replace(entry, payload=kind(entry.payload))
+
+    store = Driver()
+    output, said, _ = run_every_tool(store, conversation := key())
+    assert output == 'done'
+    assert_healthy(store, conversation, said)
+
+
+def test_a_key_function_returning_a_str_subclass_is_read_as_its_plain_text() -> None:
+    class Odd(str):
+        def __len__(self) -> int:
+            raise ValueError('len refused')
+
+        def __hash__(self) -> int:
+            raise ValueError('hash refused')
+
+    store = InMemoryArchiveStore()
+    output, said, _ = run_every_tool(store, lambda ctx: Odd('conversation-7'))  # pyright: ignore[reportArgumentType]
+    assert output == 'done'
+    assert_healthy(store, 'conversation-7', said)
 
 
 # PostgreSQL -----------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import warnings
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from pydantic_ai_compaction import Notes, Recall
+from pydantic_ai_compaction import InMemoryArchiveStore, Notes, Recall
 from pydantic_ai_compaction.processors.views.tiered import HANDOFF_MARKER, Tiered
 from pydantic_ai_compaction.runtime.segment import our_record
 
@@ -282,3 +283,23 @@ def test_cleared_outputs_are_archived_and_recoverable_with_a_store() -> None:
     )
     # The exact original of the cleared output, with a fresh result id in front.
     assert str(recovered.content).split('\n', 1)[1] == log_text(0, 60)
+
+
+def test_a_store_of_your_own_that_raises_anything_still_lets_results_be_cleared_and_says_so() -> None:
+    class Broken(InMemoryArchiveStore):
+        def put_archived(self, entries: Any) -> None:
+            raise RuntimeError('backend down')
+
+    tiered = Tiered(context_window=WINDOW, summarize=False, clear_min_saving=0.05, store=Broken())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        seen, _, result = run(tiered, steps=14, lines=160)
+    assert result.output == 'done'
+    # Cleared without a reference (the stub points at running the call again), not sent unprojected.
+    assert cleared_count(seen[-1]) > 0
+    stubs = [
+        str(p.content) for m in seen[-1] for p in m.parts if str(getattr(p, 'content', '')).startswith('[cleared:')
+    ]
+    assert all(stub.endswith('run it again for details]') for stub in stubs)
+    texts = {str(w.message) for w in caught}
+    assert texts == {'ClearThenSummarize cleared results without archiving them: RuntimeError: backend down'}

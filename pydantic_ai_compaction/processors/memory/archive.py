@@ -55,6 +55,7 @@ from pydantic_ai_compaction.runtime.stores.access import (
     check_conversation,
     conversation_key,
     tool_failed,
+    unreadable_answer,
 )
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
 from pydantic_ai_compaction.runtime.tokens import estimate_token_count
@@ -538,6 +539,11 @@ class Archive(AbstractCapability[AgentDepsT]):
             return deserialize_part(entry.payload).content
         except ValueError as error:
             return f'The archived result {clean_text(ref)!r} could not be read back: {type(error).__name__}.'
+        except Exception as error:  # a store of your own may answer with anything (not an `ArchivedResult`)
+            failed = tool_failed(
+                f'Archive could not recover {clean_text(ref)!r}', unreadable_answer('get_archived', error)
+            )
+            return f'The archive store failed, {clean_text(ref)!r} could not be recovered now: {failed}.'
 
 
 def _archived_refs(located: dict[str, tuple[int, int, ToolReturnPart]]) -> list[str]:

@@ -48,6 +48,7 @@ from pydantic_ai_compaction.runtime.stores.access import (
     check_conversation,
     conversation_key,
     tool_failed,
+    unreadable_answer,
 )
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
 from pydantic_ai_compaction.runtime.transcript import user_text
@@ -258,9 +259,13 @@ class Recall(AbstractCapability[AgentDepsT]):
             failed = tool_failed('Recall could not search', error)
             return f'Recall is unavailable right now ({failed}); say you are not sure rather than guess.'
 
-        if not hits:
-            return f'No match for {query!r} anywhere in this conversation.'
-        return '\n'.join(_render(hit) for hit in hits)
+        try:
+            if not hits:
+                return f'No match for {query!r} anywhere in this conversation.'
+            return '\n'.join(_render(hit) for hit in hits)
+        except Exception as error:  # a store of your own may answer with anything
+            failed = tool_failed('Recall could not search', unreadable_answer('search', error))
+            return f'Recall is unavailable right now ({failed}); say you are not sure rather than guess.'
 
 
 def _calls_of(

@@ -57,9 +57,18 @@ def serialize_part(part: ToolReturnPart) -> bytes:
 def deserialize_part(payload: bytes) -> ToolReturnPart:
     """The result `serialize_part` stored, exactly.
 
+    A payload read back as another bytes-like object (`memoryview` is what psycopg2 gives for `bytea`) is read as
+    its bytes, and one read back as text as its text.
+
     Raises:
         ValueError: The payload is not a stored result.
     """
+    if isinstance(payload, bytearray | memoryview):
+        payload = bytes(payload)
+    elif isinstance(payload, str):
+        payload = payload.encode('utf-8', 'surrogatepass')
+    elif not isinstance(payload, bytes):  # pyright: ignore[reportUnnecessaryIsInstance]  # a store of your own returns anything
+        raise ValueError(f'not a stored result: a payload of {type(payload).__name__}, not bytes')
     try:
         (request,) = ModelMessagesTypeAdapter.validate_json(payload)
     except ValidationError:
@@ -70,7 +79,7 @@ def deserialize_part(payload: bytes) -> ToolReturnPart:
         except (UnicodeDecodeError, RecursionError) as error:
             raise ValueError(f'not a stored result: {error}') from None
         (request,) = ModelMessagesTypeAdapter.validate_python(data)
-    part = request.parts[0]
+    part = request.parts[0] if request.parts else None
     if not isinstance(part, ToolReturnPart):
         raise ValueError(f'not a stored result: {type(part).__name__}')
     return part

@@ -49,7 +49,7 @@ from pydantic_ai_compaction.runtime.checks import (
     check_pattern,
 )
 from pydantic_ai_compaction.runtime.context import CompactionContext, for_request
-from pydantic_ai_compaction.runtime.degraded import SetupWarning, described, is_setup_error
+from pydantic_ai_compaction.runtime.degraded import SetupWarning, described, is_setup_error, warn_degraded
 from pydantic_ai_compaction.runtime.events import EventObserver
 from pydantic_ai_compaction.runtime.instructions import tool_provided
 from pydantic_ai_compaction.runtime.notes import NOTES_HEADER, gather_notes
@@ -368,9 +368,14 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             entries = archive_results(
                 self.store, conversation, [(part, f'cleared by {type(self).__name__}') for part in cleared], calls
             )
-        except ArchiveError:
+        except Exception as error:
             # The stub then points at recall (when the model has it) or at running the tool again; clearing is a
-            # view, nothing is lost from the log.
+            # view, nothing is lost from the log. A store of your own may raise anything, not only `ArchiveError`:
+            # the clearing goes on without references all the same, and the failure is said unless the store
+            # said it already.
+            if not (isinstance(error, ArchiveError) and error.reported):
+                shown = f'{type(error).__name__}: {described(error, text=True)}'
+                warn_degraded(f'{type(self).__name__} cleared results without archiving them: {clip(shown, 500)}')
             return [None] * len(cleared)
         return [entry.ref for entry in entries]
 

@@ -71,6 +71,8 @@ def conversation_key(ctx: RunContext[Any], conversation: ConversationKey) -> str
         raise ArchiveError(
             f'the conversation key function failed ({type(error).__name__})\n{_shown(error)}', operation='conversation'
         ) from error
+    if isinstance(key, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+        key = str.__str__(key)  # a plain `str`: a subclass's own methods (`__len__`, `__hash__`) are the user's
     if not isinstance(key, str) or not key:  # pyright: ignore[reportUnnecessaryIsInstance]
         raise ArchiveError(
             f'the conversation key function returned {type(key).__name__}, not a non-empty string\n'
@@ -94,14 +96,37 @@ async def call_store(operation: str, function: Callable[..., T], *args: Any) -> 
     """
     try:
         return await anyio.to_thread.run_sync(partial(function, *args))
-    except ArchiveError:
-        raise
+    except ArchiveError as error:
+        if _writable(error):
+            raise
+        # A store's own `ArchiveError` whose text cannot be written (its `str` raises): told by its type, as below.
+        raise ArchiveError(
+            f'archive store: {operation} failed ({type(error).__name__})\n{_shown(error)}', operation=operation
+        ) from error
     except Exception as error:
         # A store of your own may put anything in its error (a path, a query, a DSN): the model is told the kind
         # only, the warning the whole of it.
         raise ArchiveError(
             f'archive store: {operation} failed ({type(error).__name__})\n{_shown(error)}', operation=operation
         ) from error
+
+
+def unreadable_answer(operation: str, error: Exception) -> ArchiveError:
+    """The `ArchiveError` of a store's answer a memory tool cannot read (a store of your own returning an object
+    of another type than its method's): said as a failure of that operation, which it is."""
+    return ArchiveError(
+        f'archive store: {operation} returned what cannot be read ({type(error).__name__})\n{_shown(error)}',
+        operation=operation,
+    )
+
+
+def _writable(error: ArchiveError) -> bool:
+    """Whether *error*'s text can be written (`str` does not raise), as the tools and warnings write it."""
+    try:
+        str(error)
+    except Exception:
+        return False
+    return True
 
 
 def tool_failed(what: str, error: ArchiveError) -> str:
