@@ -123,3 +123,13 @@ def recorded_history(steps: int = 6, *, lines: int = 40) -> list[ModelMessage]:
             )
         )
     return messages
+
+
+class Unprintable(Exception):
+    """An exception of the user's that refuses to be written: its `str` and its `repr` raise."""
+
+    def __str__(self) -> str:
+        raise ValueError('str refused')
+
+    def __repr__(self) -> str:
+        raise ValueError('repr refused')

@@ -29,7 +29,7 @@ from pydantic_ai_compaction import (
 )
 from pydantic_ai_compaction.runtime import SPAN_NAME, CompactionContext, compactor, events
 
-from .support import ScriptedAgentModel, fork_json, log_text
+from .support import ScriptedAgentModel, Unprintable, fork_json, log_text
 
 P = events.ATTRIBUTE_PREFIX
 
@@ -240,13 +240,6 @@ def _run_context(tracer: Any) -> Any:
 
 
 def test_a_failure_whose_error_cannot_be_written_is_an_error_span_and_fails_no_run() -> None:
-    class Unprintable(Exception):
-        def __str__(self) -> str:
-            raise ValueError('str refused')
-
-        def __repr__(self) -> str:
-            raise ValueError('repr refused')
-
     def protect(exchange: object, messages: object) -> bool:
         raise Unprintable
 

@@ -17,7 +17,7 @@ from pydantic_ai_compaction.processors.strategies.fork import Fork as ForkClass
 from pydantic_ai_compaction.runtime import our_record, pairing_problems, segment
 from pydantic_ai_compaction.testing import replay
 
-from .support import ScriptedAgentModel, audit_agent, fork_json, recorded_history
+from .support import ScriptedAgentModel, Unprintable, audit_agent, fork_json, recorded_history
 
 TRIGGER = Trigger(tokens=3_000)
 
@@ -128,16 +128,6 @@ def test_fork_json_found_among_prose_and_fences(reply: str, keep: tuple[str, ...
 def test_fork_free_keep_line_takes_whole_ids_only() -> None:
     proposal = ForkClass(variant='free').parse('KEEP: g3, debug12, img4\nsummary text', segment(recorded_history()))
     assert proposal.kept == ('g3',)
-
-
-class Unprintable(Exception):
-    """An exception of the user's that refuses to be written: its `str` and its `repr` raise."""
-
-    def __str__(self) -> str:
-        raise ValueError('str refused')
-
-    def __repr__(self) -> str:
-        raise ValueError('repr refused')
 
 
 def _raise_unprintable(*args: object) -> Any:

@@ -43,6 +43,7 @@ from pydantic_ai_compaction.runtime.degraded import SetupWarning, is_setup_error
 from pydantic_ai_compaction.runtime.stores import InMemoryArchiveStore, PostgresArchiveStore, SQLiteArchiveStore
 
 from .stores import POSTGRES_DSN, postgres_store
+from .support import Unprintable
 
 REPORT = 'timeout_ms = 1050\nregion = eu-west-2\n'
 
@@ -415,16 +416,6 @@ def test_a_store_of_your_own_that_raises_anything_never_fails_the_run() -> None:
     assert any(text.startswith('Notes could not store a note') and 'OSError: quota exceeded' in text for text in texts)
     assert any(text.startswith('Recall could not search') and "KeyError: 'index'" in text for text in texts)
     assert any(text.startswith("Archive could not recover 'a1'") and 'backend down' in text for text in texts)
-
-
-class Unprintable(Exception):
-    """A store's error that refuses to be written: its `str` and `repr` raise."""
-
-    def __str__(self) -> str:
-        raise ValueError('str refused')
-
-    def __repr__(self) -> str:
-        raise ValueError('repr refused')
 
 
 def test_a_store_error_or_a_key_that_cannot_be_written_is_reported_by_its_type_and_fails_no_run() -> None:
