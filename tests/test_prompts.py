@@ -617,6 +617,8 @@ async def test_a_free_fork_reads_a_keep_line_written_in_markdown(line: str) -> N
         ('KEEP: g2 \u2013 g4 (the config work), g6', ['g2', 'g3', 'g4', 'g6']),
         ('KEEP:\n- g2 \u2014 g3 (the two logs)\n- g5', ['g2', 'g3', 'g5']),
         ('KEEP: g4-g2', ['g2', 'g3', 'g4']),
+        ('KEEP: g2 - g4: the setup, g6', ['g2', 'g3', 'g4', 'g6']),
+        ('KEEP: **g2 \u2013 g4**, g6', ['g2', 'g3', 'g4', 'g6']),
         # Without a `g` on its high end, a range from its high end is read as its two ends, as a range too wide.
         ('KEEP: g4-2', ['g2', 'g4']),
         # A range too wide to be meant is read as its two ends (the validator rejects the one that is no exchange).
@@ -648,6 +650,8 @@ async def test_a_free_fork_reads_ids_in_capitals_and_ranges(line: str, kept: lis
         # With ids after it, a none word joined to a dash is read for them, as `none of them except g5` is.
         ('KEEP: none-of-these except g5\nLogs read.', ['g5']),
         ('KEEP: no-op changes aside, g3 and g4\nLogs read.', ['g3', 'g4']),
+        # A joined none word whose note points at ids elsewhere does not decide: the list under it, the next line.
+        ('KEEP: None\u2014see below\nKEEP: g3, g5\nLogs read.', ['g3', 'g5']),
         # A note after a dash is still a note, also when it names other exchanges: not a range.
         ('KEEP: g2 - the config, g5\nLogs read.', ['g2', 'g5']),
         ('KEEP: g7 \u2014 g2 and g3 were superseded by it\nLogs read.', ['g7']),
@@ -671,6 +675,20 @@ def test_a_reply_repeating_a_range_names_a_bounded_number_of_ids() -> None:
     assert found is not None and found[0] == tuple(f'g{n}' for n in range(1, 1001))
     listed = fork_module._keep_line('KEEP:\n' + '- g1-g1000\n' * 30_000)  # pyright: ignore[reportPrivateUsage]
     assert listed is not None and len(listed[0]) == 1_000 and listed[2] < 11 * 30_000
+
+
+@pytest.mark.parametrize(
+    'reply',
+    [
+        'KEEP: None\u2014except these:\n- g2\n- g5\nLogs read.',
+        'KEEP: None\u2014just the config exchange\nSummary: g4 had the config.',
+    ],
+)
+def test_a_joined_none_word_whose_note_points_elsewhere_names_neither(reply: str) -> None:
+    # Read as none, they dropped what the model meant to keep; naming neither, the runtime falls back instead.
+    from pydantic_ai_compaction.processors.strategies import fork as fork_module
+
+    assert fork_module._keep_line(reply) is None  # pyright: ignore[reportPrivateUsage]
 
 
 @pytest.mark.parametrize(

@@ -483,6 +483,48 @@ def test_a_store_archive_error_that_cannot_be_written_is_reported_by_its_type_an
     assert any(text.endswith('Unwritable: <Unwritable: str() failed>') for text in texts)
 
 
+def test_an_archive_error_that_skipped_its_init_or_cannot_be_written_keeps_what_it_says_of_itself() -> None:
+    class Bare(ArchiveError):
+        def __init__(self, message: str) -> None:  # never calls ArchiveError.__init__: no `reported`, no `setup`
+            self.message = message
+
+    class Reported(ArchiveError):
+        def __str__(self) -> str:
+            raise ValueError('str refused')
+
+    class Broken(InMemoryArchiveStore):
+        def add_note(self, conversation_id: str, note: Note) -> None:
+            raise Bare('quota')
+
+        def index_lines(self, lines: Any) -> int:
+            # Reported by the store already (once): not said again at every request.
+            raise Reported('down', operation='index_lines', reported=True)
+
+    output, said, texts = run_every_tool(Broken(), key())
+    assert output == 'done'
+    assert 'archive store: add_note failed (Bare)' in said['note']
+    assert not any(text.startswith('Recall could not index') for text in texts)
+
+
+def test_an_entry_whose_payload_fails_as_it_is_read_is_a_store_failure_and_is_warned() -> None:
+    class Lazy(InMemoryArchiveStore):
+        def get_archived(self, conversation_id: str, ref: str) -> Any:
+            class Entry:
+                @property
+                def payload(self) -> bytes:
+                    raise ValueError('connection closed')
+
+            return Entry()
+
+    output, said, texts = run_every_tool(Lazy(), key())
+    assert output == 'done'
+    assert said['context_recover'].startswith(
+        "The archive store failed, 'a1' could not be recovered now: archive store: get_archived returned what "
+        'cannot be read (ValueError).'
+    )
+    assert any(text.startswith("Archive could not recover 'a1'") and 'connection closed' in text for text in texts)
+
+
 def test_a_store_answer_of_another_type_is_a_failed_call_not_a_failed_run() -> None:
     class Odd(InMemoryArchiveStore):
         def get_archived(self, conversation_id: str, ref: str) -> Any:

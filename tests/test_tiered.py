@@ -22,6 +22,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from pydantic_ai_compaction import InMemoryArchiveStore, Notes, Recall
 from pydantic_ai_compaction.processors.views.tiered import HANDOFF_MARKER, Tiered
+from pydantic_ai_compaction.protocols.archive import ArchiveError
 from pydantic_ai_compaction.runtime.segment import our_record
 
 from .support import log_text
@@ -303,3 +304,23 @@ def test_a_store_of_your_own_that_raises_anything_still_lets_results_be_cleared_
     assert all(stub.endswith('run it again for details]') for stub in stubs)
     texts = {str(w.message) for w in caught}
     assert texts == {'ClearThenSummarize cleared results without archiving them: RuntimeError: backend down'}
+
+
+def test_a_store_error_that_skipped_its_init_still_lets_results_be_cleared() -> None:
+    class Bare(ArchiveError):
+        def __init__(self, message: str) -> None:  # never calls ArchiveError.__init__: no `reported`
+            self.message = message
+
+    class Broken(InMemoryArchiveStore):
+        def put_archived(self, entries: Any) -> None:
+            raise Bare('disk full')
+
+    tiered = Tiered(context_window=WINDOW, summarize=False, clear_min_saving=0.05, store=Broken())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        seen, _, result = run(tiered, steps=14, lines=160)
+    assert result.output == 'done'
+    assert cleared_count(seen[-1]) > 0
+    assert {str(w.message) for w in caught} == {
+        'ClearThenSummarize cleared results without archiving them: Bare: disk full'
+    }

@@ -536,14 +536,21 @@ class Archive(AbstractCapability[AgentDepsT]):
             # An answer, not a retry: a reference from another conversation or an earlier run is simply absent.
             return f'No archived result {clean_text(ref)!r} in this conversation.'
         try:
-            return deserialize_part(entry.payload).content
+            payload = entry.payload  # a store's lazy entry may fail here, with anything: the store failed
+        except Exception as error:  # a store of your own may answer with anything (not an `ArchivedResult`)
+            return self._unreadable(ref, error)
+        try:
+            return deserialize_part(payload).content
         except ValueError as error:
             return f'The archived result {clean_text(ref)!r} could not be read back: {type(error).__name__}.'
-        except Exception as error:  # a store of your own may answer with anything (not an `ArchivedResult`)
-            failed = tool_failed(
-                f'Archive could not recover {clean_text(ref)!r}', unreadable_answer('get_archived', error)
-            )
-            return f'The archive store failed, {clean_text(ref)!r} could not be recovered now: {failed}.'
+        except Exception as error:  # a payload of the store's own type whose conversion raises
+            return self._unreadable(ref, error)
+
+    @staticmethod
+    def _unreadable(ref: str, error: Exception) -> str:
+        """What `context_recover` answers for an entry the store gave back that cannot be read (warned)."""
+        failed = tool_failed(f'Archive could not recover {clean_text(ref)!r}', unreadable_answer('get_archived', error))
+        return f'The archive store failed, {clean_text(ref)!r} could not be recovered now: {failed}.'
 
 
 def _archived_refs(located: dict[str, tuple[int, int, ToolReturnPart]]) -> list[str]:

@@ -53,11 +53,12 @@ _ID = re.compile(r'\bg\d+\b', re.IGNORECASE)
 _RANGE = re.compile(r'\bg(\d{1,12})(?:[-\u2013\u2014]|\.\.|[ \t]+to[ \t]+)g?(\d{1,12})\b', re.IGNORECASE)
 """A range of exchange ids as a model writes one (`g2-g5`, `g2–g5`, `g2..g5`, `g2-5`, `g2 to g5`)."""
 _SPACED_RANGE = re.compile(
-    r'\b(g\d{1,12})[ \t]+[-\u2013\u2014][ \t]+(g\d{1,12})(?=[ \t]*(?:[,;(\r]|$))', re.IGNORECASE | re.MULTILINE
+    r'\b(g\d{1,12})[ \t]+[-\u2013\u2014][ \t]+(g\d{1,12})(?=[ \t]*(?:[,;:(\r*`&/.]|[-\u2013\u2014][ \t]|$))',
+    re.IGNORECASE | re.MULTILINE,
 )
-"""A range written with spaces around its dash (`g2 - g5`, `g2 – g5 (the config)`), closed up (`g2-g5`) before
-notes are cut off. Only a dash between two ids that end the item: `g3 — g2 was superseded by it` is an id and its
-note, which names another exchange."""
+"""A range written with spaces around its dash (`g2 - g5`, `g2 – g5 (the config)`, `g2 - g5: setup`), closed up
+(`g2-g5`) before notes are cut off. Only a dash between two ids that end the item (before punctuation, a note's
+dash or the line's end): `g3 — g2 was superseded by it` is an id and its note, which names another exchange."""
 _MAX_RANGE = 1_000
 """Ids a range names at most: a wider one (`g1-g999999999`) is read as its two ends."""
 _PARENTHESES = re.compile(r'\([^()]*\)')
@@ -66,6 +67,11 @@ _MAX_IDS = 10_000
 """Ids a reply names at most, repeats counted (a reply repeating `g1-g1000` would otherwise name millions)."""
 _NONE_JOINED = re.compile(r'[-\u2013\u2014]')
 """What joins a none word to its note in one word (`None\u2014all`, `none-all summarized`)."""
+_NOT_NONE = re.compile(
+    r'\b(?:except|but|besides|save|other|apart|follow\w*|see|unless|listed|just|only)\b|:[ \t*_`]*$', re.I
+)
+"""Words of a note that point at ids elsewhere (`None\u2014except these:`, `None\u2014see below`): such a joined
+none word does not decide the line, which is then read as before (for ids, or as naming neither)."""
 _NONE_WORDS = frozenset({'', 'none', '-', 'nothing', 'n/a', 'no', 'nil'})
 """What a `KEEP:` line opens with to name no exchange (`KEEP: none`, `KEEP: None — all summarized`, `KEEP: n/a`)."""
 _MAX_REPLY_CHARS = 2_000_000
@@ -287,7 +293,12 @@ def _keep_of(line: re.Match[str]) -> tuple[str, ...] | None:
     # `KEEP: None\u2014all summarized`: a note joined to the none word, naming no exchange. With an id after it
     # (`none-of-these except g5`, `no-op aside, g3`) the line is read for its ids as any other.
     joined = _NONE_JOINED.search(words[0].lstrip('-'))
-    if joined and _none(_NONE_JOINED.split(words[0], maxsplit=1)[0]) and not _ID.search(ids_text):
+    if (
+        joined
+        and _none(_NONE_JOINED.split(words[0], maxsplit=1)[0])
+        and not _ID.search(ids_text)
+        and not _NOT_NONE.search(ids_text)
+    ):
         return ()
     # `KEEP: none`, `KEEP: None — g3 and g4 are summarized`, `KEEP: none, g2 was superseded`; not `Keep: no mocks
     # in tests`, nor a bullet before ids (`KEEP: - g3`).

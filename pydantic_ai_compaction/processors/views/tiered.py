@@ -373,7 +373,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             # view, nothing is lost from the log. A store of your own may raise anything, not only `ArchiveError`:
             # the clearing goes on without references all the same, and the failure is said unless the store
             # said it already.
-            if not (isinstance(error, ArchiveError) and error.reported):
+            if not (isinstance(error, ArchiveError) and getattr(error, 'reported', False) is True):
                 shown = f'{type(error).__name__}: {described(error, text=True)}'
                 warn_degraded(f'{type(self).__name__} cleared results without archiving them: {clip(shown, 500)}')
             return [None] * len(cleared)

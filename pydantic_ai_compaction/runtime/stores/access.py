@@ -97,11 +97,16 @@ async def call_store(operation: str, function: Callable[..., T], *args: Any) -> 
     try:
         return await anyio.to_thread.run_sync(partial(function, *args))
     except ArchiveError as error:
-        if _writable(error):
+        if _sound(error):
             raise
-        # A store's own `ArchiveError` whose text cannot be written (its `str` raises): told by its type, as below.
+        # A store's own `ArchiveError` whose text cannot be written (its `str` raises) or that skipped
+        # `ArchiveError.__init__` (no `reported`): told by its type, as below, keeping what it says of itself.
         raise ArchiveError(
-            f'archive store: {operation} failed ({type(error).__name__})\n{_shown(error)}', operation=operation
+            f'archive store: {operation} failed ({type(error).__name__})\n{_shown(error)}',
+            operation=operation,
+            target=_attribute(error, 'target', str),
+            setup=bool(_attribute(error, 'setup', bool)),
+            reported=bool(_attribute(error, 'reported', bool)),
         ) from error
     except Exception as error:
         # A store of your own may put anything in its error (a path, a query, a DSN): the model is told the kind
@@ -120,13 +125,26 @@ def unreadable_answer(operation: str, error: Exception) -> ArchiveError:
     )
 
 
-def _writable(error: ArchiveError) -> bool:
-    """Whether *error*'s text can be written (`str` does not raise), as the tools and warnings write it."""
+def _sound(error: ArchiveError) -> bool:
+    """Whether *error* can be read as the tools and warnings read it: its text written (`str` does not raise) and
+    the fields `ArchiveError.__init__` sets present, of their types."""
     try:
         str(error)
     except Exception:
         return False
-    return True
+    return all(
+        _attribute(error, name, kind) is not None
+        for name, kind in (('operation', str), ('setup', bool), ('reported', bool))
+    )
+
+
+def _attribute(error: ArchiveError, name: str, kind: type) -> Any:
+    """*error*'s field *name* when it is a *kind*, else `None` (missing, of another type, or raising)."""
+    try:
+        value = getattr(error, name)
+    except Exception:
+        return None
+    return value if isinstance(value, kind) else None
 
 
 def tool_failed(what: str, error: ArchiveError) -> str:
