@@ -619,6 +619,9 @@ async def test_a_free_fork_reads_a_keep_line_written_in_markdown(line: str) -> N
         ('KEEP: g4-g2', ['g2', 'g3', 'g4']),
         ('KEEP: g2 - g4: the setup, g6', ['g2', 'g3', 'g4', 'g6']),
         ('KEEP: **g2 \u2013 g4**, g6', ['g2', 'g3', 'g4', 'g6']),
+        # A list line that is ids only as written, not once its range is closed up, keeps what it named as written.
+        ('KEEP:\n- g2 \u2013 g4. The config work.\n- g6', ['g2', 'g6']),
+        ('KEEP:\n- **g2 - g4** setup\n- g6', ['g2', 'g6']),
         # Without a `g` on its high end, a range from its high end is read as its two ends, as a range too wide.
         ('KEEP: g4-2', ['g2', 'g4']),
         # A range too wide to be meant is read as its two ends (the validator rejects the one that is no exchange).
@@ -682,6 +685,7 @@ def test_a_reply_repeating_a_range_names_a_bounded_number_of_ids() -> None:
     [
         'KEEP: None\u2014except these:\n- g2\n- g5\nLogs read.',
         'KEEP: None\u2014just the config exchange\nSummary: g4 had the config.',
+        'KEEP: None\u2014\n- g2\n- g5\nLogs read.',
     ],
 )
 def test_a_joined_none_word_whose_note_points_elsewhere_names_neither(reply: str) -> None:

@@ -41,6 +41,7 @@ from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveErro
 from pydantic_ai_compaction.runtime.checks import ConfigurationError
 from pydantic_ai_compaction.runtime.degraded import SetupWarning, is_setup_error
 from pydantic_ai_compaction.runtime.stores import InMemoryArchiveStore, PostgresArchiveStore, SQLiteArchiveStore
+from pydantic_ai_compaction.runtime.stores.access import call_store
 
 from .stores import POSTGRES_DSN, postgres_store
 from .support import Unprintable
@@ -503,16 +504,55 @@ def test_an_archive_error_that_skipped_its_init_or_cannot_be_written_keeps_what_
     output, said, texts = run_every_tool(Broken(), key())
     assert output == 'done'
     assert 'archive store: add_note failed (Bare)' in said['note']
+    # Not reported by the store: the user is told; reported by it: not told again at every request.
+    assert any(text.startswith('Notes could not store a note') and text.endswith('Bare: quota') for text in texts)
     assert not any(text.startswith('Recall could not index') for text in texts)
 
 
-def test_an_entry_whose_payload_fails_as_it_is_read_is_a_store_failure_and_is_warned() -> None:
+async def test_an_archive_error_that_cannot_be_written_is_re_raised_with_its_setup_and_target() -> None:
+    class Refused(ArchiveError):
+        def __str__(self) -> str:
+            raise ValueError('str refused')
+
+    def login() -> None:
+        raise Refused('login refused', operation='open', target='db.example', setup=True)
+
+    with pytest.raises(ArchiveError) as raised:
+        await call_store('open', login)
+    error = raised.value
+    assert type(error) is ArchiveError and isinstance(error.__cause__, Refused)
+    assert (error.operation, error.target, error.setup, error.reported) == ('open', 'db.example', True, True)
+    assert str(error) == 'archive store: open failed (Refused)\nRefused: <Refused: str() failed>'
+
+
+def test_numbering_falls_back_to_the_history_when_the_store_error_skipped_its_init() -> None:
+    class Bare(ArchiveError):
+        def __init__(self, message: str) -> None:
+            self.message = message
+
+    class Broken(InMemoryArchiveStore):
+        def next_numbers(self, conversation_id: str, counter: str, count: int) -> list[int]:
+            raise Bare('counter locked')
+
+    agent, seen = memory_agent(Broken(), key(), [[ToolCallPart('read', {'name': 'a'})], [TextPart('done')]])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        assert agent.run_sync('go').output == 'done'
+    # Numbered from the history alone, and said so with the store's error by its type and text.
+    returned = [p for m in seen[-1] for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert [result_id_of(p) for p in returned] == ['r1']
+    numbered = 'Archive numbered new results from the history alone, the store failed: archive store: next_numbers'
+    assert any(str(w.message).startswith(numbered) and 'Bare: counter locked' in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize('kind', [ValueError, RuntimeError])
+def test_an_entry_whose_payload_fails_as_it_is_read_is_a_store_failure_and_is_warned(kind: type[Exception]) -> None:
     class Lazy(InMemoryArchiveStore):
         def get_archived(self, conversation_id: str, ref: str) -> Any:
             class Entry:
                 @property
                 def payload(self) -> bytes:
-                    raise ValueError('connection closed')
+                    raise kind('connection closed')
 
             return Entry()
 
@@ -520,7 +560,7 @@ def test_an_entry_whose_payload_fails_as_it_is_read_is_a_store_failure_and_is_wa
     assert output == 'done'
     assert said['context_recover'].startswith(
         "The archive store failed, 'a1' could not be recovered now: archive store: get_archived returned what "
-        'cannot be read (ValueError).'
+        f'cannot be read ({kind.__name__}).'
     )
     assert any(text.startswith("Archive could not recover 'a1'") and 'connection closed' in text for text in texts)
 

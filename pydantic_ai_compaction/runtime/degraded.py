@@ -44,7 +44,7 @@ def is_setup_error(error: BaseException) -> bool:
     if isinstance(error, UserError | ImportError):
         return True
     if isinstance(error, ArchiveError):
-        return error.setup
+        return getattr(error, 'setup', False) is True  # a store's own subclass may skip `ArchiveError.__init__`
     return isinstance(error, ModelHTTPError) and error.status_code in SETUP_STATUSES
 
 

@@ -54,6 +54,7 @@ from pydantic_ai_compaction.runtime.stores.access import (
     call_store,
     check_conversation,
     conversation_key,
+    readable_error,
     tool_failed,
     unreadable_answer,
 )
@@ -358,6 +359,7 @@ class Archive(AbstractCapability[AgentDepsT]):
         except ArchiveError as error:
             # Numbering degrades rather than stops: ids that follow the history's own are unique in it, so
             # the agent can still name results; the store's counter moves past them once it answers again.
+            error = readable_error(error, 'next_numbers')  # the store's own, read here before `call_store`
             if not error.reported:  # a setup mistake or an unreachable server: reported once, by the store
                 warn_degraded(
                     f'Archive numbered new results from the history alone, the store failed: {error}', stacklevel=2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -68,7 +69,8 @@ _MAX_IDS = 10_000
 _NONE_JOINED = re.compile(r'[-\u2013\u2014]')
 """What joins a none word to its note in one word (`None\u2014all`, `none-all summarized`)."""
 _NOT_NONE = re.compile(
-    r'\b(?:except|but|besides|save|other|apart|follow\w*|see|unless|listed|just|only)\b|:[ \t*_`]*$', re.I
+    r'\b(?:except|but|besides|save|other|apart|follow\w*|see|unless|listed|just|only)\b|[-\u2013\u2014:][ \t*_`]*$',
+    re.I,
 )
 """Words of a note that point at ids elsewhere (`None\u2014except these:`, `None\u2014see below`): such a joined
 none word does not decide the line, which is then read as before (for ids, or as naming neither)."""
@@ -286,7 +288,8 @@ def render_structured(summary: dict[str, Any]) -> str:
 
 def _keep_of(line: re.Match[str]) -> tuple[str, ...] | None:
     """The ids a `KEEP:` line names (`()` for none), or `None` when it names neither."""
-    ids_text = _SPACED_RANGE.sub(r'\1-\2', line.group('ids').strip(_MARKUP))
+    written = line.group('ids').strip(_MARKUP)
+    ids_text = _SPACED_RANGE.sub(r'\1-\2', written)
     words = ids_text.split(maxsplit=1)
     if not words:
         return ()
@@ -305,12 +308,26 @@ def _keep_of(line: re.Match[str]) -> tuple[str, ...] | None:
     said = len(words) == 1 or (words[0] != '-' and (words[1][0] in '-\u2013\u2014(:' or words[0][-1] in '.,;:-\u2014'))
     if _none(words[0]) and said:
         return ()
-    # Each id before its note (`g2 (config), g5: the tests`): an id or a range in a note is not a choice.
-    unnoted = _PARENTHESES.sub('', ids_text)
-    ids = _ids_in(','.join(_NOTE.split(piece, maxsplit=1)[0] for piece in re.split('[,;]', unnoted)))
+    ids = _closed_up(_noted_ids, written, ids_text)
     if ids:
         return ids
     return _ids_in(ids_text) or None  # `KEEP: none of them except g5` names g5
+
+
+def _noted_ids(text: str) -> tuple[str, ...]:
+    """Each id before its note (`g2 (config), g5: the tests`): an id or a range in a note is not a choice."""
+    unnoted = _PARENTHESES.sub('', text)
+    return _ids_in(','.join(_NOTE.split(piece, maxsplit=1)[0] for piece in re.split('[,;]', unnoted)))
+
+
+def _closed_up(read: Callable[[str], tuple[str, ...]], written: str, closed: str) -> tuple[str, ...]:
+    """*read* of the text with its spaced ranges *closed* up, and of the text as *written* when they differ: a
+    dash between two ids may also start a note (`g3 — g2 was superseded`), and reading it as a range must never
+    name fewer ids than reading it as a note."""
+    ids = read(closed)
+    if closed == written:
+        return ids
+    return tuple(dict.fromkeys((*ids, *read(written))))[:_MAX_IDS]
 
 
 def _none(word: str) -> bool:
@@ -384,7 +401,12 @@ def _listed(reply: str, at: int) -> tuple[tuple[str, ...], int]:
 def _ids_listed(line: str) -> tuple[str, ...]:
     """The ids of a line of a list of exchange ids (`- g2 (the config)`, `g2, g5`), or none for any other line: a
     sentence that starts with an id (`g3 failed twice`) is not one."""
-    body = _SPACED_RANGE.sub(r'\1-\2', line[_LIST_MARK.match(line).end() :])  # pyright: ignore[reportOptionalMemberAccess]
+    body = line[_LIST_MARK.match(line).end() :]  # pyright: ignore[reportOptionalMemberAccess]
+    return _closed_up(_list_ids, body, _SPACED_RANGE.sub(r'\1-\2', body))
+
+
+def _list_ids(body: str) -> tuple[str, ...]:
+    """The ids of a list line's *body* (after its bullet), or none when it is not only ids before a note."""
     head = _NOTE.split(body, maxsplit=1)[0].strip(' \t\r.*_`')
     return _ids_in(head) if _IDS_ONLY.fullmatch(head) else ()
 

@@ -61,7 +61,12 @@ from pydantic_ai_compaction.runtime.segment import (
     is_restatement,
     segment,
 )
-from pydantic_ai_compaction.runtime.stores.access import ConversationKey, check_conversation, conversation_key
+from pydantic_ai_compaction.runtime.stores.access import (
+    ConversationKey,
+    check_conversation,
+    conversation_key,
+    readable_error,
+)
 from pydantic_ai_compaction.runtime.tokens import DEFAULT_CONTEXT_WINDOW, estimate_token_count, resolve_context_window
 from pydantic_ai_compaction.runtime.transcript import clip, render_messages, return_text, user_text
 from pydantic_ai_compaction.runtime.trigger import text_tokens
@@ -373,7 +378,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             # view, nothing is lost from the log. A store of your own may raise anything, not only `ArchiveError`:
             # the clearing goes on without references all the same, and the failure is said unless the store
             # said it already.
-            if not (isinstance(error, ArchiveError) and getattr(error, 'reported', False) is True):
+            if not (isinstance(error, ArchiveError) and readable_error(error, 'put_archived').reported):
                 shown = f'{type(error).__name__}: {described(error, text=True)}'
                 warn_degraded(f'{type(self).__name__} cleared results without archiving them: {clip(shown, 500)}')
             return [None] * len(cleared)

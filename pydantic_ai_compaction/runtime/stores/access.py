@@ -97,17 +97,10 @@ async def call_store(operation: str, function: Callable[..., T], *args: Any) -> 
     try:
         return await anyio.to_thread.run_sync(partial(function, *args))
     except ArchiveError as error:
-        if _sound(error):
+        readable = readable_error(error, operation)
+        if readable is error:
             raise
-        # A store's own `ArchiveError` whose text cannot be written (its `str` raises) or that skipped
-        # `ArchiveError.__init__` (no `reported`): told by its type, as below, keeping what it says of itself.
-        raise ArchiveError(
-            f'archive store: {operation} failed ({type(error).__name__})\n{_shown(error)}',
-            operation=operation,
-            target=_attribute(error, 'target', str),
-            setup=bool(_attribute(error, 'setup', bool)),
-            reported=bool(_attribute(error, 'reported', bool)),
-        ) from error
+        raise readable from error
     except Exception as error:
         # A store of your own may put anything in its error (a path, a query, a DSN): the model is told the kind
         # only, the warning the whole of it.
@@ -122,6 +115,21 @@ def unreadable_answer(operation: str, error: Exception) -> ArchiveError:
     return ArchiveError(
         f'archive store: {operation} returned what cannot be read ({type(error).__name__})\n{_shown(error)}',
         operation=operation,
+    )
+
+
+def readable_error(error: ArchiveError, operation: str) -> ArchiveError:
+    """*error*, or, when a store's own `ArchiveError` cannot be read as the tools and warnings read it (its `str`
+    raises, or it skipped `ArchiveError.__init__`), one that says it by its type and keeps what it says of itself
+    (`setup`, `reported`, `target`)."""
+    if _sound(error):
+        return error
+    return ArchiveError(
+        f'archive store: {operation} failed ({type(error).__name__})\n{_shown(error)}',
+        operation=operation,
+        target=_attribute(error, 'target', str) or '',
+        setup=bool(_attribute(error, 'setup', bool)),
+        reported=bool(_attribute(error, 'reported', bool)),
     )
 
 
