@@ -286,10 +286,23 @@ def test_cleared_outputs_are_archived_and_recoverable_with_a_store() -> None:
     assert str(recovered.content).split('\n', 1)[1] == log_text(0, 60)
 
 
-def test_a_store_of_your_own_that_raises_anything_still_lets_results_be_cleared_and_says_so() -> None:
+class _Bare(ArchiveError):
+    """A store's own error that never calls `ArchiveError.__init__` (no `reported`)."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+@pytest.mark.parametrize(
+    ('error', 'said'),
+    [(RuntimeError('backend down'), 'RuntimeError: backend down'), (_Bare('disk full'), '_Bare: disk full')],
+)
+def test_a_store_of_your_own_that_raises_anything_still_lets_results_be_cleared_and_says_so(
+    error: Exception, said: str
+) -> None:
     class Broken(InMemoryArchiveStore):
         def put_archived(self, entries: Any) -> None:
-            raise RuntimeError('backend down')
+            raise error
 
     tiered = Tiered(context_window=WINDOW, summarize=False, clear_min_saving=0.05, store=Broken())
     with warnings.catch_warnings(record=True) as caught:
@@ -298,29 +311,6 @@ def test_a_store_of_your_own_that_raises_anything_still_lets_results_be_cleared_
     assert result.output == 'done'
     # Cleared without a reference (the stub points at running the call again), not sent unprojected.
     assert cleared_count(seen[-1]) > 0
-    stubs = [
-        str(p.content) for m in seen[-1] for p in m.parts if str(getattr(p, 'content', '')).startswith('[cleared:')
-    ]
-    assert all(stub.endswith('run it again for details]') for stub in stubs)
-    texts = {str(w.message) for w in caught}
-    assert texts == {'ClearThenSummarize cleared results without archiving them: RuntimeError: backend down'}
-
-
-def test_a_store_error_that_skipped_its_init_still_lets_results_be_cleared() -> None:
-    class Bare(ArchiveError):
-        def __init__(self, message: str) -> None:  # never calls ArchiveError.__init__: no `reported`
-            self.message = message
-
-    class Broken(InMemoryArchiveStore):
-        def put_archived(self, entries: Any) -> None:
-            raise Bare('disk full')
-
-    tiered = Tiered(context_window=WINDOW, summarize=False, clear_min_saving=0.05, store=Broken())
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter('always')
-        seen, _, result = run(tiered, steps=14, lines=160)
-    assert result.output == 'done'
-    assert cleared_count(seen[-1]) > 0
-    assert {str(w.message) for w in caught} == {
-        'ClearThenSummarize cleared results without archiving them: Bare: disk full'
-    }
+    contents = [str(p.content) for m in seen[-1] for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert all(c.endswith('run it again for details]') for c in contents if c.startswith('[cleared:'))
+    assert {str(w.message) for w in caught} == {f'ClearThenSummarize cleared results without archiving them: {said}'}
