@@ -36,7 +36,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from pydantic_ai_compaction import Archive, Notes, Recall
-from pydantic_ai_compaction.processors.memory.results import original_part, result_id_of
+from pydantic_ai_compaction.processors.memory.results import deserialize_part, original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Note
 from pydantic_ai_compaction.runtime.checks import ConfigurationError
 from pydantic_ai_compaction.runtime.degraded import SetupWarning, is_setup_error
@@ -585,7 +585,11 @@ def test_a_store_answer_of_another_type_is_a_failed_call_not_a_failed_run() -> N
     assert any(text.startswith('Recall could not search: archive store: search returned') for text in texts)
 
 
-@pytest.mark.parametrize('kind', [memoryview, bytearray])
+def _as_text(payload: bytes) -> str:
+    return payload.decode('utf-8', 'surrogatepass')  # a store keeping the payload in a text column
+
+
+@pytest.mark.parametrize('kind', [memoryview, bytearray, _as_text])
 def test_a_payload_read_back_as_another_bytes_like_object_is_recovered_exactly(kind: Callable[[bytes], Any]) -> None:
     class Driver(InMemoryArchiveStore):
         """A store on a driver that gives `bytea` back as a `memoryview` (psycopg2) or a `bytearray`."""
@@ -598,6 +602,19 @@ def test_a_payload_read_back_as_another_bytes_like_object_is_recovered_exactly(k
     output, said, _ = run_every_tool(store, conversation := key())
     assert output == 'done'
     assert_healthy(store, conversation, said)
+
+
+@pytest.mark.parametrize(
+    ('payload', 'said'),
+    [
+        (b'[{"kind":"request","parts":[]}]', 'not a stored result: NoneType'),
+        (None, 'not a stored result: a payload of NoneType, not bytes'),
+    ],
+)
+def test_a_payload_that_holds_no_result_is_refused_with_a_value_error(payload: Any, said: str) -> None:
+    # A request with no part raised `IndexError`, and `None` an `AttributeError`: neither is what callers catch.
+    with pytest.raises(ValueError, match=said):
+        deserialize_part(payload)
 
 
 def test_a_key_function_returning_a_str_subclass_is_read_as_its_plain_text() -> None:
