@@ -660,6 +660,16 @@ async def test_a_free_fork_reads_ids_in_capitals_and_ranges(line: str, kept: lis
         ('KEEP: g7 \u2014 g2 and g3 were superseded by it\nLogs read.', ['g7']),
         ('KEEP: g3 \u2014 g4 failed\nLogs read.', ['g3']),
         ('KEEP:\n- g3 \u2014 g2 was superseded by it\n- g4\nLogs read.', ['g3', 'g4']),
+        # A spaced range then `and` and a last id is a range and an id, not an id and its note.
+        ('KEEP: g2 - g5 and g7\nLogs read.', ['g2', 'g3', 'g4', 'g5', 'g7']),
+        ('KEEP: g2 \u2013 g4 and g7 (the config)\nLogs read.', ['g2', 'g3', 'g4', 'g7']),
+        # A line that names no id but points at a list reads the list under it.
+        ('KEEP: None \u2014 except these:\n- g2\n- g5\nLogs read.', ['g2', 'g5']),
+        ('KEEP: None\u2014except these:\n- g2\n- g5\nLogs read.', ['g2', 'g5']),
+        ('KEEP: None\u2014\n- g2\n- g5\nLogs read.', ['g2', 'g5']),
+        ('KEEP: the following:\n\n- g3 (the config)\n- g6\n\nLogs read.', ['g3', 'g6']),
+        # Pointing at nothing under it, the line is read as it stands.
+        ('KEEP: None \u2014 all summarized below:\nLogs read.', []),
     ],
 )
 async def test_a_free_fork_reads_ids_before_a_note_and_none_only_when_said(reply: str, kept: list[str]) -> None:
@@ -683,9 +693,8 @@ def test_a_reply_repeating_a_range_names_a_bounded_number_of_ids() -> None:
 @pytest.mark.parametrize(
     'reply',
     [
-        'KEEP: None\u2014except these:\n- g2\n- g5\nLogs read.',
         'KEEP: None\u2014just the config exchange\nSummary: g4 had the config.',
-        'KEEP: None\u2014\n- g2\n- g5\nLogs read.',
+        'KEEP: None\u2014see below\nSummary: g4 had the config.',
     ],
 )
 def test_a_joined_none_word_whose_note_points_elsewhere_names_neither(reply: str) -> None:

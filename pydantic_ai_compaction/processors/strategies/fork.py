@@ -53,13 +53,16 @@ _IDS_ONLY = re.compile(r'(?:[ \t,;*_`"\'\[\]]|and\b|to\b|g\d+(?:(?:[-\u2013\u201
 _ID = re.compile(r'\bg\d+\b', re.IGNORECASE)
 _RANGE = re.compile(r'\bg(\d{1,12})(?:[-\u2013\u2014]|\.\.|[ \t]+to[ \t]+)g?(\d{1,12})\b', re.IGNORECASE)
 """A range of exchange ids as a model writes one (`g2-g5`, `g2–g5`, `g2..g5`, `g2-5`, `g2 to g5`)."""
+_ITEM_END = r'[ \t]*(?:[,;:(\r*`&/.]|[-\u2013\u2014][ \t]|$)'
+"""What ends an item of a list of ids: punctuation, a note's dash or the line's end."""
 _SPACED_RANGE = re.compile(
-    r'\b(g\d{1,12})[ \t]+[-\u2013\u2014][ \t]+(g\d{1,12})(?=[ \t]*(?:[,;:(\r*`&/.]|[-\u2013\u2014][ \t]|$))',
+    rf'\b(g\d{{1,12}})[ \t]+[-\u2013\u2014][ \t]+(g\d{{1,12}})(?={_ITEM_END}|[ \t]+and[ \t]+g\d{{1,12}}\b{_ITEM_END})',
     re.IGNORECASE | re.MULTILINE,
 )
-"""A range written with spaces around its dash (`g2 - g5`, `g2 – g5 (the config)`, `g2 - g5: setup`), closed up
-(`g2-g5`) before notes are cut off. Only a dash between two ids that end the item (before punctuation, a note's
-dash or the line's end): `g3 — g2 was superseded by it` is an id and its note, which names another exchange."""
+"""A range written with spaces around its dash (`g2 - g5`, `g2 – g5 (the config)`, `g2 - g5: setup`, `g2 - g5 and
+g8`), closed up (`g2-g5`) before notes are cut off. Only a dash between two ids that end the item (before
+punctuation, a note's dash, the line's end, or `and` and a last id): `g3 — g2 was superseded by it` and `g7 — g2
+and g3 were superseded` are an id and its note, which names other exchanges."""
 _MAX_RANGE = 1_000
 """Ids a range names at most: a wider one (`g1-g999999999`) is read as its two ends."""
 _PARENTHESES = re.compile(r'\([^()]*\)')
@@ -366,14 +369,28 @@ def _keep_line(reply: str) -> tuple[tuple[str, ...], int, int] | None:
     """
     lines = list(_KEEP_LINE.finditer(reply))
     labelled = [line for line in lines if line.group('label') == 'KEEP']
-    match = next((line for line in labelled or lines if _keep_of(line) is not None), None)
-    if match is None:
-        return None
-    keep, end = _keep_of(match) or (), match.end()
-    if not match.group('ids').strip(_MARKUP):
-        # An empty label (not `none`): the ids are listed under it, perhaps after a blank line.
-        keep, end = _listed(reply, end)
-    return keep, match.start(), end
+    for match in labelled or lines:
+        written = match.group('ids').strip(_MARKUP)
+        if not written:
+            # An empty label (not `none`): the ids are listed under it, perhaps after a blank line.
+            keep, end = _listed(reply, match.end())
+            return keep, match.start(), end
+        if _points_below(written):
+            # `KEEP: None — except these:`, `KEEP: the following:` over a list: the list names the ids. Without
+            # one under it, the line is read as it stands.
+            keep, end = _listed(reply, match.end())
+            if keep:
+                return keep, match.start(), end
+        keep = _keep_of(match)
+        if keep is not None:
+            return keep, match.start(), match.end()
+    return None
+
+
+def _points_below(written: str) -> bool:
+    """Whether a `KEEP:` line's text names no id but points at ids elsewhere (`None — except these:`, `the
+    following:`, `None—see below`)."""
+    return not _ID.search(written) and (written.endswith(':') or _NOT_NONE.search(written) is not None)
 
 
 def _listed(reply: str, at: int) -> tuple[tuple[str, ...], int]:
