@@ -314,3 +314,54 @@ def test_a_store_of_your_own_that_raises_anything_still_lets_results_be_cleared_
     contents = [str(p.content) for m in seen[-1] for p in m.parts if isinstance(p, ToolReturnPart)]
     assert all(c.endswith('run it again for details]') for c in contents if c.startswith('[cleared:'))
     assert {str(w.message) for w in caught} == {f'ClearThenSummarize cleared results without archiving them: {said}'}
+
+
+async def test_clearing_numbers_its_references_past_those_a_resumed_history_shows() -> None:
+    # Run 2 resumes a history holding `Archive`'s stub of run 1's `a1` (run 2 is a conversation of its own): the
+    # clearing's references started at `a1` again, so one request showed two originals under `a1`.
+    import re
+
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    from pydantic_ai_compaction import Archive
+
+    def returns(messages: list[ModelMessage]) -> list[ToolReturnPart]:
+        return [p for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, ToolReturnPart)]
+
+    def first(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        names = [r.tool_name for r in returns(messages)]
+        if 'fetch' not in names:
+            return ModelResponse(parts=[ToolCallPart('fetch', {'n': 0})])
+        if 'context_apply' not in names:
+            items = [{'result_id': 'r1', 'note': 'report 0'}]
+            return ModelResponse(parts=[ToolCallPart('context_apply', {'items': items})])
+        return ModelResponse(parts=[TextPart('done')])
+
+    shown: list[list[str]] = []
+
+    def second(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        shown.append([str(r.content) for r in returns(messages)])
+        fetched = sum(r.tool_name == 'fetch' for r in returns(messages))
+        if fetched < 5:
+            return ModelResponse(parts=[ToolCallPart('fetch', {'n': fetched})])
+        return ModelResponse(parts=[TextPart('done')])
+
+    store = InMemoryArchiveStore()
+
+    def agent(respond: Any) -> Agent[None, str]:
+        tiered = Tiered[None](store=store, summarize=False, context_window=4_000, keep_results=1)
+        made = Agent(FunctionModel(respond), capabilities=[Archive[None](store=store), tiered])
+
+        @made.tool_plain
+        def fetch(n: int) -> str:  # pyright: ignore[reportUnusedFunction]
+            return f'REPORT {n}\n' + f'line of report {n}\n' * 250
+
+        return made
+
+    ran = await agent(first).run('fetch report 0, then archive it')
+    history = ModelMessagesTypeAdapter.validate_json(ran.all_messages_json())
+    await agent(second).run('fetch more reports', message_history=history)
+    last = shown[-1]
+    refs = [ref for content in last for ref in re.findall(r'context_recover\("(a\d+)"\)', content)]
+    assert refs[0] == 'a1' and 'archived as a1' in last[0]  # `Archive`'s stub of run 1
+    assert refs[1:] == ['a2', 'a3', 'a4']  # the clearing's own, past it

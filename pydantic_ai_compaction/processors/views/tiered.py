@@ -31,7 +31,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT, RunContext
 
-from pydantic_ai_compaction.processors.memory.results import archive_results
+from pydantic_ai_compaction.processors.memory.results import archive_results, archived_ref_of
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore
 from pydantic_ai_compaction.protocols.metadata import ResultMarks, is_handoff
 from pydantic_ai_compaction.protocols.names import RECALL_TOOL, WRITE_TOOLS
@@ -339,7 +339,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         saved = _saving(view, older)
         if saved < self.clear_min_saving * window:
             return None  # not worth breaking the cached prefix for
-        refs = self._archive(ctx, [_part_at(view, i, p) for i, p in older], calls)
+        refs = self._archive(ctx, [_part_at(view, i, p) for i, p in older], calls, _highest_ref(view))
         for (index, part_index), ref in zip(older, refs, strict=True):
             request = out[index]
             assert isinstance(request, ModelRequest)
@@ -363,15 +363,24 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         return out
 
     def _archive(
-        self, ctx: RunContext[AgentDepsT], cleared: list[ToolReturnPart], calls: dict[str, ToolCallPart]
+        self,
+        ctx: RunContext[AgentDepsT],
+        cleared: list[ToolReturnPart],
+        calls: dict[str, ToolCallPart],
+        highest: int = 0,
     ) -> list[str | None]:
-        """Archive cleared outputs when a store is set; their references, or `None` each."""
+        """Archive cleared outputs when a store is set; their references (past *highest*, the highest the view
+        shows already), or `None` each."""
         if self.store is None or not cleared:
             return [None] * len(cleared)
         try:
             conversation = conversation_key(ctx, self.conversation)
             entries = archive_results(
-                self.store, conversation, [(part, f'cleared by {type(self).__name__}') for part in cleared], calls
+                self.store,
+                conversation,
+                [(part, f'cleared by {type(self).__name__}') for part in cleared],
+                calls,
+                highest,
             )
         except Exception as error:
             # The stub then points at recall (when the model has it) or at running the tool again; clearing is a
@@ -499,6 +508,31 @@ def _files_changed(view: Sequence[ModelMessage], writes: re.Pattern[str]) -> str
     ]
     paths = list(dict.fromkeys(paths))
     return ('Files changed: ' + ', '.join(paths)) if paths else ''
+
+
+_SHOWN_REF = re.compile(r'context_recover\("a(\d{1,18})"\)')
+"""A reference a clearing stub shows (`context_recover("a7") returns it`)."""
+_ARCHIVED_REF = re.compile(r'a\d{1,18}')
+"""A reference `Archive` marks a result with (longer ones are forged: no store counts that far)."""
+
+
+def _highest_ref(view: Sequence[ModelMessage]) -> int:
+    """The highest archive reference *view* shows: `Archive`'s stubs (a resumed history may hold those of another
+    store, or of another key) and clearing stubs. New references continue past it, so one never names two
+    originals in the same request."""
+    highest = 0
+    for message in view:
+        if not isinstance(message, ModelRequest):
+            continue
+        for part in message.parts:
+            if not isinstance(part, ToolReturnPart):
+                continue
+            ref = archived_ref_of(part)
+            if ref is not None and _ARCHIVED_REF.fullmatch(ref):
+                highest = max(highest, int(ref[1:]))
+            elif _is_cleared(part) and isinstance(part.content, str):
+                highest = max([highest, *(int(number) for number in _SHOWN_REF.findall(part.content))])
+    return highest
 
 
 def _is_cleared(part: ToolReturnPart) -> bool:
