@@ -628,3 +628,35 @@ def test_the_instructions_example_is_what_context_apply_accepts() -> None:
     assert [(item.result_id, item.note) for item in validated['items']] == [
         ("<the result's id>", '<what it held; what you concluded>')
     ]
+
+
+def test_a_recall_hit_shows_a_long_line_around_its_word_and_the_call_in_short(store: Any) -> None:
+    # A script given to a tool and a one-line JSON body were quoted whole in every hit (400 KB for eight hits of a
+    # 46 KB script; 1.1 MB for one line), and the script was indexed again with each of its output's lines.
+    script = ''.join(f'x_{n} = compute({n})\n' for n in range(2_000))
+    body = ','.join(f'{{"id":{n},"status":"{"quarantined" if n == 7_777 else "ok"}"}}' for n in range(20_000))
+    seen: list[list[ModelMessage]] = []
+    steps = [
+        [ToolCallPart('run_python', {'code': script})],
+        [ToolCallPart('recall', {'query': 'quarantined'})],
+        [TextPart('id 7777')],
+    ]
+    conversation = f'conv-long-{uuid.uuid4().hex}'
+    agent = Agent(scripted(steps, seen), capabilities=[Recall(store=store, conversation=conversation)])
+
+    @agent.tool_plain
+    def run_python(code: str) -> str:  # pyright: ignore[reportUnusedFunction]
+        return f'ran {len(code)} chars\n{body}'
+
+    agent.run_sync('Which item is quarantined?')
+    answer = next(p for p in returns(seen[-1]) if p.tool_name == 'recall').model_response_str()
+    hit, user = answer.splitlines()
+    assert user == '[user, line 0] Which item is quarantined?'
+    assert hit.startswith('[run_python({"code":"x_0 = compute(0)\\nx_1 = compute(1)')
+    assert '…), line 1] …{"id":77' in hit  # the arguments cut, then the line from a little before its word
+    assert '{"id":7777,"status":"quarantined"}' in hit
+    assert hit.endswith(f'… (a line of {len(body):,} characters, cut)')
+    assert len(answer) < 1_000
+    found, _ = store.search(conversation, 'quarantined', 8)
+    assert found.text == body  # the store keeps the whole line; only the answer is cut
+    assert len(found.args) == 500 and found.args.endswith('…')  # indexed with each line: its start

@@ -40,7 +40,7 @@ from pydantic_ai_compaction.runtime.checks import check_instance, check_int
 from pydantic_ai_compaction.runtime.degraded import warn_degraded
 from pydantic_ai_compaction.runtime.encoding import strip_nul, to_bytes, to_json
 from pydantic_ai_compaction.runtime.project import rewrites_accepted
-from pydantic_ai_compaction.runtime.stores._query import SEARCH_CANDIDATES
+from pydantic_ai_compaction.runtime.stores._query import SEARCH_CANDIDATES, words
 from pydantic_ai_compaction.runtime.stores.access import (
     MEMORY_TOOL_RETRIES,
     ConversationKey,
@@ -51,7 +51,7 @@ from pydantic_ai_compaction.runtime.stores.access import (
     unreadable_answer,
 )
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
-from pydantic_ai_compaction.runtime.transcript import user_text
+from pydantic_ai_compaction.runtime.transcript import clip, user_text
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
@@ -262,7 +262,8 @@ class Recall(AbstractCapability[AgentDepsT]):
         try:
             if not hits:
                 return f'No match for {query!r} anywhere in this conversation.'
-            return '\n'.join(_render(hit) for hit in hits)
+            wanted = words(query)
+            return '\n'.join(_render(hit, wanted) for hit in hits)
         except Exception as error:  # a store of your own may answer with anything
             failed = tool_failed('Recall could not search', unreadable_answer('search', error))
             return f'Recall is unavailable right now ({failed}); say you are not sure rather than guess.'
@@ -287,10 +288,43 @@ def _calls_of(
     return calls
 
 
-def _render(hit: Hit) -> str:
-    origin = f'{hit.tool_name}({hit.args})' if hit.tool_name else hit.source
+SHOWN_ARGS_CHARS = 200
+"""A hit's call arguments are shown up to this many characters: its provenance, not the call again (a script
+or a patch a tool was given would be repeated in every hit of its output)."""
+
+SHOWN_LINE_CHARS = 500
+"""A hit's line is shown up to this many characters, around the first query word it holds: a line of minified
+JSON or a one-line log can run to megabytes, and recall is there to fetch a value without refilling the
+context."""
+
+INDEXED_ARGS_CHARS = 500
+"""A call's arguments are indexed with each line of its output up to this many characters (a path, a URL, a
+query): in full, a 60 KB script run for 1,000 lines of output wrote 60 MB of index."""
+
+
+def _render(hit: Hit, wanted: Sequence[str]) -> str:
+    """One hit as the model reads it: provenance, then the line (both cut to what a hit needs)."""
+    args = clip(hit.args, SHOWN_ARGS_CHARS)
+    origin = f'{hit.tool_name}({args})' if hit.tool_name else hit.source
     result = f' {hit.result_id}' if hit.result_id else ''
-    return f'[{origin}{result}, line {hit.line_no}] {hit.text}'
+    return f'[{origin}{result}, line {hit.line_no}] {_excerpt(hit.text, wanted)}'
+
+
+def _excerpt(text: str, wanted: Sequence[str]) -> str:
+    """*text*, or for a line longer than `SHOWN_LINE_CHARS`, that many characters of it around the first query
+    word it holds (its start when it holds none itself: the word was in its call), and its length."""
+    if len(text) <= SHOWN_LINE_CHARS:
+        return text
+    # Positions in the lowercased line stand for those in the line: only a few letters lengthen when lowercased
+    # (`İ`), which moves the window by as many characters.
+    lowered = text.lower()
+    found = [at for word in wanted if word and (at := lowered.find(word)) >= 0]
+    at = min(found, default=0)
+    start = max(0, min(at - SHOWN_LINE_CHARS // 4, len(text) - SHOWN_LINE_CHARS))
+    end = start + SHOWN_LINE_CHARS
+    before = '…' if start else ''
+    after = '…' if end < len(text) else ''
+    return f'{before}{text[start:end]}{after} (a line of {len(text):,} characters, cut)'
 
 
 def _text_of(part: object) -> str:
@@ -323,6 +357,8 @@ def _lines(
         call = calls.get(returned.tool_call_id)
         tool_name = returned.tool_name
         args = args_json(call) if call is not None else ''
+        if len(args) > INDEXED_ARGS_CHARS:
+            args = args[: INDEXED_ARGS_CHARS - 1] + '…'
         result_id = result_id_of(returned) or ''
     elif isinstance(part, CompactionPart):
         source = 'summary'
