@@ -621,8 +621,11 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
                 refs.append((index, tuple(parts)))
                 tokens += _share(history, index, parts, token_counts[index - start])
         starts.append(refs[0][0])
-        if kind == 'turn' or kind == 'opening':
-            turns.append(len(exchanges))
+        if kind == 'opening' or (
+            kind == 'turn'
+            and not all(isinstance(history[i].parts[p], _BOOKKEEPING) for i, parts in merged.items() for p in parts)
+        ):
+            turns.append(len(exchanges))  # a turn of state changes alone is not the user's
         # Responses hold no pin or state change: only an exchange with a request holding more than tool returns
         # (or one protected for its kind or place) needs a look at its parts.
         protected = _protection(kind, history, refs, group_index) if check else None

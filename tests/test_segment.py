@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
+import pytest
+from pydantic_ai import Agent
 from pydantic_ai.messages import (
     CompactionPart,
     ModelMessage,
@@ -13,12 +17,14 @@ from pydantic_ai.messages import (
     SystemPromptPart,
     TextPart,
     ThinkingPart,
+    ToolAvailabilityDeltaPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
 )
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from pydantic_ai_compaction import CompactionEvent, Fork, Trigger
+from pydantic_ai_compaction import CompactionEvent, Fork, ResetToCheckpoint, StatelessSummary, Trigger
 from pydantic_ai_compaction.protocols import Proposal, Summary
 from pydantic_ai_compaction.runtime import apply_layout, our_record, pairing_problems, segment, validate
 
@@ -261,3 +267,54 @@ def test_exchanges_built_by_segmentation_are_those_their_dataclass_builds() -> N
     assert set(vars(built)) == {field.name for field in fields(Exchange)}
     assert '__post_init__' not in vars(Exchange) and '__slots__' not in vars(Exchange)
     assert hash(built) == hash(Exchange('g3', 'tools', ((1, None), (2, (0,))), 12, 'pinned'))
+
+
+@pytest.mark.parametrize(
+    'make', [lambda: Fork(variant='free'), StatelessSummary, ResetToCheckpoint], ids=['fork', 'summary', 'reset']
+)
+def test_a_tool_made_available_mid_run_leaves_the_users_turn_the_current_one(make: Callable[[], Any]) -> None:
+    # pydantic-ai records a tool offered as the run goes on as a `ToolAvailabilityDeltaPart` after the step's
+    # returns: read as a turn of its own, it took the current turn's place, and every strategy dropped the prompt
+    # being worked on, from the request and from the history.
+    from pydantic_ai import RunContext
+    from pydantic_ai.tools import ToolDefinition
+
+    current = 'SECOND TASK: report the error count of log 2'
+    step = [0]
+    sent: list[bool] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        said = [p.content for m in messages for p in m.parts if isinstance(p, UserPromptPart)]
+        if any(isinstance(text, str) and '[pydantic-ai-compaction' in text for text in said[-1:]):
+            return ModelResponse(parts=[TextPart('KEEP: none\nSummary: logs were read.')])
+        at = step[0]
+        step[0] += 1
+        if at >= 3:
+            sent.append(current in said)
+        if at in (0, 1, 3, 4):
+            return ModelResponse(parts=[ToolCallPart('read', {'i': at})])
+        return ModelResponse(parts=[TextPart('log 1 read' if at == 2 else 'done')])
+
+    strategy = make()
+    strategy.trigger = Trigger(tokens=1_000)
+    agent = Agent(FunctionModel(respond), capabilities=[strategy])
+
+    @agent.tool_plain
+    def read(i: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return f'log {i}\n' + 'row ok\n' * 400
+
+    async def later(ctx: RunContext[None], tool_def: ToolDefinition) -> ToolDefinition | None:
+        return tool_def if step[0] >= 4 else None
+
+    @agent.tool_plain(prepare=later)
+    def count_errors(i: int) -> int:  # pyright: ignore[reportUnusedFunction]
+        return 0
+
+    first = agent.run_sync('FIRST TASK: read log 1')
+    second = agent.run_sync(current, message_history=first.all_messages())
+    history = second.all_messages()
+    deltas = [p for m in history for p in m.parts if isinstance(p, ToolAvailabilityDeltaPart)]
+    assert deltas and deltas[0].tools_added == ['count_errors']  # the part this test is about was recorded
+    assert any(isinstance(p, CompactionPart) for m in history for p in m.parts)  # and the strategy compacted
+    assert sent == [True, True, True]
+    assert any(getattr(p, 'content', None) == current for m in history for p in m.parts)

@@ -31,7 +31,7 @@ import operator
 import re
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import islice, repeat
@@ -666,7 +666,9 @@ def _segment_raw(history: tuple[ModelMessage, ...], prompt: object, state: _Stat
                 refs.append((index, tuple(parts)))
                 tokens += _share(history, index, parts, token_counts[index - start])
         starts.append(refs[0][0])
-        if kind == 'turn' or kind == 'opening':
+        if kind == 'opening' or (kind == 'turn' and not _only_bookkeeping(history, merged)):
+            # A request part that records a state change (a tool made available as the run goes on) is a turn
+            # exchange of its own, but not the user's: the turn being worked on is the one before it.
             turns.append(len(exchanges))
         # Responses hold no pin or state change: only an exchange with a request holding more than tool returns
         # (or one protected for its kind or place) needs a look at its parts.
@@ -1050,6 +1052,13 @@ def tool_content_parts(message: ModelRequest, prompt: object = None) -> frozense
 
 _BOOKKEEPING = (ToolAvailabilityDeltaPart, ModelSettingsDeltaPart, InstructionDeltaPart, InstructionBaselinePart)
 """Request parts that record state changes rather than carry content from the user or a tool."""
+
+
+def _only_bookkeeping(history: Sequence[ModelMessage], merged: Mapping[int, Sequence[int]]) -> bool:
+    """Whether the parts *merged* names (message index → part indices) are all `_BOOKKEEPING`."""
+    return all(
+        isinstance(history[index].parts[part], _BOOKKEEPING) for index, parts in merged.items() for part in parts
+    )
 
 
 def _utc(moment: datetime) -> datetime:
