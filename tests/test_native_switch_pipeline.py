@@ -124,3 +124,49 @@ def test_pipeline_runs_each_step_on_its_own_trigger() -> None:
     assert 'summary' not in script.calls
     kinds = [e.kind for e in segment(result.all_messages()).exchanges]
     assert kinds[:2] == ['opening', 'boundary']
+
+
+def test_a_wrapped_pipeline_runs_each_step_wrapped_on_its_own_trigger() -> None:
+    # Wrapped, a pipeline triggered on its first step alone and proposed with the first usable step: the 1,500-token
+    # summary never ran and requests grew to the 3,000-token reset's trigger.
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import TextPart, ToolCallPart, UserPromptPart
+    from pydantic_ai.models.function import AgentInfo
+
+    from pydantic_ai_compaction import Verified
+    from pydantic_ai_compaction.runtime.tokens import estimate_token_count
+
+    def run(capability: Any) -> tuple[int, list[str]]:
+        sizes: list[int] = []
+
+        def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            prompt = ' '.join(str(p.content) for p in messages[-1].parts if isinstance(p, UserPromptPart))
+            if '[pydantic-ai-compaction' in prompt:
+                return ModelResponse(parts=[TextPart('Summary: logs read so far, all ok.')])
+            sizes.append(estimate_token_count(messages))
+            usage = RequestUsage(input_tokens=sizes[-1], output_tokens=10)
+            if len(sizes) < 16:
+                return ModelResponse(parts=[ToolCallPart('read_log', {'index': len(sizes)})], usage=usage)
+            return ModelResponse(parts=[TextPart('done')], usage=usage)
+
+        agent = Agent(FunctionModel(respond), capabilities=[capability])
+
+        @agent.tool_plain
+        def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+            return '\n'.join(f'{index}-{n} service=api status=ok' for n in range(40))
+
+        result = agent.run_sync('Audit logs 1-15.')
+        return max(sizes), [r['strategy'] for m in result.all_messages() for p in m.parts if (r := our_record(p))]
+
+    def pipeline() -> Pipeline[None]:
+        return Pipeline(
+            [ResetToCheckpoint(trigger=Trigger(tokens=3_000)), StatelessSummary(trigger=Trigger(tokens=1_500))]
+        )
+
+    largest, alone = run(pipeline())
+    assert alone and set(alone) == {'summary'}  # the second step, on its lower trigger
+    assert run(Reassert(pipeline(), sources=InstructionSources(markers=()))) == (
+        largest,
+        [f'reassert+{name}' for name in alone],
+    )
+    assert run(Verified(pipeline())) == (largest, [f'verified({name})' for name in alone])

@@ -8,6 +8,7 @@ can be a tier of `TieredCompaction` / `FallbackCompaction` or be driven by `comp
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -82,6 +83,15 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         """Whether `resolve` reads the `CompactionState` (compositions); others skip computing it."""
         return False
 
+    def each_wrapped(
+        self, wrap: Callable[[CompactionCapability[AgentDepsT]], CompactionCapability[AgentDepsT]]
+    ) -> CompactionCapability[AgentDepsT] | None:
+        """This composition with *wrap* applied to each strategy it runs on that strategy's own trigger
+        (`Pipeline`), or `None` for a strategy that runs as one. A wrapper (`Reassert`, `Verified`) is applied to
+        each step, so it changes what each proposes and not when each runs."""
+        del wrap
+        return None
+
     async def wrap_run(self, ctx: RunContext[AgentDepsT], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
         """The run; then the models its compactions built from names are closed (`compactor.close_models`)."""
         try:
@@ -138,8 +148,8 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         if self.uses_state:
             tokens = self.runtime.trigger.measure(messages, parameters)
             chosen = self.resolve(CompactionState(compactions_so_far(messages), tokens, ctx.run_step, len(messages)))
-            if type(chosen).maybe_compact is not CompactionCapability.maybe_compact:
-                # The branch runs its own steps (`Pipeline`): it measures and triggers on its own.
+            if chosen is not self and type(chosen).maybe_compact is not CompactionCapability.maybe_compact:
+                # The branch runs its own steps (`Pipeline`, or a wrapper of one): it measures and triggers on its own.
                 return await chosen.maybe_compact(
                     messages, ctx, model=model, model_settings=model_settings, parameters=parameters
                 )
@@ -308,6 +318,38 @@ class WrappingCompaction(CompactionCapability[AgentDepsT], ABC):
         """Itself, wrapping whichever strategy the inner composition picks for *state*."""
         chosen = self.inner.resolve(state)
         return self if chosen is self.inner else replace(self, inner=chosen)
+
+    def _wrapping(self, step: CompactionCapability[AgentDepsT]) -> CompactionCapability[AgentDepsT]:
+        """This wrapper around *step* instead of the inner strategy."""
+        return replace(self, inner=step)
+
+    async def maybe_compact(
+        self,
+        messages: list[ModelMessage],
+        ctx: RunContext[Any],
+        *,
+        model: Model,
+        model_settings: Any,
+        parameters: ModelRequestParameters,
+    ) -> list[ModelMessage] | None:
+        """As the inner strategy runs: a composition that triggers its steps itself (`Pipeline`) runs each of them
+        wrapped, on its own trigger."""
+        steps = self.inner.each_wrapped(self._wrapping)
+        if steps is not None:
+            return await steps.maybe_compact(
+                messages, ctx, model=model, model_settings=model_settings, parameters=parameters
+            )
+        return await super().maybe_compact(
+            messages, ctx, model=model, model_settings=model_settings, parameters=parameters
+        )
+
+    async def compact(self, messages: list[ModelMessage], ctx: RunContext[AgentDepsT]) -> list[ModelMessage]:
+        """As the inner strategy compacts (harness `CompactionStrategy` protocol): each step of a `Pipeline`
+        wrapped."""
+        steps = self.inner.each_wrapped(self._wrapping)
+        if steps is not None:
+            return await steps.compact(messages, ctx)
+        return await super().compact(messages, ctx)
 
 
 @dataclass

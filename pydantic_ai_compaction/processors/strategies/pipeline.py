@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from pydantic_ai.messages import ModelMessage
@@ -24,7 +24,7 @@ class Pipeline(CompactionCapability[AgentDepsT]):
     A later step measures the history the earlier ones left (right after a compaction the stale
     usage anchor is ignored), so a cheap first step that brings the request under the limit spares
     the expensive second one. A pipeline is itself a compaction strategy: it can be a branch of
-    `Switch` or be wrapped by `Reassert`.
+    `Switch` or be wrapped by `Reassert` or `Verified`, which then wrap each step.
 
     Example:
         ```python
@@ -46,6 +46,13 @@ class Pipeline(CompactionCapability[AgentDepsT]):
     def strategy_name(self) -> str:
         """`pipeline(<first>><second>...)`."""
         return f'pipeline({">".join(step.strategy_name for step in self.steps)})'
+
+    def each_wrapped(
+        self, wrap: Callable[[CompactionCapability[AgentDepsT]], CompactionCapability[AgentDepsT]]
+    ) -> CompactionCapability[AgentDepsT]:
+        """The same pipeline of each step wrapped (`Reassert(Pipeline([a, b]))` runs as `Pipeline([Reassert(a),
+        Reassert(b)])`): each still fires on its own trigger."""
+        return replace(self, steps=[wrap(step) for step in self.steps])
 
     @property
     def runtime(self) -> RuntimeSettings:
