@@ -13,6 +13,7 @@ import pytest
 from pydantic_ai_compaction import (
     Archive,
     BoundedSelection,
+    CompactionEvent,
     ConfigurationError,
     CuratedSelection,
     ForgetReasoning,
@@ -32,6 +33,8 @@ from pydantic_ai_compaction import (
     Trigger,
     Verified,
 )
+
+from .support import ScriptedAgentModel, audit_agent
 
 NAN = math.nan
 INF = math.inf
@@ -253,3 +256,76 @@ def test_hooks_the_runtime_can_call_are_accepted() -> None:
         return one(exchange)
 
     assert Fork(protect=adapter).protect is adapter
+
+
+def _set(capability: Any, field: str, value: Any) -> Any:
+    setattr(capability, field, value)
+    return capability
+
+
+@pytest.mark.parametrize(
+    ('make', 'message'),
+    [
+        (lambda: _set(StatelessSummary(), 'keep_last', -3), 'StatelessSummary.keep_last must be'),
+        (lambda: _set(Fork(), 'request', 'bogus'), "Fork.request must be one of 'next', 'sent', got 'bogus'"),
+        (lambda: _set(Fork(), 'min_saving', NAN), 'Fork.min_saving must be'),
+        (lambda: _set(Verified(StatelessSummary()), 'on_failure', 'bogus'), 'Verified.on_failure must be'),
+        (lambda: _set(Switch(lambda s: True, Fork(), Fork()), 'then', None), 'Switch.then must be a compaction'),
+        (lambda: _set(Pipeline([Fork()]), 'steps', [Fork(), None]), 'Pipeline.steps[1] must be a compaction'),
+        (lambda: Switch(lambda s: True, _set(Fork(), 'keep_last', -1), Fork()), 'Fork.keep_last must be'),
+        (
+            lambda: Reassert(Pipeline([_set(StatelessSummary(), 'request', 'x')]), sources=MARKED),
+            'StatelessSummary.request must be',
+        ),
+    ],
+    ids=['summary', 'fork-request', 'fork-nan', 'verified', 'switch', 'pipeline', 'switch-branch', 'nested'],
+)
+def test_a_field_set_after_construction_is_checked_when_the_run_starts(make: Callable[[], Any], message: str) -> None:
+    # Set after construction, a value the constructor refuses ran silently as another (keep_last=-3 as 0), or a
+    # composed child that is not a strategy failed the run with an `AttributeError` from the warning meant to say so.
+    script = ScriptedAgentModel(logs=6)
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        audit_agent(script, [make()]).run_sync('Audit logs 0-5.')
+    assert script.calls == []  # refused before any request
+
+
+def test_a_valid_field_set_after_construction_takes_effect() -> None:
+    def kept(make: Callable[[], StatelessSummary[None]]) -> tuple[str, ...]:
+        events: list[CompactionEvent] = []
+        summary = make()
+        summary.observer = events.append
+        audit_agent(ScriptedAgentModel(logs=8), [summary]).run_sync('Audit logs 0-7.')
+        return next(e.record.kept for e in events if e.record is not None)
+
+    trigger = Trigger(tokens=3_000)
+    assert kept(lambda: _set(StatelessSummary(trigger=trigger), 'keep_last', 4)) == kept(
+        lambda: StatelessSummary(trigger=trigger, keep_last=4)
+    )
+    assert kept(lambda: StatelessSummary(trigger=trigger, keep_last=4)) != kept(
+        lambda: StatelessSummary(trigger=trigger)
+    )
+
+
+def test_a_composed_strategy_set_to_another_value_mid_run_is_skipped_with_a_warning() -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import FunctionModel
+
+    from .support import log_text
+
+    switch = Switch(lambda state: True, Fork(trigger=Trigger(tokens=3_000)), Fork(trigger=Trigger(tokens=3_000)))
+    script = ScriptedAgentModel(logs=8)
+
+    def breaking(messages: Any, info: Any) -> Any:
+        if script.step == 3:
+            switch.then = None  # pyright: ignore[reportAttributeAccessIssue]
+        return script(messages, info)
+
+    agent = Agent(FunctionModel(breaking), capabilities=[switch])
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return log_text(index, 300)
+
+    with pytest.warns(RuntimeWarning, match=r'^Switch compaction was skipped for this request: AttributeError'):
+        result = agent.run_sync('Audit logs 0-7.')
+    assert result.output == 'report: done'

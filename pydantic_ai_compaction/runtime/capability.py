@@ -83,6 +83,29 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         """Whether `resolve` reads the `CompactionState` (compositions); others skip computing it."""
         return False
 
+    def children(self) -> tuple[CompactionCapability[AgentDepsT], ...]:
+        """The strategies this one composes (`Switch`, `Pipeline`, a wrapper), checked with it (`check_settings`)."""
+        return ()
+
+    def check_settings(self) -> None:
+        """Check every field again as the constructor does, and the composed strategies' too.
+
+        Capabilities are dataclasses, so a field can be set after construction (`fork.keep_last = -3`); the run
+        checks them when it starts (`for_run`), so a value the constructor refuses is refused there with the same
+        error (`Class.field` and the value), not read by a compaction mid-run.
+
+        Raises:
+            ConfigurationError: A field's value is not acceptable.
+        """
+        replace(self)  # a copy runs `__post_init__`, which checks every field; this one's state is left as it is
+        for child in self.children():
+            child.check_settings()
+
+    async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
+        """Itself, its settings checked again (`check_settings`): state kept across runs stays."""
+        self.check_settings()
+        return self
+
     def each_wrapped(
         self, wrap: Callable[[CompactionCapability[AgentDepsT]], CompactionCapability[AgentDepsT]]
     ) -> CompactionCapability[AgentDepsT] | None:
@@ -123,7 +146,7 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
             # skipping compaction on every request instead would hide it while the history grows.
             raise
         except Exception as error:  # a user predicate or trigger bug must not end the run
-            skipped = f'{self.strategy_name} compaction was skipped for this request: {described(error)}'
+            skipped = f'{_name_of(self)} compaction was skipped for this request: {described(error)}'
             warn_degraded(skipped, stacklevel=2)
             return request_context
         if compacted is None:
@@ -250,7 +273,7 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         except Exception as error:  # compaction must never fail a run; a runtime bug leaves the history as it was
             record_failure(span, error)
             warn_degraded(
-                f'{chosen.strategy_name} compaction failed and left the history unchanged: {described(error)}',
+                f'{_name_of(chosen)} compaction failed and left the history unchanged: {described(error)}',
                 stacklevel=2,
             )
             return None
@@ -290,6 +313,15 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         return outcome
 
 
+def _name_of(strategy: CompactionCapability[Any]) -> str:
+    """*strategy*'s name, or its class's when the name cannot be read (a composed strategy set to something else
+    mid-run): a warning that compaction was skipped must not fail the run itself."""
+    try:
+        return strategy.strategy_name
+    except Exception:
+        return type(strategy).__name__
+
+
 class WrappingCompaction(CompactionCapability[AgentDepsT], ABC):
     """Base of a strategy that wraps another (`Reassert`, `Verified`, `KeepWithin`): it changes what the inner
     strategy proposes or reads, not when it runs, so trigger, settings, branches and state are the inner one's.
@@ -318,6 +350,10 @@ class WrappingCompaction(CompactionCapability[AgentDepsT], ABC):
         """Itself, wrapping whichever strategy the inner composition picks for *state*."""
         chosen = self.inner.resolve(state)
         return self if chosen is self.inner else replace(self, inner=chosen)
+
+    def children(self) -> tuple[CompactionCapability[AgentDepsT], ...]:
+        """The inner strategy."""
+        return (self.inner,)
 
     def _wrapping(self, step: CompactionCapability[AgentDepsT]) -> CompactionCapability[AgentDepsT]:
         """This wrapper around *step* instead of the inner strategy."""

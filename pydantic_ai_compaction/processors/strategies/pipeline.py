@@ -47,6 +47,10 @@ class Pipeline(CompactionCapability[AgentDepsT]):
         """`pipeline(<first>><second>...)`."""
         return f'pipeline({">".join(step.strategy_name for step in self.steps)})'
 
+    def children(self) -> tuple[CompactionCapability[AgentDepsT], ...]:
+        """The steps."""
+        return tuple(self.steps)
+
     def each_wrapped(
         self, wrap: Callable[[CompactionCapability[AgentDepsT]], CompactionCapability[AgentDepsT]]
     ) -> CompactionCapability[AgentDepsT]:

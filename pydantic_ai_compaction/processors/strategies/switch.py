@@ -39,6 +39,10 @@ class Switch(CompactionCapability[AgentDepsT]):
         for name in ('then', 'otherwise'):
             check_instance('Switch', name, getattr(self, name), CompactionCapability, 'a compaction strategy')
 
+    def children(self) -> tuple[CompactionCapability[AgentDepsT], ...]:
+        """Both branches."""
+        return (self.then, self.otherwise)
+
     @property
     def strategy_name(self) -> str:
         """`switch(<then>|<otherwise>)`."""
