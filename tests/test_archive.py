@@ -660,3 +660,22 @@ def test_a_recall_hit_shows_a_long_line_around_its_word_and_the_call_in_short(st
     found, _ = store.search(conversation, 'quarantined', 8)
     assert found.text == body  # the store keeps the whole line; only the answer is cut
     assert len(found.args) == 500 and found.args.endswith('…')  # indexed with each line: its start
+
+
+def test_a_query_of_thousands_of_distinct_words_is_searched_for_its_first_64(store: Any) -> None:
+    # SQLite asked whether each word was present in one statement of a column a word, and refused past 2,000
+    # columns (a model pasting a long log excerpt as its query always got "Recall is unavailable"); PostgreSQL
+    # took seconds. Every store searches for the query's first 64 distinct words.
+    from pydantic_ai_compaction.protocols.archive import LogLine
+
+    conversation = f'conv-words-{uuid.uuid4().hex}'
+    store.index_lines(
+        [
+            LogLine(conversation, 'f1', 0, 'timeout_ms = 1050 on media', 'tool', 'diag', '{}', 'r1'),
+            LogLine(conversation, 'f1', 1, 'disk ok', 'tool', 'diag', '{}', 'r1'),
+        ]
+    )
+    others = [f'word{n}x' for n in range(2_100)]
+    found = store.search(conversation, ' '.join(['timeout', *others[:62], 'media', *others[62:]]), 8)
+    assert [hit.text for hit in found] == ['timeout_ms = 1050 on media']
+    assert store.search(conversation, ' '.join([*others[:64], 'timeout', 'media']), 8) == []

@@ -76,6 +76,16 @@ def words(text: str) -> list[str]:
     return list(dict.fromkeys(_WORD.findall(text.lower())))
 
 
+QUERY_WORDS = 64
+"""Distinct words of a recall query a store searches for, the first ones: a query is a few words, and one pasted
+from a log (thousands of them) took seconds on PostgreSQL and was refused by SQLite (2,000 columns at most)."""
+
+
+def query_words(query: str) -> list[str]:
+    """The words of *query* a store searches for: its first `QUERY_WORDS` distinct ones (`words`)."""
+    return words(query)[:QUERY_WORDS]
+
+
 def has_word(tokens: Sequence[str], word: str, whole: bool) -> bool:
     """Whether *word* is one of *tokens* (*whole*) or starts one of them."""
     return word in tokens if whole else any(token.startswith(word) for token in tokens)

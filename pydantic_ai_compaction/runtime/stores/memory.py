@@ -13,6 +13,7 @@ from pydantic_ai_compaction.runtime.stores._query import (
     has_word,
     index_text,
     line_context,
+    query_words,
     rank_any_word,
     words,
 )
@@ -104,7 +105,7 @@ class InMemoryArchiveStore:
         When no line holds every word, each word's newest `SEARCH_CANDIDATES` matches are ranked together by
         `rank_any_word`, as the SQL stores do.
         """
-        wanted = words(query)
+        wanted = query_words(query)
         if not wanted:
             return []
         with self._lock:

@@ -37,6 +37,7 @@ from pydantic_ai_compaction.runtime.stores._query import (
     index_text,
     line_context,
     py_text,
+    query_words,
     rank_any_word,
     words,
 )
@@ -1091,7 +1092,7 @@ class PostgresArchiveStore:
         `ts_rank`; else each word's newest `SEARCH_CANDIDATES` matches ranked together by `rank_any_word`,
         as the SQLite store does. One statement (`_SEARCH`), one round trip.
         """
-        wanted = [word for word in words(query) if len(word.encode()) <= _LONGEST_WORD]
+        wanted = [word for word in query_words(query) if len(word.encode()) <= _LONGEST_WORD]
         if not wanted:
             return []
         key = db_text(conversation_id)

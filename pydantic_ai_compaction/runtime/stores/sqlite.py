@@ -34,9 +34,9 @@ from pydantic_ai_compaction.runtime.stores._query import (
     line_context,
     line_score,
     py_text,
+    query_words,
     rank_any_word,
     word_pattern,
-    words,
 )
 
 _SCHEMA = """
@@ -401,7 +401,7 @@ class SQLiteArchiveStore:
         `rank_any_word` (so a rare word's line is not lost behind the matches of a common one). Ranking every
         match of a word that half the log holds took seconds over a 10M-token log.
         """
-        wanted = words(query)
+        wanted = query_words(query)
         if not wanted:
             return []
         # A whole-word match first: a prefix query expands to every word it starts, which is slow on a
