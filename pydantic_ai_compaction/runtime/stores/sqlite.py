@@ -447,7 +447,7 @@ class SQLiteArchiveStore:
         return []
 
     def _owned(self, conversation_id: str, match: str) -> str:
-        """*match* narrowed to the conversation's lines by its token (a version 1 file)."""
+        """*match* narrowed to the conversation's lines by its token (a file of version 1 on)."""
         if self._version >= 1:
             return f'owner : "{owner_token(db_text(conversation_id))}" AND {{text context}} : ({match})'
         return match
@@ -529,7 +529,7 @@ class SQLiteArchiveStore:
     def _candidates(self, conversation_id: str, match: str, patterns: list[WordPattern]) -> list[tuple[int, Hit]]:
         """The newest `SEARCH_CANDIDATES` lines matching *match*, as `(rowid, hit)` scored by `line_score`.
 
-        The conversation's token is part of the full-text query (a version 1 file), so FTS5 yields only its
+        The conversation's token is part of the full-text query (version 1 on), so FTS5 yields only its
         lines, newest first, and stops at `SEARCH_CANDIDATES`; testing the key on each row instead (a version 0
         file) reads 8 rows for each one kept when 8 conversations share the file.
         """
