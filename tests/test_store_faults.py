@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import re
 import socket
 import sqlite3
 import threading
@@ -736,7 +737,13 @@ def test_postgres_dsn_psycopg_cannot_read_fails_at_construction_without_its_pass
     assert "PostgresArchiveStore.dsn must be a libpq connection string or a postgresql:// URI, got 'not a dsn'" in str(
         raised.value
     )
-    for dsn in ('host=127.0.0.1 password=s3cr3t-pw junk', 'postgresql://agent:s3 cr3t-pw@127.0.0.1/db x'):
+    with pytest.raises(ConfigurationError, match=re.escape("got '\\ud800' (str), which psycopg cannot read")):
+        PostgresArchiveStore('\ud800')  # a lone surrogate: libpq's text is UTF-8 (a bare `UnicodeEncodeError` before)
+    for dsn in (
+        'host=127.0.0.1 password=s3cr3t-pw junk',
+        'postgresql://agent:s3 cr3t-pw@127.0.0.1/db x',
+        'postgresql://agent:s3cr3t\ud800@127.0.0.1/db',
+    ):
         with pytest.raises(ConfigurationError) as raised:
             PostgresArchiveStore(dsn)
         assert 'PostgresArchiveStore.dsn' in str(raised.value) and 's3' not in str(raised.value)

@@ -631,7 +631,7 @@ class PostgresArchiveStore:
 
         try:
             conninfo_to_dict(dsn)  # psycopg's own reading: any DSN it accepts is accepted
-        except Error:
+        except (Error, UnicodeEncodeError):  # the latter: a lone surrogate, which no connection string can send
             # Only the DSN, masked, not libpq's reason: it quotes pieces of the string, which may be a password's.
             raise ConfigurationError(
                 'PostgresArchiveStore.dsn must be a libpq connection string or a postgresql:// URI, '
