@@ -337,3 +337,21 @@ def test_a_trigger_counts_with_its_tokenizer_where_usage_does_not_reach() -> Non
         ModelRequest(parts=[UserPromptPart('abcdef')]),
     ]
     assert per_character.measure(history) == 90 + 3 + 6
+
+
+def test_a_tokenizer_counting_in_fractions_gives_whole_tokens_to_events_and_records() -> None:
+    # `len(text) / 4` was summed as a float: events and boundary records typed `int` held 3038.25.
+    from pydantic_ai_compaction import CompactionEvent, StatelessSummary, Trigger
+
+    from .support import ScriptedAgentModel, audit_agent
+
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('word ' * 100 + 'ab')])]
+    quarter = Trigger(tokens=1, tokenizer=lambda text: len(text) / 4)
+    assert quarter.measure(history) == 125 and type(quarter.measure(history)) is int  # 502 / 4 = 125.5
+    events: list[CompactionEvent] = []
+    summary = StatelessSummary(trigger=Trigger(tokens=3_000, tokenizer=lambda text: len(text) / 4))
+    summary.observer = events.append
+    audit_agent(ScriptedAgentModel(logs=8), [summary]).run_sync('Audit logs 0-7.')
+    compacted = [event for event in events if event.record is not None]
+    assert compacted and all(type(event.trigger_tokens) is int for event in compacted)
+    assert all(type(event.record.trigger_tokens) is int for event in compacted if event.record is not None)

@@ -60,6 +60,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_core import to_json
 
+from pydantic_ai_compaction.runtime.degraded import described
 from pydantic_ai_compaction.runtime.memo import IdentityMemo
 
 if TYPE_CHECKING:
@@ -93,13 +94,14 @@ def estimate_text_tokens(text: str, tokenizer: Tokenizer | None = None) -> int:
 
 def _counted(tokenizer: Tokenizer, text: str) -> int:
     """*tokenizer*'s count of *text*, refused unless a count: NaN compares false with every threshold, so a
-    tokenizer returning it would turn compaction off without a word; a negative count would hide a history."""
+    tokenizer returning it would turn compaction off without a word; a negative count would hide a history. A
+    fraction (`len(text) / 4`) is rounded down, as the default estimate is: records and events hold whole tokens."""
     count = tokenizer(text)
     if isinstance(count, bool) or not isinstance(count, int | float) or not 0 <= count < math.inf:  # pyright: ignore[reportUnnecessaryIsInstance]
         raise ValueError(
-            f'the tokenizer returned {count!r} for a text of {len(text):,} characters, not a count of tokens'
+            f'the tokenizer returned {described(count)} for a text of {len(text):,} characters, not a count of tokens'
         )
-    return count  # pyright: ignore[reportReturnType]
+    return int(count)
 
 
 def estimate_token_count(messages: Sequence[ModelMessage], tokenizer: Tokenizer | None = None) -> int:
