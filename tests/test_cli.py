@@ -66,9 +66,11 @@ def test_every_option_has_help_text() -> None:
         (['--concurrency', '0'], 'error: argument --concurrency: must be positive, got 0'),
         (['--think-tokens', '-1'], 'error: argument --think-tokens: must be zero or more, got -1'),
         (['--seeds', 'x'], "error: argument --seeds: invalid seeds value: 'x'"),
+        # A mistyped range built a list of 100 million seeds (5 GB, nothing printed) before any run.
+        (['--seeds', '1-100000000'], 'error: argument --seeds: at most 10,000 seeds, got 100,000,000'),
     ],
     ids=['unknown-model', 'missing-provider', 'size-zero', 'size-below-minimum', 'negative-trigger', 'bad-trigger',
-         'unknown-baseline', 'concurrency', 'think-tokens', 'seeds'],
+         'unknown-baseline', 'concurrency', 'think-tokens', 'seeds', 'seed-range'],
 )  # fmt: skip
 def test_bench_errors_are_one_line_and_exit_2(
     argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -186,3 +188,19 @@ def test_a_real_model_runs_each_strategy_once_per_seed_not_once_per_player() -> 
     assert len(real) == 4 and len({(s.strategy, s.seed) for s in real}) == 4
     reference = specs_for(parser.parse_args(common))
     assert sorted({s.player for s in reference}) == ['notes', 'silent'] and len(reference) == 8
+
+
+def test_the_incident_flags_given_to_the_recall_benchmark_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Ignored, the table said "size 1, variant base" and the records `player: silent`: the user believed the
+    # note-taking player had run at size 8.
+    argv = ['bench', 'recall', '--seeds', '1', '--strategies', 'none', '--out', str(tmp_path)]
+    code = _exit_code(lambda: cli.main([*argv, '--variants', 'owner', '--sizes', '8', '--players', 'notes']))
+    assert code == 2
+    line = one_error_line(capsys)
+    assert (
+        line
+        == "pai-compaction: error: --sizes, --variants, --players: the incident benchmark's, not the recall benchmark's"
+    )
+    assert not list(tmp_path.iterdir())  # refused before any run

@@ -45,13 +45,21 @@ DEFAULT_TRIGGERS = {'incident': 18_000, 'recall': 20_000}
 which the window-based setups take as `2 × trigger`). `--trigger 8000` runs recall faster on a 16K window."""
 
 
+MAX_SEEDS = 10_000
+"""Seeds one `--seeds` names at most (each is a run of every strategy at every size and variant)."""
+
+
 def seeds(text: str) -> list[int]:
     """`101-103` or `1,4,9` or `7`."""
     values: list[int] = []
     for chunk in text.split(','):
         if '-' in chunk:
             low, high = chunk.split('-', 1)
-            values.extend(range(int(low), int(high) + 1))
+            span = range(int(low), int(high) + 1)
+            if len(values) + len(span) > MAX_SEEDS:
+                # Counted before the list is built: `1-100000000` took gigabytes, silently, before any run.
+                raise argparse.ArgumentTypeError(f'at most {MAX_SEEDS:,} seeds, got {len(values) + len(span):,}')
+            values.extend(span)
         elif chunk.strip():
             values.append(int(chunk))
     if not values:
@@ -169,11 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="scenario seeds: '101-103', '1,4,9' or '7' (default 101-103)",
     )
     bench.add_argument(
-        '--sizes', nargs='+', type=positive, default=[8, 20], metavar='LOGS',
+        '--sizes', nargs='+', type=positive, default=None, metavar='LOGS',
         help=f'incident: logs per run, at least {incident.CHANGE_LOG + 1} with a held-out variant (default 8 20)',
     )  # fmt: skip
     bench.add_argument(
-        '--variants', nargs='+', default=['owner', 'lowercase', 'scope'], choices=incident.VARIANTS, metavar='VARIANT',
+        '--variants', nargs='+', default=None, choices=incident.VARIANTS, metavar='VARIANT',
         help=f'incident: instruction changes, of {", ".join(incident.VARIANTS)} (default owner lowercase scope)',
     )  # fmt: skip
     bench.add_argument('--model', default=REFERENCE, help="'reference' (offline) or any pydantic-ai model string")
@@ -194,8 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
         help='reference model: also run these summary caps, for the sensitivity table',
     )  # fmt: skip
     bench.add_argument(
-        '--players', nargs='+', default=list(PLAYERS), choices=PLAYERS,
-        help='reference model: silent (tool calls only) and/or notes (a note of each log beside its call)',
+        '--players', nargs='+', default=None, choices=PLAYERS,
+        help='incident, reference model: silent (tool calls only) and/or notes (a note of each log beside its call; '
+        'default both)',
     )  # fmt: skip
     bench.add_argument(
         '--anchor-pins', action='store_true',
@@ -254,11 +263,16 @@ PRICES_HELP = (
 
 
 def check_bench(args: argparse.Namespace) -> None:
-    """`UsageError` for what argparse cannot see: sizes against the variants, the baseline, the model."""
+    """`UsageError` for what argparse cannot see: sizes against the variants, flags of the other task, the baseline,
+    the model."""
+    incident_only = {'--sizes': args.sizes, '--variants': args.variants, '--players': args.players}
+    if args.task != 'incident' and (given := [flag for flag, value in incident_only.items() if value is not None]):
+        # Ignored, they let a user believe the recall benchmark ran at a size or with a player it has no such knob for.
+        raise UsageError(f"{', '.join(given)}: the incident benchmark's, not the {args.task} benchmark's")
     if args.task == 'incident':
         minimum = incident.CHANGE_LOG + 1
-        held_out = [variant for variant in args.variants if variant != 'base']
-        if held_out and (small := [size for size in args.sizes if size < minimum]):
+        held_out = [variant for variant in args.variants or DEFAULT_VARIANTS if variant != 'base']
+        if held_out and (small := [size for size in args.sizes or DEFAULT_SIZES if size < minimum]):
             raise UsageError(
                 f'--sizes must be at least {minimum} with a held-out variant ({", ".join(held_out)}), '
                 f'got {" ".join(map(str, small))}'
@@ -280,6 +294,12 @@ def chosen_baseline(baseline: str | None, names: Sequence[str], where: str) -> s
         raise UsageError(f'unknown --baseline {baseline!r}: not {where} ({", ".join(names)})')
     return baseline
 
+
+DEFAULT_SIZES = (8, 20)
+"""`bench incident --sizes` when not given."""
+
+DEFAULT_VARIANTS = ('owner', 'lowercase', 'scope')
+"""`bench incident --variants` when not given."""
 
 DEFAULT_BASELINE = 'native'
 """The baseline of the paired statistics when `--baseline` is not given and it ran."""
@@ -313,7 +333,7 @@ def specs_for(args: argparse.Namespace) -> list[RunSpec]:
     think: int = args.think_tokens
     # The player is the reference model's: a real model would run every strategy once per player with the same
     # settings, and the runs would share one table and one baseline per seed (only the last one kept).
-    players: list[Player] = args.players if model == REFERENCE else ['silent']
+    players: list[Player] = (args.players or list(PLAYERS)) if model == REFERENCE else ['silent']
     if args.task == 'incident':
         return [
             RunSpec(
@@ -331,8 +351,8 @@ def specs_for(args: argparse.Namespace) -> list[RunSpec]:
             )
             for budget in budgets
             for player in players
-            for size in args.sizes
-            for variant in args.variants
+            for size in args.sizes or DEFAULT_SIZES
+            for variant in args.variants or DEFAULT_VARIANTS
             for seed in args.seeds
             for name in names
             if budget == args.summary_budget or name not in strategies.NO_SUMMARIZER
