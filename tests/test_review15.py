@@ -230,18 +230,13 @@ def test_two_spellings_of_one_database_warn_once(application_role: tuple[str, An
     assert len(told) == 1
 
 
-_DOTTED = pytest.mark.xfail(
+@pytest.mark.xfail(
     strict=True,
     reason="a capital letter whose lowercase takes a combining mark ('İ' lowers to 'i' + U+0307) splits the word "
-    "for `words` (the memory and PostgreSQL stores: 'i', 'stanbul') but not for SQLite's unicode61 tokenizer, so "
-    'the stores find different lines for a query of its parts; not changed by the one-statement search',
+    "for `words` (the memory and PostgreSQL stores: 'i', 'stanbul') but not for SQLite's unicode61 tokenizer "
+    "('istanbul'), so the stores find different lines; not changed by the one-statement search",
 )
-
-
-# `istanbul` found 'İstanbul office' on SQLite alone while its tokenizer folded accents away (schema version 1).
-@pytest.mark.parametrize(
-    'query', ['istanbul', pytest.param('İstanbul office', marks=_DOTTED), pytest.param('stanbul', marks=_DOTTED)]
-)
+@pytest.mark.parametrize('query', ['istanbul', 'İstanbul office'])
 def test_the_three_stores_find_the_same_lines_for_a_dotted_capital(query: str) -> None:
     from pydantic_ai_compaction.runtime.stores import InMemoryArchiveStore
 

@@ -132,71 +132,18 @@ def test_an_old_sqlite_file_is_migrated_when_opened_and_keeps_its_lines(tmp_path
     finally:
         store.close()
     db = sqlite3.connect(path)
-    assert db.execute('PRAGMA user_version').fetchone()[0] == sqlite_module.SCHEMA_VERSION == 2
+    assert db.execute('PRAGMA user_version').fetchone()[0] == sqlite_module.SCHEMA_VERSION == 1
     columns = [row[1] for row in db.execute("SELECT * FROM pragma_table_info('log')")]
     assert columns[:4] == ['text', 'context', 'owner', 'conversation_id']
     assert db.execute("SELECT count(*) FROM log WHERE owner = 'x'").fetchone()[0] == 0
     owners = dict(db.execute('SELECT DISTINCT conversation_id, owner FROM log').fetchall())
     assert owners == {'a': sqlite_module.owner_token('a'), 'b': sqlite_module.owner_token('b')}
     db.close()
-    reopened = SQLiteArchiveStore(path)  # already at the current version: opened as it is
+    reopened = SQLiteArchiveStore(path)  # already at version 1: opened as it is
     try:
         assert [hit.text for hit in reopened.search('b', 'media')] == ['media timeout_ms = 9999']
     finally:
         reopened.close()
-
-
-ACCENTED_LINES = [
-    'resume uploaded to cafe server',
-    'résumé rejected by café proxy',
-    'deploy \U0001e900\U0001e901\U0001e902 done',
-    'deploy other host',
-    'private\ue000use token',
-]
-ACCENTED_QUERIES = {
-    'cafe': ['resume uploaded to cafe server'],
-    'café': ['résumé rejected by café proxy'],
-    'résumé proxy': ['résumé rejected by café proxy'],
-    'use': ['private\ue000use token'],
-}
-
-
-def test_a_version_1_sqlite_file_is_split_into_words_as_the_other_stores_split_them(tmp_path: Path) -> None:
-    # FTS5's default tokenizer folded accents away (`cafe` found `café`) and read private-use characters as letters:
-    # SQLite found other lines than the memory and PostgreSQL stores.
-    path = tmp_path / 'v1.sqlite3'
-    db = sqlite3.connect(path, isolation_level=None)
-    db.executescript(sqlite_module._SCHEMA.replace(f'"{sqlite_module._TOKENIZER}"', "'unicode61'"))  # pyright: ignore[reportPrivateUsage]
-    db.execute('PRAGMA user_version = 1')
-    for number, text in enumerate(ACCENTED_LINES):
-        db.execute(
-            'INSERT INTO log (text, context, owner, conversation_id, source, tool_name, args, result_id, line_no) '
-            "VALUES (?, 'fetch  r1', ?, 'a', 'tool', 'fetch', '', 'r1', ?)",
-            (text, sqlite_module.owner_token('a'), number),
-        )
-    assert [row[0] for row in db.execute("SELECT text FROM log WHERE log MATCH 'cafe'")] == ACCENTED_LINES[:2]
-    db.close()
-    store = SQLiteArchiveStore(path)
-    try:
-        for query, lines in ACCENTED_QUERIES.items():
-            assert sorted(hit.text for hit in store.search('a', query)) == lines, query
-    finally:
-        store.close()
-    assert sqlite3.connect(path).execute('PRAGMA user_version').fetchone()[0] == 2
-
-
-@pytest.mark.parametrize('kind', ['memory', 'sqlite', 'postgres'])
-def test_every_store_finds_the_same_lines_for_accented_words(kind: str, tmp_path: Path) -> None:
-    store = make_store(kind, tmp_path)
-    try:
-        key = f'accents-{uuid.uuid4().hex}'
-        store.index_lines([LogLine(key, f'p{n}', 0, text, 'tool', 'fetch') for n, text in enumerate(ACCENTED_LINES)])
-        for query, lines in ACCENTED_QUERIES.items():
-            assert sorted(hit.text for hit in store.search(key, query)) == lines, query
-    finally:
-        close = getattr(store, 'close', None)
-        if close is not None:
-            close()
 
 
 def test_an_old_sqlite_file_opened_read_only_is_searched_as_it_is(tmp_path: Path) -> None:
@@ -782,3 +729,25 @@ def test_postgres_owned_terms_keep_the_last_position_for_words_past_it() -> None
     terms = postgres_module._owned_terms('p', text).split(' ')  # pyright: ignore[reportPrivateUsage]
     assert terms[0] == "'pw0':1" and terms[16_382] == "'pw16382':16383" and terms[-1] == "'pw16389':16383"
     assert len(terms) == 16_390
+
+
+ACCENTED_LINES = ['resume uploaded to cafe server', 'résumé rejected by café proxy', 'private\ue000use token']
+
+
+@pytest.mark.parametrize('kind', ['memory', 'sqlite', 'postgres'])
+def test_the_stores_split_accented_words_as_docs_archive_says(kind: str, tmp_path: Path) -> None:
+    # docs/archive.md names where SQLite's tokenizer finds other lines than the memory and PostgreSQL stores: it
+    # folds accents away and reads a private-use character as a letter.
+    store = make_store(kind, tmp_path)
+    try:
+        key = f'accents-{uuid.uuid4().hex}'
+        store.index_lines([LogLine(key, f'p{n}', 0, text, 'tool', 'fetch') for n, text in enumerate(ACCENTED_LINES)])
+        found = {query: sorted(hit.text for hit in store.search(key, query)) for query in ('cafe', 'café', 'use')}
+    finally:
+        close = getattr(store, 'close', None)
+        if close is not None:
+            close()
+    if kind == 'sqlite':
+        assert found == {'cafe': ACCENTED_LINES[:2], 'café': ACCENTED_LINES[:2], 'use': []}
+    else:
+        assert found == {'cafe': ACCENTED_LINES[:1], 'café': ACCENTED_LINES[1:2], 'use': ACCENTED_LINES[2:]}

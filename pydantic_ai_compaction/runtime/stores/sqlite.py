@@ -39,12 +39,7 @@ from pydantic_ai_compaction.runtime.stores._query import (
     word_pattern,
 )
 
-_TOKENIZER = "unicode61 remove_diacritics 0 categories 'L* N*'"
-"""The log's tokenizer: words as the other stores split them (`words`: runs of letters and digits, `str.isalnum`),
-accents kept (`café` is not `cafe`) and private-use characters between words. FTS5's default folded accents away
-and read private-use characters as letters, so SQLite found other lines than the other stores."""
-
-_SCHEMA = f"""
+_SCHEMA = """
 CREATE TABLE IF NOT EXISTS counters (
     conversation_id TEXT NOT NULL, name TEXT NOT NULL, value INTEGER NOT NULL,
     PRIMARY KEY (conversation_id, name)
@@ -63,41 +58,27 @@ CREATE TABLE IF NOT EXISTS indexed_parts (
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS log USING fts5(
     text, context, owner, conversation_id UNINDEXED, source UNINDEXED, tool_name UNINDEXED, args UNINDEXED,
-    result_id UNINDEXED, line_no UNINDEXED, tokenize = "{_TOKENIZER}"
+    result_id UNINDEXED, line_no UNINDEXED, tokenize = 'unicode61'
 );
 """
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 1
 """`PRAGMA user_version` of the current schema. 0: the log had no `owner` column (recall read every match's
 row to test its conversation); 1: each line carries its conversation's token (`owner_token`), matched in the
-full-text query itself; 2: the log is split into words by `_TOKENIZER`. An older file is migrated when it is
-opened, in one transaction."""
+full-text query itself. An older file is migrated when it is opened, in one transaction."""
 
-_NEW_LOG = f"""CREATE VIRTUAL TABLE log_new USING fts5(
+_MIGRATE_TO_1 = (
+    """CREATE VIRTUAL TABLE log_v1 USING fts5(
     text, context, owner, conversation_id UNINDEXED, source UNINDEXED, tool_name UNINDEXED, args UNINDEXED,
-    result_id UNINDEXED, line_no UNINDEXED, tokenize = "{_TOKENIZER}"
-)"""
-
-_MIGRATE_FROM_1 = (
-    _NEW_LOG,
-    'INSERT INTO log_new (rowid, text, context, owner, conversation_id, source, tool_name, args, result_id, line_no) '
-    'SELECT rowid, text, context, owner, conversation_id, source, tool_name, args, result_id, line_no FROM log',
-    'DROP TABLE log',
-    'ALTER TABLE log_new RENAME TO log',
-)
-"""Version 1 to 2: the log rebuilt with `_TOKENIZER` (an FTS5 table's tokenizer is fixed when it is made), rowids
-kept."""
-
-_MIGRATE_FROM_0 = (
-    _NEW_LOG,
-    'INSERT INTO log_new (rowid, text, context, owner, conversation_id, source, tool_name, args, result_id, line_no) '
+    result_id UNINDEXED, line_no UNINDEXED, tokenize = 'unicode61'
+)""",
+    'INSERT INTO log_v1 (rowid, text, context, owner, conversation_id, source, tool_name, args, result_id, line_no) '
     'SELECT rowid, text, context, pac_owner(conversation_id), conversation_id, source, tool_name, args, result_id, '
     'line_no FROM log',
     'DROP TABLE log',
-    'ALTER TABLE log_new RENAME TO log',
+    'ALTER TABLE log_v1 RENAME TO log',
 )
-"""Version 0 to the current one: the log rebuilt with the `owner` column (FTS5 tables cannot gain a column) and
-`_TOKENIZER`, rowids kept."""
+"""Version 0 to 1: the log rebuilt with the `owner` column (FTS5 tables cannot gain a column), rowids kept."""
 
 
 def owner_token(conversation_id: str) -> str:
@@ -263,8 +244,9 @@ class SQLiteArchiveStore:
                 for statement in _SCHEMA.split(';'):
                     if statement.strip():
                         db.execute(statement)
-                for statement in _MIGRATE_FROM_0 if version < 1 else _MIGRATE_FROM_1 if version < 2 else ():
-                    db.execute(statement)
+                if version < 1:
+                    for statement in _MIGRATE_TO_1:
+                        db.execute(statement)
                 db.execute(f'PRAGMA user_version = {SCHEMA_VERSION}')
                 db.execute('COMMIT')
             except BaseException:
@@ -447,7 +429,7 @@ class SQLiteArchiveStore:
         return []
 
     def _owned(self, conversation_id: str, match: str) -> str:
-        """*match* narrowed to the conversation's lines by its token (a file of version 1 on)."""
+        """*match* narrowed to the conversation's lines by its token (a version 1 file)."""
         if self._version >= 1:
             return f'owner : "{owner_token(db_text(conversation_id))}" AND {{text context}} : ({match})'
         return match
@@ -529,7 +511,7 @@ class SQLiteArchiveStore:
     def _candidates(self, conversation_id: str, match: str, patterns: list[WordPattern]) -> list[tuple[int, Hit]]:
         """The newest `SEARCH_CANDIDATES` lines matching *match*, as `(rowid, hit)` scored by `line_score`.
 
-        The conversation's token is part of the full-text query (version 1 on), so FTS5 yields only its
+        The conversation's token is part of the full-text query (a version 1 file), so FTS5 yields only its
         lines, newest first, and stops at `SEARCH_CANDIDATES`; testing the key on each row instead (a version 0
         file) reads 8 rows for each one kept when 8 conversations share the file.
         """
