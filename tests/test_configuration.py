@@ -6,6 +6,7 @@ import functools
 import math
 import re
 from collections.abc import Callable
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 import pytest
@@ -33,6 +34,7 @@ from pydantic_ai_compaction import (
     Trigger,
     Verified,
 )
+from pydantic_ai_compaction.runtime import our_record
 
 from .support import ScriptedAgentModel, audit_agent
 
@@ -329,3 +331,48 @@ def test_a_composed_strategy_set_to_another_value_mid_run_is_skipped_with_a_warn
     with pytest.warns(RuntimeWarning, match=r'^Switch compaction was skipped for this request: AttributeError'):
         result = agent.run_sync('Audit logs 0-7.')
     assert result.output == 'report: done'
+
+
+def test_a_strategy_of_the_users_own_runs_whatever_its_init_takes() -> None:
+    # Checking settings again by copying the strategy failed every run of one taking an `InitVar` or written with
+    # an `__init__` of its own. (`InitVar` is imported at the module's top: dataclasses reads it there in a string
+    # annotation.)
+    from pydantic_ai_compaction import CompactionContext, ConfiguredCompaction, ConversationView, Proposal, Summary
+
+    @dataclass
+    class Labelled(ConfiguredCompaction[None]):
+        prefix: InitVar[str]
+        label: str = field(init=False, default='')
+
+        def __post_init__(self, prefix: str) -> None:
+            super().__post_init__()
+            self.label = f'{prefix}-newest'
+
+        @property
+        def strategy_name(self) -> str:
+            return self.label
+
+        async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
+            return Proposal.keep([e for e in view.exchanges if not e.forced][-1:], summary=Summary('earlier logs'))
+
+    class KeepLast(ConfiguredCompaction[None]):
+        def __init__(self, n: int) -> None:
+            super().__init__(trigger=Trigger(tokens=3_000))
+            self.n = n
+
+        @property
+        def strategy_name(self) -> str:
+            return 'keep-last'
+
+        async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
+            return Proposal.keep([e for e in view.exchanges if not e.forced][-self.n :], summary=Summary('earlier'))
+
+    labelled = Labelled(prefix='mine', trigger=Trigger(tokens=3_000))
+    for strategy, name in ((labelled, 'mine-newest'), (KeepLast(2), 'keep-last')):
+        result = audit_agent(ScriptedAgentModel(logs=8), [strategy]).run_sync('Audit logs 0-7.')
+        records = [r for m in result.all_messages() for p in m.parts if (r := our_record(p)) is not None]
+        assert result.output == 'report: done' and records and {r['strategy'] for r in records} == {name}
+    # Ours composed in it are still checked.
+    switch = Switch(lambda state: True, KeepLast(2), _set(Fork(), 'keep_last', -1))
+    with pytest.raises(ConfigurationError, match=r'Fork\.keep_last must be'):
+        audit_agent(ScriptedAgentModel(logs=8), [switch]).run_sync('Audit logs 0-7.')

@@ -92,12 +92,17 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
 
         Capabilities are dataclasses, so a field can be set after construction (`fork.keep_last = -3`); the run
         checks them when it starts (`for_run`), so a value the constructor refuses is refused there with the same
-        error (`Class.field` and the value), not read by a compaction mid-run.
+        error (`Class.field` and the value), not read by a compaction mid-run. A strategy class of your own is not
+        checked again (its `__init__` may take what a copy cannot give); the strategies of ours it composes are.
 
         Raises:
             ConfigurationError: A field's value is not acceptable.
         """
-        replace(self)  # a copy runs `__post_init__`, which checks every field; this one's state is left as it is
+        if type(self).__module__.startswith(_PACKAGE):
+            # A copy runs `__post_init__`, which checks every field; this one's state is left as it is. Only our own
+            # classes are copied: a strategy of the user's may take an `InitVar` or an `__init__` of its own, which
+            # a copy cannot give again (its composed strategies of ours are still checked).
+            replace(self)
         for child in self.children():
             child.check_settings()
 
@@ -311,6 +316,10 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
             span=span,
         )
         return outcome
+
+
+_PACKAGE = 'pydantic_ai_compaction.'
+"""Where this library's own classes are defined (`CompactionCapability.check_settings`)."""
 
 
 def _name_of(strategy: CompactionCapability[Any]) -> str:
