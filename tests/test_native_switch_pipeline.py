@@ -170,3 +170,5 @@ def test_a_wrapped_pipeline_runs_each_step_wrapped_on_its_own_trigger() -> None:
         [f'reassert+{name}' for name in alone],
     )
     assert run(Verified(pipeline())) == (largest, [f'verified({name})' for name in alone])
+    nested = Verified(Reassert(pipeline(), sources=InstructionSources(markers=())))  # each step wrapped in both
+    assert run(nested) == (largest, [f'verified(reassert+{name})' for name in alone])

@@ -364,6 +364,14 @@ class WrappingCompaction(CompactionCapability[AgentDepsT], ABC):
         """The inner strategy."""
         return (self.inner,)
 
+    def each_wrapped(
+        self, wrap: Callable[[CompactionCapability[AgentDepsT]], CompactionCapability[AgentDepsT]]
+    ) -> CompactionCapability[AgentDepsT] | None:
+        """The inner composition's steps each wrapped in this wrapper, then in *wrap* (`Verified(Reassert(Pipeline([a,
+        b])))` runs as `Pipeline([Verified(Reassert(a)), Verified(Reassert(b))])`); `None` when the inner strategy
+        runs as one."""
+        return self.inner.each_wrapped(lambda step: wrap(self._wrapping(step)))
+
     def _wrapping(self, step: CompactionCapability[AgentDepsT]) -> CompactionCapability[AgentDepsT]:
         """This wrapper around *step* instead of the inner strategy."""
         return replace(self, inner=step)
