@@ -679,3 +679,27 @@ def test_a_query_of_thousands_of_distinct_words_is_searched_for_its_first_64(sto
     found = store.search(conversation, ' '.join(['timeout', *others[:62], 'media', *others[62:]]), 8)
     assert [hit.text for hit in found] == ['timeout_ms = 1050 on media']
     assert store.search(conversation, ' '.join([*others[:64], 'timeout', 'media']), 8) == []
+
+
+@pytest.mark.parametrize(
+    ('text', 'query', 'shown'),
+    [
+        # The window sat on `sup-port` at the line's start: a word is found where it starts one, as stores match.
+        ('{"support_email": "a@b.c", ' + '"k": "v", ' * 500 + '"port": 8443}', 'port', '"port": 8443'),
+        # Each `İ` is two characters lowercased: positions in the lowercased line moved the window past the word.
+        ('İZMİR ' * 400 + 'timeout=9000 ' + 'x ' * 1_000, 'timeout', 'timeout=9000'),
+        # Several words: the first the line holds.
+        ('a ' * 400 + 'zone=b ' + 'c ' * 400 + 'media=d ' + 'e ' * 300, 'media zone', 'zone=b'),
+        # The word only in the call: the line's start.
+        ('begin ' + 'f ' * 600, 'read_config', 'begin f'),
+    ],
+    ids=['word-start', 'lengthened-lowercase', 'first-word', 'call-only'],
+)
+def test_a_long_hit_line_is_shown_around_the_word_that_matched(text: str, query: str, shown: str) -> None:
+    from pydantic_ai_compaction.processors.memory.recall import SHOWN_LINE_CHARS, _excerpt  # pyright: ignore[reportPrivateUsage]
+    from pydantic_ai_compaction.runtime.stores._query import query_words
+
+    excerpt = _excerpt(text, query_words(query))
+    assert shown in excerpt
+    assert excerpt.endswith(f' (a line of {len(text):,} characters, cut)')
+    assert len(excerpt) <= SHOWN_LINE_CHARS + 2 + len(f' (a line of {len(text):,} characters, cut)')

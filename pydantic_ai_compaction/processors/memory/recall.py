@@ -315,16 +315,36 @@ def _excerpt(text: str, wanted: Sequence[str]) -> str:
     word it holds (its start when it holds none itself: the word was in its call), and its length."""
     if len(text) <= SHOWN_LINE_CHARS:
         return text
-    # Positions in the lowercased line stand for those in the line: only a few letters lengthen when lowercased
-    # (`İ`), which moves the window by as many characters.
-    lowered = text.lower()
-    found = [at for word in wanted if word and (at := lowered.find(word)) >= 0]
-    at = min(found, default=0)
+    at = _first_word_at(text, wanted)
     start = max(0, min(at - SHOWN_LINE_CHARS // 4, len(text) - SHOWN_LINE_CHARS))
     end = start + SHOWN_LINE_CHARS
     before = '…' if start else ''
     after = '…' if end < len(text) else ''
     return f'{before}{text[start:end]}{after} (a line of {len(text):,} characters, cut)'
+
+
+def _first_word_at(text: str, wanted: Sequence[str]) -> int:
+    """Where in *text* the first of *wanted* (lowercased query words) starts a word, as the stores match one (`port`
+    in `"port": 8443`, not in `support`); 0 when none does."""
+    lowered = text.lower()
+    first: int | None = None
+    for word in wanted:
+        at = lowered.find(word) if word else -1
+        while at > 0 and lowered[at - 1].isalnum():
+            at = lowered.find(word, at + 1)
+        if at >= 0 and (first is None or at < first):
+            first = at
+    if first is None:
+        return 0
+    if len(lowered) == len(text):
+        return first
+    # A letter lengthened when lowercased (`İ` is `i` and a combining dot): back to the text's own positions.
+    seen = 0
+    for index, character in enumerate(text):
+        seen += len(character.lower())
+        if seen > first:
+            return index
+    return len(text)
 
 
 def _text_of(part: object) -> str:
