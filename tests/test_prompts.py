@@ -666,10 +666,16 @@ async def test_a_free_fork_reads_ids_in_capitals_and_ranges(line: str, kept: lis
         # A line that names no id but points at a list reads the list under it.
         ('KEEP: None \u2014 except these:\n- g2\n- g5\nLogs read.', ['g2', 'g5']),
         ('KEEP: None\u2014except these:\n- g2\n- g5\nLogs read.', ['g2', 'g5']),
-        ('KEEP: None\u2014\n- g2\n- g5\nLogs read.', ['g2', 'g5']),
         ('KEEP: the following:\n\n- g3 (the config)\n- g6\n\nLogs read.', ['g3', 'g6']),
+        ('KEEP: g3 and the following:\n- g5\n- g6\nLogs read.', ['g3', 'g5', 'g6']),
         # Pointing at nothing under it, the line is read as it stands.
         ('KEEP: None \u2014 all summarized below:\nLogs read.', []),
+        # A none word with a note points at the summary, whose lines may start with ids: they are not kept.
+        ('KEEP: None \u2014 everything is summarized below:\n- g2: the user asked\n- g5: Logs read.', []),
+        ('KEEP: None. Summary of the exchanges:\n- g1: asked for a CSV\n- g4: Logs read.', []),
+        ('KEEP: none, all summarized as follows:\n\ng1 \u2013 g3: Logs read.\ng4: fixed the test', []),
+        # Going down, a spaced range then `and` is an id and a note naming others.
+        ('KEEP: g7 \u2013 g2 and g3: superseded drafts\nLogs read.', ['g7']),
     ],
 )
 async def test_a_free_fork_reads_ids_before_a_note_and_none_only_when_said(reply: str, kept: list[str]) -> None:
@@ -695,6 +701,7 @@ def test_a_reply_repeating_a_range_names_a_bounded_number_of_ids() -> None:
     [
         'KEEP: None\u2014just the config exchange\nSummary: g4 had the config.',
         'KEEP: None\u2014see below\nSummary: g4 had the config.',
+        'KEEP: None\u2014\n- g2\n- g5\nLogs read.',
     ],
 )
 def test_a_joined_none_word_whose_note_points_elsewhere_names_neither(reply: str) -> None:

@@ -55,14 +55,17 @@ _RANGE = re.compile(r'\bg(\d{1,12})(?:[-\u2013\u2014]|\.\.|[ \t]+to[ \t]+)g?(\d{
 """A range of exchange ids as a model writes one (`g2-g5`, `g2–g5`, `g2..g5`, `g2-5`, `g2 to g5`)."""
 _ITEM_END = r'[ \t]*(?:[,;:(\r*`&/.]|[-\u2013\u2014][ \t]|$)'
 """What ends an item of a list of ids: punctuation, a note's dash or the line's end."""
+_AND_LAST = rf'(?P<more>[ \t]+and[ \t]+g\d{{1,12}}\b{_ITEM_END})'
+"""`and` and a last id after a range, ending the item."""
 _SPACED_RANGE = re.compile(
-    rf'\b(g\d{{1,12}})[ \t]+[-\u2013\u2014][ \t]+(g\d{{1,12}})(?={_ITEM_END}|[ \t]+and[ \t]+g\d{{1,12}}\b{_ITEM_END})',
+    rf'\b(g\d{{1,12}})[ \t]+[-\u2013\u2014][ \t]+(g\d{{1,12}})(?={_ITEM_END}|{_AND_LAST})',
     re.IGNORECASE | re.MULTILINE,
 )
 """A range written with spaces around its dash (`g2 - g5`, `g2 – g5 (the config)`, `g2 - g5: setup`, `g2 - g5 and
 g8`), closed up (`g2-g5`) before notes are cut off. Only a dash between two ids that end the item (before
-punctuation, a note's dash, the line's end, or `and` and a last id): `g3 — g2 was superseded by it` and `g7 — g2
-and g3 were superseded` are an id and its note, which names other exchanges."""
+punctuation, a note's dash, the line's end, or `and` and a last id when the range goes up): `g3 — g2 was
+superseded by it`, `g7 — g2 and g3 were superseded` and `g8 – g2 and g3: drafts` are an id and its note, which
+names other exchanges (`_closed_ranges`)."""
 _MAX_RANGE = 1_000
 """Ids a range names at most: a wider one (`g1-g999999999`) is read as its two ends."""
 _PARENTHESES = re.compile(r'\([^()]*\)')
@@ -292,7 +295,7 @@ def render_structured(summary: dict[str, Any]) -> str:
 def _keep_of(line: re.Match[str]) -> tuple[str, ...] | None:
     """The ids a `KEEP:` line names (`()` for none), or `None` when it names neither."""
     written = line.group('ids').strip(_MARKUP)
-    ids_text = _SPACED_RANGE.sub(r'\1-\2', written)
+    ids_text = _closed_ranges(written)
     words = ids_text.split(maxsplit=1)
     if not words:
         return ()
@@ -315,6 +318,19 @@ def _keep_of(line: re.Match[str]) -> tuple[str, ...] | None:
     if ids:
         return ids
     return _ids_in(ids_text) or None  # `KEEP: none of them except g5` names g5
+
+
+def _closed_ranges(text: str) -> str:
+    """*text* with its spaced ranges closed up (`_SPACED_RANGE`); one followed by `and` and an id only when it goes up
+    (`g2 - g5 and g8`): going down, it is an id and a note naming others (`g8 – g2 and g3: drafts`)."""
+
+    def closed(match: re.Match[str]) -> str:
+        low, high = match.group(1), match.group(2)
+        if match.group('more') and int(low[1:]) >= int(high[1:]):
+            return match.group(0)
+        return f'{low}-{high}'
+
+    return _SPACED_RANGE.sub(closed, text)
 
 
 def _noted_ids(text: str) -> tuple[str, ...]:
@@ -383,14 +399,33 @@ def _keep_line(reply: str) -> tuple[tuple[str, ...], int, int] | None:
                 return keep, match.start(), end
         keep = _keep_of(match)
         if keep is not None:
+            if keep and _AND_POINTER.search(written):
+                # `KEEP: g3 and the following:` over a list: the line's ids and the list's.
+                listed, end = _listed(reply, match.end())
+                return tuple(dict.fromkeys((*keep, *listed)))[:_MAX_IDS], match.start(), end
             return keep, match.start(), match.end()
     return None
 
 
 def _points_below(written: str) -> bool:
-    """Whether a `KEEP:` line's text names no id but points at ids elsewhere (`None — except these:`, `the
-    following:`, `None—see below`)."""
-    return not _ID.search(written) and (written.endswith(':') or _NOT_NONE.search(written) is not None)
+    """Whether a `KEEP:` line's text names no id but points at a list of them under it: a none word with an
+    exception (`None — except these:`, `None but the following:`), or a pointer alone (`the following:`). A none
+    word with a note (`None — everything is summarized below:`) points at the summary, whose lines may start with
+    ids: not read for them."""
+    if _ID.search(written):
+        return False
+    words = written.split(maxsplit=1)
+    if _none(_NONE_JOINED.split(words[0].lstrip('-'), maxsplit=1)[0] if words else ''):
+        return _EXCEPT.search(written) is not None
+    return _POINTER.fullmatch(written.strip(_MARKUP)) is not None
+
+
+_EXCEPT = re.compile(r'\b(?:except|but|besides|save|apart|other than|unless|only|just)\b', re.IGNORECASE)
+"""Words after a none word that say some exchanges are kept after all (`None — except these:`)."""
+_AND_POINTER = re.compile(r'\b(?:and|plus)[ \t]+(?:the[ \t]+)?(?:following|these|those)[ \t]*:?$', re.IGNORECASE)
+"""The end of a `KEEP:` line of ids that points at more listed under it (`g3 and the following:`)."""
+_POINTER = re.compile(r'(?:the |these |those )?(?:following|these|those|below|listed below|as follows)[ \t]*:?', re.I)
+"""A `KEEP:` line's whole text when it only points at a list under it (`the following:`, `these:`)."""
 
 
 def _listed(reply: str, at: int) -> tuple[tuple[str, ...], int]:
@@ -419,7 +454,7 @@ def _ids_listed(line: str) -> tuple[str, ...]:
     """The ids of a line of a list of exchange ids (`- g2 (the config)`, `g2, g5`), or none for any other line: a
     sentence that starts with an id (`g3 failed twice`) is not one."""
     body = line[_LIST_MARK.match(line).end() :]  # pyright: ignore[reportOptionalMemberAccess]
-    return _closed_up(_list_ids, body, _SPACED_RANGE.sub(r'\1-\2', body))
+    return _closed_up(_list_ids, body, _closed_ranges(body))
 
 
 def _list_ids(body: str) -> tuple[str, ...]:
