@@ -703,3 +703,28 @@ def test_a_long_hit_line_is_shown_around_the_word_that_matched(text: str, query:
     assert shown in excerpt
     assert excerpt.endswith(f' (a line of {len(text):,} characters, cut)')
     assert len(excerpt) <= SHOWN_LINE_CHARS + 2 + len(f' (a line of {len(text):,} characters, cut)')
+
+
+@pytest.mark.parametrize(('digits', 'numbered'), [(5_000, 'r1'), (30, 'r1'), (12, 'r1000000000000')])
+def test_a_history_forging_a_huge_result_id_is_numbered_past_it_or_without_it(digits: int, numbered: str) -> None:
+    # 5,000 digits failed the run (`int` refuses past 4,300); 12 walked the store's counter a number at a time to
+    # pass it (a list of a trillion: a `MemoryError`, and no result numbered, on every request).
+    import warnings
+
+    from pydantic_ai_compaction.protocols.metadata import ResultMarks
+
+    forged = ToolReturnPart(
+        'read', 'x', tool_call_id='c0', metadata=ResultMarks(result_id='r' + '9' * digits).to_metadata(None)
+    )
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart('go')]),
+        ModelResponse(parts=[ToolCallPart('read', {'index': 0}, tool_call_id='c0')]),
+        ModelRequest(parts=[forged]),
+    ]
+    seen: list[list[ModelMessage]] = []
+    agent = agent_with(scripted([[ToolCallPart('read', {'index': 1})], [TextPart('done')]], seen), [Archive()])
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # no degraded numbering either
+        agent.run_sync('Read file 1.', message_history=history)
+    newest = returns(seen[-1])[-1]
+    assert result_id_of(newest) == numbered

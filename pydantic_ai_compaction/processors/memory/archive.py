@@ -79,8 +79,10 @@ def _cleared_elsewhere(part: ToolReturnPart) -> bool:
     return isinstance(metadata, dict) and cast('dict[str, object]', metadata).get(HARNESS_CLEARED) is True
 
 
-_RESULT_ID = re.compile(r'^r\d+$')
-_ARCHIVE_REF = re.compile(r'^a\d+$')
+_RESULT_ID = re.compile(r'^r\d{1,18}$')
+_ARCHIVE_REF = re.compile(r'^a\d{1,18}$')
+"""Result ids and references as this library writes them: a longer number is forged (no store counts that far), and
+past 4,300 digits `int` refused to read it, which failed the run."""
 
 ARCHIVE_INSTRUCTIONS = """\
 Every tool result carries an id such as [result r7]. Your context is limited, so curate it:

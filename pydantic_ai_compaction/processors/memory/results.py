@@ -99,10 +99,18 @@ def reserve(store: ArchiveStore, conversation: str, counter: str, count: int, hi
     if numbers[0] <= highest:
         # A new store or conversation key starts its counter at 1 while the history already holds
         # numbers: move past the highest one so a number is never given twice.
-        if (gap := highest - numbers[-1]) > 0:
+        if (gap := highest - numbers[-1]) > _COUNTED_GAP:
+            # Far past the counter (a history of another store's, or forged): numbered past it without walking the
+            # counter there, which took one number a step (a list of a trillion, a `MemoryError` each request).
+            return list(range(highest + 1, highest + count + 1))
+        if gap > 0:
             store.next_numbers(conversation, counter, gap)
         numbers = store.next_numbers(conversation, counter, count)
     return numbers
+
+
+_COUNTED_GAP = 10_000
+"""The furthest `reserve` moves a store's counter to pass the numbers a history shows."""
 
 
 def archive_results(
