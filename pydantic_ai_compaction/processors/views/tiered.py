@@ -510,8 +510,9 @@ def _files_changed(view: Sequence[ModelMessage], writes: re.Pattern[str]) -> str
     return ('Files changed: ' + ', '.join(paths)) if paths else ''
 
 
-_SHOWN_REF = re.compile(r'context_recover\("a(\d{1,18})"\)')
-"""A reference a clearing stub shows (`context_recover("a7") returns it`)."""
+_SHOWN_REF = re.compile(r'; context_recover\("a(\d{1,18})"\) returns it\]$')
+"""The reference a clearing stub ends with (`...; context_recover("a7") returns it]`; not one in the output's
+opening words the stub quotes)."""
 _ARCHIVED_REF = re.compile(r'a\d{1,18}')
 """A reference `Archive` marks a result with (longer ones are forged: no store counts that far)."""
 
@@ -531,7 +532,8 @@ def _highest_ref(view: Sequence[ModelMessage]) -> int:
             if ref is not None and _ARCHIVED_REF.fullmatch(ref):
                 highest = max(highest, int(ref[1:]))
             elif _is_cleared(part) and isinstance(part.content, str):
-                highest = max([highest, *(int(number) for number in _SHOWN_REF.findall(part.content))])
+                if (shown := _SHOWN_REF.search(part.content)) is not None:
+                    highest = max(highest, int(shown.group(1)))
     return highest
 
 
