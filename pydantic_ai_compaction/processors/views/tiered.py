@@ -531,9 +531,12 @@ def _highest_ref(view: Sequence[ModelMessage]) -> int:
             ref = archived_ref_of(part)
             if ref is not None and _ARCHIVED_REF.fullmatch(ref):
                 highest = max(highest, int(ref[1:]))
-            elif _is_cleared(part) and isinstance(part.content, str):
-                if (shown := _SHOWN_REF.search(part.content)) is not None:
-                    highest = max(highest, int(shown.group(1)))
+            elif (
+                _is_cleared(part)
+                and isinstance(part.content, str)
+                and (shown := _SHOWN_REF.search(part.content)) is not None
+            ):
+                highest = max(highest, int(shown.group(1)))
     return highest
 
 
