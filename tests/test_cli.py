@@ -204,3 +204,11 @@ def test_the_incident_flags_given_to_the_recall_benchmark_are_refused(
         == "pai-compaction: error: --sizes, --variants, --players: the incident benchmark's, not the recall benchmark's"
     )
     assert not list(tmp_path.iterdir())  # refused before any run
+
+
+def test_docs_show_the_costsim_tables_as_costsim_prints_them(capsys: pytest.CaptureFixture[str]) -> None:
+    # The `score` policy's row was added to the simulator but not to docs/benchmarks.md.
+    assert cli.main(['costsim']) == 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith('|')]
+    docs = (Path(__file__).parent.parent / 'docs' / 'benchmarks.md').read_text(encoding='utf-8')
+    assert len(printed) > 10 and [line for line in printed if line not in docs] == []
