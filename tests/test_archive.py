@@ -705,10 +705,11 @@ def test_a_long_hit_line_is_shown_around_the_word_that_matched(text: str, query:
     assert len(excerpt) <= SHOWN_LINE_CHARS + 2 + len(f' (a line of {len(text):,} characters, cut)')
 
 
-@pytest.mark.parametrize(('digits', 'numbered'), [(5_000, 'r1'), (30, 'r1'), (12, 'r1000000000000')])
+@pytest.mark.parametrize(('digits', 'numbered'), [(5_000, 'r1'), (30, 'r1'), (12, 'r1'), (6, 'r1000000')])
 def test_a_history_forging_a_huge_result_id_is_numbered_past_it_or_without_it(digits: int, numbered: str) -> None:
     # 5,000 digits failed the run (`int` refuses past 4,300); 12 walked the store's counter a number at a time to
-    # pass it (a list of a trillion: a `MemoryError`, and no result numbered, on every request).
+    # pass it (a list of a trillion: a `MemoryError`, and no result numbered, on every request). Past a million
+    # beyond the counter a number is read as forged; up to it, numbered past.
     import warnings
 
     from pydantic_ai_compaction.protocols.metadata import ResultMarks
@@ -728,3 +729,14 @@ def test_a_history_forging_a_huge_result_id_is_numbered_past_it_or_without_it(di
         agent.run_sync('Read file 1.', message_history=history)
     newest = returns(seen[-1])[-1]
     assert result_id_of(newest) == numbered
+
+
+def test_numbers_past_a_history_s_highest_move_the_store_s_counter() -> None:
+    # Numbers handed out past a far higher one without moving the counter were handed out again by the next call:
+    # "archive reference already used", and no result archived again for the rest of the conversation.
+    from pydantic_ai_compaction.processors.memory.results import reserve
+
+    store = InMemoryArchiveStore()
+    assert reserve(store, 'c', 'archive', 2, 20_000) == [20_001, 20_002]
+    assert reserve(store, 'c', 'archive', 1, 20_000) == [20_003]
+    assert reserve(store, 'c', 'archive', 1, 10**15) == [20_004]  # read as forged: not walked to

@@ -172,3 +172,30 @@ def test_a_wrapped_pipeline_runs_each_step_wrapped_on_its_own_trigger() -> None:
     assert run(Verified(pipeline())) == (largest, [f'verified({name})' for name in alone])
     nested = Verified(Reassert(pipeline(), sources=InstructionSources(markers=())))  # each step wrapped in both
     assert run(nested) == (largest, [f'verified(reassert+{name})' for name in alone])
+
+
+def test_a_wrapper_of_the_users_own_around_a_pipeline_still_compacts() -> None:
+    # Wrapping each step copies the wrapper; one of the user's with an `__init__` of its own cannot be copied, and
+    # every request was skipped with a `TypeError` (`compact()` raised it). It wraps the pipeline as one instead.
+    from pydantic_ai_compaction.runtime import WrappingCompaction
+
+    class Audited(WrappingCompaction[None]):
+        def __init__(self, inner: Any, log: list[str]) -> None:
+            self.inner = inner
+            self.log = log
+
+        @property
+        def strategy_name(self) -> str:
+            return f'audited({self.inner.strategy_name})'
+
+        async def propose(self, view: Any, ctx: Any) -> Any:
+            proposal = await self.inner.propose(view, ctx)
+            self.log.append(proposal.variant or 'default')
+            return proposal
+
+    log: list[str] = []
+    audited = Audited(Pipeline([StatelessSummary(trigger=Trigger(tokens=3_000))]), log)
+    script = ScriptedAgentModel(logs=8)
+    result = audit_agent(script, [audited]).run_sync('Audit logs 0-7.')
+    records = [r['strategy'] for m in result.all_messages() for p in m.parts if (r := our_record(p))]
+    assert records and set(records) == {'audited(pipeline(summary))'} and len(log) == len(records)

@@ -674,6 +674,8 @@ async def test_a_free_fork_reads_ids_in_capitals_and_ranges(line: str, kept: lis
         ('KEEP: None \u2014 everything is summarized below:\n- g2: the user asked\n- g5: Logs read.', []),
         ('KEEP: None. Summary of the exchanges:\n- g1: asked for a CSV\n- g4: Logs read.', []),
         ('KEEP: none, all summarized as follows:\n\ng1 \u2013 g3: Logs read.\ng4: fixed the test', []),
+        ('KEEP: None \u2014 only the summary below is needed:\n- g2: deploy target\n- g3: Logs read.', []),
+        ('KEEP: none, just the summary:\n- g2: deploy target\n- g3: Logs read.', []),
         # Going down, a spaced range then `and` is an id and a note naming others.
         ('KEEP: g7 \u2013 g2 and g3: superseded drafts\nLogs read.', ['g7']),
     ],

@@ -437,11 +437,13 @@ def test_identity_memo_reads_only_the_same_live_objects() -> None:
 
 @pytest.mark.anyio
 async def test_a_bad_write_tools_set_between_runs_is_reported_by_the_compaction() -> None:
-    """The read-ahead swallows the check's error; the compaction, which reads the same settings, raises it."""
+    """The read-ahead swallows the check's error; the next run refuses it when it starts (`check_settings`), and
+    the compaction, which reads the same settings, raises it too."""
     reset = ResetToCheckpoint[None](trigger=Trigger(tokens=10**9))
     agent = Agent(_loop_model(2), tools=[read_log], capabilities=[reset])
     history = (await agent.run('Audit every log.')).all_messages()
     reset.write_tools = '(unclosed'
-    again = (await agent.run('Again.', message_history=history)).all_messages()
     with pytest.raises(ValueError, match=r'ResetToCheckpoint\.write_tools'):
-        await _proposal(reset, again)
+        await agent.run('Again.', message_history=history)
+    with pytest.raises(ValueError, match=r'ResetToCheckpoint\.write_tools'):
+        await _proposal(reset, history)

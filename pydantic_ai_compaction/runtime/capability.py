@@ -372,6 +372,17 @@ class WrappingCompaction(CompactionCapability[AgentDepsT], ABC):
         runs as one."""
         return self.inner.each_wrapped(lambda step: wrap(self._wrapping(step)))
 
+    def _steps(self) -> CompactionCapability[AgentDepsT] | None:
+        """`each_wrapped` of the inner strategy with this wrapper, or `None` (also when this wrapper cannot be copied
+        around a step: a wrapper of your own may take an `__init__` or an `InitVar` a copy cannot give again; it
+        then wraps the composition as one strategy, on its first step's trigger)."""
+        try:
+            return self.inner.each_wrapped(self._wrapping)
+        except (TypeError, ValueError):
+            if type(self).__module__.startswith(_PACKAGE):
+                raise  # ours can always be copied: a failure is a bug to see
+            return None
+
     def _wrapping(self, step: CompactionCapability[AgentDepsT]) -> CompactionCapability[AgentDepsT]:
         """This wrapper around *step* instead of the inner strategy."""
         return replace(self, inner=step)
@@ -387,7 +398,7 @@ class WrappingCompaction(CompactionCapability[AgentDepsT], ABC):
     ) -> list[ModelMessage] | None:
         """As the inner strategy runs: a composition that triggers its steps itself (`Pipeline`) runs each of them
         wrapped, on its own trigger."""
-        steps = self.inner.each_wrapped(self._wrapping)
+        steps = self._steps()
         if steps is not None:
             return await steps.maybe_compact(
                 messages, ctx, model=model, model_settings=model_settings, parameters=parameters
@@ -399,7 +410,7 @@ class WrappingCompaction(CompactionCapability[AgentDepsT], ABC):
     async def compact(self, messages: list[ModelMessage], ctx: RunContext[AgentDepsT]) -> list[ModelMessage]:
         """As the inner strategy compacts (harness `CompactionStrategy` protocol): each step of a `Pipeline`
         wrapped."""
-        steps = self.inner.each_wrapped(self._wrapping)
+        steps = self._steps()
         if steps is not None:
             return await steps.compact(messages, ctx)
         return await super().compact(messages, ctx)

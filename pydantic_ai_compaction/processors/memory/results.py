@@ -100,17 +100,18 @@ def reserve(store: ArchiveStore, conversation: str, counter: str, count: int, hi
         # A new store or conversation key starts its counter at 1 while the history already holds
         # numbers: move past the highest one so a number is never given twice.
         if (gap := highest - numbers[-1]) > _COUNTED_GAP:
-            # Far past the counter (a history of another store's, or forged): numbered past it without walking the
-            # counter there, which took one number a step (a list of a trillion, a `MemoryError` each request).
-            return list(range(highest + 1, highest + count + 1))
+            # Read as forged: walking the counter there takes a number a step (a list of a trillion, a `MemoryError`
+            # each request), and numbers past it without moving the counter were given again by the next call.
+            return numbers
         if gap > 0:
             store.next_numbers(conversation, counter, gap)
         numbers = store.next_numbers(conversation, counter, count)
     return numbers
 
 
-_COUNTED_GAP = 10_000
-"""The furthest `reserve` moves a store's counter to pass the numbers a history shows."""
+_COUNTED_GAP = 1_000_000
+"""The furthest `reserve` moves a store's counter to pass the numbers a history shows (once: a list of a million
+numbers); a number further is read as forged."""
 
 
 def archive_results(

@@ -420,8 +420,12 @@ def _points_below(written: str) -> bool:
     return _POINTER.fullmatch(written.strip(_MARKUP)) is not None
 
 
-_EXCEPT = re.compile(r'\b(?:except|but|besides|save|apart|other than|unless|only|just)\b', re.IGNORECASE)
-"""Words after a none word that say some exchanges are kept after all (`None — except these:`)."""
+_EXCEPT = re.compile(
+    r'\b(?:except|besides|save for|apart from|other than|but (?:these|those|the following))\b', re.IGNORECASE
+)
+"""Words after a none word that say some exchanges are kept after all (`None — except these:`, `None but the
+following:`); not `only` or `just`, which a none word's note uses for the summary (`None — only the summary
+below is needed:`)."""
 _AND_POINTER = re.compile(r'\b(?:and|plus)[ \t]+(?:the[ \t]+)?(?:following|these|those)[ \t]*:?$', re.IGNORECASE)
 """The end of a `KEEP:` line of ids that points at more listed under it (`g3 and the following:`)."""
 _POINTER = re.compile(r'(?:the |these |those )?(?:following|these|those|below|listed below|as follows)[ \t]*:?', re.I)
