@@ -536,8 +536,8 @@ def scaling_table(measured: dict[str, dict[str, PerRequest]]) -> str:
 async def compaction_paths(repeat: int = 5, pairs: int = 7) -> list[Target]:
     """Every deterministic compaction path at 1M tokens, cold and with one new step, against ClearToolResults.
 
-    The reset's rows, a few milliseconds each and the closest to their line, are timed in thread CPU time in
-    *pairs* alternated with their anchor (`_paired`); the others are medians of *repeat* beside one anchor.
+    The cold rows and the reset's, a few milliseconds each and the closest to their line, are timed in thread CPU
+    time in *pairs* alternated with their anchor (`_paired`); the others are medians of *repeat* beside one anchor.
     """
     from pydantic_ai_compaction.runtime import segment
 
@@ -548,18 +548,8 @@ async def compaction_paths(repeat: int = 5, pairs: int = 7) -> list[Target]:
     cctx = CompactionContext(run=ctx, model=TestModel(), model_settings=None, parameters=ModelRequestParameters())
     clear = ClearToolResults(max_tokens=1)
     clear_ms = await _ams(lambda: clear.compact(history, ctx), repeat)
-    copies = [fresh_copy(history) for _ in range(repeat)]
     grown = [[*history, *_step(steps + 1 + r, 8_000, pool)] for r in range(repeat)]
     sources = InstructionSources(markers=('CHANGE:',))
-
-    def cold(function: Callable[[list[ModelMessage]], object]) -> float:
-        times: list[float] = []
-        for copy in copies:
-            started = time.perf_counter()
-            function(copy)
-            times.append((time.perf_counter() - started) * 1000)
-        copies[:] = [fresh_copy(history) for _ in range(repeat)]
-        return statistics.median(times)
 
     def one_step(function: Callable[[list[ModelMessage]], object]) -> float:
         function(history)
@@ -574,7 +564,6 @@ async def compaction_paths(repeat: int = 5, pairs: int = 7) -> list[Target]:
     layout = validate(Proposal(kept=view.ids[-3:], summary=Summary('s')), view)
     reset = ResetToCheckpoint[None](trigger=Trigger(tokens=1))
     rows: list[Target] = [
-        _row('segmentation (cold: a history never seen)', cold(lambda m: segment(m)), clear_ms),
         _row('segmentation (one new step since the last)', one_step(lambda m: segment(m)), clear_ms),
         _row(
             'validator',
@@ -582,7 +571,6 @@ async def compaction_paths(repeat: int = 5, pairs: int = 7) -> list[Target]:
             clear_ms,
         ),
         _row('layout application', _ms(lambda: apply_layout(view, layout, {'strategy': 'bench'}), repeat), clear_ms),
-        _row('reassert gather (cold)', cold(lambda m: gather_instructions(segment(m), sources)), clear_ms),
         _row('reassert gather (one new step)', one_step(lambda m: gather_instructions(segment(m), sources)), clear_ms),
     ]
 
@@ -599,6 +587,27 @@ async def compaction_paths(repeat: int = 5, pairs: int = 7) -> list[Target]:
 
         return subject
 
+    def reading(function: Callable[[list[ModelMessage]], object]) -> Callable[[], Awaitable[float]]:
+        async def subject() -> float:
+            given = fresh_copy(history)  # made before the clock starts
+
+            async def call() -> None:
+                function(given)
+
+            return await _cpu_ms(call)
+
+        return subject
+
+    rows[:0] = [
+        ('segmentation (cold: a history never seen)', *await _paired(reading(segment), clearing(history), pairs))
+    ]
+    rows.insert(
+        4,
+        (
+            'reassert gather (cold)',
+            *await _paired(reading(lambda m: gather_instructions(segment(m), sources)), clearing(history), pairs),
+        ),
+    )
     rows.append(
         (
             'reset, whole compaction (cold)',
