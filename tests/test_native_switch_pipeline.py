@@ -199,3 +199,45 @@ def test_a_wrapper_of_the_users_own_around_a_pipeline_still_compacts() -> None:
     result = audit_agent(script, [audited]).run_sync('Audit logs 0-7.')
     records = [r['strategy'] for m in result.all_messages() for p in m.parts if (r := our_record(p))]
     assert records and set(records) == {'audited(pipeline(summary))'} and len(log) == len(records)
+
+
+def test_ours_around_a_pipeline_or_wrapper_of_the_users_wraps_it_as_one_and_keeps_its_state() -> None:
+    # Distributing `Reassert` over a pipeline subclass of the user's (its own `__init__`) or through a wrapper of
+    # the user's raised `TypeError` on every request: nothing compacted. A copyable wrapper of the user's lost the
+    # state it keeps on itself to copies.
+    from dataclasses import dataclass
+
+    from pydantic_ai_compaction.runtime import WrappingCompaction
+
+    class MyPipeline(Pipeline[None]):
+        def __init__(self, *steps: Any) -> None:
+            super().__init__(list(steps))
+
+    @dataclass
+    class Counted(WrappingCompaction[None]):
+        inner: Any
+        proposals: int = 0
+
+        @property
+        def strategy_name(self) -> str:
+            return f'counted({self.inner.strategy_name})'
+
+        async def propose(self, view: Any, ctx: Any) -> Any:
+            self.proposals += 1
+            return await self.inner.propose(view, ctx)
+
+    def summary() -> StatelessSummary[None]:
+        return StatelessSummary(trigger=Trigger(tokens=3_000))
+
+    def records(capability: Any) -> list[str]:
+        result = audit_agent(ScriptedAgentModel(logs=8), [capability]).run_sync('Audit logs 0-7.')
+        return [r['strategy'] for m in result.all_messages() for p in m.parts if (r := our_record(p))]
+
+    marked = InstructionSources(markers=())
+    assert set(records(Reassert(MyPipeline(summary()), sources=marked))) == {'reassert+pipeline(summary)'}
+    counted = Counted(Pipeline([summary()]))
+    found = records(counted)
+    assert found and set(found) == {'counted(pipeline(summary))'} and counted.proposals == len(found)
+    assert set(records(Reassert(Counted(Pipeline([summary()])), sources=marked))) == {
+        'reassert+counted(pipeline(summary))'
+    }

@@ -676,6 +676,11 @@ async def test_a_free_fork_reads_ids_in_capitals_and_ranges(line: str, kept: lis
         ('KEEP: none, all summarized as follows:\n\ng1 \u2013 g3: Logs read.\ng4: fixed the test', []),
         ('KEEP: None \u2014 only the summary below is needed:\n- g2: deploy target\n- g3: Logs read.', []),
         ('KEEP: none, just the summary:\n- g2: deploy target\n- g3: Logs read.', []),
+        ('KEEP: None, everything except the latest exchange is summarized below.\n- g2: set\n- g5: Logs read.', []),
+        ('KEEP: None \u2014 everything besides the task is summarized below:\n- g2: set\n- g5: Logs read.', []),
+        # After an em dash, an id then `and` another is an id and a note naming others, going up too.
+        ('KEEP: g4 \u2014 g6 and g7: both only restate it\nLogs read.', ['g4']),
+        ('KEEP:\n- g3 \u2014 g5 and g6: drafts of it\n- g7\nLogs read.', ['g3', 'g7']),
         # Going down, a spaced range then `and` is an id and a note naming others.
         ('KEEP: g7 \u2013 g2 and g3: superseded drafts\nLogs read.', ['g7']),
     ],

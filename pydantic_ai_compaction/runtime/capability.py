@@ -98,7 +98,7 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         Raises:
             ConfigurationError: A field's value is not acceptable.
         """
-        if type(self).__module__.startswith(_PACKAGE):
+        if is_ours(self):
             # A copy runs `__post_init__`, which checks every field; this one's state is left as it is. Only our own
             # classes are copied: a strategy of the user's may take an `InitVar` or an `__init__` of its own, which
             # a copy cannot give again (its composed strategies of ours are still checked).
@@ -319,7 +319,13 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
 
 
 _PACKAGE = 'pydantic_ai_compaction.'
-"""Where this library's own classes are defined (`CompactionCapability.check_settings`)."""
+"""Where this library's own classes are defined (`is_ours`)."""
+
+
+def is_ours(strategy: object) -> bool:
+    """Whether *strategy*'s class is this library's (not a subclass of yours): it can be copied with
+    `dataclasses.replace` and keeps no state a copy would not share."""
+    return type(strategy).__module__.startswith(_PACKAGE)
 
 
 def _name_of(strategy: CompactionCapability[Any]) -> str:
@@ -369,19 +375,19 @@ class WrappingCompaction(CompactionCapability[AgentDepsT], ABC):
     ) -> CompactionCapability[AgentDepsT] | None:
         """The inner composition's steps each wrapped in this wrapper, then in *wrap* (`Verified(Reassert(Pipeline([a,
         b])))` runs as `Pipeline([Verified(Reassert(a)), Verified(Reassert(b))])`); `None` when the inner strategy
-        runs as one."""
+        runs as one, or when this wrapper is not one of ours (`_steps`)."""
+        if not is_ours(self):
+            return None
         return self.inner.each_wrapped(lambda step: wrap(self._wrapping(step)))
 
     def _steps(self) -> CompactionCapability[AgentDepsT] | None:
-        """`each_wrapped` of the inner strategy with this wrapper, or `None` (also when this wrapper cannot be copied
-        around a step: a wrapper of your own may take an `__init__` or an `InitVar` a copy cannot give again; it
-        then wraps the composition as one strategy, on its first step's trigger)."""
-        try:
-            return self.inner.each_wrapped(self._wrapping)
-        except (TypeError, ValueError):
-            if type(self).__module__.startswith(_PACKAGE):
-                raise  # ours can always be copied: a failure is a bug to see
+        """`each_wrapped` of the inner strategy with this wrapper, or `None`: then it wraps the composition as one
+        strategy, on its first step's trigger. Only our own classes are distributed over a pipeline's steps: a
+        wrapper or a pipeline class of your own may take an `__init__` a copy cannot give again, or keep state on
+        itself that copies would not share."""
+        if not is_ours(self):
             return None
+        return self.inner.each_wrapped(self._wrapping)
 
     def _wrapping(self, step: CompactionCapability[AgentDepsT]) -> CompactionCapability[AgentDepsT]:
         """This wrapper around *step* instead of the inner strategy."""

@@ -58,7 +58,7 @@ _ITEM_END = r'[ \t]*(?:[,;:(\r*`&/.]|[-\u2013\u2014][ \t]|$)'
 _AND_LAST = rf'(?P<more>[ \t]+and[ \t]+g\d{{1,12}}\b{_ITEM_END})'
 """`and` and a last id after a range, ending the item."""
 _SPACED_RANGE = re.compile(
-    rf'\b(g\d{{1,12}})[ \t]+[-\u2013\u2014][ \t]+(g\d{{1,12}})(?={_ITEM_END}|{_AND_LAST})',
+    rf'\b(g\d{{1,12}})[ \t]+(?P<dash>[-\u2013\u2014])[ \t]+(g\d{{1,12}})(?={_ITEM_END}|{_AND_LAST})',
     re.IGNORECASE | re.MULTILINE,
 )
 """A range written with spaces around its dash (`g2 - g5`, `g2 – g5 (the config)`, `g2 - g5: setup`, `g2 - g5 and
@@ -322,11 +322,12 @@ def _keep_of(line: re.Match[str]) -> tuple[str, ...] | None:
 
 def _closed_ranges(text: str) -> str:
     """*text* with its spaced ranges closed up (`_SPACED_RANGE`); one followed by `and` and an id only when it goes up
-    (`g2 - g5 and g8`): going down, it is an id and a note naming others (`g8 – g2 and g3: drafts`)."""
+    and its dash is a hyphen or an en dash (`g2 - g5 and g8`): going down, or after an em dash, it is an id and a
+    note naming others (`g8 – g2 and g3: drafts`, `g4 — g6 and g7: both restate it`)."""
 
     def closed(match: re.Match[str]) -> str:
-        low, high = match.group(1), match.group(2)
-        if match.group('more') and int(low[1:]) >= int(high[1:]):
+        low, high = match.group(1), match.group(3)
+        if match.group('more') and (match.group('dash') == '\u2014' or int(low[1:]) >= int(high[1:])):
             return match.group(0)
         return f'{low}-{high}'
 
@@ -416,16 +417,18 @@ def _points_below(written: str) -> bool:
         return False
     words = written.split(maxsplit=1)
     if _none(_NONE_JOINED.split(words[0].lstrip('-'), maxsplit=1)[0] if words else ''):
-        return _EXCEPT.search(written) is not None
+        return _EXCEPT.search(written.rstrip(_MARKUP)) is not None
     return _POINTER.fullmatch(written.strip(_MARKUP)) is not None
 
 
 _EXCEPT = re.compile(
-    r'\b(?:except|besides|save for|apart from|other than|but (?:these|those|the following))\b', re.IGNORECASE
+    r'\b(?:except|besides|save|apart from|other than|but)[ \t]+(?:for[ \t]+)?'
+    r'(?:these|those|the following|the ones? (?:below|listed)|what follows)[ \t]*:?$',
+    re.IGNORECASE,
 )
-"""Words after a none word that say some exchanges are kept after all (`None — except these:`, `None but the
-following:`); not `only` or `just`, which a none word's note uses for the summary (`None — only the summary
-below is needed:`)."""
+"""What ends a none word's note that says some exchanges are kept after all, listed under it (`None — except
+these:`, `None but the following:`); not a note on the summary (`None, everything except the latest exchange is
+summarized below`, `None — only the summary below is needed:`)."""
 _AND_POINTER = re.compile(r'\b(?:and|plus)[ \t]+(?:the[ \t]+)?(?:following|these|those)[ \t]*:?$', re.IGNORECASE)
 """The end of a `KEEP:` line of ids that points at more listed under it (`g3 and the following:`)."""
 _POINTER = re.compile(r'(?:the |these |those )?(?:following|these|those|below|listed below|as follows)[ \t]*:?', re.I)

@@ -11,7 +11,7 @@ from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.tools import AgentDepsT, RunContext
 
 from pydantic_ai_compaction.protocols.types import Proposal
-from pydantic_ai_compaction.runtime.capability import CompactionCapability, RuntimeSettings
+from pydantic_ai_compaction.runtime.capability import CompactionCapability, RuntimeSettings, is_ours
 from pydantic_ai_compaction.runtime.checks import check_instance, fail
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.segment import ConversationView
@@ -53,9 +53,12 @@ class Pipeline(CompactionCapability[AgentDepsT]):
 
     def each_wrapped(
         self, wrap: Callable[[CompactionCapability[AgentDepsT]], CompactionCapability[AgentDepsT]]
-    ) -> CompactionCapability[AgentDepsT]:
+    ) -> CompactionCapability[AgentDepsT] | None:
         """The same pipeline of each step wrapped (`Reassert(Pipeline([a, b]))` runs as `Pipeline([Reassert(a),
-        Reassert(b)])`): each still fires on its own trigger."""
+        Reassert(b)])`): each still fires on its own trigger. `None` for a subclass of yours, which a copy may not
+        rebuild: it is then wrapped as one strategy."""
+        if not is_ours(self):
+            return None
         return replace(self, steps=[wrap(step) for step in self.steps])
 
     @property
