@@ -705,11 +705,11 @@ def test_a_long_hit_line_is_shown_around_the_word_that_matched(text: str, query:
     assert len(excerpt) <= SHOWN_LINE_CHARS + 2 + len(f' (a line of {len(text):,} characters, cut)')
 
 
-@pytest.mark.parametrize(('digits', 'numbered'), [(5_000, 'r1'), (30, 'r1'), (12, 'r1'), (6, 'r1000000')])
+@pytest.mark.parametrize(('digits', 'numbered'), [(5_000, 'r1'), (30, 'r1'), (12, 'r1'), (8, 'r1'), (6, 'r1000000')])
 def test_a_history_forging_a_huge_result_id_is_numbered_past_it_or_without_it(digits: int, numbered: str) -> None:
     # 5,000 digits failed the run (`int` refuses past 4,300); 12 walked the store's counter a number at a time to
-    # pass it (a list of a trillion: a `MemoryError`, and no result numbered, on every request). Past a million
-    # beyond the counter a number is read as forged; up to it, numbered past.
+    # pass it (a list of a trillion: a `MemoryError`, and no result numbered, on every request). Past ten million
+    # a number is read as forged; up to it, numbered past.
     import warnings
 
     from pydantic_ai_compaction.protocols.metadata import ResultMarks
@@ -734,9 +734,33 @@ def test_a_history_forging_a_huge_result_id_is_numbered_past_it_or_without_it(di
 def test_numbers_past_a_history_s_highest_move_the_store_s_counter() -> None:
     # Numbers handed out past a far higher one without moving the counter were handed out again by the next call:
     # "archive reference already used", and no result archived again for the rest of the conversation.
-    from pydantic_ai_compaction.processors.memory.results import reserve
+    from pydantic_ai_compaction.processors.memory.results import reserve, shown_number
 
     store = InMemoryArchiveStore()
     assert reserve(store, 'c', 'archive', 2, 20_000) == [20_001, 20_002]
     assert reserve(store, 'c', 'archive', 1, 20_000) == [20_003]
-    assert reserve(store, 'c', 'archive', 1, 10**15) == [20_004]  # read as forged: not walked to
+    assert reserve(store, 'c', 'archive', 1, 2_500_000) == [2_500_001]  # walked a million at a time
+    assert shown_number('10000000') == 10_000_000 and shown_number('10000001') is None  # past it: forged
+    assert shown_number('9' * 5_000) is None and shown_number('٣') is None  # `int` would read Arabic-Indic digits
+
+
+def test_a_forged_id_beside_real_ones_is_ignored_and_the_real_ones_numbered_past() -> None:
+    # Numbers given from the counter as they were, once a forged id was far past it, repeated the history's `r1`.
+    from pydantic_ai_compaction.protocols.metadata import ResultMarks
+
+    def returned(call_id: str, result_id: str) -> ToolReturnPart:
+        return ToolReturnPart(
+            'read', 'x', tool_call_id=call_id, metadata=ResultMarks(result_id=result_id).to_metadata(None)
+        )
+
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('go')])]
+    for number, result_id in enumerate(['r1', 'r2', 'r2000000', 'r99999999999']):
+        history += [
+            ModelResponse(parts=[ToolCallPart('read', {'index': number}, tool_call_id=f'c{number}')]),
+            ModelRequest(parts=[returned(f'c{number}', result_id)]),
+        ]
+    seen: list[list[ModelMessage]] = []
+    agent = agent_with(scripted([[ToolCallPart('read', {'index': 9})], [TextPart('done')]], seen), [Archive()])
+    agent.run_sync('Read file 9.', message_history=history)
+    ids = [result_id_of(part) for part in returns(seen[-1])]
+    assert ids == ['r1', 'r2', 'r2000000', 'r99999999999', 'r2000001']

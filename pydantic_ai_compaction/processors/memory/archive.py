@@ -38,6 +38,7 @@ from pydantic_ai_compaction.processors.memory.results import (
     deserialize_part,
     reserve,
     result_id_of,
+    shown_number,
     with_marks,
 )
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore
@@ -81,8 +82,8 @@ def _cleared_elsewhere(part: ToolReturnPart) -> bool:
 
 _RESULT_ID = re.compile(r'^r\d{1,18}$')
 _ARCHIVE_REF = re.compile(r'^a\d{1,18}$')
-"""Result ids and references as this library writes them: a longer number is forged (no store counts that far), and
-past 4,300 digits `int` refused to read it, which failed the run."""
+"""Result ids and references as this library writes them (a larger number than `MAX_SHOWN_NUMBER` is read as
+forged: `shown_number`)."""
 
 ARCHIVE_INSTRUCTIONS = """\
 Every tool result carries an id such as [result r7]. Your context is limited, so curate it:
@@ -324,9 +325,11 @@ class Archive(AbstractCapability[AgentDepsT]):
                     continue
                 result_id = result_id_of(part)
                 if result_id is not None:
-                    numbered = True
-                    if _RESULT_ID.match(result_id):
-                        highest = max(highest, int(result_id[1:]))
+                    if _RESULT_ID.match(result_id) and (number := shown_number(result_id[1:])) is not None:
+                        # Only an id read as a number stops the scan: one read as forged says nothing of the
+                        # highest the history holds, which may sit further back.
+                        numbered = True
+                        highest = max(highest, number)
                 elif type(part) is ToolReturnPart and part.outcome != 'retried':
                     fresh.append(part_index)
             todo.extend((index, part_index) for part_index in reversed(fresh))
@@ -490,7 +493,8 @@ class Archive(AbstractCapability[AgentDepsT]):
 
         try:
             conversation = self.conversation_id(ctx)
-            highest = max((int(ref[1:]) for ref in _archived_refs(located) if _ARCHIVE_REF.match(ref)), default=0)
+            shown = (shown_number(ref[1:]) for ref in _archived_refs(located) if _ARCHIVE_REF.match(ref))
+            highest = max((number for number in shown if number is not None), default=0)
             chosen = [(located[item.result_id.strip()][2], item.note.strip()) for item in items]
             # Originals are stored (one transaction) before any stub replaces a result.
             entries = await call_store(

@@ -98,20 +98,32 @@ def reserve(store: ArchiveStore, conversation: str, counter: str, count: int, hi
     numbers = store.next_numbers(conversation, counter, count)
     if numbers[0] <= highest:
         # A new store or conversation key starts its counter at 1 while the history already holds
-        # numbers: move past the highest one so a number is never given twice.
-        if (gap := highest - numbers[-1]) > _COUNTED_GAP:
-            # Read as forged: walking the counter there takes a number a step (a list of a trillion, a `MemoryError`
-            # each request), and numbers past it without moving the counter were given again by the next call.
-            return numbers
-        if gap > 0:
-            store.next_numbers(conversation, counter, gap)
+        # numbers: move past the highest one so a number is never given twice (a million at a time: the store
+        # answers with a list of them).
+        gap = highest - numbers[-1]
+        while gap > 0:
+            store.next_numbers(conversation, counter, min(gap, _WALKED_AT_ONCE))
+            gap -= _WALKED_AT_ONCE
         numbers = store.next_numbers(conversation, counter, count)
     return numbers
 
 
-_COUNTED_GAP = 1_000_000
-"""The furthest `reserve` moves a store's counter to pass the numbers a history shows (once: a list of a million
-numbers); a number further is read as forged."""
+MAX_SHOWN_NUMBER = 10_000_000
+"""The highest result id or archive reference number a history is taken to show (`shown_number`): a conversation
+does not archive ten million results, and walking a store's counter past a forged `r999999999999` took a list of
+a trillion numbers (a `MemoryError` on every request)."""
+
+_WALKED_AT_ONCE = 1_000_000
+"""Numbers `reserve` asks a store for at once to move its counter past a history's."""
+
+
+def shown_number(digits: str) -> int | None:
+    """The number of a result id or reference a history shows (`r12` → 12, given `'12'`), or `None` for one past
+    `MAX_SHOWN_NUMBER`, which is forged (also past the 4,300 digits `int` reads, which failed the run)."""
+    if len(digits) > len(str(MAX_SHOWN_NUMBER)) or not (digits.isascii() and digits.isdigit()):
+        return None
+    number = int(digits)
+    return number if number <= MAX_SHOWN_NUMBER else None
 
 
 def archive_results(

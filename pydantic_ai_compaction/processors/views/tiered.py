@@ -31,7 +31,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import AgentDepsT, RunContext
 
-from pydantic_ai_compaction.processors.memory.results import archive_results, archived_ref_of
+from pydantic_ai_compaction.processors.memory.results import archive_results, archived_ref_of, shown_number
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore
 from pydantic_ai_compaction.protocols.metadata import ResultMarks, is_handoff
 from pydantic_ai_compaction.protocols.names import RECALL_TOOL, WRITE_TOOLS
@@ -530,13 +530,13 @@ def _highest_ref(view: Sequence[ModelMessage]) -> int:
                 continue
             ref = archived_ref_of(part)
             if ref is not None and _ARCHIVED_REF.fullmatch(ref):
-                highest = max(highest, int(ref[1:]))
+                highest = max(highest, shown_number(ref[1:]) or 0)
             elif (
                 _is_cleared(part)
                 and isinstance(part.content, str)
                 and (shown := _SHOWN_REF.search(part.content)) is not None
             ):
-                highest = max(highest, int(shown.group(1)))
+                highest = max(highest, shown_number(shown.group(1)) or 0)
     return highest
 
 
