@@ -678,7 +678,12 @@ async def test_a_free_fork_reads_ids_in_capitals_and_ranges(line: str, kept: lis
         ('KEEP: none, just the summary:\n- g2: deploy target\n- g3: Logs read.', []),
         ('KEEP: None, everything except the latest exchange is summarized below.\n- g2: set\n- g5: Logs read.', []),
         ('KEEP: None \u2014 everything besides the task is summarized below:\n- g2: set\n- g5: Logs read.', []),
-        # After an em dash, an id then `and` another is an id and a note naming others, going up too.
+        ('KEEP: None, except the following two:\n- g3 (the config)\n- g5 (the failure)\nLogs read.', ['g3', 'g5']),
+        ('KEEP: None except those listed below:\n- g3\n- g5\nLogs read.', ['g3', 'g5']),
+        ('KEEP: None (except these):\n- g3\n- g5\nLogs read.', ['g3', 'g5']),
+        # After an em dash, a range then `and` and a last id ending the line is a range and an id ...
+        ('KEEP: g2 \u2014 g4 and g7\nLogs read.', ['g2', 'g3', 'g4', 'g7']),
+        # ... and with a note after the last id, an id and a note naming others, going up too.
         ('KEEP: g4 \u2014 g6 and g7: both only restate it\nLogs read.', ['g4']),
         ('KEEP:\n- g3 \u2014 g5 and g6: drafts of it\n- g7\nLogs read.', ['g3', 'g7']),
         # Going down, a spaced range then `and` is an id and a note naming others.

@@ -55,7 +55,7 @@ _RANGE = re.compile(r'\bg(\d{1,12})(?:[-\u2013\u2014]|\.\.|[ \t]+to[ \t]+)g?(\d{
 """A range of exchange ids as a model writes one (`g2-g5`, `g2–g5`, `g2..g5`, `g2-5`, `g2 to g5`)."""
 _ITEM_END = r'[ \t]*(?:[,;:(\r*`&/.]|[-\u2013\u2014][ \t]|$)'
 """What ends an item of a list of ids: punctuation, a note's dash or the line's end."""
-_AND_LAST = rf'(?P<more>[ \t]+and[ \t]+g\d{{1,12}}\b{_ITEM_END})'
+_AND_LAST = rf'(?P<more>[ \t]+and[ \t]+g\d{{1,12}}\b(?P<end>{_ITEM_END}))'
 """`and` and a last id after a range, ending the item."""
 _SPACED_RANGE = re.compile(
     rf'\b(g\d{{1,12}})[ \t]+(?P<dash>[-\u2013\u2014])[ \t]+(g\d{{1,12}})(?={_ITEM_END}|{_AND_LAST})',
@@ -322,12 +322,16 @@ def _keep_of(line: re.Match[str]) -> tuple[str, ...] | None:
 
 def _closed_ranges(text: str) -> str:
     """*text* with its spaced ranges closed up (`_SPACED_RANGE`); one followed by `and` and an id only when it goes up
-    and its dash is a hyphen or an en dash (`g2 - g5 and g8`): going down, or after an em dash, it is an id and a
-    note naming others (`g8 – g2 and g3: drafts`, `g4 — g6 and g7: both restate it`)."""
+    (`g2 - g5 and g8`) and, after an em dash, ends the line or the item (`g2 — g5 and g8`): going down, or after
+    an em dash with a note after the last id, it is an id and a note naming others (`g8 – g2 and g3: drafts`,
+    `g4 — g6 and g7: both restate it`)."""
 
     def closed(match: re.Match[str]) -> str:
         low, high = match.group(1), match.group(3)
-        if match.group('more') and (match.group('dash') == '\u2014' or int(low[1:]) >= int(high[1:])):
+        if match.group('more') and (
+            int(low[1:]) >= int(high[1:])
+            or (match.group('dash') == '\u2014' and match.group('end').strip() not in ('', ',', ';', '.'))
+        ):
             return match.group(0)
         return f'{low}-{high}'
 
@@ -423,12 +427,13 @@ def _points_below(written: str) -> bool:
 
 _EXCEPT = re.compile(
     r'\b(?:except|besides|save|apart from|other than|but)[ \t]+(?:for[ \t]+)?'
-    r'(?:these|those|the following|the ones? (?:below|listed)|what follows)[ \t]*:?$',
+    r'(?:these|those|the following|following|what follows|the ones?)\b(?:[ \t]+\w+){0,3}[ \t]*\)?[ \t]*:?$',
     re.IGNORECASE,
 )
-"""What ends a none word's note that says some exchanges are kept after all, listed under it (`None — except
-these:`, `None but the following:`); not a note on the summary (`None, everything except the latest exchange is
-summarized below`, `None — only the summary below is needed:`)."""
+"""What ends a none word's note that says some exchanges are kept after all, listed under it: an exception, a
+pointer and at most three more words (`None — except these:`, `None, except the following two:`, `None except
+those listed below:`, `None (except these):`); not a note on the summary (`None, everything except the latest
+exchange is summarized below`, `None — only the summary below is needed:`)."""
 _AND_POINTER = re.compile(r'\b(?:and|plus)[ \t]+(?:the[ \t]+)?(?:following|these|those)[ \t]*:?$', re.IGNORECASE)
 """The end of a `KEEP:` line of ids that points at more listed under it (`g3 and the following:`)."""
 _POINTER = re.compile(r'(?:the |these |those )?(?:following|these|those|below|listed below|as follows)[ \t]*:?', re.I)
