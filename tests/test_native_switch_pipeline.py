@@ -241,3 +241,23 @@ def test_ours_around_a_pipeline_or_wrapper_of_the_users_wraps_it_as_one_and_keep
     assert set(records(Reassert(Counted(Pipeline([summary()])), sources=marked))) == {
         'reassert+counted(pipeline(summary))'
     }
+
+
+def test_a_wrapped_pipeline_whose_step_is_replaced_between_runs_runs_the_new_step() -> None:
+    # Each step wrapped is built once and kept (it runs before every request); a step replaced, even by an equal
+    # one, or a wrapper's field set again, is built anew.
+    events: list[CompactionEvent] = []
+    pipeline = Pipeline([StatelessSummary(trigger=Trigger(tokens=3_000), observer=events.append)])
+    wrapped = Reassert(pipeline, sources=InstructionSources(markers=()))
+    audit_agent(ScriptedAgentModel(logs=8), [wrapped]).run_sync('Audit logs 0-7.')
+    first = {e.record.strategy for e in events if e.record is not None}
+    events.clear()
+    pipeline.steps = [ResetToCheckpoint(trigger=Trigger(tokens=3_000), observer=events.append)]
+    audit_agent(ScriptedAgentModel(logs=8), [wrapped]).run_sync('Audit logs 0-7.')
+    assert first == {'reassert+summary'}
+    assert {e.record.strategy for e in events if e.record is not None} == {'reassert+reset'}
+    kept = StatelessSummary(trigger=Trigger(tokens=3_000), observer=events.append)
+    pipeline.steps = [kept]
+    events.clear()
+    audit_agent(ScriptedAgentModel(logs=8), [wrapped]).run_sync('Audit logs 0-7.')
+    assert {e.record.strategy for e in events if e.record is not None} == {'reassert+summary'}

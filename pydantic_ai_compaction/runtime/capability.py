@@ -26,6 +26,7 @@ from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.degraded import SetupWarning, described, warn_degraded
 from pydantic_ai_compaction.runtime.engine import DEFAULT_MIN_SAVING, run_compaction
 from pydantic_ai_compaction.runtime.events import EventObserver, compaction_span, emit, record_failure
+from pydantic_ai_compaction.runtime.memo import IdentityMemo
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.segment import ConversationView, ProtectPredicate, compactions_so_far
 from pydantic_ai_compaction.runtime.trigger import DEFAULT_TRIGGER, Trigger
@@ -98,6 +99,7 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         Raises:
             ConfigurationError: A field's value is not acceptable.
         """
+        _DISTRIBUTED.discard((self,))  # built again with the fields as they are now (`WrappingCompaction._steps`)
         if is_ours(self):
             # A copy runs `__post_init__`, which checks every field; this one's state is left as it is. Only our own
             # classes are copied: a strategy of the user's may take an `InitVar` or an `__init__` of its own, which
@@ -328,6 +330,16 @@ def is_ours(strategy: object) -> bool:
     return type(strategy).__module__.startswith(_PACKAGE)
 
 
+_DISTRIBUTED = IdentityMemo[tuple[tuple[int, ...], tuple[object, ...], Any]]()
+"""Per wrapper (by identity, never kept alive): the ids of the strategies its distributed pipeline was built from,
+those strategies (held, so no id is reused meanwhile) and the pipeline (`WrappingCompaction._steps`)."""
+
+
+def _composed(strategy: CompactionCapability[Any]) -> tuple[CompactionCapability[Any], ...]:
+    """The strategies *strategy* composes, and theirs, depth first (`children`)."""
+    return tuple(found for child in strategy.children() for found in (child, *_composed(child)))
+
+
 def _name_of(strategy: CompactionCapability[Any]) -> str:
     """*strategy*'s name, or its class's when the name cannot be read (a composed strategy set to something else
     mid-run): a warning that compaction was skipped must not fail the run itself."""
@@ -381,13 +393,21 @@ class WrappingCompaction(CompactionCapability[AgentDepsT], ABC):
         return self.inner.each_wrapped(lambda step: wrap(self._wrapping(step)))
 
     def _steps(self) -> CompactionCapability[AgentDepsT] | None:
-        """`each_wrapped` of the inner strategy with this wrapper, or `None`: then it wraps the composition as one
-        strategy, on its first step's trigger. Only our own classes are distributed over a pipeline's steps: a
-        wrapper or a pipeline class of your own may take an `__init__` a copy cannot give again, or keep state on
-        itself that copies would not share."""
-        if not is_ours(self):
-            return None
-        return self.inner.each_wrapped(self._wrapping)
+        """`each_wrapped` with nothing more around it, or `None`: then it wraps the composition as one strategy, on
+        its first step's trigger. Only our own classes are distributed over a pipeline's steps: a wrapper or a
+        pipeline class of your own may take an `__init__` a copy cannot give again, or keep state on itself that
+        copies would not share.
+
+        Built once a run (`check_settings` forgets it), and again when a strategy it composes is replaced: it runs
+        before every request, and copying the wrappers (each checked by its `__post_init__`) took 35 µs a request.
+        """
+        # Compared by identity: a strategy replaced by an equal one is another strategy, with its own state.
+        composed = _composed(self)
+        ids = tuple(map(id, composed))
+        built = _DISTRIBUTED.get((self,))
+        if built is None or built[0] != ids:
+            built = _DISTRIBUTED.put((self,), (ids, composed, self.each_wrapped(lambda step: step)))
+        return built[2]
 
     def _wrapping(self, step: CompactionCapability[AgentDepsT]) -> CompactionCapability[AgentDepsT]:
         """This wrapper around *step* instead of the inner strategy."""

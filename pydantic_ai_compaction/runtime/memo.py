@@ -54,5 +54,9 @@ class IdentityMemo(Generic[V]):
         entries[key] = (refs, value)
         return value
 
+    def discard(self, objects: Sequence[object]) -> None:
+        """Forget the value stored for these objects, if any."""
+        self._entries.pop(tuple(map(id, objects)), None)
+
     def __len__(self) -> int:
         return len(self._entries)
