@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import warnings
 from dataclasses import dataclass
 from typing import Any
+
+import pytest
 
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import ModelHTTPError
@@ -23,11 +27,17 @@ from pydantic_ai_compaction import (
     Fork,
     InMemoryArchiveStore,
     InstructionSources,
+    NoCompaction,
     Reassert,
     ResetToCheckpoint,
     StatelessSummary,
+    Switch,
+    Trigger,
 )
+from pydantic_ai_compaction.protocols.types import CompactionState
 from pydantic_ai_compaction.runtime import our_record, pairing_problems
+from pydantic_ai_compaction.runtime.capability import CompactionCapability
+from pydantic_ai_compaction.runtime.checks import ConfigurationError
 
 from .support import ScriptedAgentModel, audit_agent, fork_json, recorded_history
 
@@ -128,3 +138,68 @@ def test_archive_refuses_a_result_harness_cleared_and_keeps_nothing_of_it() -> N
     ]
     assert 'r1: already cleared by another compaction (only a placeholder is left)' in answer
     assert store.get_archived('c', 'a1') is None
+
+
+def _raising(state: CompactionState) -> bool:
+    raise KeyError('tenant')
+
+
+def test_a_switch_tier_whose_predicate_raises_skips_with_a_warning_and_the_run_finishes() -> None:
+    script = ScriptedAgentModel(logs=8)
+    switch = Switch(when=_raising, then=Fork(), otherwise=StatelessSummary())
+    tiered = TieredCompaction(tiers=[ClearToolResults(max_tokens=1, keep_pairs=1), switch], target_tokens=500)
+    with pytest.warns(RuntimeWarning, match=r"switch\(fork\|summary\) compaction was skipped: KeyError\('tenant'\)"):
+        result = audit_agent(script, [tiered]).run_sync('Audit.')
+    assert result.output == 'report: done'
+    assert records(result.all_messages()) == [] and 'fork' not in script.calls and 'summary' not in script.calls
+
+
+async def test_a_switch_driven_by_harness_decides_on_the_history_s_estimated_tokens() -> None:
+    seen: list[int] = []
+
+    def small(state: CompactionState) -> bool:
+        seen.append(state.tokens)
+        return state.tokens < 3_000
+
+    history = recorded_history(steps=6, lines=200)
+    model = ScriptedAgentModel(compactor=lambda messages, kind: 'summary of logs 0-5').model()
+    hybrid = Switch(when=small, then=NoCompaction(), otherwise=StatelessSummary())
+    out = await compact_now(hybrid, history, model=model)
+    # The state holds what the trigger path measures (before: 0, so the small branch was taken on every history).
+    assert seen == [Trigger(tokens=1).measure(history)] and seen[0] > 3_000
+    assert [r['strategy'] for r in records(out)] == ['summary']
+
+
+def test_a_field_set_after_construction_is_refused_when_harness_first_asks_to_compact() -> None:
+    fork = Fork()
+    fork.variant = 'bogus'  # pyright: ignore[reportAttributeAccessIssue]
+    reassert = Reassert(Fork(), sources=InstructionSources(markers=()))
+    reassert.inner = None  # pyright: ignore[reportAttributeAccessIssue]
+    for strategy, error in (
+        (fork, "Fork.variant must be one of 'json', 'free', 'fixed', got 'bogus'"),
+        (reassert, 'Reassert.inner must be a compaction strategy, got None'),
+    ):
+        tiered = TieredCompaction(tiers=[strategy], target_tokens=500)
+        # The error the agent's own run start gives, not a silent fallback at every compaction or an AttributeError.
+        with pytest.raises(ConfigurationError, match=re.escape(error)):
+            audit_agent(ScriptedAgentModel(logs=8), [tiered]).run_sync('Audit.')
+
+
+def test_a_wrapper_subclass_with_its_own_init_compacts_around_a_switch() -> None:
+    @dataclass
+    class TeamReassert(Reassert[None]):
+        def __init__(self, inner: CompactionCapability[None]) -> None:
+            super().__init__(inner, sources=InstructionSources(markers=('CHANGE:',)))
+
+    script = ScriptedAgentModel(logs=8, compactor=lambda messages, kind: fork_json([]) if kind == 'fork' else 'sum')
+    switch = Switch(
+        when=lambda state: state.compactions < 1,
+        then=StatelessSummary(trigger=Trigger(tokens=3_000)),
+        otherwise=Fork(trigger=Trigger(tokens=3_000)),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # before: skipped at every request with a TypeError about `id`
+        result = audit_agent(script, [TeamReassert(switch)]).run_sync('Audit.')
+    strategies = [r['strategy'] for r in records(result.all_messages())]
+    assert strategies[:2] == ['reassert+summary', 'reassert+fork']
+    assert pairing_problems(result.all_messages()) == []

@@ -15,6 +15,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from pydantic_ai_compaction import CompactionEvent, ConfigurationError, InstructionSources, StatelessSummary, Trigger
 from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER
+from pydantic_ai_compaction.runtime.degraded import SetupWarning
 from pydantic_ai_compaction.processors.strategies.verified import (
     APPENDIX_HEADER,
     DEFAULT_CHECKS,
@@ -220,8 +221,38 @@ def test_the_second_pass_example_copied_literally_adds_nothing() -> None:
     events, _ = run(omissions_strategy(), Script(summary=lambda prompt: LOSSY, check=example_of))
     event = first_compaction(events)
     assert event.record is not None
-    assert event.record.extra['verification']['verdict'] == 'passed'
+    verification = event.record.extra['verification']
+    assert verification['verdict'] == 'passed'
+    # Passed by the deterministic checks; the second pass is said not to have run, not to have passed.
+    assert 'omissions' not in verification['checks']
+    assert verification['not_run'] == {'omissions': "its reply copied the prompt's example"}
     assert boundary_text(event) == LOSSY
+
+
+def test_a_second_pass_whose_model_fails_is_warned_and_recorded_as_not_run() -> None:
+    def down(prompt: str) -> str:
+        raise RuntimeError('verifier model down')
+
+    with pytest.warns(RuntimeWarning, match=r'the omissions pass did not run \(its model failed: RuntimeError'):
+        events, result = run(omissions_strategy(), Script(summary=lambda prompt: LOSSY, check=down))
+    assert result.output == 'done'
+    event = first_compaction(events)
+    assert event.record is not None
+    verification = event.record.extra['verification']
+    assert verification['checks'] == ['not_empty']
+    assert verification['not_run'] == {'omissions': 'its model failed: RuntimeError: verifier model down'}
+    assert verification['verdict'] == 'passed'
+
+
+def test_a_second_pass_model_that_cannot_run_is_a_setup_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip('openai')
+    monkeypatch.delenv('OPENAI_API_KEY', raising=False)
+    strategy = Verified(summarizer(), checks=('not_empty', 'omissions'), model='openai:gpt-5-mini')
+    with pytest.warns(SetupWarning, match=r"the omissions pass cannot run .*check Verified's model="):
+        events, _ = run(strategy, Script(summary=lambda prompt: LOSSY))
+    event = first_compaction(events)
+    assert event.record is not None
+    assert event.record.extra['verification']['not_run']['omissions'].startswith('its model failed: UserError')
 
 
 def test_the_second_pass_example_filled_as_described_is_used() -> None:

@@ -7,6 +7,7 @@ can be a tier of `TieredCompaction` / `FallbackCompaction` or be driven by `comp
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -217,17 +218,25 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
         return outcome.messages if outcome is not None else None
 
     async def compact(self, messages: list[ModelMessage], ctx: RunContext[AgentDepsT]) -> list[ModelMessage]:
-        """Compact unconditionally (harness `CompactionStrategy` protocol: tiers, `compact_now`)."""
+        """Compact unconditionally (harness `CompactionStrategy` protocol: tiers, `compact_now`).
+
+        Harness calls this without the run start the agent's own capabilities get (`for_run`), so the fields are
+        checked here as a run start checks them (`check_settings`). A composition's choice that raises (a `Switch`
+        predicate) skips this compaction with a warning, as the agent's own hook does: the run goes on.
+
+        Raises:
+            ConfigurationError: A field was set after construction to a value the constructor refuses.
+        """
         model = ctx.model
         if not isinstance(model, Model):
-            raise UserError(
-                f'{self.strategy_name} compaction needs a request-response model, got {type(model).__name__}.'
-            )
-        state = CompactionState(compactions_so_far(messages), 0, ctx.run_step, len(messages))
-        chosen = self.resolve(state)
-        settings = chosen.runtime
-        if not chosen.acts_on_crossing:
+            raise UserError(f'{_name_of(self)} compaction needs a request-response model, got {type(model).__name__}.')
+        self.check_settings()
+        chosen = self._chosen(messages, ctx)
+        if chosen is None or not chosen.acts_on_crossing:
             return messages
+        if chosen is not self and type(chosen).compact is not CompactionCapability.compact:
+            return await chosen.compact(messages, ctx)  # the branch runs its own steps (`Pipeline`, a wrapper of one)
+        settings = chosen.runtime
         cctx = CompactionContext(
             run=ctx,
             model=cast('Model[Any]', model),
@@ -240,6 +249,18 @@ class CompactionCapability(AbstractCapability[AgentDepsT], ABC):
             chosen, list(messages), cctx, replace(settings, min_saving=0.0), raise_errors=settings.reraise
         )
         return outcome.messages if outcome is not None else messages
+
+    def _chosen(self, messages: list[ModelMessage], ctx: RunContext[Any]) -> CompactionCapability[Any] | None:
+        """The strategy `resolve` picks for *messages* asked for outside the trigger (`compact`), or `None` (warned)
+        when picking it raised. The state holds the history's estimated tokens, as the trigger path's does."""
+        try:
+            tokens = self.runtime.trigger.measure(messages) if self.uses_state else 0
+            return self.resolve(CompactionState(compactions_so_far(messages), tokens, ctx.run_step, len(messages)))
+        except SetupWarning:
+            raise  # made an error by the filters: the user's setup, as in the hook
+        except Exception as error:  # a user predicate's bug must not end the run
+            warn_degraded(f'{_name_of(self)} compaction was skipped: {described(error)}', stacklevel=3)
+            return None
 
     @staticmethod
     async def _run(
@@ -376,7 +397,15 @@ class WrappingCompaction(CompactionCapability[AgentDepsT], ABC):
     def resolve(self, state: CompactionState) -> CompactionCapability[AgentDepsT]:
         """Itself, wrapping whichever strategy the inner composition picks for *state*."""
         chosen = self.inner.resolve(state)
-        return self if chosen is self.inner else replace(self, inner=chosen)
+        if chosen is self.inner:
+            return self
+        if is_ours(self):
+            return replace(self, inner=chosen)
+        # A wrapper class of yours may take an `__init__` of its own, which `replace` would call with every field:
+        # the same wrapper, copied as it is, around the branch chosen.
+        copied = copy.copy(self)
+        copied.inner = chosen
+        return copied
 
     def children(self) -> tuple[CompactionCapability[AgentDepsT], ...]:
         """The inner strategy."""
@@ -436,6 +465,7 @@ class WrappingCompaction(CompactionCapability[AgentDepsT], ABC):
     async def compact(self, messages: list[ModelMessage], ctx: RunContext[AgentDepsT]) -> list[ModelMessage]:
         """As the inner strategy compacts (harness `CompactionStrategy` protocol): each step of a `Pipeline`
         wrapped."""
+        self.check_settings()  # before the steps are built from the fields (see `CompactionCapability.compact`)
         steps = self._steps()
         if steps is not None:
             return await steps.compact(messages, ctx)
@@ -464,6 +494,8 @@ class ConfiguredCompaction(CompactionCapability[AgentDepsT], ABC):
     reraise_in_compact: bool = field(default=False, kw_only=True)
     """When driven through `compact()` (harness tiers, `compact_now`), raise the compactor's error
     instead of applying the fallback layout, so harness `FallbackCompaction` can try its next strategy.
+    Harness falls back only on the errors in its `fallback_on` (pydantic-ai's `ModelAPIError` by default): any
+    other (a `TimeoutError` a model of yours raises) passes through it and ends the run unless you add it there.
     Inside the agent's own trigger path the fallback always applies: compaction never fails a run."""
 
     min_saving: float = field(default=DEFAULT_MIN_SAVING, kw_only=True)

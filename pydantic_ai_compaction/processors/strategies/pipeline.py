@@ -87,6 +87,7 @@ class Pipeline(CompactionCapability[AgentDepsT]):
 
     async def compact(self, messages: list[ModelMessage], ctx: RunContext[AgentDepsT]) -> list[ModelMessage]:
         """Every step, unconditionally, in order (harness `CompactionStrategy` protocol)."""
+        self.check_settings()  # before the steps are read (see `CompactionCapability.compact`)
         for step in self.steps:
             messages = await step.compact(messages, ctx)
         return messages

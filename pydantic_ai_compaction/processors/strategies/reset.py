@@ -1123,12 +1123,17 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             shown = clip(described(lines), 80)
             raise TypeError(_warn_failed('extract', f'returned {shown}, not a sequence of str'))
         try:
-            # A generator runs the user's code as it is read, and a line's `str` is the user's: what either raises is
-            # the function's failure too.
-            facts = [clean_text(str(line)) for line in cast('Iterable[object]', lines)]
+            # A generator runs the user's code as it is read, and a line's `str` is the user's (a `str` subclass's):
+            # what either raises is the function's failure too.
+            items = list(cast('Iterable[object]', lines))
+            # Typed `str`: a `None` or a number among them would be listed as a fact.
+            wrong = [item for item in items if not isinstance(item, str)]
+            facts = [] if wrong else [clean_text(str(line)) for line in items]
         except Exception as error:
             _warn_failed('extract', f'raised {described(error)} while its lines were read')
             raise
+        if wrong:
+            raise TypeError(_warn_failed('extract', f'returned a line {clip(described(wrong[0]), 80)}, not a str'))
         return [(f'{call}: {fact}', at) for fact in facts if fact.strip()]
 
     def _call_entries(self, response: ModelResponse, result: ToolReturnPart) -> tuple[_Entry, ...] | None:

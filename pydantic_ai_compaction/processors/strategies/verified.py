@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
@@ -44,6 +45,7 @@ from pydantic_ai_compaction.runtime.checks import (
     check_model,
 )
 from pydantic_ai_compaction.runtime.context import CompactionContext
+from pydantic_ai_compaction.runtime.degraded import SetupWarning, described, is_setup_error, warn_degraded
 from pydantic_ai_compaction.runtime.encoding import args_text, clean_text
 from pydantic_ai_compaction.runtime.instructions import InstructionSources, gather_instructions
 from pydantic_ai_compaction.runtime.segment import ConversationView
@@ -176,6 +178,10 @@ class Finding:
     omissions: tuple[str, ...] = ()
     """What the second pass said was omitted (only items found in the transcript)."""
 
+    not_run: dict[str, str] = field(default_factory=dict[str, str])
+    """Checks asked for that could not run, each with why (the `omissions` pass, when its model failed or its reply
+    could not be read): they are neither passed nor failed."""
+
     lines: tuple[str, ...] = ()
     """The lines to append to repair the summary: source lines of missing facts, instructions, omissions."""
 
@@ -260,12 +266,14 @@ class Verified(WrappingCompaction[AgentDepsT]):
             return proposal
         finding = await self.examine(view, dropped, kept_ids, summary.text, ctx)
         record: dict[str, Any] = {
-            'checks': list(self.checks),
+            'checks': [check for check in self.checks if check not in finding.not_run],
             'failed': list(finding.failed),
             'missing_facts': list(finding.missing_facts),
             'missing_instructions': list(finding.missing_instructions),
             'omissions': list(finding.omissions),
         }
+        if finding.not_run:
+            record['not_run'] = dict(finding.not_run)
         if not finding.failed:
             return _with_record(proposal, {**record, 'verdict': 'passed'})
         reason = _reason(finding)
@@ -320,9 +328,13 @@ class Verified(WrappingCompaction[AgentDepsT]):
                 failed.append('instructions')
                 lines.extend(clean_text(text).strip() for text in missing_instructions)
         omissions: list[str] = []
+        not_run: dict[str, str] = {}
         if 'omissions' in self.checks and summary.strip():
-            omissions = await self._second_pass(view, dropped, removed_text, summary, ctx)
-            omissions = [item for item in omissions if _normalized(item) not in summary_norm]
+            found = await self._second_pass(view, dropped, removed_text, summary, ctx)
+            if isinstance(found, str):
+                not_run['omissions'] = found
+            else:
+                omissions = [item for item in found if _normalized(item) not in summary_norm]
             if omissions:
                 failed.append('omissions')
                 lines.extend(_source_lines(removed_text, omissions))
@@ -331,6 +343,7 @@ class Verified(WrappingCompaction[AgentDepsT]):
             missing_facts=tuple(missing_facts),
             missing_instructions=tuple(missing_instructions),
             omissions=tuple(omissions),
+            not_run=not_run,
             lines=tuple(dict.fromkeys(line for line in lines if line and _normalized(line) not in summary_norm)),
         )
 
@@ -342,8 +355,9 @@ class Verified(WrappingCompaction[AgentDepsT]):
 
     async def _second_pass(
         self, view: ConversationView, dropped: list[Exchange], removed_text: str, summary: str, ctx: CompactionContext
-    ) -> list[str]:
-        """Items the second pass says the summary omitted, kept only when the transcript holds them verbatim."""
+    ) -> list[str] | str:
+        """Items the second pass says the summary omitted, kept only when the transcript holds them verbatim; or why
+        the pass could not run (its model failed, warned; its reply could not be read)."""
         transcript = render_messages(m for exchange in dropped for m in view.messages_of(exchange))
         if len(transcript) > self.max_transcript_chars:
             transcript = '[… earlier part cut …]\n' + transcript[-self.max_transcript_chars :]
@@ -352,14 +366,27 @@ class Verified(WrappingCompaction[AgentDepsT]):
         )
         try:
             response = await compactor.request(ctx, [request], model=self.model, settings=self.model_settings)
-        except Exception:  # the second pass is advisory: without it the deterministic checks still stand
-            return []
+        except Exception as error:  # the second pass is advisory: without it the deterministic checks still stand
+            failure = f'its model failed: {type(error).__name__}: {clip(described(error, text=True), 300)}'
+            if is_setup_error(error):  # the user's setup, not a passing fault: every pass would fail alike
+                warnings.warn(
+                    f"{self.strategy_name}: the omissions pass cannot run ({failure}); check Verified's model=, its "
+                    'API key and its provider package.',
+                    SetupWarning,
+                    stacklevel=2,
+                )
+            else:
+                warn_degraded(f'{self.strategy_name}: the omissions pass did not run ({failure})', stacklevel=2)
+            return failure
         try:
             data = replies.read_json_object(compactor.response_text(response)).data
-        except replies.ReplyError:
-            return []
-        if replies.unfilled(data, _PLACEHOLDERS) or replies.schema_problem(_VALIDATOR, data) is not None:
-            return []
+        except replies.ReplyError as error:
+            return f'its reply could not be read: {error}'
+        if replies.unfilled(data, _PLACEHOLDERS):
+            return "its reply copied the prompt's example"
+        if (problem := replies.schema_problem(_VALIDATOR, data)) is not None:
+            return f'its reply does not fit the schema: {problem}'
+
         removed_norm = _normalized(removed_text)
         items = [clean_text(item).strip() for item in cast('list[str]', data['omitted'])]
         # A detail the transcript does not hold is the checker's invention, not an omission.
