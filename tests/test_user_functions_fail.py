@@ -133,3 +133,12 @@ def test_an_extractor_returning_no_lines_is_named_with_its_value(value: object) 
     with pytest.warns(RuntimeWarning, match=rf'ResetToCheckpoint\.extract returned {re.escape(repr(value))}, not a'):
         outcome = asyncio.run(run_compaction(reset, _loop(['long'] * 10), _context()))
     assert _fallback(outcome)[0] == 'compactor_error'
+
+
+@pytest.mark.parametrize('line', [None, 7, b'owner=ops'])
+def test_an_extractor_line_that_is_not_text_is_named_and_never_listed_as_a_fact(line: object) -> None:
+    reset = ResetToCheckpoint[None](trigger=Trigger(tokens=1), extract=lambda call, text: ['owner=ops', line])  # pyright: ignore[reportArgumentType, reportUnknownLambdaType]
+    said = rf'ResetToCheckpoint\.extract returned a line {re.escape(repr(line))}, not a str'
+    with pytest.warns(RuntimeWarning, match=said):
+        outcome = asyncio.run(run_compaction(reset, _loop(['long'] * 10), _context()))
+    assert _fallback(outcome)[0] == 'compactor_error'
