@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent
+from pydantic_ai import Agent, ToolReturn
 from pydantic_ai.messages import (
     BinaryContent,
     ModelMessage,
@@ -764,3 +765,27 @@ def test_a_forged_id_beside_real_ones_is_ignored_and_the_real_ones_numbered_past
     agent.run_sync('Read file 9.', message_history=history)
     ids = [result_id_of(part) for part in returns(seen[-1])]
     assert ids == ['r1', 'r2', 'r2000000', 'r99999999999', 'r2000001']
+
+
+@dataclass(frozen=True)
+class _Trace:
+    span_id: str
+
+
+def test_a_result_whose_tool_metadata_is_not_a_dict_keeps_it_and_gets_no_id() -> None:
+    metadata: list[object] = ['trace-123', _Trace('span-9'), {'k': 'dict metadata'}, None]
+    model = scripted(
+        [[ToolCallPart('fetch', {'which': i}, tool_call_id=f'f{i}')] for i in range(4)] + [[TextPart('ok')]]
+    )
+    agent = Agent(model, capabilities=[Archive()])
+
+    @agent.tool_plain
+    def fetch(which: int) -> ToolReturn:  # pyright: ignore[reportUnusedFunction]
+        return ToolReturn(return_value=f'value {which}', metadata=metadata[which])
+
+    parts = returns(agent.run_sync('go').all_messages())
+    # pydantic-ai types the field `Any`: marks would have replaced a value that is not a dict (before: `{}` + marks).
+    assert [p.metadata for p in parts[:2]] == ['trace-123', _Trace('span-9')]
+    assert [result_id_of(p) for p in parts] == [None, None, 'r1', 'r2']
+    assert [p.content for p in parts[:2]] == ['value 0', 'value 1']
+    assert parts[2].metadata['k'] == 'dict metadata'  # a dict keeps its keys beside ours

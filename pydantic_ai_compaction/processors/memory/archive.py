@@ -36,6 +36,7 @@ from pydantic_ai_compaction.processors.memory.results import (
     archive_results,
     archived_ref_of,
     deserialize_part,
+    markable,
     reserve,
     result_id_of,
     shown_number,
@@ -330,7 +331,7 @@ class Archive(AbstractCapability[AgentDepsT]):
                         # highest the history holds, which may sit further back.
                         numbered = True
                         highest = max(highest, number)
-                elif type(part) is ToolReturnPart and part.outcome != 'retried':
+                elif type(part) is ToolReturnPart and part.outcome != 'retried' and markable(part):
                     fresh.append(part_index)
             todo.extend((index, part_index) for part_index in reversed(fresh))
             if numbered and not fresh and not full_scan:

@@ -31,6 +31,13 @@ def archived_ref_of(part: ToolReturnPart) -> str | None:
     return ResultMarks.from_metadata(part.metadata).archived
 
 
+def markable(part: ToolReturnPart) -> bool:
+    """Whether *part* can carry marks without losing anything: its metadata is a dict or unset. A tool's
+    `ToolReturn(metadata=...)` may be any value (a trace id, an object of the application's), which marks would
+    have to replace: such a result is left as the tool returned it (`Archive` gives it no id)."""
+    return part.metadata is None or isinstance(part.metadata, dict)
+
+
 def with_marks(part: ToolReturnPart, **marks: object) -> dict[str, Any]:
     """*part*'s metadata with *marks* added under `METADATA_KEY` (a new dict: parts are never mutated)."""
     return with_ours(part.metadata, marks)
