@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 NoteKind = Literal['decision', 'rejected', 'progress', 'fact']
-LineSource = Literal['tool', 'user', 'assistant', 'summary', 'note']
+LineSource = Literal['tool', 'user', 'assistant', 'summary', 'note', 'call', 'reasoning']
+"""Where a log line came from: a tool's output (or content a tool supplied), the user, the assistant's text, a
+compaction's summary, a note, a tool call's own arguments, or the assistant's reasoning."""
 
 
 @dataclass(frozen=True)

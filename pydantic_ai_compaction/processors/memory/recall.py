@@ -1,7 +1,8 @@
 """`Recall`: search the full log of everything ever sent, including what was cleared, archived or summarized.
 
 Every part is indexed line by line the first time it is about to be sent, with its provenance (the
-tool and arguments of the call it answers, the result id). A query matches words, not phrases, and
+tool and arguments of the call it answers, the result id; a call's own arguments and the assistant's reasoning
+too, each said to be what it is). A query matches words, not phrases, and
 also against the call a line came from, so "media timeout" finds `timeout_ms = 1050` in the output of
 `diag.py media` whose header names media forty lines above. Tool output ranks first.
 
@@ -25,6 +26,7 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     TextPart,
+    ThinkingPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -38,8 +40,9 @@ from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore,
 from pydantic_ai_compaction.protocols.names import RECALL_TOOL
 from pydantic_ai_compaction.runtime.checks import check_instance, check_int
 from pydantic_ai_compaction.runtime.degraded import warn_degraded
-from pydantic_ai_compaction.runtime.encoding import strip_nul, to_bytes, to_json
+from pydantic_ai_compaction.runtime.encoding import from_json, strip_nul, to_bytes, to_json
 from pydantic_ai_compaction.runtime.project import rewrites_accepted
+from pydantic_ai_compaction.runtime.segment import tool_content_parts
 from pydantic_ai_compaction.runtime.stores._query import SEARCH_CANDIDATES, words
 from pydantic_ai_compaction.runtime.stores.access import (
     MEMORY_TOOL_RETRIES,
@@ -99,6 +102,10 @@ class Recall(AbstractCapability[AgentDepsT]):
     _rewrites: tuple[int, int] = field(init=False, repr=False, compare=False)
     """Per run: `rewrites_accepted()` when `_seen` was last advanced, and when the pending parts were read."""
 
+    _conversation: str | None = field(init=False, repr=False, compare=False)
+    """The conversation `_indexed` and `_seen` are about: another one (`index` given another key, a key function
+    answering otherwise) starts them over, or its parts would be skipped as indexed."""
+
     def __post_init__(self) -> None:
         check_instance('Recall', 'store', self.store, ArchiveStore, 'an ArchiveStore')
         check_conversation('Recall', self.conversation)
@@ -110,6 +117,7 @@ class Recall(AbstractCapability[AgentDepsT]):
         self._indexed = set()
         self._seen = []
         self._rewrites = (-1, -1)
+        self._conversation = None
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """A copy with its own memo of parts already fingerprinted."""
@@ -142,7 +150,10 @@ class Recall(AbstractCapability[AgentDepsT]):
             self._advance(messages, start)
             return request_context
         try:
-            await call_store('index_lines', self._index_pending, self.conversation_id(ctx), messages, pending)
+            conversation = self.conversation_id(ctx)
+            if self._switch_to(conversation):
+                pending, start = self._pending(messages)
+            await call_store('index_lines', self._index_pending, conversation, messages, pending, ctx.prompt)
         except ArchiveError as error:
             # Recall degrades; the run goes on (the next request indexes what this one could not). A failure the
             # store reported itself (a setup mistake, a server that cannot be reached) is not said again every request.
@@ -153,13 +164,27 @@ class Recall(AbstractCapability[AgentDepsT]):
         return request_context
 
     def index(self, conversation_id: str, messages: Sequence[ModelMessage]) -> int:
-        """Add the lines of parts not yet in the log; returns lines added (blocking: it calls the store)."""
+        """Add the lines of parts not yet in *conversation_id*'s log; returns lines added (blocking: it calls the
+        store)."""
+        self._switch_to(conversation_id)
         pending, start = self._pending(messages)
         added = self._index_pending(conversation_id, messages, pending)
         self._advance(messages, start)
         return added
 
-    def _pending(self, messages: Sequence[ModelMessage]) -> tuple[list[tuple[str, object, ModelMessage]], int]:
+    def _switch_to(self, conversation_id: str) -> bool:
+        """Make *conversation_id* the one the memo is about; whether it was about another (then it starts over)."""
+        if self._conversation == conversation_id:
+            return False
+        changed = self._conversation is not None
+        self._conversation = conversation_id
+        if changed:
+            self._indexed = set()
+            self._seen = []
+            self._rewrites = (-1, -1)
+        return changed
+
+    def _pending(self, messages: Sequence[ModelMessage]) -> tuple[list[_Pending], int]:
         """Parts this run has not indexed yet, with their fingerprints, and the index the search started at.
 
         Parts this run already indexed are skipped without asking the store: a request after one new step
@@ -169,13 +194,13 @@ class Recall(AbstractCapability[AgentDepsT]):
         generation = rewrites_accepted()
         start = self._unchanged(messages, every=generation != self._rewrites[0])
         self._rewrites = (self._rewrites[0], generation)
-        pending: list[tuple[str, object, ModelMessage]] = []
+        pending: list[_Pending] = []
         for index in range(start, len(messages)):
             message = messages[index]
             for part in message.parts:
                 fingerprint = self._fingerprint(part)
                 if fingerprint is not None and fingerprint not in self._indexed:
-                    pending.append((fingerprint, part, message))
+                    pending.append((fingerprint, part, message, index))
         return pending, start
 
     def _unchanged(self, messages: Sequence[ModelMessage], *, every: bool) -> int:
@@ -208,15 +233,23 @@ class Recall(AbstractCapability[AgentDepsT]):
         self._rewrites = (self._rewrites[1], self._rewrites[1])
 
     def _index_pending(
-        self, conversation_id: str, messages: Sequence[ModelMessage], pending: list[tuple[str, object, ModelMessage]]
+        self,
+        conversation_id: str,
+        messages: Sequence[ModelMessage],
+        pending: list[_Pending],
+        prompt: object = None,
     ) -> int:
-        """Store the lines of *pending* parts the store does not have yet. Blocking: called in a worker thread."""
+        """Store the lines of *pending* parts the store does not have yet (*prompt*: the run's own, never tool output).
+        Blocking: called in a worker thread."""
         calls = _calls_of(messages, pending)
         known = self.store.indexed(conversation_id, [fingerprint for fingerprint, *_ in pending])
         lines: list[LogLine] = []
-        for fingerprint, part, message in pending:
+        supplied: dict[int, frozenset[int]] = {}  # per request: its user parts a tool supplied (`ToolReturn.content`)
+        for fingerprint, part, message, index in pending:
             if fingerprint not in known:
-                lines.extend(_lines(conversation_id, fingerprint, part, message, calls))
+                if isinstance(part, UserPromptPart) and isinstance(message, ModelRequest) and index not in supplied:
+                    supplied[index] = tool_content_parts(message, prompt)
+                lines.extend(_lines(conversation_id, fingerprint, part, message, calls, supplied.get(index)))
         added = self.store.index_lines(lines)
         self._indexed.update(fingerprint for fingerprint, *_ in pending)
         return added
@@ -230,14 +263,15 @@ class Recall(AbstractCapability[AgentDepsT]):
         call_id = ''
         source: object = part
         kind = type(part).__name__
-        if isinstance(candidate, ToolReturnPart):
-            returned = cast('ToolReturnPart', candidate)
-            if returned.tool_name == RECALL_TOOL:
-                # Recall's own answers are lines found already (or "No match"): indexed, each search would find the
-                # answers before it, nested ever deeper, and outrank the lines they quote.
+        if isinstance(candidate, ToolReturnPart | ToolCallPart):
+            tool_part = cast('ToolReturnPart | ToolCallPart', candidate)
+            if tool_part.tool_name == RECALL_TOOL:
+                # Recall's own answers are lines found already (or "No match"), and its calls the queries: indexed,
+                # each search would find the ones before it, nested ever deeper, and outrank the lines they quote.
                 return None
-            call_id = returned.tool_call_id
-            source = original_part(returned)
+            call_id = tool_part.tool_call_id
+            if isinstance(tool_part, ToolReturnPart):
+                source = original_part(tool_part)
         text = _text_of(source)
         if not text:
             return None
@@ -269,23 +303,34 @@ class Recall(AbstractCapability[AgentDepsT]):
             return f'Recall is unavailable right now ({failed}); say you are not sure rather than guess.'
 
 
-def _calls_of(
-    messages: Sequence[ModelMessage], pending: list[tuple[str, object, ModelMessage]]
-) -> dict[str, ToolCallPart]:
-    """The newest call with each id a pending tool result answers, read from the end.
+def _calls_of(messages: Sequence[ModelMessage], pending: list[_Pending]) -> dict[int, ToolCallPart]:
+    """The call each tool result of the requests holding *pending* parts answers, by the result's `id`: the nearest
+    call with its id before it (a provider may give the same id to calls of different turns), read from the end.
 
-    A call sits just before its result, so the read stops soon after the new parts; only a result whose call
-    the history does not hold reads it whole (once: it is indexed then).
+    A call sits just before its result, so the read stops soon after the new parts; only a result whose call the
+    history does not hold reads it whole (once: it is indexed then).
     """
-    wanted = {part.tool_call_id for _, part, _ in pending if isinstance(part, ToolReturnPart)}
-    calls: dict[str, ToolCallPart] = {}
-    for index in range(len(messages) - 1, -1, -1):
-        if len(calls) == len(wanted):
+    results: dict[int, list[ToolReturnPart]] = {}
+    for _, _, message, index in pending:
+        if index not in results and isinstance(message, ModelRequest):
+            results[index] = [part for part in message.parts if isinstance(part, ToolReturnPart)]
+    waiting: dict[str, list[ToolReturnPart]] = {}  # by call id: results after the position read, their call not found
+    calls: dict[int, ToolCallPart] = {}
+    first = min(results, default=0)
+    for index in range(max(results, default=-1), -1, -1):
+        if index < first and not waiting:
             break
-        for part in reversed(messages[index].parts):
-            if isinstance(part, ToolCallPart) and part.tool_call_id in wanted and part.tool_call_id not in calls:
-                calls[part.tool_call_id] = part
+        if waiting:
+            for part in reversed(messages[index].parts):
+                if isinstance(part, ToolCallPart) and (answered := waiting.pop(part.tool_call_id, None)) is not None:
+                    calls.update((id(result), part) for result in answered)
+        for result in results.get(index, ()):
+            waiting.setdefault(result.tool_call_id, []).append(result)
     return calls
+
+
+_Pending = tuple[str, object, ModelMessage, int]
+"""A part not indexed yet: its fingerprint, the part, the message holding it and that message's position."""
 
 
 SHOWN_ARGS_CHARS = 200
@@ -305,7 +350,12 @@ query): in full, a 60 KB script run for 1,000 lines of output wrote 60 MB of ind
 def _render(hit: Hit, wanted: Sequence[str]) -> str:
     """One hit as the model reads it: provenance, then the line (both cut to what a hit needs)."""
     args = clip(hit.args, SHOWN_ARGS_CHARS)
-    origin = f'{hit.tool_name}({args})' if hit.tool_name else hit.source
+    if hit.source == 'call':
+        origin = f'call to {hit.tool_name}'  # the line is the call's own arguments
+    elif hit.tool_name:
+        origin = f'{hit.tool_name}({args})'
+    else:
+        origin = hit.source
     result = f' {hit.result_id}' if hit.result_id else ''
     return f'[{origin}{result}, line {hit.line_no}] {_excerpt(hit.text, wanted)}'
 
@@ -357,37 +407,84 @@ def _text_of(part: object) -> str:
                 return to_json(to_jsonable_python(part.content))
             except ValueError:
                 return str(part.content)
+    if isinstance(part, ToolCallPart):
+        return _call_text(cast('ToolCallPart', part))
     if isinstance(part, UserPromptPart):
         return user_text(part)
-    if isinstance(part, TextPart | CompactionPart):
+    if isinstance(part, TextPart | CompactionPart | ThinkingPart):
         return part.content or ''
     return ''
 
 
+def _call_text(call: ToolCallPart) -> str:
+    """A call's arguments as lines: each argument as `name: value`, a text value with its own lines (a file's
+    content a tool is given), anything else as JSON. In JSON a text's line breaks are `\\n`, which would glue
+    the words on either side of them together."""
+    text = args_json(call)
+    try:
+        value = from_json(text)
+    except ValueError:
+        return text  # arguments that are not JSON: as they were sent
+    if not isinstance(value, dict) or not value:
+        return text
+    return '\n'.join(
+        f'{key}: {item if isinstance(item, str) else to_json(item)}'
+        for key, item in cast('dict[str, object]', value).items()
+    )
+
+
+def _numbered_lines(text: str) -> list[str]:
+    """*text*'s lines as a reader counts them: split at each `\\n` (a `\\r` before it dropped), not at the other
+    breaks `str.splitlines` knows (a form feed, `\\u2028`), which a model reading the output does not count."""
+    return [line.removesuffix('\r') for line in text.split('\n')]
+
+
+def _indexed_args(call: ToolCallPart | None) -> str:
+    """A call's arguments as they are indexed beside each line of its output: up to `INDEXED_ARGS_CHARS`."""
+    args = args_json(call) if call is not None else ''
+    return args if len(args) <= INDEXED_ARGS_CHARS else args[: INDEXED_ARGS_CHARS - 1] + '…'
+
+
 def _lines(
-    conversation_id: str, fingerprint: str, part: object, message: ModelMessage, calls: dict[str, ToolCallPart]
+    conversation_id: str,
+    fingerprint: str,
+    part: object,
+    message: ModelMessage,
+    calls: dict[int, ToolCallPart],
+    supplied: frozenset[int] | None,
 ) -> list[LogLine]:
-    # PostgreSQL text cannot hold NUL; the line stays findable without it.
-    text = strip_nul(_text_of(part))
+    """The log lines of *part* with their provenance (*supplied*: the user parts of its request a tool supplied)."""
     source: LineSource
     tool_name = args = result_id = ''
+    text_part: object = part
     if isinstance(part, ToolReturnPart):
         returned = cast('ToolReturnPart', part)
         source = 'tool'
-        call = calls.get(returned.tool_call_id)
-        tool_name = returned.tool_name
-        args = args_json(call) if call is not None else ''
-        if len(args) > INDEXED_ARGS_CHARS:
-            args = args[: INDEXED_ARGS_CHARS - 1] + '…'
+        tool_name, args = returned.tool_name, _indexed_args(calls.get(id(returned)))
         result_id = result_id_of(returned) or ''
+        text_part = original_part(returned)  # numbered lines are the output's own, without `Archive`'s id line
+    elif isinstance(part, ToolCallPart):
+        source = 'call'
+        tool_name = cast('ToolCallPart', part).tool_name
     elif isinstance(part, CompactionPart):
         source = 'summary'
+    elif isinstance(part, ThinkingPart):
+        source = 'reasoning'
     elif isinstance(part, UserPromptPart) and isinstance(message, ModelRequest):
-        source = 'user'
+        # A tool's `ToolReturn(content=...)` travels as a user part: tool output, never the user's words.
+        at = next((i for i, other in enumerate(message.parts) if other is part), None)
+        source = 'tool' if supplied is not None and at in supplied else 'user'
+        if source == 'tool':
+            returned_parts = [p for p in message.parts if isinstance(p, ToolReturnPart) and p.outcome == 'success']
+            if len(returned_parts) == 1:  # the only tool that returned in this request supplied it
+                only = returned_parts[0]
+                tool_name, args = only.tool_name, _indexed_args(calls.get(id(only)))
     else:
         source = 'assistant'
+    # PostgreSQL text cannot hold NUL; the line stays findable without it.
+    text = strip_nul(_text_of(text_part))
     return [
         LogLine(conversation_id, fingerprint, number, line, source, tool_name, args, result_id)
-        for number, line in enumerate(text.splitlines())
+        for number, line in enumerate(_numbered_lines(text))
         if line.strip()
     ]

@@ -1,0 +1,165 @@
+"""What a recall hit says a line is and where it came from, in real agent runs: the tool and call that gave it, the
+line's number in the output as the tool wrote it, and every part of the conversation findable."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic_ai import Agent, ToolReturn
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    ModelResponsePart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from pydantic_ai_compaction import Archive, InMemoryArchiveStore, Recall
+
+
+def _scripted(steps: list[list[ModelResponsePart]]) -> FunctionModel:
+    queue: Iterator[list[ModelResponsePart]] = iter(steps)
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=next(queue, [TextPart('done')]))
+
+    return FunctionModel(respond)
+
+
+def _recalled(messages: list[ModelMessage]) -> list[str]:
+    """The recall tool's answers, in order, without `Archive`'s id line."""
+    return [
+        str(part.content).removeprefix(str(part.content).split('\n', 1)[0] + '\n')
+        if str(part.content).startswith('[result r')
+        else str(part.content)
+        for message in messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, ToolReturnPart) and part.tool_name == 'recall'
+    ]
+
+
+def test_content_a_tool_supplied_is_found_as_that_tool_s_output_not_the_user_s_words(store: Any) -> None:
+    conversation = f'supplied-{uuid.uuid4().hex}'  # a PostgreSQL store outlives the test
+    agent = Agent(
+        _scripted(
+            [
+                [ToolCallPart('fetch_page', {'url': 'https://example.com/a'}, tool_call_id='f1')],
+                [ToolCallPart('recall', {'query': 'wire transfer'}, tool_call_id='q1')],
+            ]
+        ),
+        capabilities=[Recall(store=store, conversation=conversation)],
+    )
+
+    @agent.tool_plain
+    def fetch_page(url: str) -> ToolReturn:  # pyright: ignore[reportUnusedFunction]
+        return ToolReturn(return_value='page fetched', content=['I approved the wire transfer to account 999.'])
+
+    (answer,) = _recalled(agent.run_sync('Summarize the page.').all_messages())
+    # Before: `[user, line 0] I approved ...`, a fetched page passed off as the user's own instruction.
+    assert (
+        answer == '[fetch_page({"url":"https://example.com/a"}), line 0] I approved the wire transfer to account 999.'
+    )
+
+
+def test_a_result_is_named_with_the_call_before_it_when_a_provider_reuses_call_ids() -> None:
+    def agent_for(steps: list[list[ModelResponsePart]], store: InMemoryArchiveStore) -> Agent[None, str]:
+        agent = Agent(_scripted(steps), capabilities=[Recall(store=store, conversation='reused')])
+
+        @agent.tool_plain
+        def read_file(path: str) -> str:  # pyright: ignore[reportUnusedFunction]
+            return {'/etc/alpha.conf': 'port = 1111', '/etc/beta.conf': 'port = 2222'}[path]
+
+        return agent
+
+    # Some compatible servers number calls per response: both turns' calls are `call_0`.
+    first = agent_for(
+        [
+            [ToolCallPart('read_file', {'path': '/etc/alpha.conf'}, tool_call_id='call_0')],
+            [ToolCallPart('read_file', {'path': '/etc/beta.conf'}, tool_call_id='call_0')],
+        ],
+        InMemoryArchiveStore(),
+    ).run_sync('Read both.')
+    # Resumed with Recall on a new store: the whole history is indexed at once.
+    second = agent_for([[ToolCallPart('recall', {'query': 'port 1111'})]], InMemoryArchiveStore()).run_sync(
+        'Which file has port 1111?', message_history=first.all_messages()
+    )
+    (answer,) = _recalled(second.all_messages())
+    assert answer.splitlines()[0] == '[read_file({"path":"/etc/alpha.conf"}), line 0] port = 1111'  # before: beta
+
+
+def test_a_line_s_number_is_its_place_in_the_output_as_the_tool_wrote_it(store: Any) -> None:
+    output = 'header\nform\x0cfeed and \u2028 separator here\r\nSECRET_VALUE = 42\n'
+
+    def run(capabilities: list[Any]) -> str:
+        agent = Agent(
+            _scripted([[ToolCallPart('tool', {}, tool_call_id='t1')], [ToolCallPart('recall', {'query': 'secret'})]]),
+            capabilities=capabilities,
+        )
+
+        @agent.tool_plain
+        def tool() -> str:  # pyright: ignore[reportUnusedFunction]
+            return output
+
+        (answer,) = _recalled(agent.run_sync('go').all_messages())
+        return answer
+
+    alone = run([Recall(store=store, conversation=f'alone-{uuid.uuid4().hex}')])
+    key = f'archive-{uuid.uuid4().hex}'
+    archived = run([Archive(store=store, conversation=key), Recall(store=store, conversation=key)])
+    # Line 2 of `output.split('\n')`: before, 3 with `str.splitlines` (the form feed and U+2028 start lines), and one
+    # more with Archive's `[result r1]` line counted as the output's first.
+    assert alone == '[tool({}), line 2] SECRET_VALUE = 42'
+    assert archived == '[tool({}) r1, line 2] SECRET_VALUE = 42'
+
+
+def test_the_same_parts_indexed_into_two_conversations_are_in_both() -> None:
+    store = InMemoryArchiveStore()
+    recall = Recall(store=store)
+    opening = ModelRequest(parts=[UserPromptPart('The staging password rotates every 30 days.')])
+    answer = ModelResponse(parts=[TextPart('Noted.')])
+    assert recall.index('conv-a', [opening, answer]) == 2
+    # Before: 1 (only the answer), the shared prompt skipped as indexed already, and conv-b never found it.
+    assert recall.index('conv-b', [opening, ModelResponse(parts=[TextPart('Noted again.')])]) == 2
+    equal = ModelRequest(parts=[UserPromptPart('The staging password rotates every 30 days.')])
+    assert recall.index('conv-c', [equal]) == 1
+    for conversation in ('conv-a', 'conv-b', 'conv-c'):
+        assert [hit.text for hit in store.search(conversation, 'staging password', 8)] == [
+            'The staging password rotates every 30 days.'
+        ]
+
+
+def test_reasoning_and_a_call_s_own_arguments_are_found_with_what_they_are(store: Any) -> None:
+    agent = Agent(
+        _scripted(
+            [
+                [
+                    ThinkingPart('The root cause is the KESTREL cache eviction,\nnot the network.'),
+                    ToolCallPart('write_config', {'content': 'host = db1\nlisten_port = 9443', 'mode': 0o644}),
+                ],
+                [ToolCallPart('recall', {'query': 'kestrel'})],
+                [ToolCallPart('recall', {'query': 'listen_port'})],
+                [ToolCallPart('recall', {'query': 'kestrel'})],
+            ]
+        ),
+        capabilities=[Recall(store=store, conversation=f'parts-{uuid.uuid4().hex}')],
+    )
+
+    @agent.tool_plain
+    def write_config(content: str, mode: int) -> None:  # pyright: ignore[reportUnusedFunction]
+        return None
+
+    answers = _recalled(agent.run_sync('Fix the cache.').all_messages())
+    # Before: "No match" for both (a returned `None` has no lines, and thinking was never indexed).
+    assert answers[0] == '[reasoning, line 0] The root cause is the KESTREL cache eviction,'
+    # A text argument keeps its own lines (in JSON its line break would glue `db1` and `listen_port` together).
+    assert answers[1] == '[call to write_config, line 1] listen_port = 9443'
+    # A recall's own query is not indexed: the third search finds what the first did, not the first search.
+    assert answers[2] == answers[0]
