@@ -212,3 +212,107 @@ def test_docs_show_the_costsim_tables_as_costsim_prints_them(capsys: pytest.Capt
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith('|')]
     docs = (Path(__file__).parent.parent / 'docs' / 'benchmarks.md').read_text(encoding='utf-8')
     assert len(printed) > 10 and [line for line in printed if line not in docs] == []
+
+
+@pytest.mark.parametrize(
+    ('extra', 'said'),
+    [
+        (['--model', 'openai:gpt-5-mini', '--sensitivity-budgets', '300', '800'], '--sensitivity-budgets'),
+        (['--model', 'openai:gpt-5-mini', '--summary-budget', '800', '--think-tokens', '400'],
+         '--summary-budget, --think-tokens'),
+    ],
+)  # fmt: skip
+def test_the_reference_model_s_knobs_are_refused_for_a_real_model(
+    extra: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Accepted, a real model ran `summary` once per cap with the same settings: three records in one table
+    # (`summary 0/3` beside `none 0/1`), each a pair of its own in the statistics.
+    argv = ['bench', 'incident', '--sizes', '8', '--seeds', '1', '--variants', 'owner', '--strategies', 'none']
+    assert _exit_code(lambda: cli.main([*argv, *extra, '--out', str(tmp_path)])) == 2
+    assert one_error_line(capsys) == (
+        f"pai-compaction: error: {said}: the reference model's, not --model openai:gpt-5-mini's"
+    )
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_recall_benchmark_refuses_caps_it_has_no_table_for_and_anchor_pins(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ['bench', 'recall', '--seeds', '1', '--strategies', 'none', '--out', str(tmp_path)]
+    assert _exit_code(lambda: cli.main([*argv, '--sensitivity-budgets', '100', '--anchor-pins'])) == 2
+    assert one_error_line(capsys) == (
+        "pai-compaction: error: --sensitivity-budgets, --anchor-pins: the incident benchmark's, not the recall "
+        "benchmark's"
+    )
+
+
+def test_concurrency_with_worker_processes_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ['bench', 'incident', '--sizes', '8', '--seeds', '1', '--strategies', 'none', '--out', str(tmp_path)]
+    # Accepted, each worker ran one run at a time: `--concurrency 8 --jobs 2` had 2 in flight, not 16.
+    assert _exit_code(lambda: cli.main([*argv, '--concurrency', '8', '--jobs', '2'])) == 2
+    assert one_error_line(capsys).startswith('pai-compaction: error: --concurrency with --jobs: each worker process')
+
+
+def test_summarize_shows_the_main_tables_at_the_cap_bench_ran_them_at(tmp_path: Path) -> None:
+    from pydantic_ai_compaction_bench.report import summarize
+
+    def at(strategy: str, seed: int, budget: int) -> dict[str, object]:
+        return {**record(strategy, seed, True, [100]), 'summary_budget': budget, 'player': 'silent'}
+
+    # `bench --summary-budget 800 --sensitivity-budgets 500`: `none` and `reset` ran at 800 only.
+    records = [at(name, seed, 800) for name in ('none', 'reset', 'summary') for seed in (1, 2)]
+    records += [at('summary', seed, 500) for seed in (1, 2)]
+    table = summarize(records, baseline='none')
+    # Before: cap 500 (the default), a main table without `none` and `reset`.
+    assert '### incident, size 8, model reference, player silent, summary cap 800' in table
+    assert 'summary cap 500\n' not in table
+    assert '| none | 2/2 |' in table and '| reset | 2/2 |' in table
+
+
+def test_runs_at_other_reasoning_tokens_are_tables_of_their_own() -> None:
+    from pydantic_ai_compaction_bench.report import summarize
+
+    records = [{**record('summary', seed, True, [100]), 'think_tokens': 0} for seed in (1, 2)]
+    records += [{**record('summary', seed, False, [100]), 'think_tokens': 400} for seed in (1, 2)]
+    table = summarize(records, baseline=None)
+    # Before: one table of `summary 2/4` saying "2 seeds".
+    assert table.count('| summary | 2/2 |') == 1 and table.count('| summary | 0/2 |') == 1
+    assert '### incident, size 8, model reference, 400 reasoning tokens a step' in table
+
+
+def test_runs_at_two_triggers_are_plotted_apart(tmp_path: Path) -> None:
+    pytest.importorskip('matplotlib')
+    from pydantic_ai_compaction_bench.plots import plot
+
+    records = [{**record('summary', seed, True, [100]), 'trigger_tokens': 18_000} for seed in (1, 2)]
+    records += [{**record('summary', seed, True, [100, 200]), 'trigger_tokens': 30_000} for seed in (1, 2)]
+    written = sorted(path.name for path in plot(records, tmp_path))
+    # Before: one figure whose points were the medians of both triggers' runs together.
+    assert written == [
+        'incident-8-reference-trigger18000-pass-rate.png',
+        'incident-8-reference-trigger18000-prompt-tokens.png',
+        'incident-8-reference-trigger30000-pass-rate.png',
+        'incident-8-reference-trigger30000-prompt-tokens.png',
+    ]
+
+
+def test_costsim_without_reasoning_says_there_is_no_break_even_and_prints_every_table(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Before: half the output, then exit 1 with `error: break_even_multiplier: ...`, naming no option.
+    assert cli.main(['costsim', '--reasoning', '0']) == 0
+    out = capsys.readouterr().out
+    assert 'With --reasoning 0, dropping reasoning changes no bill: no break-even.' in out
+    assert '| late (90%) |' in out  # the compaction-threshold table after it
+
+
+def test_summarize_names_what_a_line_that_is_no_record_lacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / 'records.jsonl'
+    path.write_text('{"strategy": "x"}\n', encoding='utf-8')
+    assert cli.main(['summarize', str(path)]) == 2  # before: exit 1, `error: 'status'`
+    assert one_error_line(capsys) == (
+        f'pai-compaction: error: {path} is not a records file of pai-compaction bench (line 1 has no task, seed, '
+        'variant, size, model, status, passed)'
+    )

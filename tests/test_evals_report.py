@@ -145,8 +145,9 @@ def test_savings_target_is_judged_from_records() -> None:
     cheap = [record('harness-tiered', seed, True, [1000, 1_500]) for seed in range(3)]
     records = [r for r in records if r['strategy'] != 'harness-tiered'] + cheap
     assert savings.target(records).endswith('not less than every harness anchor at that rate '
-                                            '(harness-tiered $0.003); 88% less input. Without the probe turn: '
-                                            '87% less ($0.007 against $0.053). Target: not met.')  # fmt: skip
+                                            '(harness-tiered $0.003); 88% less input. With the probe turn (asked '
+                                            'after grading, not the task): 87% less ($0.007 against $0.053). '
+                                            'Target: not met.')  # fmt: skip
 
 
 def test_cost_table_splits_the_bill_and_sets_the_probe_apart() -> None:
@@ -158,15 +159,18 @@ def test_cost_table_splits_the_bill_and_sets_the_probe_apart() -> None:
         r['requests'][-1]['probe'] = True  # type: ignore[index]
     rows = savings.cost_rows(records)
     none, reset = rows['none'], rows['reset']
-    # none: 40,500 read at $0.10 and 40,500 written at $2.50 per million, 30 output tokens at $10.
-    assert round(none.cost, 6) == round(40_500 * 0.1e-6 + 40_500 * 2.5e-6 + 30 * 10e-6, 6)
+    # none's task: 20,500 read at $0.10 and 20,500 written at $2.50 per million, 20 output tokens at $10. The probe
+    # turn, asked after grading, is not the task's cost: it is shown apart, and in the bill with it.
+    assert round(none.cost, 6) == round(20_500 * 0.1e-6 + 20_500 * 2.5e-6 + 20 * 10e-6, 6)
     assert round(none.probe_cost, 6) == round(20_000 * 2.6e-6 + 10 * 10e-6, 6)
-    assert round(none.task_cost + none.probe_cost, 9) == round(none.cost, 9)
-    # One pass of two runs: cost per pass is both runs' bills over one pass.
+    assert round(none.bill, 6) == round(40_500 * 0.1e-6 + 40_500 * 2.5e-6 + 30 * 10e-6, 6)
+    assert round(none.cost + none.probe_cost, 9) == round(none.bill, 9)
+    # One pass of two runs: cost per pass is both runs' task bills over one pass.
     assert reset.passed == 1 and round(reset.cost_per_pass, 9) == round(2 * reset.cost, 9)
-    assert (none.read, none.write, none.uncached) == (40_500, 40_500, 0)
+    assert (none.read, none.write, none.uncached) == (20_500, 20_500, 0)
     line = next(row for row in savings.cost_table(records).splitlines() if row.startswith('| reset |'))
-    assert line.startswith('| reset | 1/2 | $0.012 | $0.024 | 0.11× | 4,500 | 4,500 | 0 | 30 | $0.000 | $0.011 |')
+    assert line.startswith('| reset | 1/2 | $0.007 | $0.013 | 0.13× | 2,500 | 2,500 | 0 | 20 | $0.000 | $0.006 |')
+    assert line.endswith('| $0.012 | 0.11× |')  # the bill with the probe turn, and its ratio to none's
 
 
 def test_our_clearing_view_is_a_row_of_the_savings_tables_and_can_win_the_target() -> None:
@@ -215,3 +219,17 @@ def test_the_probe_turn_is_marked_apart_from_the_task() -> None:
     probe = record['requests'][-1]
     # The probe changes the tool definitions (text output), so no compaction writes its whole history again.
     assert probe['cache_read_tokens'] == 0 and probe['cache_write_tokens'] == probe['input_tokens'] > 40_000
+
+
+def test_the_table_s_medians_are_the_task_s_and_leave_the_probe_turn_out() -> None:
+    records = [record('none', seed, True, [1000, 40_000, 44_000]) for seed in range(2)]
+    records += [record('reset', seed, True, [1000, 4_000, 41_000]) for seed in range(2)]
+    for r in records:
+        r['requests'][-1]['probe'] = True  # type: ignore[index]
+    rows = {row.strategy: row for row in build_rows(records, baseline='none')}
+    # The probe, asked after grading without the output tool, misses the cache whole: counted, it weighed most on
+    # the run with the largest context and made strategies that kept less read cheaper than no compaction.
+    assert (rows['none'].requests, rows['none'].cumulative_input, rows['none'].final_prompt) == (2, 41_000, 40_000)
+    assert (rows['reset'].requests, rows['reset'].cumulative_input, rows['reset'].peak_prompt) == (2, 5_000, 4_000)
+    assert round(rows['none'].cost.high, 6) == round(20_500 * 2.6e-6 + 20 * 10e-6, 6)
+    assert 'the probe turn, asked after grading, is not counted' in summarize(records, baseline='none')

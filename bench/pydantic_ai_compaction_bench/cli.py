@@ -194,12 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
         help='trigger in estimated tokens (default: 18000 for incident, 20000 for recall)',
     )  # fmt: skip
     bench.add_argument(
-        '--summary-budget', type=positive, default=500,
-        help='reference model: cap in tokens of every summary (the main tables; default 500)',
+        '--summary-budget', type=positive, default=None,
+        help=f'reference model: cap in tokens of every summary (the main tables; default {DEFAULT_SUMMARY_BUDGET})',
     )  # fmt: skip
     bench.add_argument(
         '--sensitivity-budgets', type=positive, nargs='*', default=[], metavar='TOKENS',
-        help='reference model: also run these summary caps, for the sensitivity table',
+        help='incident, reference model: also run these summary caps, for the sensitivity table',
     )  # fmt: skip
     bench.add_argument(
         '--players', nargs='+', default=None, choices=PLAYERS,
@@ -208,13 +208,20 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     bench.add_argument(
         '--anchor-pins', action='store_true',
-        help="tell the harness anchors the task's markers through harness pin(), as reassert and reset are told",
+        help="incident: tell the harness anchors the task's markers through harness pin(), as reassert and reset are "
+        'told',
     )  # fmt: skip
     bench.add_argument(
         '--think-tokens', type=non_negative, default=0, help='reference model: reasoning tokens per step (default 0)'
     )
-    bench.add_argument('--concurrency', type=positive, default=4, help='runs in flight per process (default 4)')
-    bench.add_argument('--jobs', type=positive, default=1, help='worker processes (the reference model: one per core)')
+    bench.add_argument(
+        '--concurrency', type=positive, default=None,
+        help=f'runs in flight at once, for a model that waits on the network (default {DEFAULT_CONCURRENCY}; with '
+        '--jobs, each worker process runs one run at a time)',
+    )  # fmt: skip
+    bench.add_argument(
+        '--jobs', type=positive, default=1, help='worker processes, for the CPU-bound reference model (one per core)'
+    )
     bench.add_argument(
         '--baseline', default=None, metavar='NAME',
         help='strategy the paired statistics compare against, one of the run (default: native when it runs)',
@@ -238,7 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
         "prices bench recorded with each run, else the model's own)",
     )  # fmt: skip
     summary.add_argument('--plots', type=Path, default=None, help='also write the PNG plots here')
-    summary.add_argument('--summary-budget', type=positive, default=500, help='summary cap of the main tables')
+    summary.add_argument(
+        '--summary-budget', type=positive, default=None,
+        help='summary cap of the main tables (default: the one bench ran them at)',
+    )  # fmt: skip
 
     compare = commands.add_parser('recall-compare', help='recall against harness ConversationSearch: hits, latency')
     compare.add_argument('--seeds', type=seeds, default=seeds('1-5'), help='scenario seeds (default 1-5)')
@@ -265,10 +275,33 @@ PRICES_HELP = (
 def check_bench(args: argparse.Namespace) -> None:
     """`UsageError` for what argparse cannot see: sizes against the variants, flags of the other task, the baseline,
     the model."""
-    incident_only = {'--sizes': args.sizes, '--variants': args.variants, '--players': args.players}
+    incident_only = {
+        '--sizes': args.sizes,
+        '--variants': args.variants,
+        '--players': args.players,
+        # The recall benchmark has no sensitivity table: its other caps ran and were never shown.
+        '--sensitivity-budgets': args.sensitivity_budgets or None,
+        '--anchor-pins': args.anchor_pins or None,
+    }
     if args.task != 'incident' and (given := [flag for flag, value in incident_only.items() if value is not None]):
         # Ignored, they let a user believe the recall benchmark ran at a size or with a player it has no such knob for.
         raise UsageError(f"{', '.join(given)}: the incident benchmark's, not the {args.task} benchmark's")
+    reference_only = {
+        '--summary-budget': args.summary_budget,
+        '--sensitivity-budgets': args.sensitivity_budgets or None,
+        '--think-tokens': args.think_tokens or None,
+    }
+    if args.model != REFERENCE and (given := [flag for flag, value in reference_only.items() if value is not None]):
+        # The reference model's knobs: a real model would run the same strategy once per cap, and the copies would
+        # share one table and count as more pairs in its statistics.
+        raise UsageError(f"{', '.join(given)}: the reference model's, not --model {args.model}'s")
+    if args.concurrency is not None and args.jobs > 1:
+        raise UsageError(
+            '--concurrency with --jobs: each worker process runs one run at a time; pass --jobs for the reference '
+            'model (CPU-bound) or --concurrency for a model that waits on the network'
+        )
+    args.summary_budget = args.summary_budget or DEFAULT_SUMMARY_BUDGET
+    args.concurrency = args.concurrency or DEFAULT_CONCURRENCY
     if args.task == 'incident':
         minimum = incident.CHANGE_LOG + 1
         held_out = [variant for variant in args.variants or DEFAULT_VARIANTS if variant != 'base']
@@ -297,6 +330,12 @@ def chosen_baseline(baseline: str | None, names: Sequence[str], where: str) -> s
 
 DEFAULT_SIZES = (8, 20)
 """`bench incident --sizes` when not given."""
+
+DEFAULT_SUMMARY_BUDGET = 500
+"""`bench --summary-budget` when not given."""
+
+DEFAULT_CONCURRENCY = 4
+"""`bench --concurrency` when not given."""
 
 DEFAULT_VARIANTS = ('owner', 'lowercase', 'scope')
 """`bench incident --variants` when not given."""
@@ -328,7 +367,8 @@ def specs_for(args: argparse.Namespace) -> list[RunSpec]:
     names = strategies.expand(
         args.strategies or (strategies.ALL if args.task == 'incident' else strategies.RECALL_SETUPS)
     )
-    budgets = list(dict.fromkeys([args.summary_budget, *args.sensitivity_budgets]))
+    main: int = args.summary_budget or DEFAULT_SUMMARY_BUDGET
+    budgets = list(dict.fromkeys([main, *args.sensitivity_budgets]))
     model: str = args.model
     think: int = args.think_tokens
     # The player is the reference model's: a real model would run every strategy once per player with the same
@@ -355,14 +395,14 @@ def specs_for(args: argparse.Namespace) -> list[RunSpec]:
             for variant in args.variants or DEFAULT_VARIANTS
             for seed in args.seeds
             for name in names
-            if budget == args.summary_budget or name not in strategies.NO_SUMMARIZER
+            if budget == main or name not in strategies.NO_SUMMARIZER
         ]
     return [
         RunSpec('recall', name, seed, 'base', 1, model, trigger, summary_budget=budget, think_tokens=think)
         for budget in budgets
         for seed in args.seeds
         for name in names
-        if budget == args.summary_budget or name not in strategies.NO_SUMMARIZER
+        if budget == main or name not in strategies.NO_SUMMARIZER
     ]
 
 
@@ -489,8 +529,14 @@ def run_costsim(args: argparse.Namespace) -> int:
             f'{costsim.relative_change(result, keep) * 100:+.1f}% | '
             f'{(result.input_tokens / keep.input_tokens - 1) * 100:+.1f}% |'
         )
-    multiplier = costsim.break_even_multiplier(config, 'drop')
-    print(f'\nDropping reasoning at append time breaks even at {(multiplier - 1) * 100:.0f}% more reasoning per step.')
+    try:
+        multiplier = costsim.break_even_multiplier(config, 'drop')
+    except ValueError:  # no reasoning (`--reasoning 0`) or a free output: dropping it changes no bill
+        print(f'\nWith --reasoning {config.reasoning_tokens}, dropping reasoning changes no bill: no break-even.')
+    else:
+        print(
+            f'\nDropping reasoning at append time breaks even at {(multiplier - 1) * 100:.0f}% more reasoning per step.'
+        )
     print_thresholds(costsim.ThresholdConfig())
     return 0
 
@@ -534,6 +580,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
 
 
+RECORD_KEYS = ('task', 'strategy', 'seed', 'variant', 'size', 'model', 'status', 'passed')
+"""What every record `bench` writes holds, and the tables read."""
+
+
 def summarize_records(args: argparse.Namespace) -> int:
     """Print the tables of a records file (and write its plots)."""
     path: Path = args.records
@@ -545,8 +595,13 @@ def summarize_records(args: argparse.Namespace) -> int:
         raise UsageError(f'{path} is not a JSONL records file: {one_line(error)}') from None
     if not records:
         raise UsageError(f'{path} holds no records')
-    if not all(isinstance(record, dict) and 'strategy' in record for record in records):  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise UsageError(f'{path} is not a records file of pai-compaction bench (a line without a strategy)')
+    for number, record in enumerate(records, start=1):
+        if not isinstance(record, dict):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise UsageError(f'{path} is not a records file of pai-compaction bench (line {number} is not a record)')
+        if missing := [key for key in RECORD_KEYS if key not in record]:
+            raise UsageError(
+                f'{path} is not a records file of pai-compaction bench (line {number} has no {", ".join(missing)})'
+            )
     present = sorted({str(record.get('strategy')) for record in records})
     baseline = chosen_baseline(args.baseline, present, f'among the strategies in {path}')
     if args.prices is None and (mixed := mixed_prices(records)):

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic_ai_compaction_bench import strategies
 from pydantic_ai_compaction_bench.cost import PriceTable
-from pydantic_ai_compaction_bench.report import Record, agent_prompts, build_rows, main_budget
+from pydantic_ai_compaction_bench.report import Record, agent_prompts, build_rows, main_budget, think_tokens
 from pydantic_ai_compaction_bench.stats import wilson_interval
 
 _MARKERS = ('o', 's', '^', 'D', 'v', 'P', 'X', '<', '>', 'p', 'h', '*', 'd', '8', 'H', '1', '2')
@@ -35,8 +35,10 @@ def style(name: str) -> tuple[str, str]:
 def plot(
     records: Sequence[Record], directory: Path, *, budget: int | None = 500, prices: PriceTable | None = None
 ) -> list[Path]:
-    """One figure per task, size and model: pass rate against cost and against cumulative input (one row per
-    player, at the main summary budget), and one of prompt tokens per agent request."""
+    """One figure per table setting (task, size, model, trigger, anchor pins, reasoning tokens): pass rate against
+    cost and against cumulative input (one row per player, at the main summary budget), and one of prompt tokens
+    per agent request. A setting the records hold more than one value of is named in the file and the title: runs
+    at two triggers drawn as one point would be neither's."""
     import matplotlib
 
     matplotlib.use('Agg')
@@ -45,12 +47,25 @@ def plot(
 
     directory.mkdir(parents=True, exist_ok=True)
     chosen = main_budget(records, budget)
-    groups: dict[tuple[str, int, str], list[Record]] = defaultdict(list)
+    groups: dict[tuple[str, int, str, int, bool, int], list[Record]] = defaultdict(list)
     for record in records:
         if record['status'] == 'ok' and record.get('summary_budget') in (None, chosen):
-            groups[(record['task'], record['size'], record['model'])].append(record)
+            key = (
+                record['task'],
+                record['size'],
+                record['model'],
+                record.get('trigger_tokens') or 0,
+                bool(record.get('anchor_pins')),
+                think_tokens(record),
+            )
+            groups[key].append(record)
+    triggers = {key[:3]: {other[3] for other in groups if other[:3] == key[:3]} for key in groups}
     written: list[Path] = []
-    for (task, size, model), group in sorted(groups.items()):
+    for (task, size, model, trigger, pins, think), group in sorted(groups.items()):
+        setting = f', trigger {trigger:,}' * (len(triggers[(task, size, model)]) > 1)
+        setting += ', anchors pin markers' * pins + f', {think:,} reasoning tokens a step' * bool(think)
+        stem = f'{task}-{size}-{_slug(model)}' + f'-trigger{trigger}' * (len(triggers[(task, size, model)]) > 1)
+        stem += '-pins' * pins + f'-think{think}' * bool(think)
         players = sorted({str(r.get('player')) for r in group}, key=lambda p: (p != 'silent', p))
         figure, axes = plt.subplots(len(players), 2, figsize=(13, 4.4 * len(players)), squeeze=False)
         names: set[str] = set()
@@ -94,15 +109,15 @@ def plot(
         figure.legend(handles=handles, loc='center left', bbox_to_anchor=(1.0, 0.5), title='strategy')
         budget_note = f', summary cap {chosen}' if chosen is not None else ''
         figure.suptitle(
-            f'{task}, size {size}, model {model}{budget_note}: pass rate with Wilson 95 % interval\n'
+            f'{task}, size {size}, model {model}{budget_note}{setting}: pass rate with Wilson 95 % interval\n'
             '(markers that would overlap are nudged up or down, with their interval, by 0.04)'
         )
         figure.tight_layout()
-        path = directory / f'{task}-{size}-{_slug(model)}-pass-rate.png'
+        path = directory / f'{stem}-pass-rate.png'
         figure.savefig(path, dpi=110, bbox_inches='tight')
         plt.close(figure)
         written.append(path)
-        written.append(_prompt_plot(plt, group, directory, task, size, model))
+        written.append(_prompt_plot(plt, group, directory, task, size, stem))
     return written
 
 
@@ -137,7 +152,7 @@ def _handle(name: str) -> Any:
     )  # fmt: skip
 
 
-def _prompt_plot(plt: Any, group: Sequence[Record], directory: Path, task: str, size: int, model: str) -> Path:
+def _prompt_plot(plt: Any, group: Sequence[Record], directory: Path, task: str, size: int, stem: str) -> Path:
     """Prompt tokens per agent request for one scenario (the first seed and variant): one small panel per
     strategy on shared axes, with no compaction drawn in grey behind each for reference."""
     first = min((r['seed'], r['variant']) for r in group)
@@ -171,7 +186,7 @@ def _prompt_plot(plt: Any, group: Sequence[Record], directory: Path, task: str, 
         'grey: no compaction)'
     )
     figure.tight_layout()
-    path = directory / f'{task}-{size}-{_slug(model)}-prompt-tokens.png'
+    path = directory / f'{stem}-prompt-tokens.png'
     figure.savefig(path, dpi=110, bbox_inches='tight')
     plt.close(figure)
     return path

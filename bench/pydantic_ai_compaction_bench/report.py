@@ -187,9 +187,19 @@ def _cost_basis(records: Sequence[Record], prices: PriceTable | None) -> str:
     return f'{source} ({describe_prices(sheet)})'
 
 
-def usage_totals(record: Record) -> UsageTotals:
-    """Everything a run sent and received, compactor calls included."""
-    requests: list[dict[str, Any]] = list(record.get('requests') or [])
+def task_requests(record: Record) -> list[dict[str, Any]]:
+    """The requests of a run's task, compactor calls included: every request but the probe turn's.
+
+    The probe ("what instructions are in force?") is asked after grading, to measure what the agent still knows; it
+    is not the task's work. Sent without the task's output tool, it misses the prompt cache whole (its tools
+    differ), so counted it charged the run with the largest context a full cache write, no compaction most.
+    """
+    return [q for q in record.get('requests') or () if not q.get('probe')]
+
+
+def usage_totals(record: Record, *, probe: bool = False) -> UsageTotals:
+    """What a run's task sent and received, compactor calls included (*probe*: the probe turn's requests too)."""
+    requests: list[dict[str, Any]] = list(record.get('requests') or []) if probe else task_requests(record)
     return UsageTotals(
         input_tokens=sum(r['input_tokens'] for r in requests),
         cache_read_tokens=sum(r['cache_read_tokens'] for r in requests),
@@ -200,13 +210,12 @@ def usage_totals(record: Record) -> UsageTotals:
 
 
 def agent_prompts(record: Record) -> list[int]:
-    """Input tokens of each agent request, in order (the prompt-size curve)."""
-    requests: list[dict[str, Any]] = list(record.get('requests') or [])
-    return [r['input_tokens'] for r in requests if r['kind'] == 'agent']
+    """Input tokens of each agent request of the task, in order (the prompt-size curve; the probe's not)."""
+    return [r['input_tokens'] for r in task_requests(record) if r['kind'] == 'agent']
 
 
 def _output_per_step(record: Record) -> float:
-    requests: list[dict[str, Any]] = list(record.get('requests') or [])
+    requests = task_requests(record)
     outputs: list[int] = [r['output_tokens'] for r in requests if r['kind'] == 'agent']
     return sum(outputs) / len(outputs) if outputs else 0.0
 
@@ -246,14 +255,14 @@ def build_rows(records: Sequence[Record], *, baseline: str | None, prices: Price
             passed=sum(1 for r in ok if r['passed']),
             applied=(sum(1 for a in applied if a), len(applied)),
             probe=(sum(1 for p in probes if p), len(probes)),
-            requests=_median([len(r['requests']) for r in measured]),
+            requests=_median([len(task_requests(r)) for r in measured]),
             peak_prompt=_median([max(agent_prompts(r), default=0) for r in measured]),
             final_prompt=_median([(agent_prompts(r) or [0])[-1] for r in measured]),
             cumulative_input=_median([usage_totals(r).input_tokens for r in measured]),
             cost=CostRange(_median([c.low for c in costs]), _median([c.high for c in costs])),
             compactor_tokens=_median(
                 [
-                    sum(q['input_tokens'] + q['output_tokens'] for q in r['requests'] if q['kind'] == 'compactor')
+                    sum(q['input_tokens'] + q['output_tokens'] for q in task_requests(r) if q['kind'] == 'compactor')
                     for r in measured
                 ]
             ),
@@ -339,8 +348,9 @@ def markdown_table(rows: Sequence[Row], *, baseline: str | None) -> str:
     return '\n'.join(lines)
 
 
-GroupKey = tuple[str, int, str, int, Any, Any, Any]
-"""Task, size, model, trigger, summary budget, player, anchor pins: what one table holds fixed."""
+GroupKey = tuple[str, int, str, int, Any, Any, Any, int]
+"""Task, size, model, trigger, summary budget, player, anchor pins, reasoning tokens a step: what one table holds
+fixed."""
 
 
 def group_key(record: Record) -> GroupKey:
@@ -353,16 +363,49 @@ def group_key(record: Record) -> GroupKey:
         record.get('summary_budget'),
         record.get('player'),
         record.get('anchor_pins'),
+        think_tokens(record),
     )
 
 
+def think_tokens(record: Record) -> int:
+    """The reasoning tokens a step of *record*'s run was given (`--think-tokens`; 0 when not recorded)."""
+    value = record.get('think_tokens')
+    return value if isinstance(value, int) else 0
+
+
+def group_title(key: GroupKey) -> str:
+    """What a table or plot holds fixed, as its title says it."""
+    task, size, model, _, summary_budget, player, pins, think = key  # the trigger is said in the table's caption
+    title = f'{task}, size {size}, model {model}'
+    if player is not None:
+        title += f', player {player}'
+    if summary_budget is not None:
+        title += f', summary cap {summary_budget}'
+    if pins:
+        title += ', anchors pin markers'
+    if think:
+        title += f', {think:,} reasoning tokens a step'
+    return title
+
+
 def main_budget(records: Sequence[Record], wanted: int | None = None) -> int | None:
-    """The summary budget of the main tables: *wanted* if records have it, else the most common one."""
+    """The summary budget of the main tables: *wanted* if records have it; else the one `bench` ran its main
+    tables at, which is the only one the strategies that never ask for a summary ran at (`NO_SUMMARIZER`: the
+    sensitivity grid carries their result across); else the most common one."""
     budgets: list[int] = [int(r['summary_budget']) for r in records if r.get('summary_budget') is not None]
     if not budgets:
         return None
     if wanted in budgets:
         return wanted
+    from pydantic_ai_compaction_bench.strategies import NO_SUMMARIZER
+
+    unsummarized = {
+        int(r['summary_budget'])
+        for r in records
+        if r.get('summary_budget') is not None and r['strategy'] in NO_SUMMARIZER
+    }
+    if len(unsummarized) == 1:
+        return unsummarized.pop()
     return max(sorted(set(budgets)), key=budgets.count)
 
 
@@ -371,13 +414,13 @@ def summarize(
     *,
     baseline: str | None = 'native',
     prices: PriceTable | None = None,
-    budget: int | None = 500,
+    budget: int | None = None,
 ) -> str:
     """Every table, as Markdown, from records alone.
 
     One main table per task, size, model and player at the main summary budget (*budget* if the records
-    have it); a sensitivity table per task and size when the records hold several budgets or players; and
-    the configuration of every strategy, as recorded.
+    have it, else the one `bench` ran them at: `main_budget`); a sensitivity table per task and size when the
+    records hold several budgets or players; and the configuration of every strategy, as recorded.
 
     Raises:
         ValueError: Without *prices*, when runs of one model were priced at different prices (`mixed_prices`).
@@ -390,22 +433,17 @@ def summarize(
         groups[group_key(record)].append(record)
     sections: list[str] = []
     for key, group in sorted(groups.items(), key=lambda item: _order(item[0])):
-        task, size, model, trigger, summary_budget, player, pins = key
+        _, _, model, trigger, summary_budget, *_ = key
         if summary_budget is not None and summary_budget != chosen_budget:
             continue
         seeds = sorted({r['seed'] for r in group})
         variants = sorted({r['variant'] for r in group})
-        title = f'### {task}, size {size}, model {model}'
-        if player is not None:
-            title += f', player {player}'
-        if summary_budget is not None:
-            title += f', summary cap {summary_budget}'
-        if pins:
-            title += ', anchors pin markers'
+        title = f'### {group_title(key)}'
         meta = (
             f'{len(seeds)} seeds × {len(variants)} variant(s) ({", ".join(variants)}); trigger {trigger:,}; '
-            'medians per run; cost = input, cache reads and writes, output (compactor calls included) at '
-            f'{_cost_basis(group, prices)}; pairs by seed and variant.'
+            'medians per run of the task (the probe turn, asked after grading, is not counted); cost = input, '
+            f'cache reads and writes, output (compactor calls included) at {_cost_basis(group, prices)}; pairs by '
+            'seed and variant.'
         )
         present = {r['strategy'] for r in group}
         chosen = baseline if baseline in present else None
@@ -464,18 +502,26 @@ def one_line_error(error: object, limit: int = 300) -> str:
 
 def _order(key: GroupKey) -> tuple[Any, ...]:
     """Tables by task, size (numerically), model, then the silent player before the note-taking one."""
-    task, size, model, trigger, budget, player, pins = key
-    return (task, size, model, trigger, budget or 0, player != 'silent', str(player), bool(pins))
+    task, size, model, trigger, budget, player, pins, think = key
+    return (task, size, model, trigger, budget or 0, player != 'silent', str(player), bool(pins), think)
 
 
 def sensitivity_tables(records: Sequence[Record]) -> list[str]:
     """Pass counts per strategy across summary budgets and players, one table per task, size and model."""
-    groups: dict[tuple[str, int, str, Any], list[Record]] = defaultdict(list)
+    groups: dict[tuple[str, int, str, int, bool, int], list[Record]] = defaultdict(list)
     for record in records:
         if record.get('summary_budget') is not None and record.get('player') is not None:
-            groups[(record['task'], record['size'], record['model'], record.get('anchor_pins'))].append(record)
+            key = (
+                record['task'],
+                record['size'],
+                record['model'],
+                record.get('trigger_tokens') or 0,
+                bool(record.get('anchor_pins')),
+                think_tokens(record),
+            )
+            groups[key].append(record)
     tables: list[str] = []
-    for (task, size, model, pins), group in sorted(groups.items(), key=lambda item: (item[0][:3], bool(item[0][3]))):
+    for (task, size, model, trigger, pins, think), group in sorted(groups.items()):
         columns = sorted({(r['player'], r['summary_budget']) for r in group}, key=lambda c: (c[0] != 'silent', c))
         if len(columns) < 2:
             continue
@@ -511,7 +557,8 @@ def sensitivity_tables(records: Sequence[Record]) -> list[str]:
             lines.append('| ' + ' | '.join(row) + ' |')
         seeds = sorted({r['seed'] for r in group})
         variants = sorted({r['variant'] for r in group})
-        title = f'### Sensitivity: {task}, size {size}, model {model}' + (', anchors pin markers' if pins else '')
+        title = f'### Sensitivity: {task}, size {size}, model {model}, trigger {trigger:,}'
+        title += (', anchors pin markers' if pins else '') + (f', {think:,} reasoning tokens a step' if think else '')
         caption = (
             f"Passes per strategy for each player (silent: tool calls only; notes: a note of each log's notable "
             f'lines beside its call) and summary cap in tokens; {len(seeds)} seeds × {len(variants)} variant(s) per '

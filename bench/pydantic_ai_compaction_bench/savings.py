@@ -14,7 +14,14 @@ from typing import Any
 
 from pydantic_ai_compaction_bench import strategies
 from pydantic_ai_compaction_bench.cost import UsageTotals, cost
-from pydantic_ai_compaction_bench.report import Record, build_rows, failed_on_error, record_prices, usage_totals
+from pydantic_ai_compaction_bench.report import (
+    Record,
+    build_rows,
+    failed_on_error,
+    record_prices,
+    task_requests,
+    usage_totals,
+)
 from pydantic_ai_compaction_bench.runner import PLAYERS, Player, RunSpec, run_all
 
 ANCHORS = ('none', *strategies.HARNESS)
@@ -82,13 +89,9 @@ COST_TARGET = 0.5
 """Issue 16, target 3: one of ours costs at least this share less than no compaction at the best pass rate."""
 
 
-def _task_usage(record: Record) -> UsageTotals:
-    """A run's usage without its probe turn (asked after grading: a measurement, not the task)."""
-    return usage_totals({**record, 'requests': [q for q in record.get('requests') or () if not q.get('probe')]})
-
-
 def _kind_usage(record: Record, kind: str) -> UsageTotals:
-    return usage_totals({**record, 'requests': [q for q in record.get('requests') or () if q['kind'] == kind]})
+    """The task's usage of one kind of request (`agent`, `compactor`)."""
+    return usage_totals({**record, 'requests': [q for q in task_requests(record) if q['kind'] == kind]})
 
 
 @dataclass(frozen=True)
@@ -101,11 +104,11 @@ class CostRow:
     errors: int
     """Runs that failed on an error: in `runs` and `cost_per_pass`, not in the medians (infinite without a run left)."""
     cost: float
-    """Median bill of a run, probe included (the benchmark's cost column)."""
-    task_cost: float
-    """Median bill of a run without its probe turn."""
+    """Median bill of a run's task, without the probe turn (the benchmark's cost column)."""
+    bill: float
+    """Median bill of a run with its probe turn (asked after grading, it misses the cache whole)."""
     cost_per_pass: float
-    """Every run's bill over the passes (infinite without a pass)."""
+    """Every run's task bill over the passes (infinite without a pass)."""
     read: float
     write: float
     uncached: float
@@ -130,8 +133,8 @@ def cost_rows(records: Sequence[Record]) -> dict[str, CostRow]:
         # `report.failed_on_error`): counted, such a run's partial bill would make its strategy read cheaper.
         measured = [r for r in group if not failed_on_error(r)]
         priced = [(usage_totals(r), record_prices(r)) for r in measured]
-        bills = [cost(u, p).high for u, p in priced]
-        task = [cost(_task_usage(r), record_prices(r)).high for r in measured]
+        task = [cost(u, p).high for u, p in priced]
+        bills = [cost(usage_totals(r, probe=True), record_prices(r)).high for r in measured]
 
         def median(values: Iterable[float]) -> float:
             listed = list(values)
@@ -142,8 +145,8 @@ def cost_rows(records: Sequence[Record]) -> dict[str, CostRow]:
             passed=passed,
             runs=len(group),
             errors=len(group) - len(measured),
-            cost=median(bills),
-            task_cost=median(task),
+            cost=median(task),
+            bill=median(bills),
             cost_per_pass=(
                 sum(cost(usage_totals(r), record_prices(r)).high for r in group) / passed if passed else math.inf
             ),
@@ -161,12 +164,13 @@ def cost_rows(records: Sequence[Record]) -> dict[str, CostRow]:
 
 
 def cost_table(records: Sequence[Record]) -> str:
-    """Markdown: each strategy's bill per run and per pass, its cache split, and its bill without the probe."""
+    """Markdown: each strategy's task bill per run and per pass, its cache split, and the probe turn's bill apart."""
     rows = cost_rows(records)
     none = rows.get('none')
     lines = [
         '| strategy | pass | cost/run | cost/pass | vs none | cache read tok. | cache write tok. | uncached tok. | '
-        'output tok. | reads $ | writes $ | output $ | compactor $ | probe $ | task cost (no probe) | task vs none |',
+        'output tok. | reads $ | writes $ | output $ | compactor $ | probe $ (not in cost) | with probe | '
+        'with probe vs none |',
         '|' + '---|' * 16,
     ]
     for name in ALL:
@@ -179,7 +183,7 @@ def cost_table(records: Sequence[Record]) -> str:
             f'{_ratio(r.cost, none.cost) if none else "–"} | {_tokens(r.read)} | {_tokens(r.write)} | '
             f'{_tokens(r.uncached)} | {_tokens(r.output)} | {_dollars(r.read_cost)} | {_dollars(r.write_cost)} | '
             f'{_dollars(r.output_cost)} | {_dollars(r.compactor_cost)} | {_dollars(r.probe_cost)} | '
-            f'{_dollars(r.task_cost)} | {_ratio(r.task_cost, none.task_cost) if none else "–"} |'
+            f'{_dollars(r.bill)} | {_ratio(r.bill, none.bill) if none else "–"} |'
         )
     return '\n'.join(lines)
 
@@ -189,8 +193,8 @@ def target(records: Sequence[Record]) -> str:
 
     At the best pass rate any strategy reaches, the cheapest of ours (no compaction aside) must cost at least
     50 % less than no compaction and less than every harness anchor that reaches the same rate. Costs are
-    medians per run (probe turn included, as in the benchmark's cost column); the same comparison without the
-    probe turn is printed beside it.
+    medians per run of the task (the benchmark's cost column: the probe turn, asked after grading, left out); the
+    same comparison with the probe turn is printed beside it.
     """
     rows = cost_rows(records)
     if 'none' not in rows:
@@ -209,7 +213,7 @@ def target(records: Sequence[Record]) -> str:
     if not math.isfinite(best.cost):
         return f'Best pass rate ({shown}): every run of ours at it failed on an error: the target cannot be judged.'
     saving = 1 - best.cost / none.cost
-    task_saving = 1 - best.task_cost / none.task_cost
+    bill_saving = 1 - best.bill / none.bill
     cheaper = all(best.cost < anchor.cost for anchor in anchors)
     beaten = ', '.join(f'{a.strategy} {_dollars(a.cost)}' for a in anchors) or 'no anchor reaches it'
     verdict = 'met' if saving >= COST_TARGET and cheaper else 'not met'
@@ -219,8 +223,8 @@ def target(records: Sequence[Record]) -> str:
         f'Best pass rate ({shown}): cheapest of ours is {best.strategy} at ${best.cost:.3f} a run, '
         f'{saving:.0%} less than no compaction (${none.cost:.3f}; target ≥ 50 %) and '
         f'{"less than" if cheaper else "not less than"} every harness anchor at that rate ({beaten}); '
-        f'{input_saving:.0%} less input. Without the probe turn: {task_saving:.0%} less '
-        f'(${best.task_cost:.3f} against ${none.task_cost:.3f}). Target: {verdict}.'
+        f'{input_saving:.0%} less input. With the probe turn (asked after grading, not the task): '
+        f'{bill_saving:.0%} less (${best.bill:.3f} against ${none.bill:.3f}). Target: {verdict}.'
     )
 
 
@@ -234,15 +238,15 @@ def floor(records: Sequence[Record]) -> str:
     if not by:
         return ''
     prices = record_prices(by[0])
-    writes = statistics.median(_task_usage(r).cache_write_tokens for r in by)
+    writes = statistics.median(usage_totals(r).cache_write_tokens for r in by)
     least = writes * min(prices.cache_write, prices.input) / 1e6
     written = writes * prices.cache_write / 1e6
     return (
         f'Floor: no compaction writes each tool result to the cache once ({writes:,.0f} tokens a run without the '
         f'probe); every strategy sends them at least once: ${written:.3f} as cache writes '
-        f"({written / none.task_cost:.0%} of no compaction's ${none.task_cost:.3f} without the probe), "
-        f'${least:.3f} even if none were cached ({least / none.task_cost:.0%}). With the probe turn no compaction '
-        f'costs ${none.cost:.3f}.'
+        f"({written / none.cost:.0%} of no compaction's ${none.cost:.3f} without the probe), "
+        f'${least:.3f} even if none were cached ({least / none.cost:.0%}). With the probe turn no compaction '
+        f'costs ${none.bill:.3f}.'
     )
 
 
