@@ -15,7 +15,6 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from pydantic_ai_compaction import CompactionEvent, ConfigurationError, InstructionSources, StatelessSummary, Trigger
 from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER
-from pydantic_ai_compaction.runtime.degraded import SetupWarning
 from pydantic_ai_compaction.processors.strategies.verified import (
     APPENDIX_HEADER,
     DEFAULT_CHECKS,
@@ -23,6 +22,7 @@ from pydantic_ai_compaction.processors.strategies.verified import (
     Verified,
     protected_facts,
 )
+from pydantic_ai_compaction.runtime.degraded import SetupWarning
 from pydantic_ai_compaction.runtime.transcript import user_text
 
 SYSTEM = 'You audit service reports.'

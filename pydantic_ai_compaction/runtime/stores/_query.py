@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import math
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -73,7 +74,18 @@ def words(text: str) -> list[str]:
     """
     if text.isascii():
         return list(dict.fromkeys(text.translate(_ASCII_WORDS).split()))
-    return list(dict.fromkeys(_WORD.findall(text.lower())))
+    return list(dict.fromkeys(_WORD.findall(folded(text))))
+
+
+def folded(text: str) -> str:
+    """*text* as words are read from it: lowercased, and composed (Unicode NFC) when it is not ASCII.
+
+    A letter and its accent may come as one character or as two (macOS writes file names decomposed, NFD); the
+    combining accent is no letter, so decomposed `Zoë` split into `zoe` and was not found by the `zoë` a model
+    types. Composed after lowercasing, which may itself decompose (`İ` lowercases to `i` and a combining dot).
+    """
+    lowered = text.lower()
+    return lowered if lowered.isascii() else unicodedata.normalize('NFC', lowered)
 
 
 QUERY_WORDS = 64
@@ -108,7 +120,7 @@ class WordPattern:
     """Whether the word must end where the run of letters and digits does (else it may be a prefix)."""
 
     def search(self, text: str) -> bool:
-        """Whether *text* (lowercased) holds the word."""
+        """Whether *text* (`folded`) holds the word."""
         word, size = self.word, len(self.word)
         if not word:
             return False
@@ -136,7 +148,7 @@ def line_score(text: str, context: str, patterns: Sequence[WordPattern]) -> int:
     instead: SQLite ranks its candidates with it, since FTS5's `bm25` counts each query word's matches over
     the whole log to weigh it (tens of milliseconds for a word every line holds in a 10M-token log).
     """
-    own, around = text.lower(), context.lower()
+    own, around = folded(text), folded(context)
     score = 0
     for pattern in patterns:
         if pattern.search(own):
