@@ -80,7 +80,7 @@ def test_archive_and_recall_on_sqlite_across_two_processes(
         'original.]'
     )
     assert recall == (
-        'second process, recall: [read_log({"index":0}) r1, line 91] '
+        'second process, recall: [read_log({"index":0}) r1, line 90] '
         'INCIDENT inc-1007 service=payments severity=2 owner=ayse'
     )
     assert recovered == 'second process, recovered: 5656 characters, the original intact: True'

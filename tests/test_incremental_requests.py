@@ -260,15 +260,35 @@ def test_forget_reads_only_the_new_step_on_each_request() -> None:
 # --- Recall ------------------------------------------------------------------------------------------------------
 
 
-def pending_whole(recall: Recall[None], messages: list[ModelMessage]) -> list[tuple[str, object, ModelMessage]]:
+def pending_whole(recall: Recall[None], messages: list[ModelMessage]) -> list[tuple[str, object, ModelMessage, int]]:
     """Every part of the history not indexed yet, as read before it was incremental."""
-    pending: list[tuple[str, object, ModelMessage]] = []
-    for message in messages:
+    pending: list[tuple[str, object, ModelMessage, int]] = []
+    for index, message in enumerate(messages):
         for part in message.parts:
             fingerprint = recall._fingerprint(part)  # pyright: ignore[reportPrivateUsage]
             if fingerprint is not None and fingerprint not in recall._indexed:  # pyright: ignore[reportPrivateUsage]
-                pending.append((fingerprint, part, message))
+                pending.append((fingerprint, part, message, index))
     return pending
+
+
+def calls_whole(
+    messages: list[ModelMessage], pending: list[tuple[str, object, ModelMessage, int]]
+) -> dict[int, object]:
+    """For each tool result of the requests holding *pending* parts, by its `id`, the nearest call with its id before
+    it, found by reading the whole history."""
+    found: dict[int, object] = {}
+    for index in sorted({at for *_, at in pending}):
+        for result in messages[index].parts:
+            if isinstance(result, ToolReturnPart):
+                before = [
+                    p
+                    for m in messages[:index]
+                    for p in m.parts
+                    if isinstance(p, ToolCallPart) and p.tool_call_id == result.tool_call_id
+                ]
+                if before:
+                    found[id(result)] = before[-1]
+    return found
 
 
 @EXAMPLES
@@ -284,9 +304,7 @@ def test_recall_indexes_each_request_as_a_reading_of_the_whole_history(
         action, cut = actions[position % len(actions)] if actions else ('save', 0)
         pending, _ = recall._pending(sent)  # pyright: ignore[reportPrivateUsage]
         assert pending == pending_whole(recall, sent)
-        calls = {p.tool_call_id: p for m in sent for p in m.parts if isinstance(p, ToolCallPart)}
-        wanted = {part.tool_call_id for _, part, _ in pending if isinstance(part, ToolReturnPart)}
-        assert recall_module._calls_of(sent, pending) == {c: calls[c] for c in wanted if c in calls}  # pyright: ignore[reportPrivateUsage]
+        assert recall_module._calls_of(sent, pending) == calls_whole(sent, pending)  # pyright: ignore[reportPrivateUsage]
         if action != 'store fails':  # a failed store leaves nothing remembered: the next request asks again
             recall.index('c', sent)
             whole._seen.clear()  # pyright: ignore[reportPrivateUsage]

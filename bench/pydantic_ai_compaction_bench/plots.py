@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic_ai_compaction_bench import strategies
 from pydantic_ai_compaction_bench.cost import PriceTable
-from pydantic_ai_compaction_bench.report import Record, agent_prompts, build_rows, main_budget, think_tokens
+from pydantic_ai_compaction_bench.report import Record, SettingKey, agent_prompts, build_rows, main_budget, setting_key
 from pydantic_ai_compaction_bench.stats import wilson_interval
 
 _MARKERS = ('o', 's', '^', 'D', 'v', 'P', 'X', '<', '>', 'p', 'h', '*', 'd', '8', 'H', '1', '2')
@@ -47,18 +47,10 @@ def plot(
 
     directory.mkdir(parents=True, exist_ok=True)
     chosen = main_budget(records, budget)
-    groups: dict[tuple[str, int, str, int, bool, int], list[Record]] = defaultdict(list)
+    groups: dict[SettingKey, list[Record]] = defaultdict(list)
     for record in records:
         if record['status'] == 'ok' and record.get('summary_budget') in (None, chosen):
-            key = (
-                record['task'],
-                record['size'],
-                record['model'],
-                record.get('trigger_tokens') or 0,
-                bool(record.get('anchor_pins')),
-                think_tokens(record),
-            )
-            groups[key].append(record)
+            groups[setting_key(record)].append(record)
     triggers = {key[:3]: {other[3] for other in groups if other[:3] == key[:3]} for key in groups}
     written: list[Path] = []
     for (task, size, model, trigger, pins, think), group in sorted(groups.items()):

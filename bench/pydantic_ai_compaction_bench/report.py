@@ -367,6 +367,23 @@ def group_key(record: Record) -> GroupKey:
     )
 
 
+SettingKey = tuple[str, int, str, int, bool, int]
+"""Task, size, model, trigger, anchor pins, reasoning tokens a step: what a sensitivity table or a plot holds fixed
+(each holds every player and summary cap)."""
+
+
+def setting_key(record: Record) -> SettingKey:
+    """The sensitivity table and the plot a record belongs to."""
+    return (
+        record['task'],
+        record['size'],
+        record['model'],
+        record.get('trigger_tokens') or 0,
+        bool(record.get('anchor_pins')),
+        think_tokens(record),
+    )
+
+
 def think_tokens(record: Record) -> int:
     """The reasoning tokens a step of *record*'s run was given (`--think-tokens`; 0 when not recorded)."""
     value = record.get('think_tokens')
@@ -508,18 +525,10 @@ def _order(key: GroupKey) -> tuple[Any, ...]:
 
 def sensitivity_tables(records: Sequence[Record]) -> list[str]:
     """Pass counts per strategy across summary budgets and players, one table per task, size and model."""
-    groups: dict[tuple[str, int, str, int, bool, int], list[Record]] = defaultdict(list)
+    groups: dict[SettingKey, list[Record]] = defaultdict(list)
     for record in records:
         if record.get('summary_budget') is not None and record.get('player') is not None:
-            key = (
-                record['task'],
-                record['size'],
-                record['model'],
-                record.get('trigger_tokens') or 0,
-                bool(record.get('anchor_pins')),
-                think_tokens(record),
-            )
-            groups[key].append(record)
+            groups[setting_key(record)].append(record)
     tables: list[str] = []
     for (task, size, model, trigger, pins, think), group in sorted(groups.items()):
         columns = sorted({(r['player'], r['summary_budget']) for r in group}, key=lambda c: (c[0] != 'silent', c))
