@@ -163,3 +163,37 @@ def test_reasoning_and_a_call_s_own_arguments_are_found_with_what_they_are(store
     assert answers[1] == '[call to write_config, line 1] listen_port = 9443'
     # A recall's own query is not indexed: the third search finds what the first did, not the first search.
     assert answers[2] == answers[0]
+
+
+def test_a_prompt_that_resumes_a_run_after_deferred_tools_stays_the_user_s_when_read_again_later() -> None:
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults
+
+    store = InMemoryArchiveStore()
+    recall = Recall[None](store=store)  # lines filed under each run: a later run indexes the whole history again
+
+    def agent_for(steps: list[list[ModelResponsePart]]) -> Agent[None, str | DeferredToolRequests]:
+        agent = Agent(_scripted(steps), output_type=[str, DeferredToolRequests], capabilities=[recall])
+
+        @agent.tool_plain(requires_approval=True)
+        def deploy(env: str) -> str:  # pyright: ignore[reportUnusedFunction]
+            return 'deployed'
+
+        return agent
+
+    first = agent_for([[ToolCallPart('deploy', {'env': 'prod'}, tool_call_id='d1')]]).run_sync('Ship it.')
+    # The prompt that resumes the run follows the approved tool's return in one request, a moment after it.
+    second = agent_for([[TextPart('done')]]).run_sync(
+        'Use the ROLLBACK plan B if it fails.',
+        message_history=first.all_messages(),
+        deferred_tool_results=DeferredToolResults(approvals={'d1': True}),
+    )
+    third = agent_for([[ToolCallPart('recall', {'query': 'rollback plan'})]]).run_sync(
+        'What did I say about the rollback?', message_history=second.all_messages()
+    )
+    (answer,) = _recalled(third.all_messages())
+    # Before: `[deploy({"env":"prod"}), line 0] ...`, the user's instruction shown as the tool's output.
+    assert answer.splitlines()[0] == '[user, line 0] Use the ROLLBACK plan B if it fails.'
+    index = Recall[None](store=InMemoryArchiveStore())
+    index.index('imported', second.all_messages())
+    hits = [(hit.source, hit.text) for hit in index.store.search('imported', 'rollback plan', 8)]
+    assert hits == [('user', 'Use the ROLLBACK plan B if it fails.')]

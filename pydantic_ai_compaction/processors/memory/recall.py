@@ -248,7 +248,7 @@ class Recall(AbstractCapability[AgentDepsT]):
         for fingerprint, part, message, index in pending:
             if fingerprint not in known:
                 if isinstance(part, UserPromptPart) and isinstance(message, ModelRequest) and index not in supplied:
-                    supplied[index] = tool_content_parts(message, prompt)
+                    supplied[index] = _supplied_parts(messages, index, prompt)
                 lines.extend(_lines(conversation_id, fingerprint, part, message, calls, supplied.get(index)))
         added = self.store.index_lines(lines)
         self._indexed.update(fingerprint for fingerprint, *_ in pending)
@@ -437,6 +437,22 @@ def _numbered_lines(text: str) -> list[str]:
     """*text*'s lines as a reader counts them: split at each `\\n` (a `\\r` before it dropped), not at the other
     breaks `str.splitlines` knows (a form feed, `\\u2028`), which a model reading the output does not count."""
     return [line.removesuffix('\r') for line in text.split('\n')]
+
+
+def _supplied_parts(messages: Sequence[ModelMessage], index: int, prompt: object) -> frozenset[int]:
+    """The user parts of the request at *index* a tool supplied (`ToolReturn(content=...)`), not the user.
+
+    pydantic-ai marks neither: a tool's content and a prompt that resumes a run after deferred tools both follow the
+    request's returns, a moment after them (`tool_content_parts` tells them apart by the run's own *prompt*). A
+    request that starts its run (its `run_id` not the message's before it) holds that run's prompt, whatever the
+    run indexing it now was given: the prompt of an earlier run, read again from a resumed history, is the user's.
+    """
+    message = messages[index]
+    assert isinstance(message, ModelRequest)
+    run = message.run_id
+    if run is not None and (index == 0 or messages[index - 1].run_id != run):
+        return frozenset()
+    return tool_content_parts(message, prompt)
 
 
 def _indexed_args(call: ToolCallPart | None) -> str:
