@@ -197,3 +197,29 @@ def test_a_prompt_that_resumes_a_run_after_deferred_tools_stays_the_user_s_when_
     index.index('imported', second.all_messages())
     hits = [(hit.source, hit.text) for hit in index.store.search('imported', 'rollback plan', 8)]
     assert hits == [('user', 'Use the ROLLBACK plan B if it fails.')]
+
+
+def test_reasoning_that_forget_reasoning_scores_is_indexed_once_as_the_model_wrote_it() -> None:
+    from pydantic_ai_compaction import ForgetReasoning
+
+    store = InMemoryArchiveStore()
+    blocks = '\n\n'.join(f'Block {i}: the eviction policy LRU{i} explains spike {i}.' for i in range(10))
+    steps: list[list[ModelResponsePart]] = [
+        [ThinkingPart(blocks), ToolCallPart('look', {'q': 'a'}, tool_call_id='1')],
+        [ThinkingPart('second thought'), ToolCallPart('look', {'q': 'b'}, tool_call_id='2')],
+        [ToolCallPart('recall', {'query': 'eviction LRU9'}, tool_call_id='3')],
+    ]
+    agent = Agent(
+        _scripted(steps), capabilities=[Recall(store=store, conversation='scored'), ForgetReasoning(policy='score')]
+    )
+
+    @agent.tool_plain
+    def look(q: str) -> str:  # pyright: ignore[reportUnusedFunction]
+        return f'ok {q}'
+
+    messages = agent.run_sync('go').all_messages()
+    assert any('[SKIP]' in p.content for m in messages for p in m.parts if isinstance(p, ThinkingPart))
+    (answer,) = _recalled(messages)
+    # Before: the line twice (the step indexed whole, then its `[SKIP]` rewrite as a new part), and `[SKIP]` lines.
+    assert answer == '[reasoning, line 18] Block 9: the eviction policy LRU9 explains spike 9.'
+    assert store.search('scored', 'skip', 8) == []

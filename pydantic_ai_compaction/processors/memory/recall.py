@@ -37,6 +37,7 @@ from pydantic_core import to_jsonable_python
 
 from pydantic_ai_compaction.processors.memory.results import args_json, original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore, Hit, LineSource, LogLine
+from pydantic_ai_compaction.protocols.metadata import MessageMarks
 from pydantic_ai_compaction.protocols.names import RECALL_TOOL
 from pydantic_ai_compaction.runtime.checks import check_instance, check_int
 from pydantic_ai_compaction.runtime.degraded import warn_degraded
@@ -197,7 +198,12 @@ class Recall(AbstractCapability[AgentDepsT]):
         pending: list[_Pending] = []
         for index in range(start, len(messages)):
             message = messages[index]
+            # `ForgetReasoning(policy='score')` writes a step's thinking again with `[SKIP]` for the blocks it leaves
+            # out, after the step was indexed whole: the rewrite is not new reasoning.
+            scored = message.metadata is not None and MessageMarks.from_metadata(message.metadata).reasoning == 'scored'
             for part in message.parts:
+                if scored and isinstance(part, ThinkingPart):
+                    continue
                 fingerprint = self._fingerprint(part)
                 if fingerprint is not None and fingerprint not in self._indexed:
                     pending.append((fingerprint, part, message, index))
