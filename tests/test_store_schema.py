@@ -759,17 +759,29 @@ def test_the_stores_split_accented_words_as_docs_archive_says(kind: str, tmp_pat
 def test_decomposed_and_composed_accents_find_each_other_in_every_store(kind: str, tmp_path: Path) -> None:
     # macOS writes file names decomposed (NFD); a model types them composed (NFC). Before, the memory and PostgreSQL
     # stores split the decomposed `Zoë` at its combining mark (`zoe`), so the `zoë` a model types found nothing.
-    lines = [unicodedata.normalize('NFD', 'Résumé_Zoë.pdf owner=josé'), 'Zoë composed here']
+    lines = [
+        unicodedata.normalize('NFD', 'Résumé_Zoë.pdf owner=josé'),
+        'Zoë composed here',
+        unicodedata.normalize(
+            'NFD', '회의록 Nguyễn'
+        ),  # conjoining jamo and two marks on one letter: SQLite folds neither
+    ]
     store = make_store(kind, tmp_path)
     try:
         key = f'nfd-{uuid.uuid4().hex}'
         store.index_lines([LogLine(key, f'p{n}', 0, text, 'tool', 'ls') for n, text in enumerate(lines)])
-        found = {
-            query: sorted(hit.text for hit in store.search(key, query))
-            for query in ('Zoë', unicodedata.normalize('NFD', 'Zoë'), 'josé')
-        }
+        queries = ('Zoë', unicodedata.normalize('NFD', 'Zoë'), 'josé', '회의록', unicodedata.normalize('NFD', 'nguyễn'))
+        found = {query: sorted(hit.text for hit in store.search(key, query)) for query in queries}
     finally:
         close = getattr(store, 'close', None)
         if close is not None:
             close()
-    assert found == {'Zoë': sorted(lines), unicodedata.normalize('NFD', 'Zoë'): sorted(lines), 'josé': lines[:1]}
+    # Every store indexes and shows a line composed (NFC), as it reads a query.
+    composed = [unicodedata.normalize('NFC', line) for line in lines]
+    assert found == {
+        'Zoë': sorted(composed[:2]),
+        unicodedata.normalize('NFD', 'Zoë'): sorted(composed[:2]),
+        'josé': composed[:1],
+        '회의록': composed[2:],
+        unicodedata.normalize('NFD', 'nguyễn'): composed[2:],
+    }

@@ -45,8 +45,13 @@ def py_text(value: str) -> str:
 
 
 def index_text(text: str) -> str:
-    """Text for a full-text index and for hits (lossy: no NUL, lone surrogates as U+FFFD)."""
-    return clean_text(strip_nul(text))
+    """Text for a full-text index and for hits (lossy: no NUL, lone surrogates as U+FFFD, composed as Unicode NFC).
+
+    Composed as query words are (`folded`), so every store indexes what it is asked for: SQLite's tokenizer reads
+    a decomposed letter and its marks as they come, and a composed query word never met them.
+    """
+    cleaned = clean_text(strip_nul(text))
+    return cleaned if cleaned.isascii() else unicodedata.normalize('NFC', cleaned)
 
 
 MAX_BUSY_TIMEOUT_MS = 2**31 - 1
