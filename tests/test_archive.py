@@ -790,3 +790,53 @@ def test_a_result_whose_tool_metadata_is_not_a_dict_keeps_it_and_gets_no_id() ->
     assert [result_id_of(p) for p in parts] == [None, None, 'r1', 'r2']
     assert [p.content for p in parts[:2]] == ['value 0', 'value 1']
     assert parts[2].metadata['k'] == 'dict metadata'  # a dict keeps its keys beside ours
+
+
+def test_results_that_get_no_id_do_not_make_each_request_read_the_whole_history(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pydantic_ai_compaction.processors.memory.archive as archive_module
+
+    read: list[int] = []
+    real = archive_module.markable
+
+    def counting(part: ToolReturnPart) -> bool:
+        read.append(1)
+        return real(part)
+
+    monkeypatch.setattr(archive_module, 'markable', counting)
+    steps = [[ToolCallPart('fetch', {'which': i}, tool_call_id=f'f{i}')] for i in range(40)]
+    agent = Agent(scripted([*steps, [TextPart('done')]]), capabilities=[Archive()])
+
+    @agent.tool_plain
+    def fetch(which: int) -> ToolReturn:  # pyright: ignore[reportUnusedFunction]
+        return ToolReturn(return_value=f'value {which}', metadata=f'trace-{which}')  # never numbered: kept as is
+
+    agent.run_sync('go')
+    # Each request reads back to the last request of results (one new result a request). Before: to the start of
+    # the history every time, as no request of them was ever "all numbered" (820 reads for 40 steps).
+    assert len(read) == 40
+
+
+def test_numbering_from_the_history_alone_goes_on_past_results_that_get_no_id() -> None:
+    class FailingLater(InMemoryArchiveStore):
+        reserved = 0
+
+        def next_numbers(self, conversation: str, counter: str, count: int) -> list[int]:
+            FailingLater.reserved += 1
+            if FailingLater.reserved > 3:
+                raise ArchiveError('the archive store is down')
+            return super().next_numbers(conversation, counter, count)
+
+    metadata: list[object] = [None, None, None, 'trace-3', None]
+    steps = [[ToolCallPart('fetch', {'which': i}, tool_call_id=f'f{i}')] for i in range(5)]
+    agent = Agent(scripted([*steps, [TextPart('done')]]), capabilities=[Archive(FailingLater())])
+
+    @agent.tool_plain
+    def fetch(which: int) -> ToolReturn:  # pyright: ignore[reportUnusedFunction]
+        return ToolReturn(return_value=f'value {which}', metadata=metadata[which])
+
+    with pytest.warns(RuntimeWarning, match='Archive numbered new results from the history alone'):
+        parts = returns(agent.run_sync('go').all_messages())
+    # The scan stops at the request of the result with no id; the ids before it are the run's, never given twice.
+    assert [result_id_of(p) for p in parts] == ['r1', 'r2', 'r3', None, 'r4']

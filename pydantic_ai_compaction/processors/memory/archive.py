@@ -227,6 +227,9 @@ class Archive(AbstractCapability[AgentDepsT]):
     _scanned: _Scanned = field(init=False, repr=False, compare=False)
     """Per run: what the reminder read in the previous request, message by message."""
 
+    _highest: int = field(init=False, repr=False, compare=False)
+    """Per run: the highest result id a history has shown (ids only grow: a compaction that drops one leaves it)."""
+
     def __post_init__(self) -> None:
         check_instance('Archive', 'store', self.store, ArchiveStore, 'an ArchiveStore')
         check_conversation('Archive', self.conversation)
@@ -238,6 +241,7 @@ class Archive(AbstractCapability[AgentDepsT]):
         self._state = _ReminderState()
         self._applying = anyio.Lock()
         self._scanned = _Scanned()
+        self._highest = 0
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """A copy with its own reminder schedule and batch lock for this run."""
@@ -320,7 +324,7 @@ class Archive(AbstractCapability[AgentDepsT]):
             if not isinstance(message, ModelRequest):
                 continue
             fresh: list[int] = []
-            numbered = False
+            numbered = unmarked = False
             for part_index, part in enumerate(message.parts):
                 if not isinstance(part, ToolReturnPart):
                     continue
@@ -331,13 +335,20 @@ class Archive(AbstractCapability[AgentDepsT]):
                         # highest the history holds, which may sit further back.
                         numbered = True
                         highest = max(highest, number)
-                elif type(part) is ToolReturnPart and part.outcome != 'retried' and markable(part):
-                    fresh.append(part_index)
+                elif type(part) is ToolReturnPart and part.outcome != 'retried':
+                    if markable(part):
+                        fresh.append(part_index)
+                    else:
+                        unmarked = True
             todo.extend((index, part_index) for part_index in reversed(fresh))
-            if numbered and not fresh and not full_scan:
+            # A request of results that get no id (`markable`) stops it too, past the run's first request: the
+            # highest id before it is the run's (`_highest`), and a tool that always sets such metadata would
+            # otherwise have every request read the whole history.
+            if (numbered or unmarked) and not fresh and not full_scan:
                 break
         todo.reverse()
-        return todo, highest
+        self._highest = max(self._highest, highest)
+        return todo, self._highest
 
     def number_new(self, ctx: RunContext[AgentDepsT], messages: list[ModelMessage]) -> dict[int, ModelMessage]:
         """The numbering step of `before_model_request`, in one blocking call, without writing anything.
@@ -371,6 +382,7 @@ class Archive(AbstractCapability[AgentDepsT]):
                     f'Archive numbered new results from the history alone, the store failed: {error}', stacklevel=2
                 )
             numbers = list(range(highest + 1, highest + len(todo) + 1))
+        self._highest = max(self._highest, *numbers)  # the next scan may stop before these (`_unnumbered`)
         out: dict[int, ModelMessage] = {}
         for (index, part_index), number in zip(todo, numbers, strict=True):
             request = out.get(index, messages[index])
