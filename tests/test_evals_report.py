@@ -233,3 +233,27 @@ def test_the_table_s_medians_are_the_task_s_and_leave_the_probe_turn_out() -> No
     assert (rows['reset'].requests, rows['reset'].cumulative_input, rows['reset'].peak_prompt) == (2, 5_000, 4_000)
     assert round(rows['none'].cost.high, 6) == round(20_500 * 2.6e-6 + 20 * 10e-6, 6)
     assert 'the probe turn, asked after grading, is not counted' in summarize(records, baseline='none')
+
+
+def test_a_compaction_the_probe_turn_triggers_is_the_probe_s_on_a_real_model_too() -> None:
+    import asyncio
+
+    from pydantic_ai_compaction_bench.reference.incident import IncidentPlayer
+    from pydantic_ai_compaction_bench.reference.model import ReferenceModel
+    from pydantic_ai_compaction_bench.runner import REFERENCE, RunSpec, run_incident
+
+    def compactor_rows(record: dict[str, object]) -> list[tuple[int, bool]]:
+        requests: list[dict[str, object]] = record['requests']  # type: ignore[assignment]
+        return [(int(q['input_tokens']), bool(q['probe'])) for q in requests if q['kind'] == 'compactor']  # type: ignore[arg-type]
+
+    # At a 27,500 trigger the task compacts once and the probe turn once more.
+    spec = RunSpec('incident', 'summary', 101, 'owner', 8, model=REFERENCE, trigger_tokens=27_500)
+    reference = asyncio.run(run_incident(spec))
+    # A model object takes the real-model path: usage recorded per request, the compactor's read from its events.
+    model = ReferenceModel(IncidentPlayer(notes=False), summary_budget=500).model()
+    real = asyncio.run(
+        run_incident(RunSpec('incident', 'summary', 101, 'owner', 8, model=model, trigger_tokens=27_500))
+    )
+    assert [probe for _, probe in compactor_rows(reference)] == [False, True]
+    # Before: `[False, False]`, the probe's summary billed to the task on a real model only.
+    assert compactor_rows(real) == compactor_rows(reference)

@@ -329,6 +329,7 @@ async def run_incident(spec: RunSpec) -> dict[str, Any]:
         )
     # Requests made so far are the task's; the probe's come after (usage of both is kept, marked apart).
     task_requests = len(reference.log) if reference is not None else len(recorder.requests)
+    task_events = len(events)  # a compaction the probe turn itself triggers is the probe's too
     if history is not None and scenario.probe_keywords:
         try:
             probe = await agent.run(
@@ -342,7 +343,7 @@ async def run_incident(spec: RunSpec) -> dict[str, Any]:
         else:
             record['probe'] = all(word.lower() in probe.output.lower() for word in scenario.probe_keywords)
     record['wall_time'] = round(time.perf_counter() - started, 3)
-    record['requests'] = _requests(reference, recorder, events, task_requests=task_requests)
+    record['requests'] = _requests(reference, recorder, events, task_requests=task_requests, task_events=task_events)
     record['compactions'] = [event.record.to_metadata() for event in events if event.record is not None]
     record['ignored_crossings'] = sum(1 for event in events if event.kind == 'ignored')
     return record
@@ -383,11 +384,13 @@ def _requests(
     events: Sequence[CompactionEvent],
     *,
     task_requests: int | None = None,
+    task_events: int | None = None,
 ) -> list[dict[str, Any]]:
     """Usage of every request; `probe: True` marks the probe turn's requests (asked after grading, not the task).
 
     *task_requests*: how many requests the task made before the probe (of the reference model's log, or of
-    the recorder's agent requests on a real model); `None` when no probe was asked.
+    the recorder's agent requests on a real model); *task_events*: how many compaction events it made before the
+    probe (on a real model, a compactor's requests are read from them); `None` when no probe was asked.
     """
     if reference is not None:
         return [
@@ -410,7 +413,7 @@ def _requests(
         }
         for index, row in enumerate(recorder.requests)
     ]
-    for event in events:
+    for position, event in enumerate(events):
         if event.record is not None and event.record.compactor_usage.requests:
             usage = event.record.compactor_usage
             rows.append(
@@ -421,7 +424,7 @@ def _requests(
                     'cache_write_tokens': usage.cache_write_tokens,
                     'output_tokens': usage.output_tokens,
                     'cache_detail': bool(usage.cache_read_tokens or usage.cache_write_tokens),
-                    'probe': False,
+                    'probe': task_events is not None and position >= task_events,
                 }
             )
     return rows
