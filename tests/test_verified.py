@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -312,3 +313,28 @@ def test_verified_keeps_the_inner_trigger_and_names_itself() -> None:
     assert verified.runtime.trigger == Trigger(tokens=700)
     assert verified.strategy_name == 'verified(summary)'
     assert tuple(verified.checks) == DEFAULT_CHECKS
+
+
+def test_a_second_pass_that_cannot_run_ends_the_run_under_warnings_made_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip('openai')
+    monkeypatch.delenv('OPENAI_API_KEY', raising=False)
+    strategy = Verified(summarizer(), checks=('not_empty', 'omissions'), model='openai:gpt-5-mini')
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', SetupWarning)
+        # As a compactor that cannot run does: before, the engine took it for the summarizer's failure, threw the
+        # summary away and recorded `compactor_error`, and the run went on.
+        with pytest.raises(SetupWarning, match='the omissions pass cannot run'):
+            run(strategy, Script(summary=lambda prompt: LOSSY))
+
+
+def test_a_summary_no_check_could_run_on_is_unchecked_not_passed() -> None:
+    def down(prompt: str) -> str:
+        raise RuntimeError('verifier model down')
+
+    strategy = Verified(summarizer(), checks=('omissions',))
+    with pytest.warns(RuntimeWarning, match='the omissions pass did not run'):
+        events, _ = run(strategy, Script(summary=lambda prompt: LOSSY, check=down))
+    event = first_compaction(events)
+    assert event.record is not None
+    verification = event.record.extra['verification']
+    assert (verification['checks'], verification['verdict']) == ([], 'unchecked')  # before: 'passed'

@@ -100,6 +100,8 @@ async def _propose(
     """Ask for a proposal; on a context overflow, ask once more with the oldest unprotected exchanges left out."""
     try:
         return _checked(await strategy.propose(view, ctx)), (), None
+    except SetupWarning:
+        raise  # a setup mistake the filters made an error (a strategy's own model that cannot run): it ends the run
     except Exception as error:
         if not is_context_overflow(error):
             _warn_if_misconfigured(error, strategy)
@@ -110,6 +112,8 @@ async def _propose(
         return Proposal.failed('context_overflow', 'nothing left to leave out of the compactor view'), (), first_error
     try:
         return _checked(await strategy.propose(reduced, ctx)), left_out, None
+    except SetupWarning:
+        raise
     except Exception as error:
         reason = 'context_overflow' if is_context_overflow(error) else 'compactor_error'
         return Proposal.failed(reason, _describe(error)), left_out, error

@@ -275,7 +275,9 @@ class Verified(WrappingCompaction[AgentDepsT]):
         if finding.not_run:
             record['not_run'] = dict(finding.not_run)
         if not finding.failed:
-            return _with_record(proposal, {**record, 'verdict': 'passed'})
+            # Said so when no check it was given could run (`checks=('omissions',)` and the pass failed): a summary
+            # nothing checked is not one that passed.
+            return _with_record(proposal, {**record, 'verdict': 'passed' if record['checks'] else 'unchecked'})
         reason = _reason(finding)
         if self.on_failure == 'reject' or {'not_empty', 'smaller'} & set(finding.failed) or not finding.lines:
             return _refused(f'summary refused by verification: {reason}', proposal)
