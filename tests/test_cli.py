@@ -220,6 +220,7 @@ def test_docs_show_the_costsim_tables_as_costsim_prints_them(capsys: pytest.Capt
         (['--model', 'openai:gpt-5-mini', '--sensitivity-budgets', '300', '800'], '--sensitivity-budgets'),
         (['--model', 'openai:gpt-5-mini', '--summary-budget', '800', '--think-tokens', '400'],
          '--summary-budget, --think-tokens'),
+        (['--model', 'openai:gpt-5-mini', '--players', 'notes'], '--players'),
     ],
 )  # fmt: skip
 def test_the_reference_model_s_knobs_are_refused_for_a_real_model(
@@ -314,5 +315,38 @@ def test_summarize_names_what_a_line_that_is_no_record_lacks(
     assert cli.main(['summarize', str(path)]) == 2  # before: exit 1, `error: 'status'`
     assert one_error_line(capsys) == (
         f'pai-compaction: error: {path} is not a records file of pai-compaction bench (line 1 has no task, seed, '
-        'variant, size, model, status, passed)'
+        'variant, size, model, status, passed, applied, probe, requests)'
     )
+
+
+def test_summarize_prints_what_bench_printed_when_no_strategy_ran_without_a_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ['bench', 'incident', '--strategies', 'summary', '--sizes', '8', '--seeds', '101', '--variants', 'owner']
+    argv += ['--players', 'silent', '--summary-budget', '800', '--sensitivity-budgets', '300', '--quiet']
+    assert cli.main([*argv, '--out', str(tmp_path)]) == 0
+    printed = capsys.readouterr().out.split('\nRecords: ')[0]
+    assert '### incident, size 8, model reference, player silent, summary cap 800' in printed
+    assert cli.main(['summarize', str(tmp_path / 'incident.jsonl')]) == 0
+    # Before: the main table at cap 300 (the smallest of two caps run as often), not bench's 800.
+    assert capsys.readouterr().out.rstrip() == printed.rstrip()
+
+
+@pytest.mark.parametrize(
+    ('line', 'said'),
+    [
+        ({'applied': None}, 'line 1 has no applied'),
+        ({'requests': [{'input_tokens': 1}]}, 'line 1: a request has no kind, cache_read_tokens'),
+    ],
+)
+def test_summarize_names_what_a_record_the_tables_read_lacks(
+    line: dict[str, object], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / 'records.jsonl'
+    whole = record('none', 1, True, [100])
+    broken = {**whole, **line}
+    if 'applied' in line:
+        del broken['applied']
+    write_records([broken], path)
+    assert cli.main(['summarize', str(path)]) == 2  # before: `error: 'applied'`, `error: 'kind'`
+    assert said in one_error_line(capsys)

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, cast
 
 from pydantic_ai_compaction_bench import console, costsim, models, strategies
 from pydantic_ai_compaction_bench.cost import PriceTable
@@ -287,6 +287,7 @@ def check_bench(args: argparse.Namespace) -> None:
         # Ignored, they let a user believe the recall benchmark ran at a size or with a player it has no such knob for.
         raise UsageError(f"{', '.join(given)}: the incident benchmark's, not the {args.task} benchmark's")
     reference_only = {
+        '--players': args.players,  # the reference model's players: a real model plays itself
         '--summary-budget': args.summary_budget,
         '--sensitivity-budgets': args.sensitivity_budgets or None,
         '--think-tokens': args.think_tokens or None,
@@ -489,7 +490,10 @@ def bench(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
             progress=not args.quiet,
             jobs=args.jobs,
-            on_record=lambda record: write_records([{**record, 'prices': prices}], path),
+            # The main cap is recorded with each run, so that `summarize` shows the tables `bench` shows.
+            on_record=lambda record: write_records(
+                [{**record, 'prices': prices, 'main_summary_budget': args.summary_budget}], path
+            ),
         )
     )
     wanted = {spec.key() for spec in specs}
@@ -580,8 +584,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
 
 
-RECORD_KEYS = ('task', 'strategy', 'seed', 'variant', 'size', 'model', 'status', 'passed')
+RECORD_KEYS = (
+    'task',
+    'strategy',
+    'seed',
+    'variant',
+    'size',
+    'model',
+    'status',
+    'passed',
+    'applied',
+    'probe',
+    'requests',
+)
 """What every record `bench` writes holds, and the tables read."""
+
+REQUEST_KEYS = ('kind', 'input_tokens', 'cache_read_tokens', 'cache_write_tokens', 'output_tokens')
+"""What every request of a record holds, and the tables read."""
 
 
 def summarize_records(args: argparse.Namespace) -> int:
@@ -602,6 +621,21 @@ def summarize_records(args: argparse.Namespace) -> int:
             raise UsageError(
                 f'{path} is not a records file of pai-compaction bench (line {number} has no {", ".join(missing)})'
             )
+        requests: object = record['requests']
+        if not isinstance(requests, list):
+            raise UsageError(
+                f'{path} is not a records file of pai-compaction bench (line {number}: requests not a list)'
+            )
+        for request in cast('list[object]', requests):
+            if not isinstance(request, dict):
+                raise UsageError(
+                    f'{path} is not a records file of pai-compaction bench (line {number}: a request not a record)'
+                )
+            if missing := [key for key in REQUEST_KEYS if key not in request]:
+                raise UsageError(
+                    f'{path} is not a records file of pai-compaction bench (line {number}: a request has no '
+                    f'{", ".join(missing)})'
+                )
     present = sorted({str(record.get('strategy')) for record in records})
     baseline = chosen_baseline(args.baseline, present, f'among the strategies in {path}')
     if args.prices is None and (mixed := mixed_prices(records)):
