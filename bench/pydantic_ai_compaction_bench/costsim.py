@@ -304,8 +304,14 @@ def _retains_reasoning(config: SimulationConfig, policy: Policy, step: int, requ
 
 def _request_blocks(config: SimulationConfig, policy: Policy, request: int) -> list[_Block]:
     blocks: list[_Block] = [('prefix', 0)]
+    # A run whose steps have no reasoning has no block of it: one of no tokens would still end a cached prefix
+    # when a policy drops it (`--reasoning 0` billed `keep_latest` 29 % more than `keep`). A multiplier of 0 keeps
+    # the blocks: `break_even_multiplier` reads the bill's slope through it, as the seed's model does.
+    thinks = config.reasoning_tokens > 0
     for step in range(1, request):
-        if policy == 'score':
+        if not thinks:
+            pass
+        elif policy == 'score':
             blocks.append(('scored', step))
         elif _retains_reasoning(config, policy, step, request):
             blocks.append(('reasoning', step))
