@@ -223,3 +223,11 @@ def test_reasoning_that_forget_reasoning_scores_is_indexed_once_as_the_model_wro
     # Before: the line twice (the step indexed whole, then its `[SKIP]` rewrite as a new part), and `[SKIP]` lines.
     assert answer == '[reasoning, line 18] Block 9: the eviction policy LRU9 explains spike 9.'
     assert store.search('scored', 'skip', 8) == []
+    # A history read anew (an import, or `Recall` listed after `ForgetReasoning`): the rewrite is all the reasoning
+    # there is, and is indexed, its `[SKIP]` lines left out.
+    imported = InMemoryArchiveStore()
+    Recall[None](store=imported).index('imported', messages)
+    assert [(h.source, h.text) for h in imported.search('imported', 'eviction LRU9', 8)] == [
+        ('reasoning', 'Block 9: the eviction policy LRU9 explains spike 9.')
+    ]
+    assert imported.search('imported', 'skip', 8) == []

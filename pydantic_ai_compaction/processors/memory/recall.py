@@ -43,6 +43,7 @@ from pydantic_ai_compaction.runtime.checks import check_instance, check_int
 from pydantic_ai_compaction.runtime.degraded import warn_degraded
 from pydantic_ai_compaction.runtime.encoding import from_json, strip_nul, to_bytes, to_json
 from pydantic_ai_compaction.runtime.project import rewrites_accepted
+from pydantic_ai_compaction.runtime.scoring import SKIP
 from pydantic_ai_compaction.runtime.segment import tool_content_parts
 from pydantic_ai_compaction.runtime.stores._query import SEARCH_CANDIDATES, words
 from pydantic_ai_compaction.runtime.stores.access import (
@@ -199,15 +200,29 @@ class Recall(AbstractCapability[AgentDepsT]):
         for index in range(start, len(messages)):
             message = messages[index]
             # `ForgetReasoning(policy='score')` writes a step's thinking again with `[SKIP]` for the blocks it leaves
-            # out, after the step was indexed whole: the rewrite is not new reasoning.
-            scored = message.metadata is not None and MessageMarks.from_metadata(message.metadata).reasoning == 'scored'
+            # out. When this run indexed the step before (its other parts, kept as they were, are known), the
+            # rewrite is not new reasoning; otherwise (listed after `ForgetReasoning`, a history read anew) it is
+            # all of the step's reasoning there is, and is indexed, its `[SKIP]` lines left out.
+            rewritten = self._indexed_before_scoring(message)
             for part in message.parts:
-                if scored and isinstance(part, ThinkingPart):
+                if rewritten and isinstance(part, ThinkingPart):
                     continue
                 fingerprint = self._fingerprint(part)
                 if fingerprint is not None and fingerprint not in self._indexed:
                     pending.append((fingerprint, part, message, index))
         return pending, start
+
+    def _indexed_before_scoring(self, message: ModelMessage) -> bool:
+        """Whether *message* is a step `ForgetReasoning(policy='score')` rewrote after this run indexed it: marked
+        `scored`, and a part of it besides its thinking is one this run fingerprinted (the same object)."""
+        if message.metadata is None or MessageMarks.from_metadata(message.metadata).reasoning != 'scored':
+            return False
+        memo = self._fingerprints
+        return any(
+            (known := memo.get(id(part))) is not None and known[0] is part
+            for part in message.parts
+            if not isinstance(part, ThinkingPart)
+        )
 
     def _unchanged(self, messages: Sequence[ModelMessage], *, every: bool) -> int:
         """How many leading messages are the last indexed history's, at their index (0 when it was replaced).
@@ -508,5 +523,5 @@ def _lines(
     return [
         LogLine(conversation_id, fingerprint, number, line, source, tool_name, args, result_id)
         for number, line in enumerate(_numbered_lines(text))
-        if line.strip()
+        if line.strip() and not (source == 'reasoning' and line.strip() == SKIP)  # a block scoring left out
     ]
