@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 NoteKind = Literal['decision', 'rejected', 'progress', 'fact']
-LineSource = Literal['tool', 'user', 'assistant', 'summary', 'note', 'call', 'reasoning']
+LineSource = Literal['tool', 'user', 'assistant', 'summary', 'note', 'call', 'reasoning', 'user_or_tool']
 """Where a log line came from: a tool's output (or content a tool supplied), the user, the assistant's text, a
-compaction's summary, a note, a tool call's own arguments, or the assistant's reasoning."""
+compaction's summary, a note, a tool call's own arguments, the assistant's reasoning, or either the user or a tool
+(a part read again from a history that cannot tell the prompt resuming a run from a deferred tool's content)."""
 
 
 @dataclass(frozen=True)

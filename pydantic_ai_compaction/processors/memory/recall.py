@@ -155,7 +155,9 @@ class Recall(AbstractCapability[AgentDepsT]):
             conversation = self.conversation_id(ctx)
             if self._switch_to(conversation):
                 pending, start = self._pending(messages)
-            await call_store('index_lines', self._index_pending, conversation, messages, pending, ctx.prompt)
+            await call_store(
+                'index_lines', self._index_pending, conversation, messages, pending, (ctx.prompt, ctx.run_id)
+            )
         except ArchiveError as error:
             # Recall degrades; the run goes on (the next request indexes what this one could not). A failure the
             # store reported itself (a setup mistake, a server that cannot be reached) is not said again every request.
@@ -258,18 +260,18 @@ class Recall(AbstractCapability[AgentDepsT]):
         conversation_id: str,
         messages: Sequence[ModelMessage],
         pending: list[_Pending],
-        prompt: object = None,
+        run: tuple[object, str | None] = (None, None),
     ) -> int:
-        """Store the lines of *pending* parts the store does not have yet (*prompt*: the run's own, never tool output).
-        Blocking: called in a worker thread."""
+        """Store the lines of *pending* parts the store does not have yet (*run*: the prompt and id of the run
+        indexing them, when one is). Blocking: called in a worker thread."""
         calls = _calls_of(messages, pending)
         known = self.store.indexed(conversation_id, [fingerprint for fingerprint, *_ in pending])
         lines: list[LogLine] = []
-        supplied: dict[int, frozenset[int]] = {}  # per request: its user parts a tool supplied (`ToolReturn.content`)
+        supplied: dict[int, _Supplied] = {}  # per request: its user parts a tool supplied (`ToolReturn.content`)
         for fingerprint, part, message, index in pending:
             if fingerprint not in known:
                 if isinstance(part, UserPromptPart) and isinstance(message, ModelRequest) and index not in supplied:
-                    supplied[index] = _supplied_parts(messages, index, prompt)
+                    supplied[index] = _supplied_parts(messages, index, *run)
                 lines.extend(_lines(conversation_id, fingerprint, part, message, calls, supplied.get(index)))
         added = self.store.index_lines(lines)
         self._indexed.update(fingerprint for fingerprint, *_ in pending)
@@ -373,6 +375,8 @@ def _render(hit: Hit, wanted: Sequence[str]) -> str:
     args = clip(hit.args, SHOWN_ARGS_CHARS)
     if hit.source == 'call':
         origin = f'call to {hit.tool_name}'  # the line is the call's own arguments
+    elif hit.source == 'user_or_tool':
+        origin = 'user or tool output'  # a run's prompt or a deferred tool's content: the history cannot tell
     elif hit.tool_name:
         origin = f'{hit.tool_name}({args})'
     else:
@@ -460,20 +464,33 @@ def _numbered_lines(text: str) -> list[str]:
     return [line.removesuffix('\r') for line in text.split('\n')]
 
 
-def _supplied_parts(messages: Sequence[ModelMessage], index: int, prompt: object) -> frozenset[int]:
-    """The user parts of the request at *index* a tool supplied (`ToolReturn(content=...)`), not the user.
+_Supplied = tuple[frozenset[int], frozenset[int]]
+"""The user parts of a request a tool supplied, and those that may be a tool's or the user's (`_supplied_parts`)."""
 
-    pydantic-ai marks neither: a tool's content and a prompt that resumes a run after deferred tools both follow the
-    request's returns, a moment after them (`tool_content_parts` tells them apart by the run's own *prompt*). A
-    request that starts its run (its `run_id` not the message's before it) holds that run's prompt, whatever the
-    run indexing it now was given: the prompt of an earlier run, read again from a resumed history, is the user's.
+
+def _supplied_parts(messages: Sequence[ModelMessage], index: int, prompt: object, run: str | None) -> _Supplied:
+    """The user parts of the request at *index* a tool supplied (`ToolReturn(content=...)`), and those that may be a
+    tool's or the user's.
+
+    pydantic-ai marks neither: a tool's content and the prompt that resumes a run after deferred tools both follow
+    the request's returns, a moment after them, the prompt last (`tool_content_parts` tells them apart by the
+    *prompt* of the run indexing them, *run*). Read again from a history (a later run, `Recall.index`), the
+    request that starts another run holds that run's prompt if it was given one, which is not known here: its
+    last such part is told as either, unless more parts follow the returns than tools could have supplied.
     """
     message = messages[index]
     assert isinstance(message, ModelRequest)
-    run = message.run_id
-    if run is not None and (index == 0 or messages[index - 1].run_id != run):
-        return frozenset()
-    return tool_content_parts(message, prompt)
+    own = message.run_id
+    starts = own is not None and (index == 0 or messages[index - 1].run_id != own)
+    if not starts or (run is not None and own == run):
+        return tool_content_parts(message, prompt), frozenset()
+    found = tool_content_parts(message)
+    if not found:
+        return found, found
+    last = max(found)
+    if any(isinstance(part, UserPromptPart) for part in message.parts[last + 1 :]):
+        return found, frozenset()  # a part after as many as the tools could supply: the prompt, and these theirs
+    return found - {last}, frozenset({last})
 
 
 def _indexed_args(call: ToolCallPart | None) -> str:
@@ -488,9 +505,9 @@ def _lines(
     part: object,
     message: ModelMessage,
     calls: dict[int, ToolCallPart],
-    supplied: frozenset[int] | None,
+    supplied: _Supplied | None,
 ) -> list[LogLine]:
-    """The log lines of *part* with their provenance (*supplied*: the user parts of its request a tool supplied)."""
+    """The log lines of *part* with their provenance (*supplied*: `_supplied_parts` of its request)."""
     source: LineSource
     tool_name = args = result_id = ''
     text_part: object = part
@@ -510,7 +527,8 @@ def _lines(
     elif isinstance(part, UserPromptPart) and isinstance(message, ModelRequest):
         # A tool's `ToolReturn(content=...)` travels as a user part: tool output, never the user's words.
         at = next((i for i, other in enumerate(message.parts) if other is part), None)
-        source = 'tool' if supplied is not None and at in supplied else 'user'
+        tool, unclear = supplied if supplied is not None else (frozenset[int](), frozenset[int]())
+        source = 'tool' if at in tool else 'user_or_tool' if at in unclear else 'user'
         if source == 'tool':
             returned_parts = [p for p in message.parts if isinstance(p, ToolReturnPart) and p.outcome == 'success']
             if len(returned_parts) == 1:  # the only tool that returned in this request supplied it
