@@ -840,3 +840,30 @@ def test_numbering_from_the_history_alone_goes_on_past_results_that_get_no_id() 
         parts = returns(agent.run_sync('go').all_messages())
     # The scan stops at the request of the result with no id; the ids before it are the run's, never given twice.
     assert [result_id_of(p) for p in parts] == ['r1', 'r2', 'r3', None, 'r4']
+
+
+def test_number_new_reads_a_history_it_has_not_numbered_whole() -> None:
+    from pydantic_ai.models.test import TestModel
+    from pydantic_ai.usage import RunUsage
+
+    class Down(InMemoryArchiveStore):
+        def next_numbers(self, conversation: str, counter: str, count: int) -> list[int]:
+            raise ArchiveError('the archive store is down', operation='next_numbers')
+
+    def numbered(which: int, result_id: str | None) -> list[ModelMessage]:
+        call = ToolCallPart('fetch', {'which': which}, tool_call_id=f'f{which}')
+        metadata = {'pydantic_ai_compaction': {'result_id': result_id}} if result_id else 'trace-id'
+        return [
+            ModelResponse(parts=[call]),
+            ModelRequest(parts=[ToolReturnPart('fetch', 'ok', f'f{which}', metadata=metadata)]),
+        ]
+
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('go')])]
+    history += [*numbered(1, 'r1'), *numbered(2, 'r2'), *numbered(3, None)]
+    history += [ModelResponse(parts=[ToolCallPart('fetch', {}, tool_call_id='f4')])]
+    history += [ModelRequest(parts=[ToolReturnPart('fetch', 'new', 'f4')])]
+    ctx = RunContext[None](deps=None, model=TestModel(), usage=RunUsage(), run_step=4)
+    with pytest.warns(RuntimeWarning, match='numbered new results from the history alone'):
+        out = Archive[None](Down(), conversation='x').number_new(ctx, history)
+    # Before: `r1` again, the scan stopping at the result with no id (metadata not a dict) of a history never read.
+    assert [result_id_of(p) for p in returns(list(out.values()))] == ['r3']

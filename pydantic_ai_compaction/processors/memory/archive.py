@@ -227,8 +227,9 @@ class Archive(AbstractCapability[AgentDepsT]):
     _scanned: _Scanned = field(init=False, repr=False, compare=False)
     """Per run: what the reminder read in the previous request, message by message."""
 
-    _highest: int = field(init=False, repr=False, compare=False)
-    """Per run: the highest result id a history has shown (ids only grow: a compaction that drops one leaves it)."""
+    _highest: tuple[weakref.ref[ModelMessage] | None, int] = field(init=False, repr=False, compare=False)
+    """Per run: the first message of the history last numbered, and the highest result id it has shown (ids only
+    grow: a compaction that drops one leaves it). Another history (another first message) is scanned whole."""
 
     def __post_init__(self) -> None:
         check_instance('Archive', 'store', self.store, ArchiveStore, 'an ArchiveStore')
@@ -241,7 +242,7 @@ class Archive(AbstractCapability[AgentDepsT]):
         self._state = _ReminderState()
         self._applying = anyio.Lock()
         self._scanned = _Scanned()
-        self._highest = 0
+        self._highest = (None, 0)
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """A copy with its own reminder schedule and batch lock for this run."""
@@ -318,7 +319,10 @@ class Archive(AbstractCapability[AgentDepsT]):
         # New results arrive at the end: scan back to the last request whose results are all numbered
         # (the whole history only on a run's first request, which may bring in an older history). The
         # newest ids sit where the scan stops, so `highest` is the highest id the history holds.
-        full_scan = ctx.run_step <= 1
+        first, known = self._highest
+        if not messages or first is None or first() is not messages[0]:
+            known = None  # a history not numbered here before: read whole, its highest id may sit anywhere
+        full_scan = ctx.run_step <= 1 or known is None
         for index in range(len(messages) - 1, -1, -1):
             message = messages[index]
             if not isinstance(message, ModelRequest):
@@ -341,14 +345,15 @@ class Archive(AbstractCapability[AgentDepsT]):
                     else:
                         unmarked = True
             todo.extend((index, part_index) for part_index in reversed(fresh))
-            # A request of results that get no id (`markable`) stops it too, past the run's first request: the
-            # highest id before it is the run's (`_highest`), and a tool that always sets such metadata would
-            # otherwise have every request read the whole history.
+            # A request of results that get no id (`markable`) stops it too, once this history was read whole: the
+            # highest id before it is known (`_highest`), and a tool that always sets such metadata would otherwise
+            # have every request read the whole history.
             if (numbered or unmarked) and not fresh and not full_scan:
                 break
         todo.reverse()
-        self._highest = max(self._highest, highest)
-        return todo, self._highest
+        highest = max(highest, known or 0)
+        self._highest = (weakref.ref(messages[0]), highest) if messages else (None, 0)
+        return todo, highest
 
     def number_new(self, ctx: RunContext[AgentDepsT], messages: list[ModelMessage]) -> dict[int, ModelMessage]:
         """The numbering step of `before_model_request`, in one blocking call, without writing anything.
@@ -382,7 +387,8 @@ class Archive(AbstractCapability[AgentDepsT]):
                     f'Archive numbered new results from the history alone, the store failed: {error}', stacklevel=2
                 )
             numbers = list(range(highest + 1, highest + len(todo) + 1))
-        self._highest = max(self._highest, *numbers)  # the next scan may stop before these (`_unnumbered`)
+        first, known = self._highest  # the next scan may stop before these (`_unnumbered`)
+        self._highest = (first, max(known, *numbers))
         out: dict[int, ModelMessage] = {}
         for (index, part_index), number in zip(todo, numbers, strict=True):
             request = out.get(index, messages[index])
