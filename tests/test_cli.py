@@ -350,3 +350,20 @@ def test_summarize_names_what_a_record_the_tables_read_lacks(
     write_records([broken], path)
     assert cli.main(['summarize', str(path)]) == 2  # before: `error: 'applied'`, `error: 'kind'`
     assert said in one_error_line(capsys)
+
+
+def test_summarize_after_a_resume_at_another_main_cap_prints_what_the_resumed_bench_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ['bench', 'incident', '--strategies', 'none', 'summary', '--sizes', '8', '--seeds', '101']
+    argv += ['--variants', 'owner', '--players', 'silent', '--quiet', '--out', str(tmp_path)]
+    assert cli.main([*argv, '--summary-budget', '120', '--sensitivity-budgets', '60']) == 0
+    capsys.readouterr()
+    assert cli.main([*argv, '--summary-budget', '60', '--sensitivity-budgets', '120', '--resume']) == 0
+    printed = capsys.readouterr().out.split('\nRecords: ')[0]
+    assert '### incident, size 8, model reference, player silent, summary cap 60' in printed
+    assert cli.main(['summarize', str(tmp_path / 'incident.jsonl')]) == 0
+    # Before: the main tables at cap 120, the older run's. (The sensitivity grid holds every run of the file, the
+    # older invocation's `none` at 120 too, where `bench` shows the runs it was asked for.)
+    main = capsys.readouterr().out.split('### Sensitivity')[0]
+    assert main == printed.split('### Sensitivity')[0]

@@ -110,7 +110,9 @@ class SimulationConfig:
     """Price sheet used for every request."""
 
     reasoning_multiplier: float = 1.0
-    """Scales every step's reasoning, modelling re-derivation the policy forces."""
+    """Scales every step's reasoning, modelling re-derivation the policy forces. At 0 each step keeps a reasoning
+    block of no tokens (`break_even_multiplier` reads the bill's slope through it), which a policy that drops it
+    still breaks the cached prefix at; a run with no reasoning at all is `reasoning_tokens=0`, which has none."""
 
     artifact_every: int | frozenset[int] = 2
     """For `'after_artifact'`: every n-th step externalizes its result, or the explicit set of steps (1-based)."""

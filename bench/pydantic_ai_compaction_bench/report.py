@@ -407,17 +407,18 @@ def group_title(key: GroupKey) -> str:
 
 def main_budget(records: Sequence[Record], wanted: int | None = None) -> int | None:
     """The summary budget of the main tables: *wanted* if records have it; else the one `bench` ran its main
-    tables at, as it recorded it (`main_summary_budget`), or for records written before it did, the only one the
-    strategies that never ask for a summary ran at (`NO_SUMMARIZER`: the sensitivity grid carries their result
-    across); else the most common one."""
+    tables at, as it recorded it with the newest run (`main_summary_budget`), or for records written before it
+    did, the only one the strategies that never ask for a summary ran at (`NO_SUMMARIZER`: the sensitivity grid
+    carries their result across); else the most common one."""
     budgets: list[int] = [int(r['summary_budget']) for r in records if r.get('summary_budget') is not None]
     if not budgets:
         return None
     if wanted in budgets:
         return wanted
+    # The newest run's: a `bench --resume` at another main cap prints its tables at the cap it was given.
     recorded = [r['main_summary_budget'] for r in records if isinstance(r.get('main_summary_budget'), int)]
-    if recorded and (main := max(sorted(set(recorded)), key=recorded.count)) in budgets:
-        return main
+    if recorded and recorded[-1] in budgets:
+        return recorded[-1]
     from pydantic_ai_compaction_bench.strategies import NO_SUMMARIZER
 
     unsummarized = {
