@@ -243,3 +243,14 @@ def test_reasoning_that_forget_reasoning_scores_is_indexed_once_as_the_model_wro
         ('reasoning', 'Block 9: the eviction policy LRU9 explains spike 9.')
     ]
     assert imported.search('imported', 'skip', 8) == []
+
+
+def test_a_call_s_arguments_read_the_same_whether_sent_as_a_dict_or_as_json_text() -> None:
+    from pydantic_ai_compaction.processors.memory.recall import _call_text  # pyright: ignore[reportPrivateUsage]
+
+    as_dict = ToolCallPart('write', {'path': 'a.conf', 'content': 'x = 1\nport = 9443', 'mode': 420})
+    as_text = ToolCallPart('write', '{"mode": 420, "content": "x = 1\\nport = 9443", "path": "a.conf"}')
+    # Keys in one order whatever the provider sent; a text value keeps its own lines.
+    assert _call_text(as_dict) == _call_text(as_text) == 'content: x = 1\nport = 9443\nmode: 420\npath: a.conf'
+    assert _call_text(ToolCallPart('run', 'ls -la /tmp')) == 'ls -la /tmp'  # not JSON: as it was sent
+    assert _call_text(ToolCallPart('ping', {})) == '{}'

@@ -445,17 +445,16 @@ def _call_text(call: ToolCallPart) -> str:
     """A call's arguments as lines: each argument as `name: value`, a text value with its own lines (a file's
     content a tool is given), anything else as JSON. In JSON a text's line breaks are `\\n`, which would glue
     the words on either side of them together."""
-    text = args_json(call)
-    try:
-        value = from_json(text)
-    except ValueError:
-        return text  # arguments that are not JSON: as they were sent
+    value: object = call.args
+    if isinstance(value, str):
+        try:
+            value = from_json(value) if value.strip() else None  # parsed once, not written and read back
+        except ValueError:
+            return value  # arguments that are not JSON: as they were sent
     if not isinstance(value, dict) or not value:
-        return text
-    return '\n'.join(
-        f'{key}: {item if isinstance(item, str) else to_json(item)}'
-        for key, item in cast('dict[str, object]', value).items()
-    )
+        return args_json(call)
+    items = sorted(cast('dict[object, object]', value).items(), key=lambda item: str(item[0]))  # as `to_json` sorts
+    return '\n'.join(f'{key}: {item if isinstance(item, str) else to_json(item)}' for key, item in items)
 
 
 def _numbered_lines(text: str) -> list[str]:
