@@ -78,3 +78,34 @@ def warn_degraded(message: str, *, stacklevel: int = 1, category: type[RuntimeWa
         warnings.warn(message, category, stacklevel=stacklevel + 1)
     except Warning:
         LOGGER.warning(message)
+
+
+def warn_if_setup_error(
+    error: BaseException, subject: str, failing: str, owner: str, *, consequence: str = '', stacklevel: int = 1
+) -> bool:
+    """Warn with a `SetupWarning` when *error* is a mistake in the user's setup (`is_setup_error`: an unknown model
+    name, a refused key, a missing provider package), not a passing fault; whether it was one.
+
+    Every model call a component makes on the user's `model=` says so alike: `<subject>: <failing> (<error>);
+    <consequence>. Check <owner>'s model=, its API key and its provider package.` Under warnings made errors the
+    warning is raised, and the run ends (a strategy's) where the component lets it through.
+
+    Args:
+        error: What the model call raised.
+        subject: Who reports it (a strategy's name, a class's).
+        failing: What cannot be done (`the compactor cannot run`).
+        owner: Whose `model=` to check (`the strategy`, a class's name).
+        consequence: What happens meanwhile, if anything is worth saying.
+        stacklevel: As for `warnings.warn`, counted from the caller of this function.
+    """
+    if not is_setup_error(error):
+        return False
+    shown = described(error, text=True)
+    cause = f'{type(error).__name__}: {shown[:300]}' if shown else type(error).__name__
+    then = f'; {consequence}. Check' if consequence else '; check'
+    warnings.warn(
+        f"{subject}: {failing} ({cause}){then} {owner}'s model=, its API key and its provider package.",
+        SetupWarning,
+        stacklevel=stacklevel + 1,
+    )
+    return True

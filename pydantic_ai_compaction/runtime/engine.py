@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -13,7 +12,7 @@ from pydantic_ai_compaction.protocols.types import CompactionRecord, Layout, Pro
 from pydantic_ai_compaction.runtime.apply import apply_layout, assemble
 from pydantic_ai_compaction.runtime.checks import is_str
 from pydantic_ai_compaction.runtime.context import CompactionContext, Strategy
-from pydantic_ai_compaction.runtime.degraded import SetupWarning, described, is_setup_error
+from pydantic_ai_compaction.runtime.degraded import SetupWarning, described, warn_if_setup_error
 from pydantic_ai_compaction.runtime.encoding import ascii_strings, clean_value
 from pydantic_ai_compaction.runtime.notes import gather_notes, notes_in_place, with_notes
 from pydantic_ai_compaction.runtime.retry import is_context_overflow
@@ -219,13 +218,14 @@ def _clean_record(metadata: dict[str, Any]) -> dict[str, Any]:
 def _warn_if_misconfigured(error: BaseException, strategy: Strategy) -> None:
     # The run goes on with the fallback layout either way; but an unknown model name or a missing provider
     # package is the user's mistake, not a passing fault, and a fallback at every compaction would hide it.
-    if is_setup_error(error):
-        warnings.warn(
-            f'{strategy.strategy_name}: the compactor cannot run ({_describe(error)}); every compaction falls back '
-            "to keeping the newest exchanges. Check the strategy's model=, its API key and its provider package.",
-            SetupWarning,
-            stacklevel=2,
-        )
+    warn_if_setup_error(
+        error,
+        strategy.strategy_name,
+        'the compactor cannot run',
+        'the strategy',
+        consequence='every compaction falls back to keeping the newest exchanges',
+        stacklevel=2,
+    )
 
 
 def _describe(error: BaseException) -> str:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
@@ -45,7 +44,7 @@ from pydantic_ai_compaction.runtime.checks import (
     check_model,
 )
 from pydantic_ai_compaction.runtime.context import CompactionContext
-from pydantic_ai_compaction.runtime.degraded import SetupWarning, described, is_setup_error, warn_degraded
+from pydantic_ai_compaction.runtime.degraded import described, warn_degraded, warn_if_setup_error
 from pydantic_ai_compaction.runtime.encoding import args_text, clean_text
 from pydantic_ai_compaction.runtime.instructions import InstructionSources, gather_instructions
 from pydantic_ai_compaction.runtime.segment import ConversationView
@@ -370,14 +369,10 @@ class Verified(WrappingCompaction[AgentDepsT]):
             response = await compactor.request(ctx, [request], model=self.model, settings=self.model_settings)
         except Exception as error:  # the second pass is advisory: without it the deterministic checks still stand
             failure = f'its model failed: {type(error).__name__}: {clip(described(error, text=True), 300)}'
-            if is_setup_error(error):  # the user's setup, not a passing fault: every pass would fail alike
-                warnings.warn(
-                    f"{self.strategy_name}: the omissions pass cannot run ({failure}); check Verified's model=, its "
-                    'API key and its provider package.',
-                    SetupWarning,
-                    stacklevel=2,
-                )
-            else:
+            # The user's setup (every pass would fail alike), else a passing fault.
+            if not warn_if_setup_error(
+                error, self.strategy_name, 'the omissions pass cannot run', 'Verified', stacklevel=2
+            ):
                 warn_degraded(f'{self.strategy_name}: the omissions pass did not run ({failure})', stacklevel=2)
             return failure
         try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -34,7 +33,7 @@ from pydantic_ai_compaction.protocols.types import CompactionEvent
 from pydantic_ai_compaction.runtime import compactor, replies
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int, check_model, check_patterns
 from pydantic_ai_compaction.runtime.context import CompactionContext, for_request
-from pydantic_ai_compaction.runtime.degraded import SetupWarning, described, is_setup_error
+from pydantic_ai_compaction.runtime.degraded import warn_if_setup_error
 from pydantic_ai_compaction.runtime.events import EventObserver, emit
 from pydantic_ai_compaction.runtime.project import project as checked_request
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
@@ -268,17 +267,17 @@ class CuratedSelection(AbstractCapability[AgentDepsT]):
                 ctx, [ModelRequest(parts=[UserPromptPart(prompt)])], model=self.model, settings=self.model_settings
             )
         except Exception as error:
-            if is_setup_error(error):
-                # An unknown model name, a refused key or a missing provider package is the user's setup, not a
-                # passing fault: every request would quietly be `BoundedSelection` (or get no orientation) meanwhile.
-                warnings.warn(
-                    f'{type(self).__name__}: the curator cannot run '
-                    f'({type(error).__name__}: {described(error, text=True)[:300]}); '
-                    f"every request falls back to its BoundedSelection. Check {type(self).__name__}'s model=, "
-                    'its API key and its provider package.',
-                    SetupWarning,
-                    stacklevel=2,
-                )
+            # The user's setup, not a passing fault: every request would quietly be `BoundedSelection` (or get no
+            # orientation) meanwhile.
+            owner = type(self).__name__
+            warn_if_setup_error(
+                error,
+                owner,
+                'the curator cannot run',
+                owner,
+                consequence='every request falls back to its BoundedSelection',
+                stacklevel=2,
+            )
             return None, f'curator_error: {type(error).__name__}'
         return self.check(compactor.response_text(response), view)
 

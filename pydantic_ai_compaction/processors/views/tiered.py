@@ -12,7 +12,6 @@ With `Recall` in front, every cleared or summarized detail stays searchable.
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -49,7 +48,7 @@ from pydantic_ai_compaction.runtime.checks import (
     check_pattern,
 )
 from pydantic_ai_compaction.runtime.context import CompactionContext, for_request
-from pydantic_ai_compaction.runtime.degraded import SetupWarning, described, is_setup_error, warn_degraded
+from pydantic_ai_compaction.runtime.degraded import described, warn_degraded, warn_if_setup_error
 from pydantic_ai_compaction.runtime.events import EventObserver
 from pydantic_ai_compaction.runtime.instructions import tool_provided
 from pydantic_ai_compaction.runtime.notes import NOTES_HEADER, gather_notes
@@ -417,15 +416,8 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             )
             note = compactor.response_text(response) or (previous or '')
         except Exception as error:  # the note is best effort; the copied parts below still carry the essentials
-            if is_setup_error(error):  # the user's setup, not a passing fault: say so
-                owner = type(self).__name__  # `Tiered` is another name of `ClearThenSummarize`
-                warnings.warn(
-                    f'{owner}: the handoff note cannot be written '
-                    f'({type(error).__name__}: {described(error, text=True)[:300]}); '
-                    f"check {owner}'s model=, its API key and its provider package.",
-                    SetupWarning,
-                    stacklevel=2,
-                )
+            owner = type(self).__name__  # `Tiered` is another name of `ClearThenSummarize`
+            warn_if_setup_error(error, owner, 'the handoff note cannot be written', owner, stacklevel=2)
             failed = f'[handoff note could not be updated: {type(error).__name__}]'
             kept = (previous or '').removesuffix(f'\n{failed}')  # said once, not once more at every summary
             note = f'{kept}\n{failed}'
