@@ -232,3 +232,15 @@ def test_a_tiered_note_model_that_cannot_run_is_shown_once_and_ends_the_run_when
     assert max(counts) == 1 and counts.count(1) >= 2
     agent, _ = _tiered_run('nosuch:model')
     _ends_the_run_unlogged(agent, r'ClearThenSummarize: the handoff note cannot be written', caplog)
+
+
+def test_a_setup_warning_quotes_an_error_s_text_up_to_500_characters_and_says_where_it_cut() -> None:
+    from pydantic_ai.exceptions import UserError
+
+    from pydantic_ai_compaction.runtime.degraded import warn_if_setup_error
+
+    with pytest.warns(SetupWarning) as caught:
+        assert warn_if_setup_error(UserError('x' * 600), 'fork', 'the compactor cannot run', 'the strategy')
+    message = str(caught[0].message)
+    assert f"(UserError: {'x' * 499}…); check the strategy's model=" in message
+    assert not warn_if_setup_error(TimeoutError('slow'), 'fork', 'the compactor cannot run', 'the strategy')

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 from pydantic_ai import Agent, ToolReturn
@@ -253,4 +254,10 @@ def test_a_call_s_arguments_read_the_same_whether_sent_as_a_dict_or_as_json_text
     # Keys in one order whatever the provider sent; a text value keeps its own lines.
     assert _call_text(as_dict) == _call_text(as_text) == 'content: x = 1\nport = 9443\nmode: 420\npath: a.conf'
     assert _call_text(ToolCallPart('run', 'ls -la /tmp')) == 'ls -la /tmp'  # not JSON: as it was sent
+    # A dict of the user's own model, with what JSON has not: read as the JSON it is sent as.
+    odd = ToolCallPart('schedule', {'at': datetime(2024, 1, 2, 3, 4, 5), True: 1, 'n': 10**30})
+    odd_text = ToolCallPart(
+        'schedule', '{"at": "2024-01-02T03:04:05", "true": 1, "n": 1000000000000000000000000000000}'
+    )
+    assert _call_text(odd) == _call_text(odd_text) == 'at: 2024-01-02T03:04:05\nn: 1' + '0' * 30 + '\ntrue: 1'
     assert _call_text(ToolCallPart('ping', {})) == '{}'

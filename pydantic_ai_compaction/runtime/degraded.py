@@ -80,6 +80,10 @@ def warn_degraded(message: str, *, stacklevel: int = 1, category: type[RuntimeWa
         LOGGER.warning(message)
 
 
+SHOWN_ERROR_CHARS = 500
+"""Characters of an error's text a setup warning quotes (a provider's 404 body names the model it did not find)."""
+
+
 def warn_if_setup_error(
     error: BaseException, subject: str, failing: str, owner: str, *, consequence: str = '', stacklevel: int = 1
 ) -> bool:
@@ -101,7 +105,9 @@ def warn_if_setup_error(
     if not is_setup_error(error):
         return False
     shown = described(error, text=True)
-    cause = f'{type(error).__name__}: {shown[:300]}' if shown else type(error).__name__
+    if len(shown) > SHOWN_ERROR_CHARS:
+        shown = shown[: SHOWN_ERROR_CHARS - 1] + '…'
+    cause = f'{type(error).__name__}: {shown}' if shown else type(error).__name__
     then = f'; {consequence}. Check' if consequence else '; check'
     warnings.warn(
         f"{subject}: {failing} ({cause}){then} {owner}'s model=, its API key and its provider package.",

@@ -445,15 +445,19 @@ def _call_text(call: ToolCallPart) -> str:
     """A call's arguments as lines: each argument as `name: value`, a text value with its own lines (a file's
     content a tool is given), anything else as JSON. In JSON a text's line breaks are `\\n`, which would glue
     the words on either side of them together."""
-    value: object = call.args
-    if isinstance(value, str):
+    args = call.args
+    if isinstance(args, str):
         try:
-            value = from_json(value) if value.strip() else None  # parsed once, not written and read back
+            value: object = from_json(args) if args.strip() else None  # JSON text: parsed once
         except ValueError:
-            return value  # arguments that are not JSON: as they were sent
+            return args  # arguments that are not JSON: as they were sent
+    else:
+        # A dict a model of the user's built may hold keys and values JSON has not (`True`, a datetime): read as
+        # the JSON it is sent as, so it reads as the same call given as text.
+        value = from_json(args_json(call))
     if not isinstance(value, dict) or not value:
         return args_json(call)
-    items = sorted(cast('dict[object, object]', value).items(), key=lambda item: str(item[0]))  # as `to_json` sorts
+    items = sorted(cast('dict[str, object]', value).items())
     return '\n'.join(f'{key}: {item if isinstance(item, str) else to_json(item)}' for key, item in items)
 
 
