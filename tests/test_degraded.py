@@ -4,7 +4,7 @@ A store that fails, an observer that raises: each is worked around and reported 
 Under `-W error` (or pytest's `filterwarnings = error`) `warnings.warn` raises, which from a capability's hook
 ended the agent's run; the report goes to the `pydantic_ai_compaction` logger instead. A mistake in the
 user's own code or setup (a refused projection, an unknown model window, a compactor that cannot run) still
-follows the filters: `tests/test_review13.py` and the last two tests here show it raises.
+follows the filters: `tests/test_refusal_warnings.py` and the last two tests here show it raises.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from pydantic_ai_compaction.runtime.stores import PostgresArchiveStore, SQLiteAr
 from pydantic_ai_compaction.runtime.stores import postgres as postgres_module
 
 from .stores import POSTGRES_DSN, postgres_store
-from .test_review10 import application_role, version_1_database  # noqa: F401  # pyright: ignore[reportUnusedImport]
+from .test_postgres_schema_v2 import application_role, version_1_database  # noqa: F401  # pyright: ignore[reportUnusedImport]
 
 HELD_SECONDS = 4.0
 """How long another connection holds the lock: an operation that waited for it would succeed afterwards."""

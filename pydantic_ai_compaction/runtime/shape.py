@@ -114,7 +114,7 @@ class ShapeCheck:
     other list is scanned from the start. The answer is the one `shape_problems` gives as long as no
     message it checked has its `parts` reassigned or edited in place (the rule every part of the library
     and pydantic-ai's own history keep; a user processor that breaks it is not seen here, as it is not by
-    the segmentation memo either: `tests/test_review_incremental.py` shows it).
+    the segmentation memo either: `tests/test_incremental_answers.py` shows it).
 
     An owner that builds each list by truncating and extending one list of its own can say how many leading
     messages are those of the list checked last (`kept`): only the rest is compared, so a request costs what

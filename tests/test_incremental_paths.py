@@ -1,4 +1,4 @@
-"""Review findings on the incremental paths, one test each: those fixed pass, those still open are strict xfails."""
+"""The incremental paths on inputs that once answered unlike a fresh computation; known limits are strict xfails."""
 
 from __future__ import annotations
 

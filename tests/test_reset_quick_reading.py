@@ -1,4 +1,4 @@
-"""Review findings on a reset's quick reading of an exchange of one call (labels, extractors, shared state)."""
+"""A reset's quick reading of an exchange of one call (labels, extractors, shared state)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Review of the plain tool-loop reading of a history never seen and the instruction gathering's shortcut."""
+"""The plain tool-loop reading of a history never seen and the instruction gathering's shortcut."""
 
 from __future__ import annotations
 

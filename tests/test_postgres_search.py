@@ -1,4 +1,4 @@
-"""Review of the one-statement PostgreSQL search, the store settings and the version 1 warning."""
+"""The one-statement PostgreSQL search, the store settings and the version 1 warning."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pydantic_ai_compaction.runtime.stores import postgres as pg
 from pydantic_ai_compaction.runtime.stores._query import db_text, rank_any_word, words
 
 from .stores import POSTGRES_DSN, postgres_store
-from .test_review10 import (
+from .test_postgres_schema_v2 import (
     application_role,  # noqa: F401  # pyright: ignore[reportUnusedImport]
     version_1_database,  # noqa: F401  # pyright: ignore[reportUnusedImport]
 )

@@ -1,4 +1,4 @@
-"""Review findings on the reset's carried reading, the validator's carried facts and layout application."""
+"""The reset's carried reading, the validator's carried facts and layout application."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Review of the incremental per-request paths: inputs where one answers differently from the fresh computation.
+"""The incremental per-request paths: inputs where one answers differently from the fresh computation.
 
 Each test states the fresh answer and fails while the incremental path gives another one.
 """

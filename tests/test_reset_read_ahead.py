@@ -1,4 +1,4 @@
-"""Review of the reset's read-ahead (`ResetToCheckpoint._read_arrived`), the `rare_lines` shortcut for one or two
+"""The reset's read-ahead (`ResetToCheckpoint._read_arrived`), the `rare_lines` shortcut for one or two
 lines, the flat-dict path of `_orjson_writes_as_json` and `IdentityMemo.get`.
 
 Each compaction's checkpoint is compared with the one a fresh `ResetToCheckpoint` proposes for the same history.

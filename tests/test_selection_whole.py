@@ -1,4 +1,4 @@
-"""Review of the selection that sends a history it keeps whole as the request it was given, and of `terms()` found
+"""The selection that sends a history it keeps whole as the request it was given, and of `terms()` found
 in C-level passes: real runs against a selection computed from scratch, and `terms()` against the pattern it
 replaced."""
 

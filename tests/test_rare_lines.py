@@ -164,7 +164,7 @@ def kinds_kept(count: int) -> Iterator[None]:
 
 @settings(max_examples=EXAMPLES * 20, deadline=None)
 @given(logs(), st.integers(1, 25), st.sampled_from([3, 64, 16_384]))
-def test_review18_rare_lines_on_timestamped_logs_of_any_digits_equals_the_word_counted_reading(
+def test_rare_lines_on_timestamped_logs_of_any_digits_equals_the_word_counted_reading(
     text: str, limit: int, kept: int
 ) -> None:
     with kinds_kept(kept):
@@ -175,14 +175,14 @@ def test_review18_rare_lines_on_timestamped_logs_of_any_digits_equals_the_word_c
 
 @settings(max_examples=EXAMPLES * 20, deadline=None)
 @given(st.lists(log_lines(), min_size=1, max_size=6))
-def test_review18_each_line_s_shape_equals_the_word_counted_shape(lines: list[str]) -> None:
+def test_each_line_s_shape_equals_the_word_counted_shape(lines: list[str]) -> None:
     stripped = [line for piece in lines if (line := piece.strip())]
     if stripped:
         shapes = reset_module._shapes(stripped)  # pyright: ignore[reportPrivateUsage]
         assert shapes == [_word_counted_shape(line) for line in stripped]
 
 
-def test_review18_a_line_opening_with_any_numeric_character_or_a_bracket_is_shaped_as_before() -> None:
+def test_a_line_opening_with_any_numeric_character_or_a_bracket_is_shaped_as_before() -> None:
     """Every code point that is numeric in some sense (`isnumeric`, `isdigit`, `isdecimal`) or a bracket, opening
     short and long lines shaped like timestamps."""
     heads = [c for c in map(chr, range(sys.maxunicode + 1)) if c.isnumeric() or c in '[]']
@@ -200,7 +200,7 @@ def test_review18_a_line_opening_with_any_numeric_character_or_a_bracket_is_shap
     assert reset_module._shapes(lines) == [_word_counted_shape(line) for line in lines]  # pyright: ignore[reportPrivateUsage]
 
 
-def test_review18_a_word_s_kind_is_the_same_before_and_after_the_store_is_emptied() -> None:
+def test_a_word_s_kind_is_the_same_before_and_after_the_store_is_emptied() -> None:
     kinds = reset_module._KINDS  # pyright: ignore[reportPrivateUsage]
     probe = ['INFO', 'ß', 'SS', 'ǅ', 'İ', 'a=b', 'x²', '٣', 'é', 'e\u0301', 'A\u0301', 'ﬀ']
     with kinds_kept(8):
@@ -212,7 +212,7 @@ def test_review18_a_word_s_kind_is_the_same_before_and_after_the_store_is_emptie
     assert before == after == again == [_word_counted_shape(word)[0] for word in probe]
 
 
-def test_review18_a_word_longer_than_64_characters_is_told_and_not_kept() -> None:
+def test_a_word_longer_than_64_characters_is_told_and_not_kept() -> None:
     with kinds_kept(16_384):
         kinds = reset_module._KINDS  # pyright: ignore[reportPrivateUsage]
         for word in ['Q' * 65, 'q' * 65, '7' * 65, 'k' * 64 + '=v', 'Q' * 64]:
@@ -220,7 +220,7 @@ def test_review18_a_word_longer_than_64_characters_is_told_and_not_kept() -> Non
         assert list(kinds) == ['Q' * 64]
 
 
-def test_review18_threads_reading_logs_while_the_store_fills_and_empties_find_the_same_lines() -> None:
+def test_threads_reading_logs_while_the_store_fills_and_empties_find_the_same_lines() -> None:
     """Six threads, a store of 32 words emptied over and over, a thread switch every microsecond."""
     errors: list[str] = []
     texts = [
@@ -286,14 +286,14 @@ class _Folded(_Markup):
         return hash(str.casefold(self))
 
 
-def test_review18_a_markup_like_text_is_read_as_before() -> None:
+def test_a_markup_like_text_is_read_as_before() -> None:
     text = _Markup('\n'.join(['INFO ok user=ann'] * 8 + ['08:01:05 INCIDENT disk', '[x] CHANGE: y', 'ß ǅ x²']))
     with kinds_kept(16_384):
         assert rare_lines(CALL, text) == _word_counted_rare_lines(CALL, text)
         assert rare_lines(CALL, text) == _word_counted_rare_lines(CALL, text)
 
 
-def test_review18_a_case_insensitive_str_subclass_leaves_no_word_whose_kind_a_later_text_reads() -> None:
+def test_a_case_insensitive_str_subclass_leaves_no_word_whose_kind_a_later_text_reads() -> None:
     """A text of a `str` subclass equal across case must not teach the process-wide store a kind that a later
     plain text's word (equal to it under that subclass's `==`) is then told."""
     folded = _Folded('\n'.join(['INFO ok'] * 8 + ['info INCIDENT', 'x y']))
@@ -307,7 +307,7 @@ def test_review18_a_case_insensitive_str_subclass_leaves_no_word_whose_kind_a_la
         assert rare_lines(CALL, folded) == _word_counted_rare_lines(CALL, folded)
 
 
-def test_review18_the_kind_of_every_single_character_word_is_the_word_counted_kind() -> None:
+def test_the_kind_of_every_single_character_word_is_the_word_counted_kind() -> None:
     chars = [c for c in map(chr, range(sys.maxunicode + 1)) if not c.isspace() and unicodedata.category(c) != 'Cn']
     with kinds_kept(16_384):
         kinds = reset_module._KINDS  # pyright: ignore[reportPrivateUsage]
@@ -315,7 +315,7 @@ def test_review18_the_kind_of_every_single_character_word_is_the_word_counted_ki
         assert [kinds[c] for c in chars] == [_word_counted_shape(c)[0] for c in chars]
 
 
-def test_review18_no_word_of_a_result_is_held_after_a_reset_reads_it() -> None:
+def test_no_word_of_a_result_is_held_after_a_reset_reads_it() -> None:
     """A result's words (a `token=` among them) are not held after the reset's reading: neither after a request's
     read-ahead nor after a compaction, for a later agent of the process to find in memory."""
     from pydantic_ai import Agent

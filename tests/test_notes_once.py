@@ -1,4 +1,4 @@
-"""Adversarial review of restating each note once: real `Agent` runs with `Notes` and each strategy and view."""
+"""Each note restated once: real `Agent` runs with `Notes` and each strategy and view."""
 
 from __future__ import annotations
 

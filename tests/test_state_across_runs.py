@@ -1,4 +1,4 @@
-"""Review findings on state shared between runs, conversations and threads (readings, facts, segmentation)."""
+"""State shared between runs, conversations and threads (readings, facts, segmentation)."""
 
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ from pydantic_ai_compaction.processors.strategies.summary import SUMMARY_MARKER
 from pydantic_ai_compaction.runtime.engine import Outcome, run_compaction
 from pydantic_ai_compaction.runtime.segment import segment
 
+from .test_reset_carried import _LOG, _call
 from .test_reset_scale import _context, _copy, _fingerprint, _loop
-from .test_review6 import _LOG, _call
 
 EXAMPLES = int(os.environ.get('PAC_EXAMPLES', '15'))
 

@@ -36,7 +36,7 @@ from pydantic_ai_compaction.runtime.project import Unchanged
 from pydantic_ai_compaction.runtime.project import project as checked_project
 from pydantic_ai_compaction.runtime.stores import SQLiteArchiveStore
 
-from . import test_review9
+from . import test_selection_whole
 
 
 @pytest.fixture
@@ -280,7 +280,7 @@ async def test_an_unchanged_projection_is_sent_as_the_same_request_and_a_copy_as
     assert all(a is b for a, b in zip(sent.messages, kept, strict=True))
 
 
-# What `test_review9._runs` compares.
+# What `test_selection_whole._runs` compares.
 
 
 @dataclass
@@ -300,9 +300,9 @@ async def test_the_compared_warnings_still_hold_every_warning_but_resource_ones(
     """Dropping `ResourceWarning` leaves the comparison able to fail: runs that send the same requests but warn
     differently (a `RuntimeWarning`, a `UserWarning`) give different warnings; only a `ResourceWarning` is left out."""
     runs = [('read the beta logs', ['tool'], 'same')]
-    quiet = await test_review9._runs(Warns(ResourceWarning, 'unclosed'), 'none', 'none', runs)  # pyright: ignore[reportPrivateUsage]
-    loud = await test_review9._runs(Warns(RuntimeWarning, 'refused'), 'none', 'none', runs)  # pyright: ignore[reportPrivateUsage]
-    user = await test_review9._runs(Warns(UserWarning, 'refused'), 'none', 'none', runs)  # pyright: ignore[reportPrivateUsage]
+    quiet = await test_selection_whole._runs(Warns(ResourceWarning, 'unclosed'), 'none', 'none', runs)  # pyright: ignore[reportPrivateUsage]
+    loud = await test_selection_whole._runs(Warns(RuntimeWarning, 'refused'), 'none', 'none', runs)  # pyright: ignore[reportPrivateUsage]
+    user = await test_selection_whole._runs(Warns(UserWarning, 'refused'), 'none', 'none', runs)  # pyright: ignore[reportPrivateUsage]
     assert quiet[2] == []
     assert loud[2] == ['RuntimeWarning: refused'] * 2
     assert user[2] == ['UserWarning: refused'] * 2

@@ -1,5 +1,4 @@
-"""Review findings on segmentation's reusable state: each test shows a defect and is a strict xfail until fixed (the
-first is fixed: it runs as a plain test)."""
+"""Segmentation's reusable state: what it keeps alive and when it lets go (the known limit is a strict xfail)."""
 
 from __future__ import annotations
 

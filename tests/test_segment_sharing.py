@@ -1,4 +1,4 @@
-"""Review of the shared segmentation states, the selection's shape check, remembered result sizes and COPY writes."""
+"""The shared segmentation states, the selection's shape check, remembered result sizes and COPY writes."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""A new user's checks of `request='sent'` (summary and fork) and of appended checkpoints, against docs/strategies.md.
+"""What docs/strategies.md promises of `request='sent'` (summary and fork) and of appended checkpoints.
 
-Each test here is a documented promise the code does not keep; they are marked `xfail(strict=True)` so the
-fix turns them green (and the marker must then go).
+The promises not kept (the floor of a checkpoint's fixed lines, notes stated after a label) are strict xfails, so a
+fix turns them green and the marker must then go.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Review findings on the PostgreSQL store's schema version 2 (the GIN index's pending list, migrated in place).
+"""The PostgreSQL store's schema version 2 (the GIN index's pending list, migrated in place).
 
 Version 1 to 2 changes the index's settings only, and workers of both versions read and write either database:
 the move is a tuning, so it must never make a version 1 database unusable to the new code, which it did for a
@@ -41,7 +41,7 @@ def version_1_database() -> Iterator[str]:
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     postgres_store().close()  # skips (or fails in CI) without a server
-    name = f'pac_review10_{uuid.uuid4().hex[:12]}'
+    name = f'pac_schema_v2_{uuid.uuid4().hex[:12]}'
     with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE {name}')
     target = make_conninfo('', **{**conninfo_to_dict(POSTGRES_DSN), 'dbname': name})
@@ -194,7 +194,7 @@ def test_a_required_migration_that_waits_too_long_says_so_and_the_store_stays_us
     from .test_store_schema import POSTGRES_V0
 
     postgres_store().close()  # skips (or fails in CI) without a server
-    name = f'pac_review10_{uuid.uuid4().hex[:12]}'
+    name = f'pac_schema_v2_{uuid.uuid4().hex[:12]}'
     with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE {name}')
     target = make_conninfo('', **{**conninfo_to_dict(POSTGRES_DSN), 'dbname': name})
