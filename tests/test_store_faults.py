@@ -1413,3 +1413,22 @@ def test_postgres_a_pool_left_without_connections_while_the_server_is_away_is_an
     finally:
         proxy.stop()
         store.close()
+
+
+@pytest.mark.parametrize('answer', [None, {'hits': []}, 'no hits'])
+def test_a_search_answering_no_list_is_a_failed_call_not_no_match(answer: object) -> None:
+    # `None` is what a `search` that forgot its `return` gives: read as "no match", the model was told with certainty
+    # that nothing was ever said.
+    class Forgetful(InMemoryArchiveStore):
+        def search(self, conversation_id: str, query: str, limit: int = 8) -> Any:
+            super().search(conversation_id, query, limit)
+            return answer
+
+    output, said, texts = run_every_tool(Forgetful(), key())
+    assert output == 'done'
+    assert said['recall'].startswith(
+        'Recall is unavailable right now (archive store: search returned what cannot be read (TypeError))'
+    )
+    assert 'No match' not in said['recall']
+    assert any(text.startswith('Recall could not search: archive store: search returned') for text in texts)
+    assert any(f'TypeError: search returned {answer!r}'[:40] in text for text in texts)

@@ -81,6 +81,13 @@ def test_busy_timeout_outside_what_both_servers_hold_is_refused(store: Any, valu
         store(target, busy_timeout_ms=value)
 
 
+@pytest.mark.parametrize('path', [123, None, '', b'x.sqlite3'])
+def test_a_bad_sqlite_path_is_a_configuration_error_naming_the_field(path: object) -> None:
+    # As every other field's: `except ConfigurationError` (or `TypeError`, for a path of the wrong type) catches it.
+    with pytest.raises(ConfigurationError, match=rf'SQLiteArchiveStore\.path must be a non-empty path, got {path!r}'):
+        SQLiteArchiveStore(path)  # pyright: ignore[reportArgumentType]
+
+
 def test_the_longest_busy_timeout_is_accepted_by_both_servers(tmp_path: Path) -> None:
     longest = 2**31 - 1
     sqlite_store = SQLiteArchiveStore(tmp_path / 'x.sqlite3', busy_timeout_ms=longest)

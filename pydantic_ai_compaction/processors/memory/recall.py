@@ -40,7 +40,7 @@ from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore,
 from pydantic_ai_compaction.protocols.metadata import MessageMarks
 from pydantic_ai_compaction.protocols.names import RECALL_TOOL
 from pydantic_ai_compaction.runtime.checks import check_instance, check_int
-from pydantic_ai_compaction.runtime.degraded import warn_degraded
+from pydantic_ai_compaction.runtime.degraded import described, warn_degraded
 from pydantic_ai_compaction.runtime.encoding import from_json, strip_nul, to_bytes, to_json
 from pydantic_ai_compaction.runtime.project import rewrites_accepted
 from pydantic_ai_compaction.runtime.scoring import SKIP
@@ -317,6 +317,10 @@ class Recall(AbstractCapability[AgentDepsT]):
             return f'Recall is unavailable right now ({failed}); say you are not sure rather than guess.'
 
         try:
+            if not isinstance(hits, list | tuple):
+                # `None` from a `search` that forgot its `return` is no answer, not "no match": the model would be
+                # told, with certainty, that nothing was ever said.
+                raise TypeError(f'search returned {clip(described(hits), 80)}, not a list of hits')
             if not hits:
                 return f'No match for {query!r} anywhere in this conversation.'
             wanted = words(query)

@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, Hit, LogLine, Note
-from pydantic_ai_compaction.runtime.checks import check_int
+from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_int
 from pydantic_ai_compaction.runtime.degraded import warn_degraded
 from pydantic_ai_compaction.runtime.stores._query import (
     ARCHIVED_COLUMNS,
@@ -161,7 +161,7 @@ class SQLiteArchiveStore:
             'SQLiteArchiveStore', 'busy_timeout_ms', busy_timeout_ms, minimum=0, maximum=MAX_BUSY_TIMEOUT_MS
         )
         if not isinstance(path, str | Path) or not str(path):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise ValueError(f'SQLiteArchiveStore.path must be a non-empty path, got {path!r}.')
+            raise ConfigurationError(f'SQLiteArchiveStore.path must be a non-empty path, got {path!r}.')
         self.path = str(path)
         """The database file (or URI) errors name."""
         self._lock = threading.RLock()
