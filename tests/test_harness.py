@@ -28,6 +28,7 @@ from pydantic_ai_compaction import (
     InstructionSources,
     NoCompaction,
     Reassert,
+    Recall,
     ResetToCheckpoint,
     StatelessSummary,
     Switch,
@@ -137,6 +138,45 @@ def test_archive_refuses_a_result_harness_cleared_and_keeps_nothing_of_it() -> N
     ]
     assert 'r1: already cleared by another compaction (only a placeholder is left)' in answer
     assert store.get_archived('c', 'a1') is None
+
+
+@pytest.mark.parametrize('with_archive', [True, False])
+def test_recall_does_not_index_a_placeholder_harness_left_in_place_of_a_result(with_archive: bool) -> None:
+    # With `Archive` (whose numbering makes recall read the whole history again) the placeholder was indexed as the
+    # tool's output: a hit for every search matching its call, and eight for `cleared`.
+    store = InMemoryArchiveStore()
+    steps: list[list[ModelResponsePart]] = [
+        *([ToolCallPart('read_log', {'service': 'payments', 'day': day})] for day in range(1, 5)),
+        [ToolCallPart('recall', {'query': 'payments'})],
+        [ToolCallPart('recall', {'query': 'cleared'})],
+        [TextPart('done')],
+    ]
+    queue = iter(steps)
+    answers: list[str] = []  # each recall's answer as the model read it (harness clears it later)
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        answers.extend(
+            str(p.content) for p in messages[-1].parts if isinstance(p, ToolReturnPart) and p.tool_name == 'recall'
+        )
+        return ModelResponse(parts=next(queue))
+
+    memory = [Archive(store=store, conversation='c')] if with_archive else []
+    agent = Agent(
+        FunctionModel(respond),
+        capabilities=[*memory, Recall(store=store, conversation='c'), ClearToolResults(max_messages=4, keep_pairs=1)],
+    )
+
+    @agent.tool_plain
+    def read_log(service: str, day: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return f'day {day}: error_rate = 0.{day}%'
+
+    result = agent.run_sync('How did payments do?')
+    cleared = [p for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart) and p.metadata]
+    assert any('cleared' in str(p.content) for p in cleared)  # harness did clear results before the searches
+    found, missed = answers
+    assert 'cleared' not in found
+    assert [day for day in range(1, 5) if f'day {day}: error_rate = 0.{day}%' in found] == [1, 2, 3, 4]
+    assert missed.endswith("No match for 'cleared' anywhere in this conversation.")
 
 
 def _raising(state: CompactionState) -> bool:

@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, compress, count
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from pydantic import BaseModel, Field
@@ -35,6 +35,7 @@ from pydantic_ai.toolsets import FunctionToolset
 from pydantic_ai_compaction.processors.memory.results import (
     archive_results,
     archived_ref_of,
+    cleared_by_harness,
     deserialize_part,
     markable,
     reserve,
@@ -69,17 +70,6 @@ if TYPE_CHECKING:
 
 APPLY_TOOL = 'context_apply'
 RECOVER_TOOL = 'context_recover'
-
-HARNESS_CLEARED = 'pydantic-ai-harness.compaction.cleared-tool-result.v1'
-"""The `ToolReturnPart.metadata` key pydantic-ai-harness sets on a result whose content it replaced with a placeholder
-(harness is optional: its name is written here, not imported)."""
-
-
-def _cleared_elsewhere(part: ToolReturnPart) -> bool:
-    """Whether *part* is a result a harness compaction cleared (its content is a placeholder, not the output)."""
-    metadata = part.metadata
-    return isinstance(metadata, dict) and cast('dict[str, object]', metadata).get(HARNESS_CLEARED) is True
-
 
 _RESULT_ID = re.compile(r'^r\d{1,18}$')
 _ARCHIVE_REF = re.compile(r'^a\d{1,18}$')
@@ -497,7 +487,7 @@ class Archive(AbstractCapability[AgentDepsT]):
                 problems.append(f'{rid}: already archived as {archived_ref_of(where[2])}')
             elif where[2].tool_name == APPLY_TOOL or where[2].tool_call_id in protected:
                 problems.append(f'{rid}: protected, it cannot be archived')
-            elif _cleared_elsewhere(where[2]):
+            elif cleared_by_harness(where[2]):
                 # Archived, it would be recovered as the placeholder: the original is not in the conversation.
                 problems.append(f'{rid}: already cleared by another compaction (only a placeholder is left)')
             elif not item.note.strip():

@@ -35,7 +35,7 @@ from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import FunctionToolset
 from pydantic_core import to_jsonable_python
 
-from pydantic_ai_compaction.processors.memory.results import args_json, original_part, result_id_of
+from pydantic_ai_compaction.processors.memory.results import args_json, cleared_by_harness, original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore, Hit, LineSource, LogLine
 from pydantic_ai_compaction.protocols.metadata import MessageMarks
 from pydantic_ai_compaction.protocols.names import RECALL_TOOL
@@ -294,6 +294,10 @@ class Recall(AbstractCapability[AgentDepsT]):
                 return None
             call_id = tool_part.tool_call_id
             if isinstance(tool_part, ToolReturnPart):
+                if cleared_by_harness(tool_part):
+                    # Harness's placeholder says nothing of the output (indexed as it arrived): indexed, it took a hit
+                    # of each search that matched its call's arguments, and every one asking for `cleared`.
+                    return None
                 source = original_part(tool_part)
         text = _text_of(source)
         if not text:
@@ -317,7 +321,7 @@ class Recall(AbstractCapability[AgentDepsT]):
             return f'Recall is unavailable right now ({failed}); say you are not sure rather than guess.'
 
         try:
-            if not isinstance(hits, list | tuple):
+            if not isinstance(hits, list | tuple):  # pyright: ignore[reportUnnecessaryIsInstance]
                 # `None` from a `search` that forgot its `return` is no answer, not "no match": the model would be
                 # told, with certainty, that nothing was ever said.
                 raise TypeError(f'search returned {clip(described(hits), 80)}, not a list of hits')

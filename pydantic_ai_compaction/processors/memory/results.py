@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, ToolCallPart, ToolReturnPart
@@ -19,6 +19,16 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRe
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveStore
 from pydantic_ai_compaction.protocols.metadata import ResultMarks, with_ours
 from pydantic_ai_compaction.runtime.encoding import args_text, from_bytes, to_bytes, to_json
+
+HARNESS_CLEARED = 'pydantic-ai-harness.compaction.cleared-tool-result.v1'
+"""The `ToolReturnPart.metadata` key pydantic-ai-harness sets on a result whose content it replaced with a placeholder
+(harness is optional: its name is written here, not imported)."""
+
+
+def cleared_by_harness(part: ToolReturnPart) -> bool:
+    """Whether *part* is a result a harness compaction cleared: its content is a placeholder, not the output."""
+    metadata = part.metadata
+    return isinstance(metadata, dict) and cast('dict[str, object]', metadata).get(HARNESS_CLEARED) is True
 
 
 def result_id_of(part: ToolReturnPart) -> str | None:
