@@ -99,7 +99,7 @@ def apply_layout(
     kept = kept_positions(view, set(layout.keep))
     last = last_dropped(view, layout.dropped)
     unfinished_position = first_unfinished(view)
-    boundary_at = min(last + 1 if last is not None else unfinished_position, unfinished_position)
+    boundary_at = _boundary_position(view, layout, last, unfinished_position)
 
     out: list[ModelMessage] = []
     boundary_placed, restatement_placed = False, not layout.restate
@@ -128,7 +128,9 @@ def apply_layout_fresh(
     dropped_positions = [positions[exchange_id] for exchange_id in layout.dropped]
     in_progress = [index for index, exchange in enumerate(view.exchanges) if exchange.unfinished]
     unfinished_position = in_progress[0] if in_progress else len(view.exchanges)
-    boundary_at = min(max(dropped_positions) + 1 if dropped_positions else unfinished_position, unfinished_position)
+    boundary_at = _boundary_position(
+        view, layout, max(dropped_positions) if dropped_positions else None, unfinished_position
+    )
 
     out: list[ModelMessage] = []
     for position, exchange in enumerate([*view.exchanges, None]):
@@ -144,3 +146,18 @@ def apply_layout_fresh(
             continue
         out.extend(exchange_messages(view, exchange, position=position))
     return out
+
+
+def _boundary_position(view: ConversationView, layout: Layout, last: int | None, unfinished: int) -> int:
+    """Where the boundary goes among the exchanges: in place of the last dropped one (*last*), before the first
+    unfinished one at the latest.
+
+    A provider's own compaction item is where pydantic-ai and the provider start reading: everything before it but
+    the standing system prompt is trimmed from the requests that follow. Kept before it, the pins and the turn being
+    worked on were never sent again; so it goes before every kept exchange but the opening request (whose system
+    prompt pydantic-ai sends from there, and without which the history would start with a response).
+    """
+    if isinstance(layout.summary, ProviderSummary):
+        exchanges = view.exchanges
+        return 1 if exchanges and exchanges[0].kind == 'opening' and unfinished > 0 else 0
+    return min(last + 1 if last is not None else unfinished, unfinished)

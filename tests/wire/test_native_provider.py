@@ -12,7 +12,7 @@ from pydantic_ai_compaction.runtime import pairing_problems
 
 from .providers import Anthropic, Mock, OpenAIResponses, Payload, Provider
 from .script import Script
-from .test_matrix import TRIGGER, Run, run_on
+from .test_matrix import TRIGGER, TURNS, Run, run_on, strings
 
 FAST_RETRY = RetryPolicy(attempts=2, initial_wait=0.0, max_wait=0.0)
 
@@ -130,3 +130,23 @@ def test_anthropic_model_without_on_demand_compaction_is_emulated() -> None:
     assert all(e.record and e.record.fallback_reason is None for e in compactions)
     assert not any(e.payload.get('compaction') for e in outcome.mock.exchanges)
     assert outcome.script.kinds['native'] == len(compactions)
+
+
+@pytest.mark.parametrize('provider', [OpenAIResponses, Anthropic], ids=['openai-responses', 'anthropic'])
+def test_the_turn_worked_on_is_sent_after_every_provider_compaction(provider: type[Provider]) -> None:
+    # pydantic-ai and the provider read from the compaction item on: kept before it, the user's turn was sent to the
+    # model up to the turn's second compaction, and never after (the record still listed it as kept).
+    outcome = run_native(provider())
+    exchanges = outcome.mock.exchanges
+    compacting = [i for i, e in enumerate(exchanges) if is_compaction(e.path, e.payload)]
+    second_turn = [i for i in compacting if TURNS[1] in '\n'.join(strings(exchanges[i].payload))]
+    assert len(second_turn) >= 2  # the turn was compacted more than once
+    after = [
+        '\n'.join(strings(e.payload))
+        for e in exchanges[second_turn[0] + 1 :]
+        if not is_compaction(e.path, e.payload)
+        and Script.kind(outcome.mock.provider.last_user_text(e.payload)) == 'agent'
+    ]
+    assert after
+    assert [TURNS[1] in text for text in after] == [True] * len(after)
+    assert pairing_problems(outcome.history) == []
