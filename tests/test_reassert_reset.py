@@ -8,8 +8,9 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
+from pydantic_ai import Agent, BinaryContent, ToolReturn
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
+from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.tools import RunContext
 
 from pydantic_ai_compaction import (
@@ -215,3 +216,51 @@ def test_gathered_changes_equal_reading_every_result_line_by_line(history: list[
                     for line in return_text(part).splitlines():
                         if line.strip().startswith('CHANGE:'):
                             assert line.strip() in searched
+
+
+def _reading_agent(capability: Any, first: list[Any]) -> Agent[None, str]:
+    """An agent whose model calls *first* (tool calls), then reads a 150-line log at each step, then answers."""
+    steps = iter([*first, *([ToolCallPart('read_log', {'index': 0})] for _ in range(6))])
+
+    def respond(messages: list[ModelMessage], info: Any) -> ModelResponse:
+        return ModelResponse(parts=next(steps, [TextPart('done')]))
+
+    agent = Agent(FunctionModel(respond), capabilities=[capability], system_prompt='Audit.')
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return '\n'.join(f'{index}-{n} status=ok' for n in range(150))
+
+    return agent
+
+
+def test_items_of_a_user_role_list_are_restated_apart() -> None:
+    # They were joined without a break: two marked items became one line with an image's tag stuck on, and a turn of
+    # two sentences ran them together.
+    events: list[CompactionEvent] = []
+    markers = InstructionSources(markers=('CHANGE:',))
+    strategy = Reassert(ResetToCheckpoint(trigger=Trigger(tokens=1_500), observer=events.append), sources=markers)
+    agent = _reading_agent(strategy, [[ToolCallPart('policy', {})]])
+
+    @agent.tool_plain
+    def policy() -> ToolReturn:  # pyright: ignore[reportUnusedFunction]
+        png = BinaryContent(b'\x89PNG....', media_type='image/png')
+        return ToolReturn(return_value='policy loaded', content=[MARKED, 'CHANGE: skip service legacy', png])
+
+    agent.run_sync('Audit.')
+    restated = [e.record.restated for e in events if e.record is not None and e.record.restated]
+    assert restated and restated[0] == (MARKED, 'CHANGE: skip service legacy')
+
+    events.clear()
+    prompts = Reassert(
+        ResetToCheckpoint(trigger=Trigger(tokens=1_500), observer=events.append), sources=InstructionSources(markers=())
+    )
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart('Audit.')]),
+        ModelResponse(parts=[TextPart('ok')]),
+        ModelRequest(parts=[UserPromptPart(['Use lowercase ids.', 'Never touch prod.'])]),
+        ModelResponse(parts=[TextPart('noted')]),
+    ]
+    _reading_agent(prompts, []).run_sync('Continue the audit.', message_history=history)
+    restated = [e.record.restated for e in events if e.record is not None and e.record.restated]
+    assert restated and restated[0] == ('Use lowercase ids.\nNever touch prod.',)

@@ -338,3 +338,33 @@ def test_a_summary_no_check_could_run_on_is_unchecked_not_passed() -> None:
     assert event.record is not None
     verification = event.record.extra['verification']
     assert (verification['checks'], verification['verdict']) == ([], 'unchecked')  # before: 'passed'
+
+
+@pytest.mark.parametrize('quoted', [True, False])
+def test_a_turn_of_several_items_is_kept_when_the_summary_quotes_each(quoted: bool) -> None:
+    # The turn was read as its items run together ('Use lowercase ids.Never touch prod.'), which no summary holds: a
+    # summary quoting both rules word for word failed the check and got them appended again.
+    from pydantic_ai.messages import ModelRequest
+
+    rules = ['Use lowercase ids.', 'Never touch prod.'] if quoted else ['Use lowercase ids.']
+    summary = f'Logs 0-2 read. Rules: {" / ".join(rules)}'
+    events: list[CompactionEvent] = []
+    strategy = Verified(summarizer(), sources=InstructionSources(markers=()))
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart('Audit the reports.')]),
+        ModelResponse(parts=[TextPart('Started.')]),
+        ModelRequest(parts=[UserPromptPart(['Use lowercase ids.', 'Never touch prod.'])]),
+        ModelResponse(parts=[TextPart('Noted.')]),
+    ]
+    strategy.inner.observer = events.append
+    agent = Agent(FunctionModel(Script(summary=lambda prompt: summary)), capabilities=[strategy], system_prompt=SYSTEM)
+
+    @agent.tool_plain
+    def read_report(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return report(index)
+
+    agent.run_sync('Audit reports 0-5.', message_history=history)
+    verification = first_compaction(events).record.extra['verification']  # pyright: ignore[reportOptionalMemberAccess]
+    expected = [] if quoted else ['Use lowercase ids.\nNever touch prod.']
+    assert verification['missing_instructions'] == expected
+    assert ('instructions' in verification['failed']) is not quoted

@@ -47,7 +47,9 @@ _CLIP_READ = 4
 
 
 def user_text(part: UserPromptPart) -> str:
-    """The text of a user prompt (non-text items shown by kind)."""
+    """The text of a user prompt (non-text items shown by kind), one item a line: the model reads each item as a
+    block of its own, so two joined without a break would no longer be the text it read (a restatement of a turn
+    of two sentences ran them together, and a marked line took the next item in)."""
     if isinstance(part.content, str):
         return part.content
     pieces: list[str] = []
@@ -58,7 +60,7 @@ def user_text(part: UserPromptPart) -> str:
             pieces.append(item.content)
         else:
             pieces.append(f'[{getattr(item, "kind", type(item).__name__)}]')
-    return ''.join(pieces)
+    return '\n'.join(pieces)
 
 
 def return_text(part: ToolReturnPart) -> str:

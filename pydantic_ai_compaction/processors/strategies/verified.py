@@ -172,7 +172,7 @@ class Finding:
     """Protected values the summary does not contain."""
 
     missing_instructions: tuple[str, ...] = ()
-    """Instruction changes the summary does not contain word for word."""
+    """Instruction changes the summary does not contain word for word (each of its lines, for one of several)."""
 
     omissions: tuple[str, ...] = ()
     """What the second pass said was omitted (only items found in the transcript)."""
@@ -323,7 +323,10 @@ class Verified(WrappingCompaction[AgentDepsT]):
             removed_norm = _normalized(removed_text)
             for instruction in gather_instructions(view, self.sources):
                 norm = _normalized(instruction)
-                if norm and norm in removed_norm and norm not in summary_norm:
+                # Line by line: a turn of several lines (or items) is kept when each of them is, wherever the
+                # summary puts it.
+                kept = all(_normalized(line) in summary_norm for line in instruction.splitlines())
+                if norm and norm in removed_norm and not kept:
                     missing_instructions.append(instruction)
             if missing_instructions:
                 failed.append('instructions')
