@@ -365,3 +365,50 @@ async def test_clearing_numbers_its_references_past_those_a_resumed_history_show
     refs = [ref for content in last for ref in re.findall(r'context_recover\("(a\d+)"\)', content)]
     assert refs[0] == 'a1' and 'archived as a1' in last[0]  # `Archive`'s stub of run 1
     assert refs[1:] == ['a2', 'a3', 'a4']  # the clearing's own, past it
+
+
+def _audit_with_reminders(reminder_tokens: int) -> tuple[int, list[int]]:
+    """Handoff notes written, and per agent request the `[Context check` reminders it holds, in a run of `Archive`
+    (reminding at *reminder_tokens*) and `Tiered` after it, as docs/archive.md orders them."""
+    from pydantic_ai_compaction import Archive
+
+    notes, reminders, steps = [0], list[int](), itertools.count(1)
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if not info.function_tools:  # the handoff note's writer
+            notes[0] += 1
+            return ModelResponse(parts=[TextPart('Goal: audit\nDone: logs read\nNext steps: continue')])
+        reminders.append(
+            sum('[Context check' in str(p.content) for m in messages for p in m.parts if isinstance(p, UserPromptPart))
+        )
+        step = next(steps)
+        return ModelResponse(parts=[ToolCallPart('read_log', {'index': step})] if step <= 12 else [TextPart('done')])
+
+    store = InMemoryArchiveStore()
+    archive = Archive(store=store, conversation='c', reminder_tokens=reminder_tokens, reminder_every_chars=2_000)
+    agent = Agent(
+        FunctionModel(respond), capabilities=[archive, Tiered(context_window=20_000, store=store, conversation='c')]
+    )
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return f'log {index}\n' + f'{index} event ok\n' * 150
+
+    history: list[ModelMessage] = []
+    for turn in range(30):  # an earlier conversation past `summarize_at` from the first request
+        history += [ModelRequest(parts=[UserPromptPart(f'question {turn} ' + 'context ' * 300)])]
+        history += [ModelResponse(parts=[TextPart(f'answer {turn} ' + 'detail ' * 300)])]
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        agent.run_sync('Audit logs 1-12.', message_history=history)
+    return notes[0], reminders
+
+
+def test_archive_s_reminder_does_not_make_tiered_write_its_note_again() -> None:
+    # The reminder is added to one request and never saved: the projection stood for that copy, read as stale at the
+    # next request, and the handoff note was written again at every reminder (8 notes where 3 were due).
+    quiet_notes, quiet = _audit_with_reminders(10**9)
+    notes, reminded = _audit_with_reminders(1)
+    assert sum(quiet) == 0 and sum(reminded) > 2  # reminders fired on several requests
+    assert notes == quiet_notes >= 1
+    assert max(reminded) == 1  # a reminder goes to its own request: the projection does not carry it on

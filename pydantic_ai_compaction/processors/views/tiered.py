@@ -285,17 +285,33 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             summarized = await self._summarize(view, persisted, window, for_request(ctx, request_context, self.retry))
         if summarized is not None:
             view = summarized
-            self._projection = replace(self._projection, covers=len(persisted), messages=view, covered=tuple(persisted))
+            self._remember(view, persisted, ctx.messages)
         elif tokens >= self.clear_at * window:
             # In a worker thread: clearing archives the outputs it clears, and a store call may block.
             recall = any(tool.name == RECALL_TOOL for tool in request_context.model_request_parameters.function_tools)
             cleared = await anyio.to_thread.run_sync(self._clear, view, window, ctx, tokens, recall)
             if cleared is not None:
                 view = cleared
-                self._projection = replace(
-                    self._projection, covers=len(persisted), messages=view, covered=tuple(persisted)
-                )
+                self._remember(view, persisted, ctx.messages)
         return view
+
+    def _remember(self, view: list[ModelMessage], sent: list[ModelMessage], saved: Sequence[ModelMessage]) -> None:
+        """Keep *view* as the projection of the messages *sent* to this request that the history *saved* holds.
+
+        A capability before this one may change this request only (`Archive`'s reminder, added to the last request
+        and never saved): a projection standing for that copy would read as stale at the next request, whose saved
+        history holds the message without it, and be built again (a new handoff note, a model call, at every
+        reminder); it would also carry the reminder on. So when the messages sent after the saved ones are the view's
+        own last messages, unchanged, the projection stands for the saved messages before them alone.
+        """
+        shared = next((i for i, (a, b) in enumerate(zip(sent, saved, strict=False)) if a is not b), len(sent))
+        shared = min(shared, len(saved))
+        tail = sent[shared:]
+        if tail and len(view) > len(tail) and all(a is b for a, b in zip(view[-len(tail) :], tail, strict=True)):
+            covers, messages = shared, view[: -len(tail)]
+        else:
+            covers, messages = len(sent), view
+        self._projection = replace(self._projection, covers=covers, messages=messages, covered=tuple(sent[:covers]))
 
     def _clear(
         self,
