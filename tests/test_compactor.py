@@ -91,3 +91,35 @@ async def test_overflow_that_persists_gives_the_fallback() -> None:
     record = record_of(out)
     assert record['fallback_reason'] == 'context_overflow'
     assert record['kept'] == ['g0', 'g2', 'g3', 'g4', 'g5', 'g6']
+
+
+@pytest.mark.parametrize('limit', [3, 4, 5, 6, 7])
+@pytest.mark.parametrize('strategy', ['fork', 'summary'])
+def test_a_compaction_never_takes_the_run_past_its_request_limit(strategy: str, limit: int) -> None:
+    # pydantic-ai checks the limits before the hooks: a compactor request made there and the agent's request after
+    # it both went out when one more was allowed (`request_limit=3` sent four).
+    from pydantic_ai.exceptions import UsageLimitExceeded
+    from pydantic_ai.usage import UsageLimits
+
+    from pydantic_ai_compaction import CompactionEvent, Trigger
+
+    from .support import ScriptedAgentModel, audit_agent
+
+    events: list[CompactionEvent] = []
+    script = ScriptedAgentModel(logs=8, compactor=lambda messages, kind: fork_json([]) if kind == 'fork' else 'done')
+    trigger, keep = Trigger(tokens=1_500), 1
+    capability = (
+        Fork(trigger=trigger, observer=events.append, fallback_keep_last=keep)
+        if strategy == 'fork'
+        else StatelessSummary(trigger=trigger, observer=events.append, fallback_keep_last=keep)
+    )
+    with pytest.raises(UsageLimitExceeded):
+        audit_agent(script, [capability], lines=80).run_sync(
+            'Audit logs 0-7.', usage_limits=UsageLimits(request_limit=limit)
+        )
+    assert len(script.calls) == limit, script.calls
+    records = [e.record for e in events if e.record is not None]
+    called = [r for r in records if r.fallback_reason != 'usage_limit']
+    # Each compaction either called its model once (room was left for the agent's request) or fell back without one.
+    assert len([call for call in script.calls if call != 'agent']) == len(called)
+    assert [r.fallback_reason for r in records if r not in called] == ['usage_limit'] * (len(records) - len(called))

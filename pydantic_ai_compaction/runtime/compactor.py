@@ -22,7 +22,7 @@ from typing import Any, Literal, cast
 
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer, TracerProvider
 from opentelemetry.util.types import Attributes
-from pydantic_ai.exceptions import ModelHTTPError, UserError
+from pydantic_ai.exceptions import ModelHTTPError, UsageLimitExceeded, UserError
 from pydantic_ai.messages import (
     CompactionPart,
     ModelMessage,
@@ -183,6 +183,29 @@ def _account(ctx: CompactionContext, usage: RequestUsage) -> None:
     ctx.run.usage.requests += 1
 
 
+def check_usage_limits(ctx: CompactionContext) -> None:
+    """Refuse a compactor request the run's `UsageLimits` leave no room for.
+
+    pydantic-ai checks the limits before the capability hooks run, so a compactor request made there and the
+    agent's own request after it were both sent even when only one more was allowed (`request_limit=3` sent
+    four). A compaction is asked for only when the agent's request can follow it; a token limit already
+    reached refuses it too. The runtime then falls back (`usage_limit`), which calls no model.
+
+    Raises:
+        UsageLimitExceeded: The compactor request would take the run past a limit.
+    """
+    limits = ctx.run.usage_limits
+    if limits is None:
+        return
+    usage = ctx.run.usage
+    if limits.request_limit is not None and usage.requests + 2 > limits.request_limit:
+        raise UsageLimitExceeded(
+            f'a compactor request and the agent request after it would exceed the request_limit of '
+            f'{limits.request_limit} ({usage.requests} made)'
+        )
+    limits.check_before_request(usage)  # a token limit already reached
+
+
 def _retrying(ctx: CompactionContext) -> AsyncRetrying:
     def count_failure(_: object) -> None:
         ctx.usage.failed_attempts += 1
@@ -210,6 +233,7 @@ async def request(
     Raises whatever the last attempt raised when retries are exhausted or the error is not
     transient; the runtime turns that into the fallback layout.
     """
+    check_usage_limits(ctx)
     target = resolve_model(model, ctx)
     params = parameters if parameters is not None else ModelRequestParameters()
     # What the agent graph does before every request: provider adapters refuse parts (retry
@@ -238,6 +262,7 @@ async def provider_compact(ctx: CompactionContext, messages: Sequence[ModelMessa
 
     Raises `NotImplementedError` when the model has no provider-side compaction.
     """
+    check_usage_limits(ctx)
     request_context = ModelRequestContext(
         model=ctx.model,
         messages=list(messages),

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import ModelMessage
 
 from pydantic_ai_compaction.protocols.types import CompactionRecord, Layout, Proposal, Summary
@@ -102,6 +103,8 @@ async def _propose(
     except SetupWarning:
         raise  # a setup mistake the filters made an error (a strategy's own model that cannot run): it ends the run
     except Exception as error:
+        if isinstance(error, UsageLimitExceeded):
+            return Proposal.failed('usage_limit', _describe(error)), (), error
         if not is_context_overflow(error):
             _warn_if_misconfigured(error, strategy)
             return Proposal.failed('compactor_error', _describe(error)), (), error
@@ -114,7 +117,13 @@ async def _propose(
     except SetupWarning:
         raise
     except Exception as error:
-        reason = 'context_overflow' if is_context_overflow(error) else 'compactor_error'
+        reason = (
+            'usage_limit'
+            if isinstance(error, UsageLimitExceeded)
+            else 'context_overflow'
+            if is_context_overflow(error)
+            else 'compactor_error'
+        )
         return Proposal.failed(reason, _describe(error)), left_out, error
 
 
