@@ -254,6 +254,47 @@ def test_the_three_stores_find_the_same_lines_for_a_dotted_capital(query: str) -
     assert found[0] == found[1] == found[2], found
 
 
+UNSPACED_LINES = (
+    '服务器超时设置为30秒',
+    '東京タワーの高さは333メートル',
+    '데이터베이스비밀번호변경됨',
+    'timeout set to 30s',
+)
+
+
+@pytest.mark.parametrize(
+    ('query', 'found'),
+    [
+        ('超时', [0]),
+        ('30秒', [0]),
+        ('タワー', [1]),
+        ('高さ 333', [1]),
+        ('メートル', [1]),
+        ('비밀번호', [2]),
+        ('東京', [1]),
+        ('大阪', []),
+        ('タワ タワー', [1]),
+        ('30', [0]),  # a whole word first: `30s` is found as a prefix only when no line holds `30`
+    ],
+)
+def test_every_store_finds_a_word_inside_text_written_without_spaces(query: str, found: list[int]) -> None:
+    # A run of Chinese or Japanese is one sentence: read as one word, only its start was found, and recall told the
+    # model "no match anywhere" for any word within it.
+    from pydantic_ai_compaction.runtime.stores import InMemoryArchiveStore
+
+    key = f'unspaced-{uuid.uuid4().hex}'
+    lines = [LogLine(key, f'p{n}', 0, text, 'tool', 'read_log') for n, text in enumerate(UNSPACED_LINES)]
+    for s in (postgres_store(), SQLiteArchiveStore(':memory:'), InMemoryArchiveStore()):
+        try:
+            s.index_lines(lines)
+            hits = s.search(key, query, 8)
+            assert sorted(UNSPACED_LINES.index(hit.text) for hit in hits) == found, (type(s).__name__, hits)
+        finally:
+            close = getattr(s, 'close', None)
+            if close is not None:
+                close()
+
+
 @pytest.mark.parametrize('setting', ['statement_timeout=12345', 'search_path=public,pg_catalog'])
 def test_the_dsns_own_session_options_are_kept(setting: str) -> None:
     """The store's `options` (lock timeout, generic plans, no JIT) replaced those of the DSN: a user's

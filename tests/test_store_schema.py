@@ -372,6 +372,27 @@ def test_the_searched_score_equals_the_score_over_the_line_s_words(text: str, co
         assert line_score(text, context, [word_pattern(word, whole) for word in wanted]) == expected
 
 
+UNSPACED_TEXT = st.text(st.sampled_from('aé1 -東京タワーの3비밀'), max_size=12)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    text=UNSPACED_TEXT,
+    context=UNSPACED_TEXT,
+    query=st.lists(st.text(st.sampled_from('a1東京タワー비밀'), min_size=1, max_size=4), max_size=3),
+)
+def test_the_searched_score_equals_the_score_over_the_line_s_words_in_unspaced_scripts(
+    text: str, context: str, query: list[str]
+) -> None:
+    # Chinese, Japanese and Korean runs are read as pairs of characters (`unspaced`): searching the text must find a
+    # pair, a character alone and the letters beside them exactly where the line's words hold them.
+    wanted = words(' '.join(query))
+    for whole in (True, False):
+        own, around = words(text), words(text) + words(context)
+        expected = sum(has_word(around, word, whole) + has_word(own, word, whole) for word in wanted)
+        assert line_score(text, context, [word_pattern(word, whole) for word in wanted]) == expected
+
+
 def _pg_candidates(conn: Any, key: str, tsqueries: list[str], limit: int) -> list[list[tuple[int, tuple[Any, ...]]]]:
     """For each of *tsqueries*, the best *limit* of the newest matches (`_NEWEST_MATCHES`, one stage of a search
     asked alone, as the store asked it before a search was one statement), as `(id, row)`."""

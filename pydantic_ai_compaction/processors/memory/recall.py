@@ -45,7 +45,7 @@ from pydantic_ai_compaction.runtime.encoding import from_json, strip_nul, to_byt
 from pydantic_ai_compaction.runtime.project import rewrites_accepted
 from pydantic_ai_compaction.runtime.scoring import SKIP
 from pydantic_ai_compaction.runtime.segment import tool_content_parts
-from pydantic_ai_compaction.runtime.stores._query import SEARCH_CANDIDATES, words
+from pydantic_ai_compaction.runtime.stores._query import SEARCH_CANDIDATES, word_pattern, words
 from pydantic_ai_compaction.runtime.stores.access import (
     MEMORY_TOOL_RETRIES,
     ConversationKey,
@@ -412,9 +412,7 @@ def _first_word_at(text: str, wanted: Sequence[str]) -> int:
     lowered = text.lower()
     first: int | None = None
     for word in wanted:
-        at = lowered.find(word) if word else -1
-        while at > 0 and lowered[at - 1].isalnum():
-            at = lowered.find(word, at + 1)
+        at = word_pattern(word, False).find(lowered)
         if at >= 0 and (first is None or at < first):
             first = at
     if first is None:

@@ -71,15 +71,62 @@ _ASCII_WORDS = str.maketrans({code: chr(code).lower() if chr(code).isalnum() els
 ASCII text is its runs of `[A-Za-z0-9]`)."""
 
 
+_UNSPACED = (
+    '\u1100-\u11ff\u3040-\u30ff\u3100-\u318f\u31a0-\u31bf\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff'
+    '\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f'
+)
+"""Scripts written without spaces between words: Han (Chinese, Japanese kanji), hiragana, katakana, bopomofo,
+and hangul (Korean spaces its phrases, not the words of a compound)."""
+
+_UNSPACED_CHARACTER = re.compile(f'[{_UNSPACED}]')
+_UNSPACED_RUNS = re.compile(f'[{_UNSPACED}]+|[^{_UNSPACED}]+')
+
+
 def words(text: str) -> list[str]:
     """The searchable words of *text*, in order, without repeats.
 
     ASCII text (a log line, most queries) is split by `str.translate` and `str.split`, about 1.5 times faster than
     the pattern (every writer splits every line it indexes); any other text by the pattern (tested equal).
+    A script written without spaces (`unspaced`) gives the pairs of its characters instead of its runs: in
+    `服务器超时设置为30秒` the run of letters is one sentence, which a query of `超时` would never find.
     """
     if text.isascii():
         return list(dict.fromkeys(text.translate(_ASCII_WORDS).split()))
-    return list(dict.fromkeys(_WORD.findall(folded(text))))
+    found = _WORD.findall(folded(text))
+    if _UNSPACED_CHARACTER.search(text) is None:
+        return list(dict.fromkeys(found))
+    return list(dict.fromkeys(piece for word in found for piece in unspaced(word)))
+
+
+def unspaced(word: str) -> list[str]:
+    """*word* (a run of letters and digits) as the words a query can name inside it, where it holds a script
+    written without spaces: each run of such characters as its overlapping pairs (a character alone as itself),
+    and the letters and digits between them as words of their own (`高さは333メートル`: `高さ`, `さは`, `333`,
+    `メー`, `ート`, `トル`).
+
+    A query word of such a script is split the same way, and a line holds it when it holds every pair: the usual
+    way full-text search reads these scripts, without a dictionary of their words.
+    """
+    if _UNSPACED_CHARACTER.search(word) is None:
+        return [word]
+    pieces: list[str] = []
+    for run in _UNSPACED_RUNS.findall(word):
+        if len(run) > 1 and _UNSPACED_CHARACTER.match(run) is not None:
+            pieces.extend(run[at : at + 2] for at in range(len(run) - 1))
+        else:
+            pieces.append(run)
+    return pieces
+
+
+def unspaced_words(text: str) -> str:
+    """The words `words` finds in *text* that a tokenizer reading runs of letters does not (`unspaced`), joined
+    by spaces: what SQLite indexes beside a line for its unicode61 tokenizer to find them (empty for most text)."""
+    if text.isascii() or _UNSPACED_CHARACTER.search(text) is None:
+        return ''
+    found = _WORD.findall(folded(text))
+    return ' '.join(
+        dict.fromkeys(piece for word in found if _UNSPACED_CHARACTER.search(word) for piece in unspaced(word))
+    )
 
 
 def folded(text: str) -> str:
@@ -126,18 +173,51 @@ class WordPattern:
 
     def search(self, text: str) -> bool:
         """Whether *text* (`folded`) holds the word."""
+        return self.find(text) >= 0
+
+    def find(self, text: str) -> int:
+        """Where the word first starts in *text* (`folded`) as `words` reads the text, or -1.
+
+        A script written without spaces is read as pairs of its characters (`unspaced`): a pair is found
+        anywhere in a run of it, a character alone where it starts a pair or stands alone, and a run of any
+        other letters or digits begins and ends where such a script does.
+        """
         word, size = self.word, len(self.word)
         if not word:
-            return False
+            return -1
+        if _UNSPACED_CHARACTER.match(word) is not None:
+            return self._find_unspaced(text)
         at = text.find(word)
         while at >= 0:
             end = at + size
-            if (at == 0 or not text[at - 1].isalnum()) and (
-                not self.whole or end == len(text) or not text[end].isalnum()
-            ):
-                return True
+            if (at == 0 or _breaks(text[at - 1])) and (not self.whole or end == len(text) or _breaks(text[end])):
+                return at
             at = text.find(word, at + 1)
-        return False
+        return -1
+
+    def _find_unspaced(self, text: str) -> int:
+        """`find` for a word of a script written without spaces: a pair (its only words but a character alone)."""
+        word, size = self.word, len(self.word)
+        if size > 2 or _UNSPACED_CHARACTER.fullmatch(word[-1]) is None:
+            return -1  # no word `words` gives is longer than a pair of these characters
+        at = text.find(word)
+        while at >= 0:
+            if size == 2:
+                return at
+            before = at > 0 and _UNSPACED_CHARACTER.match(text[at - 1]) is not None
+            after = at + 1 < len(text) and _UNSPACED_CHARACTER.match(text[at + 1]) is not None
+            # Alone, the character is a word; followed by another it starts a pair (a prefix); ending a run, it is
+            # only the end of the pair before it.
+            if (not before and not after) or (after and not self.whole):
+                return at
+            at = text.find(word, at + 1)
+        return -1
+
+
+def _breaks(character: str) -> bool:
+    """Whether *character* ends a run of letters and digits for `words`: not one, or one of a script written
+    without spaces (which `unspaced` reads apart from the letters and digits beside it)."""
+    return not character.isalnum() or (not character.isascii() and _UNSPACED_CHARACTER.match(character) is not None)
 
 
 def word_pattern(word: str, whole: bool) -> WordPattern:

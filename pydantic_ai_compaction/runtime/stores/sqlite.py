@@ -36,6 +36,7 @@ from pydantic_ai_compaction.runtime.stores._query import (
     py_text,
     query_words,
     rank_any_word,
+    unspaced_words,
     word_pattern,
 )
 
@@ -374,9 +375,13 @@ class SQLiteArchiveStore:
                     )
                     fresh[key] = cursor.rowcount == 1
                 if fresh[key]:
+                    text, context = index_text(line.text), line_context(line)
+                    # unicode61 reads a run of Chinese or Japanese as one word: the pairs the other stores find
+                    # in it go beside the call, where a search matches too (`unspaced`).
+                    extra = unspaced_words(f'{text} {context}')
                     values = (
-                        index_text(line.text), line_context(line), key[0], line.source, index_text(line.tool_name),
-                        index_text(line.args), index_text(line.result_id), line.line_no,
+                        text, f'{context} {extra}' if extra else context, key[0], line.source,
+                        index_text(line.tool_name), index_text(line.args), index_text(line.result_id), line.line_no,
                     )  # fmt: skip
                     if self._version >= 1:
                         db.execute(
