@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_ai import Agent, BinaryContent, ToolReturn
@@ -15,6 +16,7 @@ from pydantic_ai.tools import RunContext
 
 from pydantic_ai_compaction import (
     CompactionEvent,
+    ConfigurationError,
     ConversationView,
     Fork,
     InstructionSources,
@@ -264,3 +266,33 @@ def test_items_of_a_user_role_list_are_restated_apart() -> None:
     _reading_agent(prompts, []).run_sync('Continue the audit.', message_history=history)
     restated = [e.record.restated for e in events if e.record is not None and e.record.restated]
     assert restated and restated[0] == ('Use lowercase ids.\nNever touch prod.',)
+
+
+def test_a_long_marked_line_is_restated_cut_once_at_every_compaction() -> None:
+    # A marked line is anything a tool printed: restated whole (400 KB of JSON), it alone held the context over the
+    # trigger and nearly every request compacted again.
+    events: list[CompactionEvent] = []
+    script = ScriptedAgentModel(logs=10, compactor=lambda messages, kind: fork_json([]))
+    strategy = Reassert(
+        Fork(trigger=Trigger(tokens=4_000), observer=events.append),
+        sources=InstructionSources(markers=('CHANGE:',)),
+        change_chars=300,
+    )
+    agent = Agent(script.model(), capabilities=[strategy], system_prompt='Audit logs.')
+    record = 'CHANGE: ' + '{"payload": "' + 'A' * 40_000 + '"}'
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return f'{record}\nother line' if index == 0 else log_text(index)
+
+    agent.run_sync('Audit logs 0-9.')
+    restated = [e.record.restated for e in events if e.record is not None]
+    assert len(restated) >= 2  # later compactions read the change back from the earlier record
+    expected = record[:300] + f'… [{len(record) - 300:,} more chars]'
+    assert restated == [(expected,)] * len(restated)
+    assert all(e.record.tokens_after < 4_000 for e in events if e.record is not None)
+
+
+def test_reassert_change_chars_must_be_a_positive_integer() -> None:
+    with pytest.raises(ConfigurationError, match=r'Reassert\.change_chars must be an integer ≥ 1, got 0 \(int\)'):
+        Reassert(Fork(trigger=TRIGGER), sources=InstructionSources(markers=()), change_chars=0)

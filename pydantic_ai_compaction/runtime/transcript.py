@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Iterable, Sequence
 
@@ -27,6 +28,23 @@ from pydantic_ai_compaction.protocols.types import Exchange
 from pydantic_ai_compaction.runtime.encoding import args_text, clean_text, to_json
 from pydantic_ai_compaction.runtime.pins import is_pinned
 from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatement, tool_content_parts
+
+
+def cut_to(text: str, limit: int) -> str:
+    """*text* as it is up to *limit* characters, then how many more it had: `… [1,234 more chars]`.
+
+    A text cut so already is given back as it is: a restatement read back from a record is cut again at the next
+    compaction, and must stay the same text (or it would be restated beside itself).
+    """
+    if len(text) <= limit:
+        return text
+    marked = _CUT_MARK.search(text, limit)
+    if marked is not None and marked.start() == limit:
+        return text
+    return text[:limit] + f'… [{len(text) - limit:,} more chars]'
+
+
+_CUT_MARK = re.compile(r'… \[[0-9,]+ more chars\]\Z')
 
 
 def clip(text: str, limit: int) -> str:

@@ -14,10 +14,11 @@ from pydantic_ai.tools import AgentDepsT
 
 from pydantic_ai_compaction.protocols.types import Proposal
 from pydantic_ai_compaction.runtime.capability import CompactionCapability, WrappingCompaction
-from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_instance
+from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_instance, check_int
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.instructions import InstructionSources, gather_instructions
 from pydantic_ai_compaction.runtime.segment import ConversationView
+from pydantic_ai_compaction.runtime.transcript import cut_to
 
 
 @dataclass
@@ -46,8 +47,14 @@ class Reassert(WrappingCompaction[AgentDepsT]):
     """Which texts count as instruction changes. Required: `InstructionSources(markers=('CHANGE:',))` restates
     marked tool-output lines too (the seed study's setup), `InstructionSources(markers=())` only user prompts."""
 
+    change_chars: int = 2_000
+    """Characters of each instruction change restated verbatim; a longer one is cut there and says how much more it
+    had. A marked line can be anything a tool printed (a whole JSON record on one line): restated whole at every
+    compaction, it alone could hold the context over its trigger, and every request would compact again."""
+
     def __post_init__(self) -> None:
         check_instance('Reassert', 'inner', self.inner, CompactionCapability, 'a compaction strategy')
+        check_int('Reassert', 'change_chars', self.change_chars, minimum=1)
         if self.sources is None:
             raise ConfigurationError(
                 "Reassert.sources is required: pass sources=InstructionSources(markers=('CHANGE:',)) to restate "
@@ -64,7 +71,9 @@ class Reassert(WrappingCompaction[AgentDepsT]):
     async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
         """The inner proposal plus the instruction changes to restate."""
         assert self.sources is not None  # checked at construction
-        restate = gather_instructions(view, self.sources)
+        gathered = gather_instructions(view, self.sources)
+        # Cut once: a change restated earlier comes back from its record as it was cut, beside its original text.
+        restate = tuple(dict.fromkeys(cut_to(text, self.change_chars) for text in gathered))
         proposal = await self.inner.propose(view, ctx)
         extra: dict[str, Any] = dict(proposal.extra)
         return replace(proposal, restate=restate, extra=extra)

@@ -65,7 +65,7 @@ from pydantic_ai_compaction.runtime.segment import (
     our_record,
     settled_prefix,
 )
-from pydantic_ai_compaction.runtime.transcript import clip, return_text, user_text
+from pydantic_ai_compaction.runtime.transcript import clip, cut_to, return_text, user_text
 from pydantic_ai_compaction.runtime.validate import (
     boundary_exchanges,
     droppable_tokens,
@@ -1187,10 +1187,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         return lines
 
     def _clip(self, text: str) -> str:
-        text = clean_text(text.strip())
-        if len(text) <= self.answer_chars:
-            return text
-        return text[: self.answer_chars] + f'… [{len(text) - self.answer_chars:,} more chars]'
+        return cut_to(clean_text(text.strip()), self.answer_chars)
 
     def _progress(
         self,
