@@ -27,8 +27,10 @@ from pydantic_ai_compaction_bench.cost import PriceTable
 from pydantic_ai_compaction_bench.plots import plot
 from pydantic_ai_compaction_bench.report import (
     Record,
+    RecordsError,
     describe_prices,
     describe_sheets,
+    end_with_newline,
     mixed_prices,
     price_sheets,
     prices_argument,
@@ -37,7 +39,16 @@ from pydantic_ai_compaction_bench.report import (
     summarize,
     write_records,
 )
-from pydantic_ai_compaction_bench.runner import PLAYERS, REFERENCE, Player, RunSpec, check_server, run_all, spec_of
+from pydantic_ai_compaction_bench.runner import (
+    PLAYERS,
+    REFERENCE,
+    Player,
+    RunSpec,
+    check_server,
+    newest_runs,
+    run_all,
+    spec_of,
+)
 from pydantic_ai_compaction_bench.tasks import incident
 
 DEFAULT_TRIGGERS = {'incident': 18_000, 'recall': 20_000}
@@ -312,12 +323,33 @@ def check_bench(args: argparse.Namespace) -> None:
                 f'got {" ".join(map(str, small))}'
             )
     names = args.strategies or list(strategies.ALL if args.task == 'incident' else strategies.RECALL_SETUPS)
+    if args.anchor_pins:
+        check_anchor_pins(names)
     args.baseline = chosen_baseline(args.baseline, names, 'among the strategies run')
     if args.model != REFERENCE:
         check_model(args.model)
     if args.out.exists() and not args.out.is_dir():
         # Checked before any run: otherwise the records file fails to open with a bare "File exists".
         raise UsageError(f'--out must be a directory for the records and plots, got the file {args.out}')
+    check_plots_directory(args.out / 'plots', f'--out {args.out}')
+
+
+def check_plots_directory(directory: Path, option: str) -> None:
+    """`UsageError` naming *option* if *directory*, where the plots go, is a file: found before any run, not
+    after the last one."""
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f'{option}: the plots go to {directory}, which is a file, not a directory')
+
+
+def check_anchor_pins(names: Sequence[str]) -> None:
+    """`UsageError` for `--anchor-pins` when none of *names* is a harness anchor: only those are told the markers
+    through `pin()`, so every run would ignore it while its records said `anchor_pins: true`."""
+    bases = {name.partition('+')[0] for name in strategies.expand(names)}
+    if not bases & set(strategies.HARNESS):
+        raise UsageError(
+            f'--anchor-pins: no harness anchor in --strategies {" ".join(names)} (it applies to '
+            f'{", ".join(strategies.HARNESS)} only)'
+        )
 
 
 def chosen_baseline(baseline: str | None, names: Sequence[str], where: str) -> str | None:
@@ -371,6 +403,7 @@ def specs_for(args: argparse.Namespace) -> list[RunSpec]:
     main: int = args.summary_budget or DEFAULT_SUMMARY_BUDGET
     budgets = list(dict.fromkeys([main, *args.sensitivity_budgets]))
     model: str = args.model
+    base_url: str | None = args.base_url
     think: int = args.think_tokens
     # The player is the reference model's: a real model would run every strategy once per player with the same
     # settings, and the runs would share one table and one baseline per seed (only the last one kept).
@@ -387,6 +420,7 @@ def specs_for(args: argparse.Namespace) -> list[RunSpec]:
                 player=player,
                 anchor_pins=bool(args.anchor_pins),
                 model=model,
+                base_url=base_url,
                 trigger_tokens=trigger,
                 think_tokens=think,
             )
@@ -399,7 +433,18 @@ def specs_for(args: argparse.Namespace) -> list[RunSpec]:
             if budget == main or name not in strategies.NO_SUMMARIZER
         ]
     return [
-        RunSpec('recall', name, seed, 'base', 1, model, trigger, summary_budget=budget, think_tokens=think)
+        RunSpec(
+            'recall',
+            name,
+            seed,
+            'base',
+            1,
+            model,
+            trigger,
+            summary_budget=budget,
+            think_tokens=think,
+            base_url=base_url,
+        )
         for budget in budgets
         for seed in args.seeds
         for name in names
@@ -410,20 +455,30 @@ def specs_for(args: argparse.Namespace) -> list[RunSpec]:
 def open_records(path: Path, *, resume: bool, overwrite: bool) -> list[dict[str, object]] | str:
     """Existing records to resume from, or a one-line reason the run cannot start.
 
-    Checks that the file can be written before any run, and never replaces it silently.
+    Checks that the file can be written before any run, and never replaces it silently. On resume, a cut-off last
+    line (a run stopped while its record was written) is left out with a warning and removed, so that its run
+    is rerun and the next record starts on a line of its own.
     """
     if path.exists() and not (resume or overwrite):
         return f'{path} exists: pass --resume to add the missing runs or --overwrite to replace it'
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if resume and path.exists():
-            kept = read_records(path)
-            path.open('ab').close()
+            kept = read_records(path, warn=warning)
+            if repaired := end_with_newline(path):
+                warning(repaired)
             return kept
         path.open('wb').close()
     except OSError as error:
         return f'cannot write records to {path}: {error.strerror or error}'
+    except RecordsError as error:
+        return f'cannot resume: {error}'
     return []
+
+
+def warning(message: str) -> None:
+    """Print a one-line warning on stderr."""
+    print(f'pai-compaction: warning: {one_line(message)}', file=sys.stderr)
 
 
 def resumed_at_other_prices(kept: Sequence[Record], model: str, prices: dict[str, float] | None, path: Path) -> str:
@@ -462,6 +517,8 @@ def bench(args: argparse.Namespace) -> int:
             print('pai-compaction: no --prices given for the server; costs are shown as $0', file=sys.stderr)
             args.prices = models.FREE
         args.model = routed
+        # Recorded with each run and part of its key: a resume against another server reruns the runs.
+        args.base_url = models.server_url(args.base_url)
     elif args.base_url:
         print('pai-compaction: error: --base-url needs --model openai:NAME', file=sys.stderr)
         return EXIT_USAGE
@@ -498,8 +555,10 @@ def bench(args: argparse.Namespace) -> int:
     )
     wanted = {spec.key() for spec in specs}
     # Everything in the tables comes from the records file, as `summarize` would read it.
-    latest = {spec_of(r).key(): r for r in read_records(path) if 'config' in r}  # a rerun replaces a missing run
-    records = [record for key, record in latest.items() if key in wanted]
+    # A rerun replaces a missing run, as `summarize` reads it (`newest_runs`).
+    records = [
+        record for record in newest_runs(read_records(path)) if 'config' in record and spec_of(record).key() in wanted
+    ]
     print(summarize(records, baseline=args.baseline, prices=args.prices, budget=args.summary_budget))
     try:
         written = plot(records, args.out / 'plots', budget=args.summary_budget, prices=args.prices)
@@ -609,9 +668,9 @@ def summarize_records(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise UsageError(f'no records file at {path}' if not path.exists() else f'{path} is not a file')
     try:
-        records = read_records(path)
-    except ValueError as error:  # orjson's decode error
-        raise UsageError(f'{path} is not a JSONL records file: {one_line(error)}') from None
+        records = read_records(path, warn=warning)
+    except RecordsError as error:
+        raise UsageError(str(error)) from None
     if not records:
         raise UsageError(f'{path} holds no records')
     for number, record in enumerate(records, start=1):
@@ -636,6 +695,20 @@ def summarize_records(args: argparse.Namespace) -> int:
                     f'{path} is not a records file of pai-compaction bench (line {number}: a request has no '
                     f'{", ".join(missing)})'
                 )
+    try:
+        # The newest record of each run, as `bench` keeps them: a rerun replaces a missing run, a repeat counts once.
+        records = newest_runs(records)
+    except (TypeError, ValueError) as error:  # a `config` RunSpec does not take
+        raise UsageError(
+            f'{path} is not a records file of pai-compaction bench (a config: {describe(error)})'
+        ) from None
+    caps = sorted({int(r['summary_budget']) for r in records if r.get('summary_budget') is not None})
+    if args.summary_budget is not None and args.summary_budget not in caps:
+        # Otherwise the tables at the default cap print under the impression they are at the one asked for.
+        held = f'the caps it holds: {", ".join(map(str, caps))}' if caps else 'it holds runs without a summary cap'
+        raise UsageError(f'--summary-budget {args.summary_budget}: no run in {path} ran at that cap ({held})')
+    if args.plots is not None:
+        check_plots_directory(args.plots, f'--plots {args.plots}')
     present = sorted({str(record.get('strategy')) for record in records})
     baseline = chosen_baseline(args.baseline, present, f'among the strategies in {path}')
     if args.prices is None and (mixed := mixed_prices(records)):

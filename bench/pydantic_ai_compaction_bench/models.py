@@ -56,9 +56,15 @@ def use_base_url(model: str, base_url: str | None) -> str:
     `openai-chat:NAME`: OpenAI-compatible servers speak Chat Completions, while pydantic-ai maps
     `openai:` to the Responses API. Without a URL, *model* is returned unchanged.
     """
-    url = base_url or os.environ.get(BASE_URL_ENV) or None
+    url = server_url(base_url)
     if url is None:
         return model
     name = model_name(model)
-    os.environ['OPENAI_BASE_URL'] = check_base_url(url)
+    os.environ['OPENAI_BASE_URL'] = url
     return f'openai-chat:{name}'
+
+
+def server_url(base_url: str | None) -> str | None:
+    """The server `use_base_url` routes to: *base_url*, else `PAC_BASE_URL`, checked (`check_base_url`); or None."""
+    url = base_url or os.environ.get(BASE_URL_ENV) or None
+    return check_base_url(url) if url is not None else None

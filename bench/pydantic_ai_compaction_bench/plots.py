@@ -12,7 +12,15 @@ from typing import Any
 
 from pydantic_ai_compaction_bench import strategies
 from pydantic_ai_compaction_bench.cost import PriceTable
-from pydantic_ai_compaction_bench.report import Record, SettingKey, agent_prompts, build_rows, main_budget, setting_key
+from pydantic_ai_compaction_bench.report import (
+    Record,
+    SettingKey,
+    agent_prompts,
+    at_cap,
+    build_rows,
+    main_budget,
+    setting_key,
+)
 from pydantic_ai_compaction_bench.stats import wilson_interval
 
 _MARKERS = ('o', 's', '^', 'D', 'v', 'P', 'X', '<', '>', 'p', 'h', '*', 'd', '8', 'H', '1', '2')
@@ -48,8 +56,9 @@ def plot(
     directory.mkdir(parents=True, exist_ok=True)
     chosen = main_budget(records, budget)
     groups: dict[SettingKey, list[Record]] = defaultdict(list)
-    for record in records:
-        if record['status'] == 'ok' and record.get('summary_budget') in (None, chosen):
+    # The main table's runs (`at_cap`): strategies that never ask for a summary are drawn at every cap.
+    for record in at_cap(records, chosen):
+        if record['status'] == 'ok':
             groups[setting_key(record)].append(record)
     triggers = {key[:3]: {other[3] for other in groups if other[:3] == key[:3]} for key in groups}
     written: list[Path] = []

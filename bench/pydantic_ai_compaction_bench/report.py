@@ -6,7 +6,7 @@ import dataclasses
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -28,10 +28,64 @@ def write_records(records: Iterable[Record], path: Path) -> None:
             handle.write(orjson.dumps(record) + b'\n')
 
 
-def read_records(path: Path) -> list[Record]:
-    """Every record in a JSONL file."""
-    with path.open('rb') as handle:
-        return [orjson.loads(line) for line in handle if line.strip()]
+class RecordsError(ValueError):
+    """A line of a records file that is not a JSON record, named by its file and line number."""
+
+
+def read_records(path: Path, *, warn: Callable[[str], None] | None = None) -> list[Record]:
+    """Every record in a JSONL file.
+
+    A last line that is cut off (no newline, not JSON) is the record a killed `bench` was appending: it is left
+    out, and *warn* is told, so that `--resume` reruns its run. Any other line that is not JSON raises.
+
+    Args:
+        path: The records file.
+        warn: Called with a one-line warning when a cut-off last line is left out.
+
+    Raises:
+        RecordsError: A line other than a cut-off last one is not JSON; the message names *path* and the line.
+    """
+    lines = path.read_bytes().split(b'\n')
+    records: list[Record] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(orjson.loads(line))
+        except orjson.JSONDecodeError as error:
+            # Only the last piece lacks its newline: `write_records` ends every record with one.
+            if number == len(lines):
+                if warn is not None:
+                    warn(
+                        f'{path}, line {number}: cut off (a record being written when the run was stopped); '
+                        'left out, and --resume reruns its run'
+                    )
+                continue
+            raise RecordsError(
+                f'{path} is not a JSONL records file: line {number} is not JSON ({error.msg} at column {error.colno})'
+            ) from None
+    return records
+
+
+def end_with_newline(path: Path) -> str:
+    """Make *path* end with a newline before records are appended to it; what was done, or '' if nothing was.
+
+    A record appended after a line without its newline would join it, and both would be lost: a cut-off last
+    line (see `read_records`) is removed, a whole one gets its newline.
+    """
+    data = path.read_bytes()
+    if not data or data.endswith(b'\n'):
+        return ''
+    start = data.rfind(b'\n') + 1
+    try:
+        orjson.loads(data[start:])
+    except orjson.JSONDecodeError:
+        with path.open('r+b') as handle:
+            handle.truncate(start)
+        return f'removed the cut-off last line of {path} ({len(data) - start} bytes)'
+    with path.open('ab') as handle:
+        handle.write(b'\n')
+    return ''
 
 
 @dataclass(frozen=True)
@@ -358,7 +412,8 @@ def group_key(record: Record) -> GroupKey:
     return (
         record['task'],
         record['size'],
-        record['model'],
+        # Two servers can serve different models under one name: their runs are two tables, not one.
+        f'{record["model"]} at {url}' if (url := record.get('base_url')) else record['model'],
         record.get('trigger_tokens') or 0,
         record.get('summary_budget'),
         record.get('player'),
@@ -431,6 +486,44 @@ def main_budget(records: Sequence[Record], wanted: int | None = None) -> int | N
     return max(sorted(set(budgets)), key=budgets.count)
 
 
+def summary_free(records: Iterable[Record]) -> bool:
+    """Whether no finished run of *records* asked for a summary: the summary cap cannot have changed them."""
+    return all(
+        not any(q['kind'] == 'compactor' for q in r.get('requests') or ()) for r in records if r['status'] == 'ok'
+    )
+
+
+CARRIED_FROM = 'carried_from_summary_cap'
+"""Set on a record `at_cap` shows at a cap it did not run at: the cap it ran at."""
+
+
+def at_cap(records: Sequence[Record], budget: int | None) -> list[Record]:
+    """The records of the main tables and plots at summary cap *budget*.
+
+    Runs at *budget*, runs without a cap (a real model), and, as the sensitivity table does, the runs of a strategy
+    that never asked for a summary at a cap it ran at instead (`bench` runs the strategies in `NO_SUMMARIZER` at
+    the main cap only): the cap cannot change them, and without them `summarize --summary-budget` at another cap
+    would leave out the baselines. Carried records are copies at *budget*, marked with `CARRIED_FROM`.
+    """
+    kept = [r for r in records if r.get('summary_budget') in (None, budget)]
+    present = {(setting_key(r), r.get('player'), r['strategy']) for r in kept}
+    elsewhere: dict[tuple[SettingKey, Any, str], list[Record]] = defaultdict(list)
+    for record in records:
+        where = (setting_key(record), record.get('player'), record['strategy'])
+        if where not in present:
+            elsewhere[where].append(record)
+    default = main_budget(records)
+    for group in elsewhere.values():
+        if not summary_free(group):
+            continue
+        caps = sorted({int(r['summary_budget']) for r in group})
+        source = default if default in caps else caps[0]
+        kept.extend(
+            {**r, 'summary_budget': budget, CARRIED_FROM: source} for r in group if r['summary_budget'] == source
+        )
+    return kept
+
+
 def summarize(
     records: Sequence[Record],
     *,
@@ -451,7 +544,7 @@ def summarize(
         raise ValueError(f'{mixed}: pass --prices to price every run at one sheet')
     chosen_budget = main_budget(records, budget)
     groups: dict[GroupKey, list[Record]] = defaultdict(list)
-    for record in records:
+    for record in at_cap(records, chosen_budget):
         groups[group_key(record)].append(record)
     sections: list[str] = []
     for key, group in sorted(groups.items(), key=lambda item: _order(item[0])):
@@ -461,12 +554,26 @@ def summarize(
         seeds = sorted({r['seed'] for r in group})
         variants = sorted({r['variant'] for r in group})
         title = f'### {group_title(key)}'
+        runs = sorted({sum(1 for r in group if r['strategy'] == name) for name in {r['strategy'] for r in group}})
+        # Seeds and variants are those of any run: when strategies ran different sets, say so, since their pass
+        # counts are then over different scenarios.
+        differ = f', runs per strategy differ ({runs[0]} to {runs[-1]})' if len(runs) > 1 else ''
         meta = (
-            f'{len(seeds)} seeds × {len(variants)} variant(s) ({", ".join(variants)}); trigger {trigger:,}; '
+            f'{len(seeds)} seeds × {len(variants)} variant(s) ({", ".join(variants)}){differ}; trigger {trigger:,}; '
             'medians per run of the task (the probe turn, asked after grading, is not counted); cost = input, '
             f'cache reads and writes, output (compactor calls included) at {_cost_basis(group, prices)}; pairs by '
             'seed and variant.'
         )
+        if carried := sorted({(r['strategy'], r[CARRIED_FROM]) for r in group if CARRIED_FROM in r}):
+            meta += (
+                ' '
+                + ', '.join(f'`{name}`' for name, _ in carried)
+                + ' made no summary request, so '
+                + ('its' if len(carried) == 1 else 'their')
+                + ' runs at summary cap '
+                + ', '.join(sorted({str(cap) for _, cap in carried}))
+                + ' hold at this cap too.'
+            )
         present = {r['strategy'] for r in group}
         chosen = baseline if baseline in present else None
         rows = build_rows(group, baseline=chosen, prices=prices)
@@ -554,14 +661,10 @@ def sensitivity_tables(records: Sequence[Record]) -> list[str]:
             row = [name]
             # A strategy that made no summary request in any run cannot depend on the cap: its result at the
             # cap it ran with holds for every cap of the same player.
-            summary_free = all(
-                not any(q['kind'] == 'compactor' for q in r.get('requests') or ())
-                for r in group
-                if r['strategy'] == name and r['status'] == 'ok'
-            )
+            free = summary_free(r for r in group if r['strategy'] == name)
             for player, budget in columns:
                 outcomes = cells.get((name, (player, budget)), [])
-                if not outcomes and summary_free:
+                if not outcomes and free:
                     ran = [v for (n, (p, _)), v in cells.items() if n == name and p == player]
                     if ran:
                         outcomes, carried = ran[0], True

@@ -224,6 +224,12 @@ class RunSpec:
     anchor_pins: bool = False
     """Harness anchors are told the task's markers through harness `pin()` (see `StrategyConfig.anchor_pins`)."""
 
+    base_url: str | None = None
+    """The OpenAI-compatible server a `--model openai:NAME` run was sent to (`--base-url`), else None.
+
+    Part of the run's key: two servers may serve different models under one name. Records written before it was
+    recorded load with None."""
+
     def __post_init__(self) -> None:
         if self.player not in PLAYERS:
             raise ValueError(f'RunSpec.player must be one of {PLAYERS}, got {self.player!r}')
@@ -236,6 +242,27 @@ class RunSpec:
 def spec_of(record: dict[str, Any]) -> RunSpec:
     """The spec a record was made from (records carry it whole under `config`)."""
     return RunSpec(**record['config'])
+
+
+def newest_runs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """*records* with only the newest record of each run (`RunSpec.key`), in the order they were written.
+
+    A records file can hold a run twice: `--resume` reruns a run recorded as missing and appends it, and a file
+    may be joined with itself. Counted twice, a run would be two pairs in the statistics. `bench` and `summarize`
+    both read records through this, so that they print the same tables. Records without a `config` (not
+    written by `bench`) have no run key and are all kept.
+    """
+    listed = list(records)
+    seen: set[tuple[Any, ...]] = set()
+    kept: list[dict[str, Any]] = []
+    for record in reversed(listed):
+        if 'config' in record:
+            key = spec_of(record).key()
+            if key in seen:
+                continue
+            seen.add(key)
+        kept.append(record)
+    return kept[::-1]
 
 
 def strategy_config(spec: RunSpec) -> strategies.StrategyConfig:
@@ -364,7 +391,13 @@ def _base_record(spec: RunSpec) -> dict[str, Any]:
         'think_tokens': spec.think_tokens if reference else None,
         'player': spec.player if reference and spec.task == 'incident' else None,
         'anchor_pins': spec.anchor_pins,
-        'config': dataclasses.asdict(spec),
+        'base_url': spec.base_url,
+        # Without a server the config reads as it did before `base_url` was recorded (loaded, it is None again).
+        'config': {
+            name: value
+            for name, value in dataclasses.asdict(spec).items()
+            if not (name == 'base_url' and value is None)
+        },
         'strategy_settings': strategies.settings(spec.strategy, config),
         'summary_rule': summary_rule(spec.summary_budget) if reference else None,
         'versions': versions(),

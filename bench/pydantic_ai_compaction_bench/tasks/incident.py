@@ -159,7 +159,8 @@ def generate(seed: int, n_logs: int = 8, variant: Variant = 'base', *, log_token
 
     Args:
         seed: Scenario seed.
-        n_logs: Logs to read (the study used 8 and 20).
+        n_logs: Logs to read (the study used 8 and 20): at least 1, and at least `CHANGE_LOG + 1` for a
+            held-out variant.
         variant: `base` or a held-out change (`owner`, `lowercase`, `scope`, `fake`).
         log_tokens: Target size of each log in estimated tokens (4 characters each).
     """
@@ -208,7 +209,9 @@ def _attempt(rng: random.Random, seed: int, n_logs: int, variant: Variant, log_t
             target = rng.choice(earlier)
             retracted.add(target.id)
             events[log].append(f'RETRACT {target.id}')
-    policy_log = rng.randint(3, max(3, n_logs - 1))
+    # A policy change comes in log 3 or later, after incidents to apply it to: a base audit of one or two logs
+    # has none.
+    policy_log = rng.randint(3, max(3, n_logs - 1)) if n_logs >= 3 else 0
     candidates = sorted({i.service for i in incidents if i.log < policy_log and i.service != 'legacy'})
     if candidates:
         service = rng.choice(candidates)
