@@ -11,9 +11,11 @@ With `Recall` in front, every cleared or summarized detail stays searchable.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from itertools import compress, count
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
@@ -251,9 +253,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
     def view(self, persisted: Sequence[ModelMessage]) -> list[ModelMessage]:
         """What the model is sent: the projection, then everything persisted after it."""
         projection = self._projection
-        stale = projection.covers > len(persisted) or any(
-            a is not b for a, b in zip(projection.covered, persisted[: projection.covers], strict=False)
-        )
+        stale = projection.covers > len(persisted) or any(map(operator.is_not, projection.covered, persisted))
         if stale:
             # Another capability rewrote what the projection stands for (an archive stub, a compaction):
             # start again from the persisted history, keeping the handoff note to update.
@@ -304,8 +304,9 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         reminder); it would also carry the reminder on. So when the messages sent after the saved ones are the view's
         own last messages, unchanged, the projection stands for the saved messages before them alone.
         """
-        shared = next((i for i, (a, b) in enumerate(zip(sent, saved, strict=False)) if a is not b), len(sent))
-        shared = min(shared, len(saved))
+        # Compared in C (`operator.is_` over both lists): this runs at every request past the clearing threshold.
+        differ = compress(count(), map(operator.is_not, sent, saved))
+        shared = next(differ, min(len(sent), len(saved)))
         tail = sent[shared:]
         if tail and len(view) > len(tail) and all(a is b for a, b in zip(view[-len(tail) :], tail, strict=True)):
             covers, messages = shared, view[: -len(tail)]
