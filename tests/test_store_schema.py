@@ -365,6 +365,11 @@ TEXT = st.text(st.sampled_from('aAbé_ -1.Ü2x\u0130\u00df'), max_size=12)
     query=st.lists(st.text(st.sampled_from('abé1ü2xi\u00df'), min_size=1, max_size=3), max_size=3),
 )
 def test_the_searched_score_equals_the_score_over_the_line_s_words(text: str, context: str, query: list[str]) -> None:
+    _assert_score_is_over_words(text, context, query)
+
+
+def _assert_score_is_over_words(text: str, context: str, query: list[str]) -> None:
+    """`line_score` (searching the text) equals the score counted over the line's and its call's words."""
     wanted = words(' '.join(query))
     for whole in (True, False):
         own, around = words(text), words(text) + words(context)
@@ -386,11 +391,7 @@ def test_the_searched_score_equals_the_score_over_the_line_s_words_in_unspaced_s
 ) -> None:
     # Chinese, Japanese and Korean runs are read as pairs of characters (`unspaced`): searching the text must find a
     # pair, a character alone and the letters beside them exactly where the line's words hold them.
-    wanted = words(' '.join(query))
-    for whole in (True, False):
-        own, around = words(text), words(text) + words(context)
-        expected = sum(has_word(around, word, whole) + has_word(own, word, whole) for word in wanted)
-        assert line_score(text, context, [word_pattern(word, whole) for word in wanted]) == expected
+    _assert_score_is_over_words(text, context, query)
 
 
 def _pg_candidates(conn: Any, key: str, tsqueries: list[str], limit: int) -> list[list[tuple[int, tuple[Any, ...]]]]:
