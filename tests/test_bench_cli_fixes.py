@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -242,3 +243,20 @@ def test_the_caption_says_when_strategies_ran_different_runs() -> None:
     assert '4 seeds × 1 variant(s) (owner), runs per strategy differ (2 to 4);' in summarize(mixed)
     same = [record('native', seed) for seed in (1, 2)] + [record('none', seed) for seed in (1, 2)]
     assert 'differ' not in summarize(same)
+
+
+@pytest.mark.parametrize('key', ['', '  '])
+def test_an_empty_api_key_does_not_stop_a_run_against_a_keyless_server(
+    key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `OPENAI_API_KEY=` (set, empty) made the SDK refuse to build the client, where an unset key works.
+    from pydantic_ai.models import infer_model
+    from pydantic_ai_compaction_bench import models
+
+    monkeypatch.setenv('OPENAI_API_KEY', key)
+    monkeypatch.delenv('OPENAI_BASE_URL', raising=False)
+    routed = models.use_base_url('openai:local-model', 'http://127.0.0.1:9/v1')
+    assert routed == 'openai-chat:local-model'
+    built = infer_model(routed)
+    assert built.model_name == 'local-model'
+    assert os.environ['OPENAI_API_KEY'] == models.PLACEHOLDER_KEY

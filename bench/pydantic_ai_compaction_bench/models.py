@@ -61,6 +61,10 @@ def use_base_url(model: str, base_url: str | None) -> str:
         return model
     name = model_name(model)
     os.environ['OPENAI_BASE_URL'] = url
+    if not os.environ.get('OPENAI_API_KEY', '').strip():
+        # Set but empty (`OPENAI_API_KEY=` in a shell or an env file), the SDK refuses to build the client
+        # ("Missing credentials") where an unset one works: a local server needs no key.
+        os.environ['OPENAI_API_KEY'] = PLACEHOLDER_KEY
     return f'openai-chat:{name}'
 
 
