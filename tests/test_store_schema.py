@@ -24,6 +24,7 @@ from pydantic_ai_compaction.protocols.archive import ArchiveError, LogLine
 from pydantic_ai_compaction.runtime.stores import PostgresArchiveStore, SQLiteArchiveStore
 from pydantic_ai_compaction.runtime.stores import postgres as postgres_module
 from pydantic_ai_compaction.runtime.stores import sqlite as sqlite_module
+from pydantic_ai_compaction.runtime.stores._query import _UNSPACED_CHARACTER as UNSPACED  # pyright: ignore[reportPrivateUsage]
 from pydantic_ai_compaction.runtime.stores._query import has_word, line_score, rank_any_word, word_pattern, words
 
 from .stores import POSTGRES_DSN, make_store, postgres_store
@@ -32,15 +33,28 @@ EXAMPLES = int(os.environ.get('PAC_EXAMPLES', '40'))
 
 
 def _pattern_words(text: str) -> list[str]:
-    """`words` by the pattern alone: runs of letters and digits of the text lowercased and composed (NFC), without
-    repeats."""
-    return list(dict.fromkeys(re.findall(r'[^\W_]+', unicodedata.normalize('NFC', text.lower()))))
+    """`words` by the pattern alone: runs of letters and digits of the text lowercased (the dot `İ` leaves on its
+    `i` dropped) and composed (NFC), a run of a script written without spaces as the pairs of its characters,
+    without repeats."""
+    lowered = unicodedata.normalize('NFC', text.lower().replace('i\u0307', 'i'))
+    found: list[str] = []
+    for word in re.findall(r'[^\W_]+', lowered):
+        run = ''
+        for character in [*word, '']:
+            unspaced = bool(character) and UNSPACED.match(character) is not None
+            if run and (not character or unspaced != bool(UNSPACED.match(run[-1]))):
+                pairs = [run[at : at + 2] for at in range(len(run) - 1)]
+                found.extend(pairs if UNSPACED.match(run) and pairs else [run])
+                run = ''
+            run += character
+    return list(dict.fromkeys(found))
 
 
 ODD_TEXT = st.lists(
     st.one_of(
         st.characters(max_codepoint=127),  # every ASCII character, controls included
         st.sampled_from(['é', 'ß', 'İ', '\u212a', '\ud800', '\udfff', '\x00', '\\.', 'Σ', 'ΑΣ ', '٣', '_', '\u2028']),
+        st.sampled_from(['東', '京', 'タ', 'ー', '비', '밀', 'ｶ', '𠀀']),  # scripts written without spaces
     ),
     max_size=60,
 ).map(''.join)
@@ -702,6 +716,14 @@ def test_words_are_the_pattern_s_words_whatever_the_text(text: str) -> None:
     """The ASCII shortcut (`str.translate`) splits exactly as the pattern does, and other text goes to the pattern."""
     assert words(text) == _pattern_words(text)
     assert words(text.upper()) == _pattern_words(text.upper())
+
+
+def test_a_run_written_without_spaces_is_read_as_pairs() -> None:
+    assert words('東京タワーの高さは333メートル') == [
+        *['東京', '京タ', 'タワ', 'ワー', 'ーの', 'の高', '高さ', 'さは'],
+        *['333', 'メー', 'ート', 'トル'],
+    ]
+    assert words('İstanbul 秒') == ['istanbul', '秒']
 
 
 def test_words_of_every_ascii_character() -> None:

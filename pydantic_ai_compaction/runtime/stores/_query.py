@@ -134,10 +134,16 @@ def folded(text: str) -> str:
 
     A letter and its accent may come as one character or as two (macOS writes file names decomposed, NFD); the
     combining accent is no letter, so decomposed `Zoë` split into `zoe` and was not found by the `zoë` a model
-    types. Composed after lowercasing, which may itself decompose (`İ` lowercases to `i` and a combining dot).
+    types. Composed after lowercasing, which may itself decompose: `İ` lowercases to `i` and a combining dot that
+    composes with nothing, which split `İstanbul` into `i` and `stanbul`; the dot is dropped, so it is `istanbul`, as
+    a model types it and as SQLite's tokenizer reads it.
     """
     lowered = text.lower()
-    return lowered if lowered.isascii() else unicodedata.normalize('NFC', lowered)
+    if lowered.isascii():
+        return lowered
+    if '\u0307' in lowered:
+        lowered = lowered.replace('i\u0307', 'i')
+    return unicodedata.normalize('NFC', lowered)
 
 
 QUERY_WORDS = 64
