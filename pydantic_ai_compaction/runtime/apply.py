@@ -7,6 +7,7 @@ provider already cached changes; fragments of merged requests are rebuilt with
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -99,7 +100,7 @@ def apply_layout(
     kept = kept_positions(view, set(layout.keep))
     last = last_dropped(view, layout.dropped)
     unfinished_position = first_unfinished(view)
-    boundary_at = _boundary_position(view, layout, last, unfinished_position)
+    boundary_at = _boundary_position(view, layout, last, unfinished_position, kept)
 
     out: list[ModelMessage] = []
     boundary_placed, restatement_placed = False, not layout.restate
@@ -128,8 +129,9 @@ def apply_layout_fresh(
     dropped_positions = [positions[exchange_id] for exchange_id in layout.dropped]
     in_progress = [index for index, exchange in enumerate(view.exchanges) if exchange.unfinished]
     unfinished_position = in_progress[0] if in_progress else len(view.exchanges)
+    kept_in_order = [index for index, exchange in enumerate(view.exchanges) if exchange.id in keep]
     boundary_at = _boundary_position(
-        view, layout, max(dropped_positions) if dropped_positions else None, unfinished_position
+        view, layout, max(dropped_positions) if dropped_positions else None, unfinished_position, kept_in_order
     )
 
     out: list[ModelMessage] = []
@@ -148,16 +150,22 @@ def apply_layout_fresh(
     return out
 
 
-def _boundary_position(view: ConversationView, layout: Layout, last: int | None, unfinished: int) -> int:
-    """Where the boundary goes among the exchanges: in place of the last dropped one (*last*), before the first
-    unfinished one at the latest.
+def _boundary_position(
+    view: ConversationView, layout: Layout, last: int | None, unfinished: int, kept: Sequence[int]
+) -> int:
+    """Where the boundary goes among the exchanges (*kept*: the positions of those kept, in order): in place of the
+    last dropped one (*last*), before the first unfinished one at the latest.
 
     A provider's own compaction item is where pydantic-ai and the provider start reading: everything before it but
     the standing system prompt is trimmed from the requests that follow. Kept before it, the pins and the turn being
-    worked on were never sent again; so it goes before every kept exchange but the opening request (whose system
-    prompt pydantic-ai sends from there, and without which the history would start with a response).
+    worked on were never sent again; so it goes as early as the history allows: after the opening request (whose
+    system prompt pydantic-ai sends from there, and without which the history would start with a response), and
+    after every earlier boundary kept (the provider read them, and the records must stay in the order they were
+    written: the newest compaction is the last one in the history, which counting compactions relies on).
     """
     if isinstance(layout.summary, ProviderSummary):
         exchanges = view.exchanges
-        return 1 if exchanges and exchanges[0].kind == 'opening' and unfinished > 0 else 0
+        earliest = 1 if exchanges and exchanges[0].kind == 'opening' else 0
+        boundaries = [position for position in kept if exchanges[position].kind == 'boundary']
+        return min(max(earliest, boundaries[-1] + 1 if boundaries else 0), unfinished)
     return min(last + 1 if last is not None else unfinished, unfinished)

@@ -150,3 +150,25 @@ def test_the_turn_worked_on_is_sent_after_every_provider_compaction(provider: ty
     assert after
     assert [TURNS[1] in text for text in after] == [True] * len(after)
     assert pairing_problems(outcome.history) == []
+
+
+@pytest.mark.parametrize('provider', [OpenAIResponses, Anthropic], ids=['openai-responses', 'anthropic'])
+def test_a_provider_compaction_follows_the_boundaries_kept_before_it(provider: type[Provider]) -> None:
+    # Placed right after the opening, the provider's item came before the summaries kept from earlier compactions:
+    # the newest record was no longer the last one, and the compactions were counted wrong (sequences 1, 2, 3, 3, 3).
+    from pydantic_ai_compaction import StatelessSummary, Switch
+
+    def strategies(events: list[CompactionEvent]) -> list[Any]:
+        summary = StatelessSummary(trigger=TRIGGER, retry=FAST_RETRY, observer=events.append)
+        native = Native(trigger=TRIGGER, retry=FAST_RETRY, observer=events.append)
+        return [Switch(when=lambda state: state.compactions % 2 == 1, then=summary, otherwise=native)]
+
+    outcome = run_on(Mock(provider(), Script()), strategies)
+    events = outcome.compactions()
+    assert len(events) >= 6
+    assert [e.record.sequence for e in events if e.record is not None] == list(range(1, len(events) + 1))
+    chosen = [e.record.strategy for e in events if e.record is not None]
+    assert chosen == ['native', 'summary'] * (len(chosen) // 2) + ['native'] * (len(chosen) % 2)
+    sequences = [int(record['sequence']) for record in outcome.records()]
+    assert sequences == sorted(sequences)
+    assert outcome.mock.problems() == []
