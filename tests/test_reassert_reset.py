@@ -296,3 +296,33 @@ def test_a_long_marked_line_is_restated_cut_once_at_every_compaction() -> None:
 def test_reassert_change_chars_must_be_a_positive_integer() -> None:
     with pytest.raises(ConfigurationError, match=r'Reassert\.change_chars must be an integer ≥ 1, got 0 \(int\)'):
         Reassert(Fork(trigger=TRIGGER), sources=InstructionSources(markers=()), change_chars=0)
+
+
+@pytest.mark.parametrize('then', [100, 600])
+def test_a_change_cut_at_another_change_chars_is_restated_once(then: int) -> None:
+    # The record holds the change cut at the old `change_chars`, the history its original: cut at the new one, the two
+    # were restated side by side.
+    events: list[CompactionEvent] = []
+    script = ScriptedAgentModel(logs=6, compactor=lambda messages, kind: fork_json([]))
+    strategy = Reassert(
+        Fork(trigger=Trigger(tokens=4_000), observer=events.append),
+        sources=InstructionSources(markers=('CHANGE:',)),
+        change_chars=300,
+    )
+    agent = Agent(script.model(), capabilities=[strategy], system_prompt='Audit logs.')
+    record = 'CHANGE: ' + 'B' * 5_000
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return f'{record}\nother line' if index == 0 else log_text(index)
+
+    first = agent.run_sync('Audit logs 0-5.')
+    strategy.change_chars = then
+    script.step = 0
+    events.clear()
+    agent.run_sync('Audit them again.', message_history=first.all_messages())
+    restated = [e.record.restated for e in events if e.record is not None and e.record.restated]
+    assert restated
+    kept = min(then, len(record))
+    expected = record[:300] if then > 300 else record[:kept]
+    assert all(len(changes) == 1 and changes[0].startswith(expected) for changes in restated), restated

@@ -368,3 +368,47 @@ def test_a_turn_of_several_items_is_kept_when_the_summary_quotes_each(quoted: bo
     expected = [] if quoted else ['Use lowercase ids.\nNever touch prod.']
     assert verification['missing_instructions'] == expected
     assert ('instructions' in verification['failed']) is not quoted
+
+
+@pytest.mark.parametrize(
+    ('instruction', 'summary', 'held'),
+    [
+        ('Use lowercase ids.\nNever touch prod.', "rules: ['Use lowercase ids.', 'Never touch prod.']", True),
+        ('Use lowercase ids.\nNever touch prod.', 'Never touch prod. Use lowercase ids.', False),  # out of order
+        ('Until the audit ends:\ndo not\nrestart the billing service.', 'Next: restart the billing service.', False),
+        ('Rollback window\n5\nminutes', 'Rollback window is 15 minutes', False),  # `5` only inside `15`
+        ('Set the rate limit to\n10\nrequests per second.', 'Set the rate limit to 100 requests per second.', False),
+        ('Set the rate limit to\n10\nrequests per second.', 'set the rate limit to 10 requests per second.', True),
+    ],
+)
+def test_an_instruction_of_several_lines_is_held_line_by_line_in_order_as_whole_words(
+    instruction: str, summary: str, held: bool
+) -> None:
+    # Each line anywhere passed summaries that said something else: `do not` and `5` are in almost any text.
+    from pydantic_ai_compaction.processors.strategies.verified import _holds, _normalized  # pyright: ignore[reportPrivateUsage]
+
+    assert _holds(_normalized(summary), instruction) is held
+
+
+def test_a_change_reassert_restated_cut_is_checked_for_what_the_cut_keeps() -> None:
+    # The restatement's record holds the cut text, mark included, which no summary quoting the change holds: every
+    # compaction after the first failed `instructions` (appended the cut text, or fell back under `reject`).
+    from pydantic_ai_compaction import Reassert
+
+    long_change = 'CHANGE: report owners in uppercase and ' + 'also list every service name exactly as written ' * 3
+    summary = f'Reports passed. {FACT_LINE}. {long_change}'
+    markers = InstructionSources(markers=('CHANGE:',))
+    events: list[CompactionEvent] = []
+    inner = Verified(StatelessSummary(trigger=Trigger(tokens=450), keep_last=1), sources=markers, on_failure='reject')
+    strategy = Reassert(inner, sources=markers, change_chars=60)
+    inner.inner.observer = events.append
+    agent = Agent(FunctionModel(Script(summary=lambda prompt: summary)), capabilities=[strategy], system_prompt=SYSTEM)
+
+    @agent.tool_plain
+    def read_report(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return report(index).replace(CHANGE, long_change)
+
+    agent.run_sync('Audit reports 0-5.')
+    records = [e.record for e in events if e.kind == 'compacted' and e.record is not None]
+    assert len(records) >= 3 and any(record.restated for record in records)
+    assert [(r.fallback_reason, r.extra['verification']['failed']) for r in records] == [(None, [])] * len(records)

@@ -33,18 +33,29 @@ from pydantic_ai_compaction.runtime.segment import ConversationView, is_restatem
 def cut_to(text: str, limit: int) -> str:
     """*text* as it is up to *limit* characters, then how many more it had: `… [1,234 more chars]`.
 
-    A text cut so already is given back as it is: a restatement read back from a record is cut again at the next
-    compaction, and must stay the same text (or it would be restated beside itself).
+    A text cut so already is cut again from what it kept, its count carried: a restatement read back from a record
+    is cut again at the next compaction, and must come out as the original does (or it would be restated beside
+    itself), at the same limit or at another one set since.
     """
-    if len(text) <= limit:
+    marked = _CUT_MARK.search(text)
+    if marked is None:
+        return text if len(text) <= limit else text[:limit] + f'… [{len(text) - limit:,} more chars]'
+    kept = text[: marked.start()]
+    if len(kept) <= limit:
         return text
-    marked = _CUT_MARK.search(text, limit)
-    if marked is not None and marked.start() == limit:
-        return text
-    return text[:limit] + f'… [{len(text) - limit:,} more chars]'
+    more = int(marked.group(1).replace(',', '')) + len(kept) - limit
+    return kept[:limit] + f'… [{more:,} more chars]'
 
 
-_CUT_MARK = re.compile(r'… \[[0-9,]+ more chars\]\Z')
+_CUT_MARK = re.compile(r'… \[([0-9,]{1,27}) more chars\]\Z')
+"""The mark `cut_to` ends a cut text with (a count of at most 27 characters: a text ending in a longer one was not
+cut by it, and is cut)."""
+
+
+def before_cut(text: str) -> str:
+    """*text* without the mark `cut_to` ended it with, if it did: what it says of the original, word for word."""
+    marked = _CUT_MARK.search(text)
+    return text[: marked.start()] if marked is not None else text
 
 
 def clip(text: str, limit: int) -> str:

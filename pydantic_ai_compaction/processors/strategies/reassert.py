@@ -18,7 +18,7 @@ from pydantic_ai_compaction.runtime.checks import ConfigurationError, check_inst
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.instructions import InstructionSources, gather_instructions
 from pydantic_ai_compaction.runtime.segment import ConversationView
-from pydantic_ai_compaction.runtime.transcript import cut_to
+from pydantic_ai_compaction.runtime.transcript import before_cut, cut_to
 
 
 @dataclass
@@ -72,8 +72,15 @@ class Reassert(WrappingCompaction[AgentDepsT]):
         """The inner proposal plus the instruction changes to restate."""
         assert self.sources is not None  # checked at construction
         gathered = gather_instructions(view, self.sources)
-        # Cut once: a change restated earlier comes back from its record as it was cut, beside its original text.
-        restate = tuple(dict.fromkeys(cut_to(text, self.change_chars) for text in gathered))
+        # A change restated earlier comes back from its record as it was cut, beside its original text: cut alike,
+        # the two are one. One cut shorter (`change_chars` raised since) is the start of the other, which says more.
+        cut = list(dict.fromkeys(cut_to(text, self.change_chars) for text in gathered))
+        starts = [before_cut(text) for text in cut]
+        restate = tuple(
+            text
+            for text, start in zip(cut, starts, strict=True)
+            if start == text or not any(other != start and other.startswith(start) for other in starts)
+        )
         proposal = await self.inner.propose(view, ctx)
         extra: dict[str, Any] = dict(proposal.extra)
         return replace(proposal, restate=restate, extra=extra)

@@ -48,7 +48,7 @@ from pydantic_ai_compaction.runtime.degraded import described, warn_degraded, wa
 from pydantic_ai_compaction.runtime.encoding import args_text, clean_text
 from pydantic_ai_compaction.runtime.instructions import InstructionSources, gather_instructions
 from pydantic_ai_compaction.runtime.segment import ConversationView
-from pydantic_ai_compaction.runtime.transcript import clip, render_messages, return_text, user_text
+from pydantic_ai_compaction.runtime.transcript import before_cut, clip, render_messages, return_text, user_text
 from pydantic_ai_compaction.runtime.wrappers import neutralize
 
 Check = Literal['not_empty', 'smaller', 'facts', 'instructions', 'omissions']
@@ -161,6 +161,40 @@ def _normalized(text: str) -> str:
     return ' '.join(text.split()).casefold()
 
 
+def _holds(summary: str, instruction: str) -> bool:
+    """Whether *summary* (`_normalized`) holds *instruction* word for word: whole, or, for an instruction of several
+    lines (a prompt of several items), each line in their order, each as whole words (`5` is not in `15`).
+
+    A summary may list a turn's items apart (`rules: ['Use lowercase ids.', 'Never touch prod.']`); it does not
+    hold the turn when a line is missing, out of its place, or only part of a longer word.
+    """
+    if _normalized(instruction) in summary:
+        return True
+    lines = [_normalized(line) for line in instruction.splitlines() if line.strip()]
+    if len(lines) < 2:
+        return False
+    at = 0
+    for line in lines:
+        found = _whole_at(summary, line, at)
+        if found < 0:
+            return False
+        at = found + len(line)
+    return True
+
+
+def _whole_at(text: str, piece: str, start: int) -> int:
+    """Where *piece* first occurs in *text* from *start* on without cutting a word at either end, or -1."""
+    at = text.find(piece, start)
+    while at >= 0:
+        end = at + len(piece)
+        cuts_before = at > 0 and piece[0].isalnum() and text[at - 1].isalnum()
+        cuts_after = end < len(text) and piece[-1].isalnum() and text[end].isalnum()
+        if not cuts_before and not cuts_after:
+            return at
+        at = text.find(piece, at + 1)
+    return -1
+
+
 @dataclass(frozen=True)
 class Finding:
     """What the checks found in one proposal."""
@@ -172,7 +206,7 @@ class Finding:
     """Protected values the summary does not contain."""
 
     missing_instructions: tuple[str, ...] = ()
-    """Instruction changes the summary does not contain word for word (each of its lines, for one of several)."""
+    """Instruction changes the summary does not contain word for word (one of several lines: each line, in order)."""
 
     omissions: tuple[str, ...] = ()
     """What the second pass said was omitted (only items found in the transcript)."""
@@ -322,11 +356,10 @@ class Verified(WrappingCompaction[AgentDepsT]):
         if 'instructions' in self.checks:
             removed_norm = _normalized(removed_text)
             for instruction in gather_instructions(view, self.sources):
-                norm = _normalized(instruction)
-                # Line by line: a turn of several lines (or items) is kept when each of them is, wherever the
-                # summary puts it.
-                kept = all(_normalized(line) in summary_norm for line in instruction.splitlines())
-                if norm and norm in removed_norm and not kept:
+                # A change `Reassert` restated cut (`change_chars`) is checked for what the cut keeps of it.
+                said = before_cut(instruction)
+                norm = _normalized(said)
+                if norm and norm in removed_norm and not _holds(summary_norm, said):
                     missing_instructions.append(instruction)
             if missing_instructions:
                 failed.append('instructions')
