@@ -308,3 +308,28 @@ def test_the_dsns_own_session_options_are_kept(setting: str) -> None:
         assert shown == [value if name != 'statement_timeout' else '12345ms', '250ms', 'off']
     finally:
         s.close()
+
+
+def test_every_store_finds_the_end_of_a_long_line_written_without_spaces() -> None:
+    # Its words are its pairs of characters: at 400 KB of terms a line lost those past about 15,000 characters on
+    # PostgreSQL, while the other stores found them.
+    import random
+
+    from pydantic_ai_compaction.runtime.stores import InMemoryArchiveStore
+
+    rng = random.Random(5)
+    text = '。'.join(''.join(chr(rng.randint(0x4E00, 0x9FFF)) for _ in range(30)) for _ in range(700))
+    assert len(text) > 21_000
+    query = text[-30:-26]
+    key = f'long-unspaced-{uuid.uuid4().hex}'
+    line = LogLine(key, 'p', 0, text, 'tool', 'read_log')
+    found: list[int] = []
+    for s in (postgres_store(), SQLiteArchiveStore(':memory:'), InMemoryArchiveStore()):
+        try:
+            s.index_lines([line])
+            found.append(len(s.search(key, query, 8)))
+        finally:
+            close = getattr(s, 'close', None)
+            if close is not None:
+                close()
+    assert found == [1, 1, 1]

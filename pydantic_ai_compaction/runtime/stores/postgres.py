@@ -44,8 +44,9 @@ from pydantic_ai_compaction.runtime.stores._query import (
 
 T = TypeVar('T')
 
-_TERMS_BUDGET = 400_000
-"""Bytes of search terms per line, with their overhead: a `tsvector` holds at most 1 MB."""
+_TERMS_BUDGET = 900_000
+"""Bytes of search terms per line, with their overhead: a `tsvector` holds at most 1 MB. A line of Chinese or
+Japanese is as many words as characters (their pairs): at 400 KB it lost its words past about 15,000 characters."""
 
 _LONGEST_WORD = 2_000
 """PostgreSQL does not index words over 2,047 bytes; longer ones are left out of the terms and queries."""
