@@ -261,3 +261,19 @@ def test_a_call_s_arguments_read_the_same_whether_sent_as_a_dict_or_as_json_text
     )
     assert _call_text(odd) == _call_text(odd_text) == 'at: 2024-01-02T03:04:05\nn: 1' + '0' * 30 + '\ntrue: 1'
     assert _call_text(ToolCallPart('ping', {})) == '{}'
+
+
+def test_a_prompt_of_several_items_keeps_the_fingerprint_it_had_when_its_items_ran_together() -> None:
+    # Its lines are now one item a line; a fingerprint of that text was new to a store that indexed the conversation
+    # before, and a resumed conversation indexed the prompt a second time (`room 7` found twice).
+    import hashlib
+
+    from pydantic_ai.messages import ImageUrl
+
+    from pydantic_ai_compaction.runtime.encoding import to_bytes
+
+    recall = Recall(store=InMemoryArchiveStore())
+    part = UserPromptPart(['Remember the zebra', 'migration plan is in room 7.', ImageUrl('https://example.com/a.png')])
+    legacy = 'UserPromptPart::Remember the zebramigration plan is in room 7.[image-url]'
+    expected = hashlib.blake2b(to_bytes(legacy), digest_size=16).hexdigest()
+    assert recall._fingerprint(part) == expected  # pyright: ignore[reportPrivateUsage]

@@ -302,6 +302,10 @@ class Recall(AbstractCapability[AgentDepsT]):
         text = _text_of(source)
         if not text:
             return None
+        if isinstance(candidate, UserPromptPart) and not isinstance(candidate.content, str):
+            # A prompt of several items is fingerprinted by its items run together, as it was before they were read
+            # one a line: a store that indexed it then knows it, and a conversation resumed does not index it again.
+            text = ''.join(user_text(replace(candidate, content=[item])) for item in candidate.content)
         key = f'{kind}:{call_id}:{text}'
         fingerprint = hashlib.blake2b(to_bytes(key), digest_size=16).hexdigest()
         # Keeping the part referenced makes the id() key safe for the run's duration.
