@@ -123,3 +123,31 @@ def test_a_compaction_never_takes_the_run_past_its_request_limit(strategy: str, 
     # Each compaction either called its model once (room was left for the agent's request) or fell back without one.
     assert len([call for call in script.calls if call != 'agent']) == len(called)
     assert [r.fallback_reason for r in records if r not in called] == ['usage_limit'] * (len(records) - len(called))
+
+
+def test_a_compactor_retries_no_more_often_than_the_request_limit_leaves_room_for() -> None:
+    # Each attempt reaches the provider: with room for one request besides the agent's, three were made.
+    from pydantic_ai.exceptions import UsageLimitExceeded
+    from pydantic_ai.usage import UsageLimits
+
+    from pydantic_ai_compaction import CompactionEvent, Trigger
+
+    from .support import ScriptedAgentModel, audit_agent
+
+    def busy(messages: list[ModelMessage], kind: str) -> str:
+        raise ModelHTTPError(status_code=503, model_name='test', body='overloaded')
+
+    events: list[CompactionEvent] = []
+    script = ScriptedAgentModel(logs=8, compactor=busy)
+    retry = RetryPolicy(attempts=3, initial_wait=0.0, max_wait=0.0)
+    capability = StatelessSummary(
+        trigger=Trigger(tokens=1_500), retry=retry, observer=events.append, fallback_keep_last=1
+    )
+    with pytest.raises(UsageLimitExceeded):
+        audit_agent(script, [capability], lines=80).run_sync(
+            'Audit logs 0-7.', usage_limits=UsageLimits(request_limit=5)
+        )
+    # The first compaction (three requests made) has room for one attempt, the next ones for none.
+    assert script.calls.count('summary') == 1, script.calls
+    reasons = [e.record.fallback_reason for e in events if e.record is not None]
+    assert reasons[0] == 'compactor_error' and set(reasons[1:]) <= {'usage_limit'}

@@ -183,7 +183,7 @@ def _account(ctx: CompactionContext, usage: RequestUsage) -> None:
     ctx.run.usage.requests += 1
 
 
-def check_usage_limits(ctx: CompactionContext) -> None:
+def check_usage_limits(ctx: CompactionContext) -> int:
     """Refuse a compactor request the run's `UsageLimits` leave no room for.
 
     pydantic-ai checks the limits before the capability hooks run, so a compactor request made there and the
@@ -191,27 +191,36 @@ def check_usage_limits(ctx: CompactionContext) -> None:
     four). A compaction is asked for only when the agent's request can follow it; a token limit already
     reached refuses it too. The runtime then falls back (`usage_limit`), which calls no model.
 
+    Returns:
+        How many attempts the request may make: `RetryPolicy.attempts`, or fewer when the request limit leaves
+        room for fewer (each attempt reaches the provider; only the one that succeeds is counted in the usage).
+
     Raises:
         UsageLimitExceeded: The compactor request would take the run past a limit.
     """
+    attempts = ctx.retry.attempts
     limits = ctx.run.usage_limits
     if limits is None:
-        return
+        return attempts
     usage = ctx.run.usage
-    if limits.request_limit is not None and usage.requests + 2 > limits.request_limit:
-        raise UsageLimitExceeded(
-            f'a compactor request and the agent request after it would exceed the request_limit of '
-            f'{limits.request_limit} ({usage.requests} made)'
-        )
+    if limits.request_limit is not None:
+        room = limits.request_limit - usage.requests - 1  # the agent's own request comes after
+        if room < 1:
+            raise UsageLimitExceeded(
+                f'a compactor request and the agent request after it would exceed the request_limit of '
+                f'{limits.request_limit} ({usage.requests} made)'
+            )
+        attempts = min(attempts, room)
     limits.check_before_request(usage)  # a token limit already reached
+    return attempts
 
 
-def _retrying(ctx: CompactionContext) -> AsyncRetrying:
+def _retrying(ctx: CompactionContext, attempts: int) -> AsyncRetrying:
     def count_failure(_: object) -> None:
         ctx.usage.failed_attempts += 1
 
     return AsyncRetrying(
-        stop=stop_after_attempt(ctx.retry.attempts),
+        stop=stop_after_attempt(attempts),
         wait=wait_exponential(multiplier=ctx.retry.initial_wait, max=ctx.retry.max_wait),
         retry=retry_if_exception(is_transient),
         before_sleep=count_failure,
@@ -233,7 +242,7 @@ async def request(
     Raises whatever the last attempt raised when retries are exhausted or the error is not
     transient; the runtime turns that into the fallback layout.
     """
-    check_usage_limits(ctx)
+    attempts = check_usage_limits(ctx)
     target = resolve_model(model, ctx)
     params = parameters if parameters is not None else ModelRequestParameters()
     # What the agent graph does before every request: provider adapters refuse parts (retry
@@ -243,7 +252,7 @@ async def request(
     sender = traced(target, ctx)
     response: ModelResponse | None = None
     try:
-        async for attempt in _retrying(ctx):
+        async for attempt in _retrying(ctx, attempts):
             with attempt:
                 # Replayed, not re-sent, when a durable workflow recovers (runtime/durable.py).
                 response = await compactor_request(
@@ -262,7 +271,7 @@ async def provider_compact(ctx: CompactionContext, messages: Sequence[ModelMessa
 
     Raises `NotImplementedError` when the model has no provider-side compaction.
     """
-    check_usage_limits(ctx)
+    attempts = check_usage_limits(ctx)
     request_context = ModelRequestContext(
         model=ctx.model,
         messages=list(messages),
@@ -271,7 +280,7 @@ async def provider_compact(ctx: CompactionContext, messages: Sequence[ModelMessa
     )
     response: ModelResponse | None = None
     try:
-        async for attempt in _retrying(ctx):
+        async for attempt in _retrying(ctx, attempts):
             with attempt:
                 response = await compactor_request(
                     'compact', ctx.model, lambda: _traced_provider_compact(ctx, request_context)
