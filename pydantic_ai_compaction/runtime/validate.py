@@ -479,9 +479,25 @@ def _superseded(view: ConversationView, strategy: str | None) -> set[str]:
 
 
 def _written_by(record: dict[str, object], strategy: str) -> bool:
-    """Whether *strategy* wrote a record, alone or wrapped (`reassert+native` was written by `native`)."""
-    name = record.get('strategy')
-    return isinstance(name, str) and (name == strategy or name.endswith(f'+{strategy}'))
+    """Whether *strategy* wrote a record, alone or wrapped (`reassert+native` and `verified(native)` were written by
+    `native`)."""
+    return written_by(record.get('strategy'), strategy)
+
+
+def written_by(name: object, strategy: str) -> bool:
+    """Whether a record's strategy *name* is *strategy*'s, alone or inside the wrappers that name it: `Reassert`
+    as `reassert+<inner>`, `Verified` as `verified(<inner>)` (its compactions piled up under `Native` and a reset,
+    neither reading `verified(native)` as its own)."""
+    while isinstance(name, str):
+        if name == strategy:
+            return True
+        if name.startswith('verified(') and name.endswith(')'):
+            name = name[len('verified(') : -1]
+        elif '+' in name:
+            name = name.partition('+')[2]
+        else:
+            return False
+    return False
 
 
 def settle(view: ConversationView, keep: set[str], *, restate: bool = False) -> set[str]:

@@ -172,3 +172,32 @@ def test_a_provider_compaction_follows_the_boundaries_kept_before_it(provider: t
     sequences = [int(record['sequence']) for record in outcome.records()]
     assert sequences == sorted(sequences)
     assert outcome.mock.problems() == []
+
+
+@pytest.mark.parametrize('provider', [OpenAIResponses, Anthropic], ids=['openai-responses', 'anthropic'])
+def test_verified_native_compactions_replace_each_other(provider: type[Provider]) -> None:
+    # A record of `verified(native)` was not read as Native's own: every provider item stayed in the history.
+    from pydantic_ai_compaction import Verified
+
+    outcome = run_on(
+        Mock(provider(), Script()),
+        lambda events: [Verified(Native(trigger=TRIGGER, retry=FAST_RETRY, observer=events.append))],
+    )
+    assert len(outcome.compactions()) >= 2
+    assert [record.get('strategy') for record in outcome.records()] == ['verified(native)']
+    assert outcome.mock.problems() == []
+
+
+def test_a_record_is_read_as_its_strategy_s_inside_any_wrapper() -> None:
+    from pydantic_ai_compaction.runtime.validate import written_by
+
+    for name in (
+        'native',
+        'reassert+native',
+        'verified(native)',
+        'verified(reassert+native)',
+        'reassert+verified(native)',
+    ):
+        assert written_by(name, 'native'), name
+    for name in ('fork', 'pipeline(native>fork)', 'verified(fork)', 'native2', None, 3):
+        assert not written_by(name, 'native'), name

@@ -72,6 +72,7 @@ from pydantic_ai_compaction.runtime.validate import (
     forced_exchanges,
     note_start,
     view_starts_with,
+    written_by,
 )
 
 CheckpointFn = Callable[[RunContext[Any], ConversationView], str]
@@ -653,8 +654,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
 
     def _wrote(self, record: dict[str, Any]) -> bool:
         """Whether this strategy wrote *record*, alone or wrapped (`reassert+reset`), as the validator reads it."""
-        name = record.get('strategy')
-        return isinstance(name, str) and (name == self.strategy_name or name.endswith(f'+{self.strategy_name}'))
+        return written_by(record.get('strategy'), self.strategy_name)
 
     def _dropped_tokens(self, view: ConversationView) -> int:
         """Estimated tokens of the exchanges a reset drops (everything the runtime does not keep)."""
