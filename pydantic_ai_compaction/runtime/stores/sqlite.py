@@ -378,7 +378,7 @@ class SQLiteArchiveStore:
                     text, context = index_text(line.text), line_context(line)
                     # unicode61 reads a run of Chinese or Japanese as one word: the pairs the other stores find
                     # in it go beside the call, where a search matches too (`unspaced`).
-                    extra = unspaced_words(f'{text} {context}')
+                    extra = '' if text.isascii() and context.isascii() else unspaced_words(f'{text} {context}')
                     values = (
                         text, f'{context} {extra}' if extra else context, key[0], line.source,
                         index_text(line.tool_name), index_text(line.args), index_text(line.result_id), line.line_no,
