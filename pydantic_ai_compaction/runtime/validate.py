@@ -17,7 +17,14 @@ from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 
-from pydantic_ai_compaction.protocols.types import CompactionRecord, Exchange, Layout, Proposal, Summary
+from pydantic_ai_compaction.protocols.types import (
+    CompactionRecord,
+    Exchange,
+    Layout,
+    Proposal,
+    ProviderSummary,
+    Summary,
+)
 from pydantic_ai_compaction.runtime.segment import ConversationView, our_record
 from pydantic_ai_compaction.runtime.shape import forgotten_loop, is_compaction_response, shape_problems
 
@@ -48,7 +55,11 @@ def validate(
         else:
             accepted.add(exchange_id)
 
-    superseded = _superseded(view, proposal.supersedes)
+    # A provider's compaction read every earlier boundary, and its item is where pydantic-ai and the provider start
+    # reading: it stands for them all, whichever strategy wrote them (kept, a summary of another strategy would sit
+    # after it, its older record after the newer one, or before it with the pins the item must come before).
+    every = isinstance(proposal.summary, ProviderSummary)
+    superseded = _superseded(view, proposal.supersedes, every=every)
     keep = accepted | {e.id for e in forced_exchanges(view) if e.id not in superseded}
     if (
         proposal.summary is None
@@ -461,9 +472,10 @@ def fallback_note(dropped: list[Exchange], reason: str) -> str:
     )
 
 
-def _superseded(view: ConversationView, strategy: str | None) -> set[str]:
-    """Boundaries written by *strategy* that its new proposal replaces."""
-    if strategy is None:
+def _superseded(view: ConversationView, strategy: str | None, *, every: bool = False) -> set[str]:
+    """Boundaries written by *strategy* (by any strategy of this library, with *every*) that its new proposal
+    replaces."""
+    if strategy is None and not every:
         return set()
     out: set[str] = set()
     for exchange in boundary_exchanges(view):
@@ -473,7 +485,11 @@ def _superseded(view: ConversationView, strategy: str | None) -> set[str]:
         records = [record for part in parts if (record := our_record(part)) is not None]
         # Only a boundary made of nothing but our own records can be replaced: anything else in it
         # (a provider's text, merged-in user content) is not the strategy's to drop.
-        if records and len(records) == len(parts) and all(_written_by(record, strategy) for record in records):
+        if (
+            records
+            and len(records) == len(parts)
+            and (every or (strategy is not None and all(_written_by(record, strategy) for record in records)))
+        ):
             out.add(exchange.id)
     return out
 

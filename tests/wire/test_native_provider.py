@@ -201,3 +201,44 @@ def test_a_record_is_read_as_its_strategy_s_inside_any_wrapper() -> None:
         assert written_by(name, 'native'), name
     for name in ('fork', 'pipeline(native>fork)', 'verified(fork)', 'native2', None, 3):
         assert not written_by(name, 'native'), name
+
+
+@pytest.mark.parametrize('provider', [OpenAIResponses, Anthropic], ids=['openai-responses', 'anthropic'])
+def test_a_pin_is_sent_after_every_provider_compaction_beside_other_summaries(provider: type[Provider]) -> None:
+    # Placed after a summary kept from another strategy, the provider's item came after the pin before it, and the
+    # pin was never sent again. The item stands for every earlier boundary (the provider read them): they go.
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart
+
+    from pydantic_ai_compaction import StatelessSummary, Switch
+    from pydantic_ai_compaction.runtime.pins import pin
+
+    from .test_matrix import log_text
+
+    pinned = 'PINNED: the audit covers March only.'
+    mock = Mock(provider(), Script())
+    events: list[CompactionEvent] = []
+    summary = StatelessSummary(trigger=TRIGGER, retry=FAST_RETRY, observer=events.append)
+    native = Native(trigger=TRIGGER, retry=FAST_RETRY, observer=events.append)
+    agent = Agent(
+        mock.model(),
+        capabilities=[Switch(when=lambda state: state.compactions % 2 == 1, then=summary, otherwise=native)],
+        system_prompt='You audit logs.',
+    )
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Read one log."""
+        return log_text(index, 100)
+
+    history = agent.run_sync(TURNS[0]).all_messages()
+    history += [ModelRequest(parts=[pin(pinned)]), ModelResponse(parts=[TextPart('Noted.')])]
+    for prompt in (TURNS[1], 'And the next eight.'):
+        history = agent.run_sync(prompt, message_history=history).all_messages()
+    requests = [e for e in mock.exchanges if not is_compaction(e.path, e.payload) and 'tools' in e.payload]
+    sent = [pinned in '\n'.join(strings(e.payload)) for e in requests]
+    first = sent.index(True)
+    assert len(sent) - first > 5 and all(sent[first:]), sent
+    sequences = [e.record.sequence for e in events if e.kind == 'compacted' and e.record is not None]
+    assert sequences == list(range(1, len(sequences) + 1)) and len(sequences) >= 4
+    assert mock.problems() == []
