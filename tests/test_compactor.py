@@ -151,3 +151,27 @@ def test_a_compactor_retries_no_more_often_than_the_request_limit_leaves_room_fo
     assert script.calls.count('summary') == 1, script.calls
     reasons = [e.record.fallback_reason for e in events if e.record is not None]
     assert reasons[0] == 'compactor_error' and set(reasons[1:]) <= {'usage_limit'}
+
+
+def test_a_compaction_s_failed_attempts_count_against_the_room_for_its_next_request() -> None:
+    # A retried summary's failed attempt reached the provider, and no usage counts it: the omissions pass after it got
+    # the room again, and the run sent one request more than its limit.
+    from pydantic_ai import RunContext
+    from pydantic_ai.exceptions import UsageLimitExceeded
+    from pydantic_ai.models import ModelRequestParameters
+    from pydantic_ai.models.test import TestModel
+    from pydantic_ai.usage import UsageLimits
+
+    from pydantic_ai_compaction.runtime.compactor import check_usage_limits
+    from pydantic_ai_compaction.runtime.context import CompactionContext
+
+    run = RunContext[None](
+        deps=None, model=TestModel(), usage=RunUsage(requests=3), usage_limits=UsageLimits(request_limit=6)
+    )
+    ctx = CompactionContext(run=run, model=TestModel(), model_settings=None, parameters=ModelRequestParameters())
+    assert check_usage_limits(ctx) == 2  # six, less three made and the agent's own
+    ctx.usage.failed_attempts = 1
+    assert check_usage_limits(ctx) == 1
+    ctx.usage.failed_attempts = 2
+    with pytest.raises(UsageLimitExceeded):
+        check_usage_limits(ctx)

@@ -326,3 +326,21 @@ def test_a_change_cut_at_another_change_chars_is_restated_once(then: int) -> Non
     kept = min(then, len(record))
     expected = record[:300] if then > 300 else record[:kept]
     assert all(len(changes) == 1 and changes[0].startswith(expected) for changes in restated), restated
+
+
+@pytest.mark.parametrize(
+    ('text', 'limit', 'expected'),
+    [
+        ('a' * 30, 10, 'a' * 10 + '… [20 more chars]'),
+        ('a' * 10 + '… [20 more chars]', 10, 'a' * 10 + '… [20 more chars]'),  # cut already: as it is
+        ('a' * 10 + '… [20 more chars]', 4, 'aaaa… [26 more chars]'),  # cut again, its count carried
+        ('a' * 3_000, 2_000, 'a' * 2_000 + '… [1,000 more chars]'),
+        # Not the mark `cut_to` writes: cut as any text (commas alone raised ValueError in the count).
+        ('a' * 10 + '… [, more chars]', 4, 'aaaa… [22 more chars]'),
+        ('a' * 10 + '… [1,00 more chars]', 4, 'aaaa… [25 more chars]'),
+    ],
+)
+def test_cut_to(text: str, limit: int, expected: str) -> None:
+    from pydantic_ai_compaction.runtime.transcript import cut_to
+
+    assert cut_to(text, limit) == expected

@@ -379,6 +379,15 @@ def test_a_turn_of_several_items_is_kept_when_the_summary_quotes_each(quoted: bo
         ('Rollback window\n5\nminutes', 'Rollback window is 15 minutes', False),  # `5` only inside `15`
         ('Set the rate limit to\n10\nrequests per second.', 'Set the rate limit to 100 requests per second.', False),
         ('Set the rate limit to\n10\nrequests per second.', 'set the rate limit to 10 requests per second.', True),
+        ('Use port\n80', 'use port 8080', False),  # the whole instruction inside a longer word
+        ('Use port 80', 'Then use port 8080.', False),
+        ('Use port 80', 'Then use port 80.', True),
+        (
+            '使用小写ID。\n不要动生产环境',
+            '用户要求使用小写ID。并且不要动生产环境。',
+            True,
+        ),  # no spaces, no words to cut
+        ('İstanbul office only', 'Scope: istanbul office only.', True),
     ],
 )
 def test_an_instruction_of_several_lines_is_held_line_by_line_in_order_as_whole_words(
@@ -388,6 +397,16 @@ def test_an_instruction_of_several_lines_is_held_line_by_line_in_order_as_whole_
     from pydantic_ai_compaction.processors.strategies.verified import _holds, _normalized  # pyright: ignore[reportPrivateUsage]
 
     assert _holds(_normalized(summary), instruction) is held
+
+
+def test_a_cut_instruction_s_last_word_may_go_on_in_the_summary() -> None:
+    # `Reassert` cuts mid-word (`prod` of `production`): the summary quoting the whole change held no whole `prod`.
+    from pydantic_ai_compaction.processors.strategies.verified import _holds, _normalized  # pyright: ignore[reportPrivateUsage]
+
+    summary = _normalized('Rules: Use lowercase ids. Never touch production.')
+    assert _holds(summary, 'Use lowercase ids.\nNever touch prod', cut=True)
+    assert not _holds(summary, 'Use lowercase ids.\nNever touch prod')
+    assert not _holds(summary, 'Use uppercase ids.\nNever touch prod', cut=True)
 
 
 def test_a_change_reassert_restated_cut_is_checked_for_what_the_cut_keeps() -> None:

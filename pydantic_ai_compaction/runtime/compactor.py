@@ -204,7 +204,9 @@ def check_usage_limits(ctx: CompactionContext) -> int:
         return attempts
     usage = ctx.run.usage
     if limits.request_limit is not None:
-        room = limits.request_limit - usage.requests - 1  # the agent's own request comes after
+        # The agent's own request comes after; and this compaction's failed attempts reached the provider too,
+        # though no usage counts them (a retried summary, then the omissions pass).
+        room = limits.request_limit - usage.requests - ctx.usage.failed_attempts - 1
         if room < 1:
             raise UsageLimitExceeded(
                 f'a compactor request and the agent request after it would exceed the request_limit of '

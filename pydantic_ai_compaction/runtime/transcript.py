@@ -47,9 +47,9 @@ def cut_to(text: str, limit: int) -> str:
     return kept[:limit] + f'… [{more:,} more chars]'
 
 
-_CUT_MARK = re.compile(r'… \[([0-9,]{1,27}) more chars\]\Z')
-"""The mark `cut_to` ends a cut text with (a count of at most 27 characters: a text ending in a longer one was not
-cut by it, and is cut)."""
+_CUT_MARK = re.compile(r'… \[([0-9]{1,3}(?:,[0-9]{3}){0,8}) more chars\]\Z')
+"""The mark `cut_to` ends a cut text with: a count as `{:,}` writes it (a text ending in anything else, a longer
+count or commas alone, was not cut by it, and is cut)."""
 
 
 def before_cut(text: str) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
@@ -48,6 +49,7 @@ from pydantic_ai_compaction.runtime.degraded import described, warn_degraded, wa
 from pydantic_ai_compaction.runtime.encoding import args_text, clean_text
 from pydantic_ai_compaction.runtime.instructions import InstructionSources, gather_instructions
 from pydantic_ai_compaction.runtime.segment import ConversationView
+from pydantic_ai_compaction.runtime.stores._query import is_unspaced
 from pydantic_ai_compaction.runtime.transcript import before_cut, clip, render_messages, return_text, user_text
 from pydantic_ai_compaction.runtime.wrappers import neutralize
 
@@ -158,41 +160,52 @@ def plain_text(messages: Iterable[ModelMessage]) -> str:
 
 
 def _normalized(text: str) -> str:
-    return ' '.join(text.split()).casefold()
+    # Composed, and `İ` as the `i` a model writes (it casefolds to `i` and a combining dot).
+    return unicodedata.normalize('NFC', ' '.join(text.split()).casefold().replace('i\u0307', 'i'))
 
 
-def _holds(summary: str, instruction: str) -> bool:
-    """Whether *summary* (`_normalized`) holds *instruction* word for word: whole, or, for an instruction of several
-    lines (a prompt of several items), each line in their order, each as whole words (`5` is not in `15`).
+def _holds(summary: str, instruction: str, *, cut: bool = False) -> bool:
+    """Whether *summary* (`_normalized`) holds *instruction* word for word, as whole words (`port 80` is not in
+    `port 8080`): whole, or, for an instruction of several lines (a prompt of several items), each line in their
+    order.
 
     A summary may list a turn's items apart (`rules: ['Use lowercase ids.', 'Never touch prod.']`); it does not
-    hold the turn when a line is missing, out of its place, or only part of a longer word.
+    hold the turn when a line is missing, out of its place, or only part of a longer word. *cut*: the instruction
+    is the start of a longer one (`Reassert` cut it), whose last word may go on in the summary.
     """
-    if _normalized(instruction) in summary:
+    if _whole_at(summary, _normalized(instruction), 0, open_end=cut) >= 0:
         return True
     lines = [_normalized(line) for line in instruction.splitlines() if line.strip()]
     if len(lines) < 2:
         return False
     at = 0
-    for line in lines:
-        found = _whole_at(summary, line, at)
+    for number, line in enumerate(lines, start=1):
+        found = _whole_at(summary, line, at, open_end=cut and number == len(lines))
         if found < 0:
             return False
         at = found + len(line)
     return True
 
 
-def _whole_at(text: str, piece: str, start: int) -> int:
-    """Where *piece* first occurs in *text* from *start* on without cutting a word at either end, or -1."""
+def _whole_at(text: str, piece: str, start: int, *, open_end: bool = False) -> int:
+    """Where *piece* first occurs in *text* from *start* on without cutting a word at either end (at its start
+    only, with *open_end*), or -1. Chinese and Japanese, written without spaces, have no word to cut."""
+    if not piece:
+        return -1
     at = text.find(piece, start)
     while at >= 0:
         end = at + len(piece)
-        cuts_before = at > 0 and piece[0].isalnum() and text[at - 1].isalnum()
-        cuts_after = end < len(text) and piece[-1].isalnum() and text[end].isalnum()
+        cuts_before = at > 0 and _joined(text[at - 1], piece[0])
+        cuts_after = not open_end and end < len(text) and _joined(piece[-1], text[end])
         if not cuts_before and not cuts_after:
             return at
         at = text.find(piece, at + 1)
     return -1
+
+
+def _joined(left: str, right: str) -> bool:
+    """Whether two characters side by side are within one word (both letters or digits, of a spaced script)."""
+    return left.isalnum() and right.isalnum() and not is_unspaced(left) and not is_unspaced(right)
 
 
 @dataclass(frozen=True)
@@ -359,7 +372,7 @@ class Verified(WrappingCompaction[AgentDepsT]):
                 # A change `Reassert` restated cut (`change_chars`) is checked for what the cut keeps of it.
                 said = before_cut(instruction)
                 norm = _normalized(said)
-                if norm and norm in removed_norm and not _holds(summary_norm, said):
+                if norm and norm in removed_norm and not _holds(summary_norm, said, cut=said != instruction):
                     missing_instructions.append(instruction)
             if missing_instructions:
                 failed.append('instructions')

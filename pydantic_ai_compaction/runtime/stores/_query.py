@@ -220,6 +220,11 @@ class WordPattern:
         return -1
 
 
+def is_unspaced(character: str) -> bool:
+    """Whether *character* is of a script written without spaces between words (`words` reads it in pairs)."""
+    return _UNSPACED_CHARACTER.match(character) is not None
+
+
 def _breaks(character: str) -> bool:
     """Whether *character* ends a run of letters and digits for `words`: not one, or one of a script written
     without spaces (which `unspaced` reads apart from the letters and digits beside it)."""
