@@ -388,6 +388,12 @@ def test_a_turn_of_several_items_is_kept_when_the_summary_quotes_each(quoted: bo
             True,
         ),  # no spaces, no words to cut
         ('İstanbul office only', 'Scope: istanbul office only.', True),
+        ('ห้ามแตะระบบจริง', 'ผู้ใช้สั่งว่าห้ามแตะระบบจริงเด็ดขาด', True),  # Thai: no spaces, no words to cut
+        ('Pin Python to version 3', 'Pin Python to version 3.12 everywhere.', False),  # a number going on
+        ('Cap the batch at 5', 'Cap the batch at 5,000 rows.', False),
+        ('Cap the batch at 5', 'Cap the batch at 5, then stop.', True),
+        ('Set MAX', 'Set MAX_RETRIES to 3.', False),
+        ('port 80', 'xport 80', False),  # at the text's second character
     ],
 )
 def test_an_instruction_of_several_lines_is_held_line_by_line_in_order_as_whole_words(

@@ -242,3 +242,24 @@ def test_a_pin_is_sent_after_every_provider_compaction_beside_other_summaries(pr
     sequences = [e.record.sequence for e in events if e.kind == 'compacted' and e.record is not None]
     assert sequences == list(range(1, len(sequences) + 1)) and len(sequences) >= 4
     assert mock.problems() == []
+
+
+@pytest.mark.parametrize('provider', [OpenAIResponses, Anthropic], ids=['openai-responses', 'anthropic'])
+def test_instruction_changes_outlive_the_boundaries_a_provider_compaction_replaces(provider: type[Provider]) -> None:
+    # The summaries it replaced carried the changes restated so far in their records; gone with them, every later
+    # `Reassert` compaction restated nothing.
+    from pydantic_ai_compaction import InstructionSources, Reassert, StatelessSummary, Switch
+
+    def strategies(events: list[CompactionEvent]) -> list[Any]:
+        summary = StatelessSummary(trigger=TRIGGER, retry=FAST_RETRY, observer=events.append)
+        reassert = Reassert(summary, sources=InstructionSources(markers=('CHANGE:',)))
+        native = Native(trigger=TRIGGER, retry=FAST_RETRY, observer=events.append)
+        return [Switch(when=lambda state: state.compactions % 2 == 0, then=reassert, otherwise=native)]
+
+    outcome = run_on(Mock(provider(), Script()), strategies)
+    records = [e.record for e in outcome.compactions() if e.record is not None]
+    restating = [r.restated for r in records if r.strategy == 'reassert+summary']
+    first = next(index for index, restated in enumerate(restating) if restated)
+    assert len(restating) - first >= 3
+    assert restating[first:] == [('CHANGE: report ids in lowercase',)] * (len(restating) - first)
+    assert outcome.mock.problems() == []

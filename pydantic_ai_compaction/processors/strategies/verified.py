@@ -195,17 +195,41 @@ def _whole_at(text: str, piece: str, start: int, *, open_end: bool = False) -> i
     at = text.find(piece, start)
     while at >= 0:
         end = at + len(piece)
-        cuts_before = at > 0 and _joined(text[at - 1], piece[0])
-        cuts_after = not open_end and end < len(text) and _joined(piece[-1], text[end])
+        cuts_before = at > 0 and _joined(text[max(at - 2, 0) : at], piece[0], before=True)
+        cuts_after = not open_end and end < len(text) and _joined(text[end : end + 2], piece[-1], before=False)
         if not cuts_before and not cuts_after:
             return at
         at = text.find(piece, at + 1)
     return -1
 
 
-def _joined(left: str, right: str) -> bool:
-    """Whether two characters side by side are within one word (both letters or digits, of a spaced script)."""
-    return left.isalnum() and right.isalnum() and not is_unspaced(left) and not is_unspaced(right)
+def _joined(beside: str, edge: str, *, before: bool) -> bool:
+    """Whether *edge*, a piece's first (*before*) or last character, is within one word with the text *beside* it
+    (up to two characters, nearest last *before*, else first): both letters or digits of a script written with
+    spaces (`_` counts as one), or a number going on (`3` in `3.12`, `5` in `5,000`)."""
+    if not beside:
+        return False
+    near = beside[-1] if before else beside[0]
+    if _word_character(near) and _word_character(edge):
+        return True
+    # A number goes on past a point or a comma followed by a digit: `1` is not `1.5`, nor `5` the `5` of `5,000`.
+    far = beside[0] if before else beside[-1]
+    return len(beside) == 2 and near in '.,' and edge.isdigit() and far.isdigit()
+
+
+def _word_character(character: str) -> bool:
+    """A letter, a digit or `_`, of a script written with spaces: Chinese, Japanese, Thai and the like have no
+    word to cut, so a piece of them may start or end anywhere."""
+    if character == '_':
+        return True
+    if not character.isalnum():
+        return False
+    return character.isascii() or not (is_unspaced(character) or _NO_SPACES.match(character) is not None)
+
+
+_NO_SPACES = re.compile('[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u1980-\u19df\u1a20-\u1aaf\uaa60-\uaa7f]')
+"""Thai, Lao, Myanmar, Khmer, New Tai Lue, Tai Tham: scripts written without spaces between words, read by the stores
+as runs (not in pairs, as Chinese and Japanese are), with no word edge to check in a summary either."""
 
 
 @dataclass(frozen=True)
