@@ -268,23 +268,32 @@ def test_items_of_a_user_role_list_are_restated_apart() -> None:
     assert restated and restated[0] == ('Use lowercase ids.\nNever touch prod.',)
 
 
-def test_a_long_marked_line_is_restated_cut_once_at_every_compaction() -> None:
-    # A marked line is anything a tool printed: restated whole (400 KB of JSON), it alone held the context over the
-    # trigger and nearly every request compacted again.
-    events: list[CompactionEvent] = []
-    script = ScriptedAgentModel(logs=10, compactor=lambda messages, kind: fork_json([]))
-    strategy = Reassert(
+def _long_change_agent(
+    logs: int, record: str, events: list[CompactionEvent]
+) -> tuple[Agent[None, str], ScriptedAgentModel, Reassert[None]]:
+    """An agent reading *logs* logs, the first holding the marked line *record*, under `Reassert(Fork)` restating
+    changes up to 300 characters."""
+    script = ScriptedAgentModel(logs=logs, compactor=lambda messages, kind: fork_json([]))
+    strategy = Reassert[None](
         Fork(trigger=Trigger(tokens=4_000), observer=events.append),
         sources=InstructionSources(markers=('CHANGE:',)),
         change_chars=300,
     )
     agent = Agent(script.model(), capabilities=[strategy], system_prompt='Audit logs.')
-    record = 'CHANGE: ' + '{"payload": "' + 'A' * 40_000 + '"}'
 
     @agent.tool_plain
     def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
         return f'{record}\nother line' if index == 0 else log_text(index)
 
+    return agent, script, strategy
+
+
+def test_a_long_marked_line_is_restated_cut_once_at_every_compaction() -> None:
+    # A marked line is anything a tool printed: restated whole (400 KB of JSON), it alone held the context over the
+    # trigger and nearly every request compacted again.
+    events: list[CompactionEvent] = []
+    record = 'CHANGE: ' + '{"payload": "' + 'A' * 40_000 + '"}'
+    agent, _, _ = _long_change_agent(10, record, events)
     agent.run_sync('Audit logs 0-9.')
     restated = [e.record.restated for e in events if e.record is not None]
     assert len(restated) >= 2  # later compactions read the change back from the earlier record
@@ -303,18 +312,8 @@ def test_a_change_cut_at_another_change_chars_is_restated_once(then: int) -> Non
     # The record holds the change cut at the old `change_chars`, the history its original: cut at the new one, the two
     # were restated side by side.
     events: list[CompactionEvent] = []
-    script = ScriptedAgentModel(logs=6, compactor=lambda messages, kind: fork_json([]))
-    strategy = Reassert(
-        Fork(trigger=Trigger(tokens=4_000), observer=events.append),
-        sources=InstructionSources(markers=('CHANGE:',)),
-        change_chars=300,
-    )
-    agent = Agent(script.model(), capabilities=[strategy], system_prompt='Audit logs.')
     record = 'CHANGE: ' + 'B' * 5_000
-
-    @agent.tool_plain
-    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
-        return f'{record}\nother line' if index == 0 else log_text(index)
+    agent, script, strategy = _long_change_agent(6, record, events)
 
     first = agent.run_sync('Audit logs 0-5.')
     strategy.change_chars = then
