@@ -21,10 +21,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pydantic_ai_compaction.protocols.archive import ArchiveError, LogLine
+from pydantic_ai_compaction.runtime.scripts import PAIRED_CHARACTER as UNSPACED
 from pydantic_ai_compaction.runtime.stores import PostgresArchiveStore, SQLiteArchiveStore
 from pydantic_ai_compaction.runtime.stores import postgres as postgres_module
 from pydantic_ai_compaction.runtime.stores import sqlite as sqlite_module
-from pydantic_ai_compaction.runtime.stores._query import _UNSPACED_CHARACTER as UNSPACED  # pyright: ignore[reportPrivateUsage]
 from pydantic_ai_compaction.runtime.stores._query import has_word, line_score, rank_any_word, word_pattern, words
 
 from .stores import POSTGRES_DSN, make_store, postgres_store

@@ -48,8 +48,8 @@ from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.degraded import described, warn_degraded, warn_if_setup_error
 from pydantic_ai_compaction.runtime.encoding import args_text, clean_text
 from pydantic_ai_compaction.runtime.instructions import InstructionSources, gather_instructions
+from pydantic_ai_compaction.runtime.scripts import without_spaces
 from pydantic_ai_compaction.runtime.segment import ConversationView
-from pydantic_ai_compaction.runtime.stores._query import is_unspaced
 from pydantic_ai_compaction.runtime.transcript import before_cut, clip, render_messages, return_text, user_text
 from pydantic_ai_compaction.runtime.wrappers import neutralize
 
@@ -224,12 +224,7 @@ def _word_character(character: str) -> bool:
         return True
     if not character.isalnum():
         return False
-    return character.isascii() or not (is_unspaced(character) or _NO_SPACES.match(character) is not None)
-
-
-_NO_SPACES = re.compile('[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u1980-\u19df\u1a20-\u1aaf\uaa60-\uaa7f]')
-"""Thai, Lao, Myanmar, Khmer, New Tai Lue, Tai Tham: scripts written without spaces between words, read by the stores
-as runs (not in pairs, as Chinese and Japanese are), with no word edge to check in a summary either."""
+    return not without_spaces(character)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, Hit, LogLine
 from pydantic_ai_compaction.runtime.encoding import clean_text, from_bytes, has_surrogates, strip_nul, to_bytes
+from pydantic_ai_compaction.runtime.scripts import PAIRED_CHARACTER, PAIRED_RUNS
 
 _ESCAPED = '\x1b'
 """Leads a column value holding, in base64, the bytes of a text no database can hold as it is."""
@@ -71,17 +72,6 @@ _ASCII_WORDS = str.maketrans({code: chr(code).lower() if chr(code).isalnum() els
 ASCII text is its runs of `[A-Za-z0-9]`)."""
 
 
-_UNSPACED = (
-    '\u1100-\u11ff\u3040-\u30ff\u3100-\u318f\u31a0-\u31bf\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff'
-    '\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f'
-)
-"""Scripts written without spaces between words: Han (Chinese, Japanese kanji), hiragana, katakana, bopomofo,
-and hangul (Korean spaces its phrases, not the words of a compound)."""
-
-_UNSPACED_CHARACTER = re.compile(f'[{_UNSPACED}]')
-_UNSPACED_RUNS = re.compile(f'[{_UNSPACED}]+|[^{_UNSPACED}]+')
-
-
 def words(text: str) -> list[str]:
     """The searchable words of *text*, in order, without repeats.
 
@@ -93,7 +83,7 @@ def words(text: str) -> list[str]:
     if text.isascii():
         return list(dict.fromkeys(text.translate(_ASCII_WORDS).split()))
     found = _WORD.findall(folded(text))
-    if _UNSPACED_CHARACTER.search(text) is None:
+    if PAIRED_CHARACTER.search(text) is None:
         return list(dict.fromkeys(found))
     return list(dict.fromkeys(piece for word in found for piece in unspaced(word)))
 
@@ -107,11 +97,11 @@ def unspaced(word: str) -> list[str]:
     A query word of such a script is split the same way, and a line holds it when it holds every pair: the usual
     way full-text search reads these scripts, without a dictionary of their words.
     """
-    if _UNSPACED_CHARACTER.search(word) is None:
+    if PAIRED_CHARACTER.search(word) is None:
         return [word]
     pieces: list[str] = []
-    for run in _UNSPACED_RUNS.findall(word):
-        if len(run) > 1 and _UNSPACED_CHARACTER.match(run) is not None:
+    for run in PAIRED_RUNS.findall(word):
+        if len(run) > 1 and PAIRED_CHARACTER.match(run) is not None:
             pieces.extend(run[at : at + 2] for at in range(len(run) - 1))
         else:
             pieces.append(run)
@@ -121,12 +111,10 @@ def unspaced(word: str) -> list[str]:
 def unspaced_words(text: str) -> str:
     """The words `words` finds in *text* that a tokenizer reading runs of letters does not (`unspaced`), joined
     by spaces: what SQLite indexes beside a line for its unicode61 tokenizer to find them (empty for most text)."""
-    if text.isascii() or _UNSPACED_CHARACTER.search(text) is None:
+    if text.isascii() or PAIRED_CHARACTER.search(text) is None:
         return ''
     found = _WORD.findall(folded(text))
-    return ' '.join(
-        dict.fromkeys(piece for word in found if _UNSPACED_CHARACTER.search(word) for piece in unspaced(word))
-    )
+    return ' '.join(dict.fromkeys(piece for word in found if PAIRED_CHARACTER.search(word) for piece in unspaced(word)))
 
 
 def folded(text: str) -> str:
@@ -191,7 +179,7 @@ class WordPattern:
         word, size = self.word, len(self.word)
         if not word:
             return -1
-        if _UNSPACED_CHARACTER.match(word) is not None:
+        if PAIRED_CHARACTER.match(word) is not None:
             return self._find_unspaced(text)
         at = text.find(word)
         while at >= 0:
@@ -204,14 +192,14 @@ class WordPattern:
     def _find_unspaced(self, text: str) -> int:
         """`find` for a word of a script written without spaces: a pair (its only words but a character alone)."""
         word, size = self.word, len(self.word)
-        if size > 2 or _UNSPACED_CHARACTER.fullmatch(word[-1]) is None:
+        if size > 2 or PAIRED_CHARACTER.fullmatch(word[-1]) is None:
             return -1  # no word `words` gives is longer than a pair of these characters
         at = text.find(word)
         while at >= 0:
             if size == 2:
                 return at
-            before = at > 0 and _UNSPACED_CHARACTER.match(text[at - 1]) is not None
-            after = at + 1 < len(text) and _UNSPACED_CHARACTER.match(text[at + 1]) is not None
+            before = at > 0 and PAIRED_CHARACTER.match(text[at - 1]) is not None
+            after = at + 1 < len(text) and PAIRED_CHARACTER.match(text[at + 1]) is not None
             # Alone, the character is a word; followed by another it starts a pair (a prefix); ending a run, it is
             # only the end of the pair before it.
             if (not before and not after) or (after and not self.whole):
@@ -220,15 +208,10 @@ class WordPattern:
         return -1
 
 
-def is_unspaced(character: str) -> bool:
-    """Whether *character* is of a script written without spaces between words (`words` reads it in pairs)."""
-    return _UNSPACED_CHARACTER.match(character) is not None
-
-
 def _breaks(character: str) -> bool:
     """Whether *character* ends a run of letters and digits for `words`: not one, or one of a script written
     without spaces (which `unspaced` reads apart from the letters and digits beside it)."""
-    return not character.isalnum() or (not character.isascii() and _UNSPACED_CHARACTER.match(character) is not None)
+    return not character.isalnum() or (not character.isascii() and PAIRED_CHARACTER.match(character) is not None)
 
 
 def word_pattern(word: str, whole: bool) -> WordPattern:
