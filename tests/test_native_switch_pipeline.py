@@ -261,3 +261,26 @@ def test_a_wrapped_pipeline_whose_step_is_replaced_between_runs_runs_the_new_ste
     events.clear()
     audit_agent(ScriptedAgentModel(logs=8), [wrapped]).run_sync('Audit logs 0-7.')
     assert {e.record.strategy for e in events if e.record is not None} == {'reassert+summary'}
+
+
+async def test_a_provider_compaction_leaves_the_pin_and_the_turn_after_its_item(compaction_snapshot: Any) -> None:
+    # Snapshot of the compacted history: the opening, then the provider's item, then the pin, an earlier summary's
+    # place taken by the item, and the turn in progress (pydantic-ai sends nothing before the item but the system
+    # prompt).
+    from pydantic_ai.messages import ModelRequest, TextPart, UserPromptPart
+
+    from pydantic_ai_compaction.runtime.pins import pin
+    from pydantic_ai_compaction.testing import render, replay
+
+    from .support import recorded_history
+
+    history = recorded_history()
+    history[3:3] = [
+        ModelRequest(parts=[pin('PINNED: the audit covers March only.')]),
+        ModelResponse(parts=[TextPart('Noted.')]),
+    ]
+    history.append(ModelRequest(parts=[UserPromptPart('Now report.')]))
+    out = await replay(Native(), history, model=CompactingModel(ScriptedAgentModel()))
+    assert out == compaction_snapshot
+    text = render(out)
+    assert text.index('(opaque provider data)') < text.index('PINNED') < text.index('Now report.')
