@@ -284,3 +284,48 @@ async def test_a_provider_compaction_leaves_the_pin_and_the_turn_after_its_item(
     assert out == compaction_snapshot
     text = render(out)
     assert text.index('(opaque provider data)') < text.index('PINNED') < text.index('Now report.')
+
+
+async def test_a_provider_compaction_carries_every_change_so_far_in_order() -> None:
+    # It replaces the earlier summaries, whose records held the changes restated so far, and drops the turns since:
+    # carrying the records' alone, a later `Reassert` restated change A as the latest and lost B, which overrides it.
+    from pydantic_ai.messages import ModelRequest, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
+
+    from pydantic_ai_compaction import InstructionSources, Reassert
+    from pydantic_ai_compaction.testing import replay
+
+    from .support import log_text
+
+    def loop(messages: list[ModelMessage], start: int, prompt: str | None = None) -> None:
+        if prompt:
+            messages.append(ModelRequest(parts=[UserPromptPart(prompt)]))
+        for index in range(start, start + 3):
+            messages.append(ModelResponse(parts=[ToolCallPart('read_log', {'index': index}, tool_call_id=f'c{index}')]))
+            messages.append(
+                ModelRequest(parts=[ToolReturnPart('read_log', log_text(index, 40), tool_call_id=f'c{index}')])
+            )
+        messages.append(ModelResponse(parts=[TextPart('ok')]))
+
+    prompts = InstructionSources(markers=())
+    model = CompactingModel(ScriptedAgentModel())
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('Audit logs.')])]
+    loop(history, 0)
+    loop(history, 3, 'A: report ids in lowercase.')
+    history.append(ModelRequest(parts=[UserPromptPart('Go on.')]))
+    history = [*await replay(Reassert(StatelessSummary(), sources=prompts), history, model=model)]
+    history.append(ModelResponse(parts=[TextPart('ok')]))
+    loop(history, 10, 'B: forget lowercase; report ids in UPPERCASE.')
+    history.append(ModelRequest(parts=[UserPromptPart('Go on 2.')]))
+    history = [*await replay(Native(), history, model=model)]
+    history.append(ModelResponse(parts=[TextPart('ok')]))
+    loop(history, 20, 'More.')
+    history.append(ModelRequest(parts=[UserPromptPart('Go on 3.')]))
+    history = [*await replay(Reassert(StatelessSummary(), sources=prompts), history, model=model)]
+    restated = [r['restated'] for m in history for p in m.parts if (r := our_record(p)) and r.get('restated')][-1]
+    assert restated == [
+        'A: report ids in lowercase.',
+        'Go on.',
+        'B: forget lowercase; report ids in UPPERCASE.',
+        'Go on 2.',
+        'More.',
+    ]

@@ -390,6 +390,7 @@ def test_a_turn_of_several_items_is_kept_when_the_summary_quotes_each(quoted: bo
         ('İstanbul office only', 'Scope: istanbul office only.', True),
         ('ห้ามแตะระบบจริง', 'ผู้ใช้สั่งว่าห้ามแตะระบบจริงเด็ดขาด', True),  # Thai: no spaces, no words to cut
         ('Pin Python to version 3', 'Pin Python to version 3.12 everywhere.', False),  # a number going on
+        ('Pin Python to version 3.', 'Pin Python to version 3.12 everywhere.', False),  # ... after its full stop
         ('Cap the batch at 5', 'Cap the batch at 5,000 rows.', False),
         ('Cap the batch at 5', 'Cap the batch at 5, then stop.', True),
         ('Set MAX', 'Set MAX_RETRIES to 3.', False),

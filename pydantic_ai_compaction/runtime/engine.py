@@ -9,23 +9,23 @@ from typing import Any
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import ModelMessage
 
-from pydantic_ai_compaction.protocols.metadata import record_extra, record_strings
 from pydantic_ai_compaction.protocols.types import CompactionRecord, Layout, Proposal, ProviderSummary, Summary
 from pydantic_ai_compaction.runtime.apply import apply_layout, assemble
 from pydantic_ai_compaction.runtime.checks import is_str
 from pydantic_ai_compaction.runtime.context import CompactionContext, Strategy
 from pydantic_ai_compaction.runtime.degraded import SetupWarning, described, warn_if_setup_error
 from pydantic_ai_compaction.runtime.encoding import ascii_strings, clean_value
+from pydantic_ai_compaction.runtime.instructions import InstructionSources, gather_instructions
 from pydantic_ai_compaction.runtime.notes import gather_notes, notes_in_place, with_notes
 from pydantic_ai_compaction.runtime.retry import is_context_overflow
 from pydantic_ai_compaction.runtime.segment import (
     ConversationView,
     ProtectPredicate,
     compactions_recorded,
-    our_record,
     segment,
 )
 from pydantic_ai_compaction.runtime.tokens import estimate_token_count
+from pydantic_ai_compaction.runtime.transcript import before_cut
 from pydantic_ai_compaction.runtime.validate import (
     DEFAULT_FALLBACK_KEEP_LAST,
     Outcome,
@@ -197,11 +197,15 @@ def _build(
     )
     if isinstance(layout.summary, ProviderSummary) and layout.superseded:
         # A provider's compaction replaces the boundaries of every strategy (`validate`), whose records carried the
-        # instruction changes restated or listed so far: carried on in its record, `Reassert`, `Verified` and a
-        # reset still find them (its opaque text holds them for the model alone).
-        carried = _instructions_in(view, layout.superseded)
+        # instruction changes restated or listed so far, and drops the user's turns since: both are carried on in
+        # its record, in order (its opaque text holds them for the model alone), so `Reassert`, `Verified` and a
+        # reset still find them, and a change is not restated after a newer one it was replaced by was lost.
+        carried = gather_instructions(view, InstructionSources(markers=()))
         held = set(record.restated)
-        extra_instructions = [text for text in carried if text not in held]
+        cut = [start for text in record.restated if (start := before_cut(text)) != text]  # a cut one: its start
+        extra_instructions = [
+            text for text in carried if text not in held and not any(text.startswith(start) for start in cut)
+        ]
         if extra_instructions:
             record = replace(record, extra={**record.extra, 'instructions': extra_instructions})
     note = f'[Context compacted: {len(layout.dropped)} earlier exchange(s) removed.]'
@@ -226,22 +230,6 @@ def _build(
     record = replace(record, tokens_after=estimate_token_count(messages))
     metadata.update(_clean_record(record.to_metadata()))
     return Outcome(messages=messages, record=record)
-
-
-def _instructions_in(view: ConversationView, boundaries: Sequence[str]) -> list[str]:
-    """The instruction changes the records of *boundaries* (exchange ids) restated or listed, in order, once each."""
-    found: list[str] = []
-    for exchange_id in boundaries:
-        exchange = view.by_id.get(exchange_id)
-        if exchange is None:
-            continue
-        for message in view.messages_of(exchange):
-            for part in message.parts:
-                record = our_record(part)
-                if record is not None:
-                    found.extend(record_strings(record, 'restated'))
-                    found.extend(record_strings(record_extra(record), 'instructions'))
-    return list(dict.fromkeys(found))
 
 
 _ID_LISTS = frozenset({'kept', 'dropped'})

@@ -197,6 +197,15 @@ def _whole_at(text: str, piece: str, start: int, *, open_end: bool = False) -> i
         end = at + len(piece)
         cuts_before = at > 0 and _joined(text[max(at - 2, 0) : at], piece[0], before=True)
         cuts_after = not open_end and end < len(text) and _joined(text[end : end + 2], piece[-1], before=False)
+        # A number the piece ends with a point or a comma after (`version 3.`) goes on in `3.12`.
+        cuts_after = cuts_after or (
+            not open_end
+            and end < len(text)
+            and piece[-1] in '.,'
+            and len(piece) > 1
+            and piece[-2].isdigit()
+            and text[end].isdigit()
+        )
         if not cuts_before and not cuts_after:
             return at
         at = text.find(piece, at + 1)
