@@ -395,6 +395,13 @@ def test_a_turn_of_several_items_is_kept_when_the_summary_quotes_each(quoted: bo
         ('Cap the batch at 5', 'Cap the batch at 5, then stop.', True),
         ('Set MAX', 'Set MAX_RETRIES to 3.', False),
         ('port 80', 'xport 80', False),  # at the text's second character
+        ('मत करो', 'उसने कहा: मत करोगे', False),  # a vowel sign goes on with its word (Hindi)
+        ('मत करो', 'उसने कहा: मत करो।', True),
+        ('Use the "blue" team', 'Use the \u201cblue\u201d team for ops.', True),  # typographic quotes
+        ("Don't restart billing", 'Don\u2019t restart billing.', True),
+        ('- Use lowercase ids.\n- Never touch prod.', 'Rules:\n* Use lowercase ids.\n\u2022 Never touch prod.', True),
+        ('- Never touch prod.', 'Rule: never touch prod.', True),  # one item, its marker dropped
+        ('- Use lowercase ids.\n- Never touch prod.', 'Rules: never touch prod.', False),  # an item missing
     ],
 )
 def test_an_instruction_of_several_lines_is_held_line_by_line_in_order_as_whole_words(

@@ -160,8 +160,28 @@ def plain_text(messages: Iterable[ModelMessage]) -> str:
 
 
 def _normalized(text: str) -> str:
-    # Composed, and `İ` as the `i` a model writes (it casefolds to `i` and a combining dot).
-    return unicodedata.normalize('NFC', ' '.join(text.split()).casefold().replace('i\u0307', 'i'))
+    # Composed, `İ` as the `i` a model writes (it casefolds to `i` and a combining dot), and typographic quotes as
+    # the ASCII ones (a model quoting `"blue"` writes `“blue”` as often as not).
+    folded = ' '.join(text.split()).casefold().replace('i\u0307', 'i').translate(_QUOTES)
+    return unicodedata.normalize('NFC', folded)
+
+
+_QUOTES = str.maketrans(
+    {
+        '\u2018': "'",
+        '\u2019': "'",
+        '\u201a': "'",
+        '\u201b': "'",
+        '\u201c': '"',
+        '\u201d': '"',
+        '\u201e': '"',
+        '\u201f': '"',
+    }
+)
+"""Typographic quotes, as the ASCII quote each stands for."""
+
+_BULLET = re.compile(r'(?:[-*+\u2022\u2023\u25e6\u2043\u2219]) ')
+"""A list item's marker at a line's start (`- `, `* `, `• `...): a summary may list an item under another marker."""
 
 
 def _holds(summary: str, instruction: str, *, cut: bool = False) -> bool:
@@ -173,10 +193,12 @@ def _holds(summary: str, instruction: str, *, cut: bool = False) -> bool:
     hold the turn when a line is missing, out of its place, or only part of a longer word. *cut*: the instruction
     is the start of a longer one (`Reassert` cut it), whose last word may go on in the summary.
     """
-    if _whole_at(summary, _normalized(instruction), 0, open_end=cut) >= 0:
+    whole = _normalized(instruction)
+    if _whole_at(summary, whole, 0, open_end=cut) >= 0:
         return True
-    lines = [_normalized(line) for line in instruction.splitlines() if line.strip()]
-    if len(lines) < 2:
+    # Each line without its list marker: `- Never touch prod.` is held by `* never touch prod.` as by the bare line.
+    lines = [_BULLET.sub('', line, count=1) for line in map(_normalized, instruction.splitlines()) if line]
+    if len(lines) < 2 and lines == [whole]:
         return False
     at = 0
     for number, line in enumerate(lines, start=1):
@@ -227,11 +249,12 @@ def _joined(beside: str, edge: str, *, before: bool) -> bool:
 
 
 def _word_character(character: str) -> bool:
-    """A letter, a digit or `_`, of a script written with spaces: Chinese, Japanese, Thai and the like have no
+    """A letter, a digit, a combining mark or `_`, of a script written with spaces: Chinese, Japanese, Thai and the like have no
     word to cut, so a piece of them may start or end anywhere."""
     if character == '_':
         return True
-    if not character.isalnum():
+    # A vowel sign or an accent that has no composed form is within its word (`करो` is not a word of `करोगे`).
+    if not character.isalnum() and unicodedata.category(character)[0] != 'M':
         return False
     return not without_spaces(character)
 
