@@ -249,8 +249,8 @@ def _joined(beside: str, edge: str, *, before: bool) -> bool:
 
 
 def _word_character(character: str) -> bool:
-    """A letter, a digit, a combining mark or `_`, of a script written with spaces: Chinese, Japanese, Thai and the like have no
-    word to cut, so a piece of them may start or end anywhere."""
+    """A letter, a digit, a combining mark or `_`, of a script written with spaces: Chinese, Japanese, Thai and the
+    like have no word to cut, so a piece of them may start or end anywhere."""
     if character == '_':
         return True
     # A vowel sign or an accent that has no composed form is within its word (`करो` is not a word of `करोगे`).
