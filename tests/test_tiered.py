@@ -412,3 +412,35 @@ def test_archive_s_reminder_does_not_make_tiered_write_its_note_again() -> None:
     assert sum(quiet) == 0 and sum(reminded) > 2  # reminders fired on several requests
     assert notes == quiet_notes >= 1
     assert max(reminded) == 1  # a reminder goes to its own request: the projection does not carry it on
+
+
+def test_a_handoff_note_the_model_refuses_keeps_the_previous_note() -> None:
+    # A refusal took the note's place: the next summary's boundary said "I'm sorry, I can't help with that."
+    seen: list[list[ModelMessage]] = []
+    notes: list[str] = []
+    state = {'step': 0}
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        prompt = ' '.join(str(p.content) for p in messages[-1].parts if isinstance(p, UserPromptPart))
+        if HANDOFF_MARKER in prompt:
+            notes.append(prompt)
+            first = 'Goal: audit. Done: logs read, INC-4471 open.'
+            return ModelResponse(parts=[TextPart(first if len(notes) == 1 else "I'm sorry, I can't help with that.")])
+        seen.append(list(messages))
+        state['step'] += 1
+        if state['step'] > 16:
+            return ModelResponse(parts=[TextPart('done')])
+        return ModelResponse(parts=[ToolCallPart('read_log', {'index': state['step']})])
+
+    tiered = Tiered[Any](context_window=WINDOW, clear_at=0.5, summarize_at=0.5, summarize_to=0.2)
+    agent = Agent(FunctionModel(respond), capabilities=[tiered])
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return log_text(index, 60)
+
+    agent.run_sync('Audit the logs, ignore legacy.')
+    assert len(notes) >= 2
+    boundary = next(p for m in seen[-1] for p in m.parts if isinstance(p, CompactionPart))
+    assert 'Done: logs read, INC-4471 open.' in (boundary.content or '')
+    assert 'sorry' not in (boundary.content or '')

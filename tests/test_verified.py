@@ -395,6 +395,8 @@ def test_a_turn_of_several_items_is_kept_when_the_summary_quotes_each(quoted: bo
         ('Cap the batch at 5', 'Cap the batch at 5, then stop.', True),
         ('Set MAX', 'Set MAX_RETRIES to 3.', False),
         ('port 80', 'xport 80', False),  # at the text's second character
+        ('.5 s delay', 'use a 10.5 s delay', False),  # a number going on before the piece's point
+        ('.5 s delay', 'use a .5 s delay', True),
         ('मत करो', 'उसने कहा: मत करोगे', False),  # a vowel sign goes on with its word (Hindi)
         ('मत करो', 'उसने कहा: मत करो।', True),
         ('Use the "blue" team', 'Use the \u201cblue\u201d team for ops.', True),  # typographic quotes

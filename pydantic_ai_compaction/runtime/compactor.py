@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+import unicodedata
 import warnings
 import weakref
 from collections import OrderedDict
@@ -348,8 +349,15 @@ async def _traced_provider_compact(ctx: CompactionContext, request_context: Mode
 
 
 def response_text(response: ModelResponse) -> str:
-    """The text a response carries, its text parts joined."""
-    return ''.join(part.content for part in response.parts if isinstance(part, TextPart)).strip()
+    """The text a response carries, its text parts joined; `''` when nothing of it is visible (blanks, or format
+    characters alone such as a zero-width space: a summary of `\u200b` replaces the history with nothing)."""
+    text = ''.join(part.content for part in response.parts if isinstance(part, TextPart)).strip()
+    return text if visible(text) else ''
+
+
+def visible(text: str) -> bool:
+    """Whether *text* holds a character that is neither a blank nor a format character (`\u200b`, `\ufeff`)."""
+    return any(not character.isspace() and unicodedata.category(character) != 'Cf' for character in text)
 
 
 def no_text(response: ModelResponse, who: str) -> str:
@@ -357,6 +365,42 @@ def no_text(response: ModelResponse, who: str) -> str:
     returned no text."""
     calls = list(dict.fromkeys(part.tool_name for part in response.parts if isinstance(part, ToolCallPart)))
     return f'{who} called {", ".join(calls)} instead of answering in text' if calls else f'{who} returned no text'
+
+
+def unusable(response: ModelResponse, text: str) -> tuple[str, str] | None:
+    """Why a compactor's reply *text* (of *response*) is no summary though it has text, as a failed proposal's reason
+    and detail, or `None`: the provider filtered it, the model declined (a short reply that opens by saying it
+    cannot help), or it holds nothing but markup tags (a model that copies the prompt's `</transcript>`).
+
+    Taken for a summary, a refusal replaces the dropped exchanges with "I'm sorry, I can't help with that".
+    """
+    if response.finish_reason == 'content_filter':
+        return 'refused', 'the provider filtered the reply (finish reason content_filter)'
+    if len(text) <= _REFUSAL_CHARS and _REFUSAL.match(text.replace('\u2019', "'")) is not None:
+        return 'refused', f'the model declined to answer: {" ".join(text.split())[:120]!r}'
+    if _MARKUP_ONLY.fullmatch(text) is not None:
+        return 'empty', f'the reply is only markup: {text[:80]!r}'
+    return None
+
+
+_REFUSAL_CHARS = 400
+"""Longest reply read as a refusal: a summary that only mentions what it cannot do goes on to say more."""
+
+_REFUSAL = re.compile(
+    r"[\s*_`>#]*(?:(?:(?:i'?m|i am|we'?re|we are)[ \t]+(?:so[ \t]+|very[ \t]+|really[ \t]+)?sorry|sorry|apologies|"
+    r'i[ \t]+apologi[sz]e|unfortunately)[\s,.!:;\u2014\u2013-]*(?:but[ \t]+)?)?'
+    r"(?:(?:i|we)[ \t]+(?:can(?:no|')?t|cannot|am[ \t]+(?:not[ \t]+able|unable)|are[ \t]+(?:not[ \t]+able|unable)|"
+    r"won'?t|will[ \t]+not|must[ \t]+decline|(?:do[ \t]+not|don'?t)[ \t]+feel[ \t]+comfortable)|"
+    r"(?:i'm|we're)[ \t]+(?:not[ \t]+able|unable))"
+    r'(?:[ \t]+(?:be[ \t]+able[ \t]+to|continue[ \t]+to|to))?[ \t]+'
+    r'(?:help|assist|comply|provide|do[ \t]+(?:that|this)|fulfil+|complete|continue|summari[sz]e|process|create|'
+    r'write|answer|engage|produce|generate)\b',
+    re.IGNORECASE,
+)
+"""The opening of a refusal, as models word one (`I'm sorry, but I can't help with that.`, `I cannot assist...`)."""
+
+_MARKUP_ONLY = re.compile(r'(?:\s*</?[A-Za-z_][\w.-]*\s*/?>)+\s*')
+"""A reply of markup tags and nothing else."""
 
 
 def text_only(

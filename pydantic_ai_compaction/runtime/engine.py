@@ -195,7 +195,7 @@ def _build(
         view_reduced=left_out,
         extra=dict(proposal.extra),
     )
-    if isinstance(layout.summary, ProviderSummary) and layout.superseded:
+    if isinstance(layout.summary, ProviderSummary):
         # A provider's compaction replaces the boundaries of every strategy (`validate`), whose records carried the
         # instruction changes restated or listed so far, and drops the user's turns since: both are carried on in
         # its record, in order (its opaque text holds them for the model alone), so `Reassert`, `Verified` and a

@@ -125,8 +125,13 @@ def placeholders(example: object) -> frozenset[str]:
 
 
 def unfilled(data: object, marks: Collection[str]) -> list[str]:
-    """The example placeholders *data* still contains, in order of appearance, each once."""
-    return list(dict.fromkeys(text for text in _strings(data) if text in marks))
+    """The example placeholders *data* still contains, in order of appearance, each once: a string that is one, or
+    holds one (`<what is done>.`, `<instruction in force, latest wording>: ids in lowercase`)."""
+    return list(
+        dict.fromkeys(
+            mark for text in _strings(data) for mark in sorted((m for m in marks if m in text), key=text.find)
+        )
+    )
 
 
 def _strings(value: object) -> Iterator[str]:

@@ -48,11 +48,27 @@ _LIST_MARK = re.compile(r'[ \t>*_`\u2022-]*(?:\d+[.)][ \t]+)?')
 """What opens a line of a list (a bullet, a number, a quote mark, emphasis)."""
 _NOTE = re.compile(r'\(|[\u2014\u2013:][ \t]|[ \t]-[ \t]')
 """Where a note after a listed id starts (`g2 (the config)`, `g2: the config`, `g2 - the config`)."""
-_IDS_ONLY = re.compile(r'(?:[ \t,;*_`"\'\[\]]|and\b|to\b|g\d+(?:(?:[-\u2013\u2014]|\.\.)g?\d+)?\b)*', re.IGNORECASE)
+_IDS_ONLY = re.compile(
+    r'(?:[ \t,;*_`"\'\[\]]|and\b|to\b|through\b|thru\b|\.\.\.?|\u2026'
+    r'|g\d+(?:(?:[-\u2013\u2014]|\.\.\.?|\u2026)g?\d+)?\b)*',
+    re.IGNORECASE,
+)
 """Text of exchange ids and ranges of them and nothing else (each alternative starts differently: one pass)."""
 _ID = re.compile(r'\bg\d+\b', re.IGNORECASE)
-_RANGE = re.compile(r'\bg(\d{1,12})(?:[-\u2013\u2014]|\.\.|[ \t]+to[ \t]+)g?(\d{1,12})\b', re.IGNORECASE)
-"""A range of exchange ids as a model writes one (`g2-g5`, `g2–g5`, `g2..g5`, `g2-5`, `g2 to g5`)."""
+_RANGE = re.compile(
+    r'\bg(\d{1,12})(?:[-\u2013\u2014]|\.\.\.?|\u2026|[ \t]+(?:to|through|thru)[ \t]+'
+    r'|[ \t]*,[ \t]*(?:\.\.\.|\u2026)[ \t]*,[ \t]*)g?(\d{1,12})\b',
+    re.IGNORECASE,
+)
+"""A range of exchange ids as a model writes one (`g2-g5`, `g2–g5`, `g2..g5`, `g2...g5`, `g2-5`, `g2 to g5`, `g2
+through g5`, `g2, ..., g5`)."""
+_ALL_BUT = re.compile(
+    r'[ \t*_`(\[]*(?:all|everything|every(?:[ \t]+\w+)?|each(?:[ \t]+\w+)?)\b(?:(?!\bg\d)[^\n])*?'
+    r'\b(?:except|but|besides|save|other[ \t]+than|apart[ \t]+from|excluding|minus|without|not)\b',
+    re.IGNORECASE,
+)
+"""A `KEEP:` line that keeps every exchange but the ones it names (`everything except g2`, `all but g2`): a list of
+ids to keep cannot say that, and reading the ids it names would keep the opposite of what was meant."""
 _ITEM_END = r'[ \t]*(?:[,;:(\r*`&/.]|[-\u2013\u2014][ \t]|$)'
 """What ends an item of a list of ids: punctuation, a note's dash or the line's end."""
 _AND_LAST = rf'(?P<more>[ \t]+and[ \t]+g\d{{1,12}}\b(?P<end>{_ITEM_END}))'
@@ -133,10 +149,11 @@ KEEP: {keep}
 )
 """Answer format of the `free` variant."""
 
-FORK_FIXED_FORMAT = """The {count} most recent finished exchange(s) stay verbatim. Summarize everything else
+FORK_FIXED_FORMAT = """The {count} most recent finished exchange(s) stay verbatim: {ids}. Summarize everything else
 for yourself: every instruction in force with its latest wording, facts with exact values, progress and the next step.
 Answer with the summary only."""
-"""Answer format of the `fixed` variant; `{count}` is `Fork.keep_last`."""
+"""Answer format of the `fixed` variant; `{count}` is `Fork.keep_last`, `{ids}` their ids (the listing's order is the
+history's, where an earlier summary sits before the exchanges it followed: "most recent" alone is ambiguous)."""
 
 _JSON_PLACEHOLDERS = replies.placeholders(FORK_JSON_EXAMPLE)
 _FREE_PLACEHOLDERS = (_FREE_KEEP, _FREE_SUMMARY)
@@ -197,7 +214,9 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
         answer = {
             'json': FORK_JSON_FORMAT,
             'free': FORK_FREE_FORMAT,
-            'fixed': compactor.fill(FORK_FIXED_FORMAT, count=str(self.keep_last)),
+            'fixed': compactor.fill(
+                FORK_FIXED_FORMAT, count=str(self.keep_last), ids=', '.join(_recent(view, self.keep_last)) or 'none'
+            ),
         }[self.variant]
         return compactor.fill(
             FORK_PROMPT, marker=FORK_MARKER, variant=self.variant, listing=listing(view), format=answer
@@ -214,6 +233,8 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
         reply = compactor.response_text(response)
         if not reply:
             return Proposal.failed('empty', compactor.no_text(response, 'the fork'), variant=self.variant)
+        if (unusable := compactor.unusable(response, reply)) is not None:
+            return Proposal.failed(*unusable, variant=self.variant)
         return self.parse(reply, view)
 
     def _conversation(self, view: ConversationView) -> list[ModelMessage] | tuple[ModelMessage, ...]:
@@ -258,17 +279,31 @@ def _parse_json(reply: str) -> Proposal:
         return Proposal.failed('schema', problem, variant='json')
     summary: dict[str, Any] = data['summary']
     text_summary = render_structured(summary)
-    if not text_summary.strip() and not data['keep']:
+    keep = _json_keep(data['keep'])
+    if not text_summary and not keep:
         return Proposal.failed('empty', 'empty keep list and empty summary', variant='json')
     extra: dict[str, Any] = {'structured_summary': summary}
     if parsed.tolerated:
         extra['reply_tolerated'] = list(parsed.tolerated)
     return Proposal(
-        kept=tuple(data['keep']),
-        summary=Summary(text_summary, structured=summary) if text_summary.strip() else None,
+        kept=keep,
+        summary=Summary(text_summary, structured=summary) if text_summary else None,
         variant='json',
         extra=extra,
     )
+
+
+def _json_keep(items: list[str]) -> tuple[str, ...]:
+    """The ids of a JSON reply's `keep` list, each item read as a `KEEP:` line's ids are (`G1`, `g1-g3`, `g2 (the
+    config)`); an item naming no id is kept as written, for the validator to reject and record."""
+    ids: dict[str, None] = {}
+    for item in items:
+        if len(ids) >= _MAX_IDS:
+            break
+        closed = _closed_ranges(item)
+        named = _closed_up(_noted_ids, item, closed) or _ids_in(closed)
+        ids.update(dict.fromkeys(named or (item,)))
+    return tuple(ids)[:_MAX_IDS]
 
 
 def _unfilled_detail(copied: list[str]) -> str:
@@ -277,19 +312,27 @@ def _unfilled_detail(copied: list[str]) -> str:
 
 
 def render_structured(summary: dict[str, Any]) -> str:
-    """The boundary text of a structured fork summary."""
+    """The boundary text of a structured fork summary; an item with nothing to say (blank, or dots alone: `...`)
+    is left out."""
+    rules = [rule for rule in summary.get('rules') or () if _says(rule)]
+    facts = [fact for fact in summary.get('facts') or () if _says(fact)]
     lines: list[str] = []
-    if summary.get('rules'):
+    if rules:
         lines.append('Rules in force:')
-        lines.extend(f'- {rule}' for rule in summary['rules'])
-    if summary.get('facts'):
+        lines.extend(f'- {rule}' for rule in rules)
+    if facts:
         lines.append('Facts:')
-        lines.extend(f'- {fact}' for fact in summary['facts'])
-    if summary.get('progress'):
-        lines.append(f'Progress: {summary["progress"]}')
-    if summary.get('next_step'):
-        lines.append(f'Next step: {summary["next_step"]}')
+        lines.extend(f'- {fact}' for fact in facts)
+    if _says(progress := summary.get('progress')):
+        lines.append(f'Progress: {progress}')
+    if _says(next_step := summary.get('next_step')):
+        lines.append(f'Next step: {next_step}')
     return '\n'.join(lines)
+
+
+def _says(item: object) -> bool:
+    """Whether a summary's item says something: a string with more than blanks, format characters and dots."""
+    return isinstance(item, str) and compactor.visible(item.replace('.', '').replace('\u2026', ''))
 
 
 def _keep_of(line: re.Match[str]) -> tuple[str, ...] | None:
@@ -299,6 +342,8 @@ def _keep_of(line: re.Match[str]) -> tuple[str, ...] | None:
     words = ids_text.split(maxsplit=1)
     if not words:
         return ()
+    if _ALL_BUT.match(ids_text):
+        return None
     # `KEEP: None\u2014all summarized`: a note joined to the none word, naming no exchange. With an id after it
     # (`none-of-these except g5`, `no-op aside, g3`) the line is read for its ids as any other.
     joined = _NONE_JOINED.search(words[0].lstrip('-'))
@@ -490,7 +535,11 @@ def _parse_free(reply: str) -> Proposal:
     found = _keep_line(reply)
     if found is None:
         ids_text = first.group('ids').strip(_MARKUP)
-        return Proposal.failed('unparseable', f'KEEP line names no exchange id: {ids_text[:100]!r}', variant='free')
+        if _ALL_BUT.match(ids_text):
+            detail = f'KEEP line names the exchanges not to keep, not those to keep: {ids_text[:100]!r}'
+        else:
+            detail = f'KEEP line names no exchange id: {ids_text[:100]!r}'
+        return Proposal.failed('unparseable', detail, variant='free')
     keep, start, end = found
     summary = (reply[:start] + reply[end:]).strip()
     if not summary:

@@ -71,4 +71,6 @@ class Native(ConfiguredCompaction[AgentDepsT]):
         text = compactor.response_text(reply)
         if not text:
             return Proposal.failed('empty', compactor.no_text(reply, 'the model'), variant='emulated')
+        if (unusable := compactor.unusable(reply, text)) is not None:
+            return Proposal.failed(*unusable, variant='emulated')
         return Proposal(summary=Summary(text), supersedes=self.strategy_name, variant='emulated')

@@ -154,6 +154,8 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
         text = compactor.response_text(response)
         if not text:
             return Proposal.failed('empty', compactor.no_text(response, 'the summarizer'))
+        if (unusable := compactor.unusable(response, text)) is not None:
+            return Proposal.failed(*unusable)
         extra: dict[str, Any] = {}
         if left_out:
             extra['not_summarized'] = list(left_out)
@@ -171,6 +173,8 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
         text = compactor.response_text(response)
         if not text:
             return Proposal.failed('empty', compactor.no_text(response, 'the summarizer'), variant='sent')
+        if (unusable := compactor.unusable(response, text)) is not None:
+            return Proposal.failed(*unusable, variant='sent')
         return Proposal.keep(kept, summary=Summary(text), variant='sent')
 
 

@@ -228,6 +228,10 @@ def _whole_at(text: str, piece: str, start: int, *, open_end: bool = False) -> i
             and piece[-2].isdigit()
             and text[end].isdigit()
         )
+        # ... and a number before a piece that opens with a point and digits (`.5` in `10.5`).
+        cuts_before = cuts_before or (
+            at > 0 and piece[0] in '.,' and len(piece) > 1 and piece[1].isdigit() and text[at - 1].isdigit()
+        )
         if not cuts_before and not cuts_after:
             return at
         at = text.find(piece, at + 1)
@@ -402,7 +406,7 @@ class Verified(WrappingCompaction[AgentDepsT]):
         lines: list[str] = []
         removed_text = plain_text(m for exchange in dropped for m in view.messages_of(exchange))
         summary_norm = _normalized(summary)
-        if 'not_empty' in self.checks and not summary.strip():
+        if 'not_empty' in self.checks and not compactor.visible(summary):
             failed.append('not_empty')
         if 'smaller' in self.checks and _tokens(summary) >= sum(exchange.tokens for exchange in dropped):
             failed.append('smaller')
@@ -486,8 +490,19 @@ class Verified(WrappingCompaction[AgentDepsT]):
 
         removed_norm = _normalized(removed_text)
         items = [clean_text(item).strip() for item in cast('list[str]', data['omitted'])]
-        # A detail the transcript does not hold is the checker's invention, not an omission.
-        return list(dict.fromkeys(item for item in items if item and _normalized(item) in removed_norm))
+        # A detail the transcript does not hold, as whole words, is the checker's invention, not an omission; nor is
+        # a character or two (`0` is in almost any transcript, and its first line holding one says nothing).
+        return list(
+            dict.fromkeys(
+                item
+                for item in items
+                if len(norm := _normalized(item)) >= _OMISSION_CHARS and _whole_at(removed_norm, norm, 0) >= 0
+            )
+        )
+
+
+_OMISSION_CHARS = 3
+"""Fewest characters of an item the `omissions` pass lists for it to count."""
 
 
 def _source_lines(text: str, needles: Sequence[str]) -> list[str]:

@@ -431,7 +431,9 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             response = await compactor.request(
                 ctx, [ModelRequest(parts=[UserPromptPart(prompt)])], model=self.model, settings=self.model_settings
             )
-            note = compactor.response_text(response) or (previous or '')
+            note = compactor.response_text(response)
+            if not note or compactor.unusable(response, note) is not None:
+                note = previous or ''  # a refusal is no note: the previous one still holds
         except Exception as error:  # the note is best effort; the copied parts below still carry the essentials
             owner = type(self).__name__  # `Tiered` is another name of `ClearThenSummarize`
             warn_if_setup_error(error, owner, 'the handoff note cannot be written', owner, stacklevel=2)
