@@ -190,7 +190,8 @@ def openai_responses_problems(payload: Payload, issued: Issued | None = None) ->
     - `[openai-responses.call-answered]`: every `function_call` has a `function_call_output` with its `call_id`.
     - `[openai-responses.output-has-call]`: every `function_call_output` follows the `function_call` it answers.
     - `[openai-responses.reasoning-kept-with-call]`: a `reasoning` item is immediately followed by the
-      output item it was returned with (a function call or message); with `issued`, the very same one.
+      output item it was returned with (a function call, a built-in tool's call such as `web_search_call`, an
+      assistant message); with `issued`, the very same one.
     - `[openai-responses.opaque-unchanged]`: with `issued`, compaction and reasoning items come back
       as received (same id, same `encrypted_content`); a compaction item always carries its `encrypted_content`.
     """
@@ -211,11 +212,7 @@ def openai_responses_problems(payload: Payload, issued: Issued | None = None) ->
             outputs.add(call_id)
         elif kind == 'reasoning':
             following = items[index + 1] if index + 1 < len(items) else None
-            if (
-                following is None
-                or following.get('type') not in ('function_call', 'message')
-                or (following.get('type') == 'message' and following.get('role') != 'assistant')
-            ):
+            if following is None or not _output_item(following):
                 out.append(
                     f'[openai-responses.reasoning-kept-with-call] item {index}: reasoning {item.get("id")} is not '
                     'followed by the output item it was returned with'
@@ -234,6 +231,20 @@ def openai_responses_problems(payload: Payload, issued: Issued | None = None) ->
         if call_id not in outputs:
             out.append(f'[openai-responses.call-answered] item {index}: function call {call_id} has no output')
     return out
+
+
+def _output_item(item: dict[str, Any]) -> bool:
+    """Whether *item* is one a model outputs (and a `reasoning` item may be returned with): an assistant message,
+    a function call, a built-in tool's call (`web_search_call`, `code_interpreter_call`, `mcp_call`...); not an
+    input (a user, system or developer message, a tool's output), another reasoning item or a compaction."""
+    kind = item.get('type')
+    if kind == 'message' or (kind is None and 'role' in item):  # a message without `type` is one too
+        return item.get('role') == 'assistant'
+    return isinstance(kind, str) and kind not in _NOT_OUTPUT and not kind.endswith('_output')
+
+
+_NOT_OUTPUT = frozenset({'reasoning', 'compaction', 'item_reference', 'mcp_approval_response'})
+"""Item types a model does not output after its reasoning (besides messages and the `*_output` items)."""
 
 
 def _opaque_problems(index: int, item: dict[str, Any], issued: Issued | None) -> list[str]:
@@ -271,7 +282,11 @@ def anthropic_problems(payload: Payload, issued: Issued | None = None) -> list[s
       build-with-claude/mid-conversation-system-messages: Claude Opus 4.8 and later) comes right after a
       user turn, or after such an entry, and is not a turn.
     - `[anthropic.tool-result-first]`: every `tool_use` is answered by a `tool_result` in the very next
-      turn, a user turn whose content starts with its tool results; no `tool_result` without its call.
+      turn, a user turn whose content starts with its tool results; no `tool_result` without its call, and
+      one per call ("each tool_use must have a single result").
+    - `[anthropic.content-not-empty]`: the request has messages; every message has content, but for a final
+      assistant message (a prefill), and no text block is blank ("text content blocks must contain
+      non-whitespace text").
     - `[anthropic.thinking-unmodified]`: with thinking enabled, the assistant turn of the running tool
       loop starts with its signed `thinking` block (after any compaction block); thinking blocks carry a
       signature and, with `issued`, the exact text signed; compaction blocks come back as issued.
@@ -280,11 +295,14 @@ def anthropic_problems(payload: Payload, issued: Issued | None = None) -> list[s
     """
     out: list[str] = []
     messages = _items(payload.get('messages'))
+    if not messages:
+        out.append('[anthropic.content-not-empty] the request has no messages')
     turns: list[tuple[str, list[dict[str, Any]], int]] = []
     for index, message in enumerate(messages):
         role = message.get('role')
         blocks = _blocks(message.get('content'))
         out.extend(_thinking_problems(index, blocks, issued))
+        out.extend(_empty_content(index, message, blocks, last=index == len(messages) - 1))
         if role == 'system':
             previous = messages[index - 1].get('role') if index else None
             if previous not in ('user', 'system') or not turns or turns[-1][0] != 'user':
@@ -303,6 +321,10 @@ def anthropic_problems(payload: Payload, issued: Issued | None = None) -> list[s
         following = turns[position + 1] if position + 1 < len(turns) else None
         if role == 'user':
             results = [str(b.get('tool_use_id')) for b in blocks if b.get('type') == 'tool_result']
+            for tool_use_id in sorted({r for r in results if results.count(r) > 1}):
+                out.append(
+                    f'[anthropic.tool-result-first] message {index}: more than one tool_result for {tool_use_id}'
+                )
             before = turns[position - 1][1] if position > 0 else []
             called = {str(b.get('id')) for b in before if b.get('type') == 'tool_use'}
             for tool_use_id in results:
@@ -336,6 +358,19 @@ def anthropic_problems(payload: Payload, issued: Issued | None = None) -> list[s
         if choice not in (None, 'auto', 'none'):
             out.append(f'[anthropic.thinking-tool-choice] tool_choice {choice!r} with thinking enabled')
     return out
+
+
+def _empty_content(index: int, message: dict[str, Any], blocks: list[dict[str, Any]], *, last: bool) -> list[str]:
+    """`[anthropic.content-not-empty]` of one message: no content at all, or a blank text block."""
+    if last and message.get('role') == 'assistant':
+        return []  # a prefill the model goes on from may be empty
+    if not blocks:
+        return [f'[anthropic.content-not-empty] message {index}: {message.get("role")} message without content']
+    return [
+        f'[anthropic.content-not-empty] message {index}: a blank text block'
+        for block in blocks
+        if block.get('type') == 'text' and not str(block.get('text') or '').strip()
+    ]
 
 
 def _thinking_problems(index: int, blocks: list[dict[str, Any]], issued: Issued | None) -> list[str]:
@@ -389,6 +424,7 @@ def google_problems(payload: Payload, issued: Issued | None = None) -> list[str]
     (ai.google.dev/gemini-api/docs/thought-signatures):
 
     - `[google.roles]`: roles are `user` and `model`.
+    - `[google.parts-not-empty]`: every content has parts ("contents.parts must not be empty").
     - `[google.call-position]`: a model turn with function calls comes right after a user turn (a prompt
       or function responses).
     - `[google.call-answered]`: the turn after a function call turn is a user turn with one
@@ -405,6 +441,8 @@ def google_problems(payload: Payload, issued: Issued | None = None) -> list[str]
         if role not in ('user', 'model'):
             out.append(f'[google.roles] content {index}: role {role!r}')
         parts = _items(content.get('parts'))
+        if not parts:
+            out.append(f'[google.parts-not-empty] content {index}: no parts')
         calls = [_dict(p.get('functionCall')) for p in parts if 'functionCall' in p]
         responses = [_dict(p.get('functionResponse')) for p in parts if 'functionResponse' in p]
         if calls:

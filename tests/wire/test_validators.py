@@ -189,6 +189,61 @@ BAD: list[tuple[str, wire.ProviderKind, dict[str, Any], str]] = [
         'openai-responses.opaque-unchanged',
     ),
     (
+        'responses: reasoning followed by a user message',
+        'openai-responses',
+        {'input': [RESPONSES_OK['input'][1], RESPONSES_OK['input'][2], {'role': 'user', 'content': 'go on'}]},
+        'openai-responses.reasoning-kept-with-call',
+    ),
+    (
+        'responses: reasoning followed by another reasoning item',
+        'openai-responses',
+        {'input': [RESPONSES_OK['input'][1], RESPONSES_OK['input'][2], *RESPONSES_OK['input'][2:]]},
+        'openai-responses.reasoning-kept-with-call',
+    ),
+    ('anthropic: no messages', 'anthropic', {'messages': []}, 'anthropic.content-not-empty'),
+    (
+        'anthropic: a user message without content',
+        'anthropic',
+        {'messages': [{'role': 'user', 'content': []}, *ANTHROPIC_OK['messages'][1:]]},
+        'anthropic.content-not-empty',
+    ),
+    (
+        'anthropic: a blank text block',
+        'anthropic',
+        {'messages': [{'role': 'user', 'content': [{'type': 'text', 'text': ' '}]}, *ANTHROPIC_OK['messages'][1:]]},
+        'anthropic.content-not-empty',
+    ),
+    (
+        'anthropic: an empty prompt',
+        'anthropic',
+        {'messages': [{'role': 'user', 'content': ''}, *ANTHROPIC_OK['messages'][1:]]},
+        'anthropic.content-not-empty',
+    ),
+    (
+        'anthropic: two results for one tool_use',
+        'anthropic',
+        {
+            **ANTHROPIC_OK,
+            'messages': [
+                *ANTHROPIC_OK['messages'][:2],
+                {
+                    'role': 'user',
+                    'content': [
+                        {'type': 'tool_result', 'tool_use_id': 'toolu_1', 'content': 'ok'},
+                        {'type': 'tool_result', 'tool_use_id': 'toolu_1', 'content': 'ok'},
+                    ],
+                },
+            ],
+        },
+        'anthropic.tool-result-first',
+    ),
+    (
+        'google: a content without parts',
+        'google',
+        {'contents': [{'role': 'user', 'parts': []}]},
+        'google.parts-not-empty',
+    ),
+    (
         'anthropic: starts with the assistant',
         'anthropic',
         {'messages': ANTHROPIC_OK['messages'][1:]},
@@ -415,3 +470,26 @@ def test_a_request_may_open_with_a_compaction_block() -> None:
 def test_unknown_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="got 'bedrock'"):
         wire.problems('bedrock', {})  # pyright: ignore[reportArgumentType]
+
+
+@pytest.mark.parametrize(
+    'output',
+    [
+        {'type': 'web_search_call', 'id': 'ws_1', 'status': 'completed', 'action': {'type': 'search', 'query': 'x'}},
+        {'type': 'code_interpreter_call', 'id': 'ci_1', 'status': 'completed', 'code': '1', 'container_id': 'c'},
+        {'type': 'mcp_call', 'id': 'mcp_1', 'name': 'f', 'arguments': '{}', 'server_label': 's'},
+        {'type': 'message', 'role': 'assistant', 'content': [{'type': 'output_text', 'text': 'hi'}]},
+        {'role': 'assistant', 'content': 'hi'},  # a message without `type`
+    ],
+)
+def test_reasoning_may_be_followed_by_any_output_item(output: dict[str, Any]) -> None:
+    """A reasoning model using a built-in tool returns `reasoning` then `web_search_call`: pydantic-ai sends it back
+    so, and the rule named that a violation (`wire.check` failed every request of an agent with web search)."""
+    user = {'role': 'user', 'content': 'look it up'}
+    reasoning = {'id': 'rs_9', 'type': 'reasoning', 'summary': [], 'encrypted_content': 'gAAAA-r9'}
+    assert wire.problems('openai-responses', {'input': [user, reasoning, output, user]}) == []
+
+
+def test_a_final_assistant_prefill_may_be_empty() -> None:
+    payload = {'messages': [ANTHROPIC_OK['messages'][0], {'role': 'assistant', 'content': ''}]}
+    assert wire.problems('anthropic', payload) == []
