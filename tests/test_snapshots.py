@@ -82,6 +82,43 @@ def test_load_history_reads_a_path_given_as_a_string(tmp_path: Path) -> None:
             load_history(blank)
 
 
+def test_load_history_names_what_it_was_given_that_is_no_history() -> None:
+    # A JSON object was read as a file path (`FileNotFoundError`), `None` failed inside, and a list of anything was
+    # taken and failed later in `render` with an `AttributeError`.
+    from pydantic_ai_compaction.testing import load_history
+
+    with pytest.raises(ValueError, match=r'load_history.source must be the JSON of a message list, got the JSON of an'):
+        load_history('{"a": 1}')
+    with pytest.raises(TypeError, match=r'load_history.source must be a message list, .* got None\.'):
+        load_history(None)  # pyright: ignore[reportArgumentType]
+    with pytest.raises(TypeError, match=r'load_history.source\[1\] must be a ModelRequest or a ModelResponse, got 2\.'):
+        load_history([recorded_history(1)[0], 2])  # pyright: ignore[reportArgumentType]
+
+
+def test_render_shows_what_tells_two_histories_apart() -> None:
+    # A snapshot passed whatever image a prompt held, and whether a request kept its instructions or a thinking
+    # block its signature: each rendered the same.
+    from dataclasses import replace
+
+    from pydantic_ai.messages import BinaryContent, ImageUrl, ModelRequest, ThinkingPart, UserPromptPart
+
+    def prompt(item: Any) -> ModelRequest:
+        return ModelRequest(parts=[UserPromptPart(['Look at this:', item])], instructions='Audit the logs.')
+
+    png = render([prompt(BinaryContent(b'\x89PNG one', media_type='image/png'))])
+    assert '[binary image/png 8 bytes #' in png
+    assert 'instructions (15): Audit the logs.' in png
+    assert png != render([prompt(BinaryContent(b'\x89PNG two', media_type='image/png'))])
+    assert png != render([prompt(BinaryContent(b'\x89PNG one', media_type='application/pdf'))])
+    assert '[image-url https://example.com/a.png]' in render([prompt(ImageUrl('https://example.com/a.png'))])
+    request = prompt('x')
+    assert render([request]) != render([replace(request, instructions=None)])
+    thinking = [request, ModelResponse(parts=[ThinkingPart('plan', signature='sig-1'), TextPart('done')])]
+    edited = [request, ModelResponse(parts=[ThinkingPart('plan', signature='sig-2'), TextPart('done')])]
+    assert 'thinking signed #' in render(thinking)
+    assert render(thinking) != render(edited)
+
+
 @pytest.mark.parametrize(
     'statement',
     [

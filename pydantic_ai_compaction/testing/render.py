@@ -6,11 +6,14 @@ out or numbered in order of appearance, so the same compaction renders the same 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any, cast
 
 from pydantic_ai.messages import (
+    BinaryContent,
     CompactionPart,
+    FileUrl,
     ModelMessage,
     ModelRequest,
     RetryFeedbackPart,
@@ -58,6 +61,10 @@ def render(messages: Sequence[ModelMessage], *, width: int = DEFAULT_WIDTH) -> s
         role = 'request' if isinstance(message, ModelRequest) else 'response'
         ids = sorted({owner.get((index, p), '?') for p in range(len(message.parts))}, key=_id_order)
         lines.append(f'[{index}] {role} {",".join(ids)}')
+        if isinstance(message, ModelRequest) and message.instructions:
+            # Dropped or changed by a compaction, the instructions are what the model no longer reads.
+            text = message.instructions
+            lines.append(f'{" " * 10}instructions ({len(text)}): {_clip(text, width)}')
         for part_index, part in enumerate(message.parts):
             tag = owner.get((index, part_index), '?')
             prefix = f'    {tag:>4} '
@@ -80,7 +87,7 @@ def _render_part(part: Any, width: int, call_name: Any) -> str:
         text = user_text(part)
         if is_restatement(part):
             return f'restatement ({len(text)}):' + _block(text)
-        return f'user ({len(text)}): {_clip(text, width)}'
+        return f'user ({len(text)}): {_clip(text, width)}' + _media(part)
     if isinstance(part, ToolReturnPart):
         text = return_text(cast(ToolReturnPart, part))  # a structured result holding a lone surrogate, too
         return (
@@ -95,7 +102,8 @@ def _render_part(part: Any, width: int, call_name: Any) -> str:
     if isinstance(part, TextPart):
         return f'text ({len(part.content)}): {_clip(part.content, width)}'
     if isinstance(part, ThinkingPart):
-        signed = ' signed' if part.signature else ''
+        # A signature stands for the text it signs: a changed one is a thinking block the provider refuses.
+        signed = f' signed #{_digest(part.signature)}' if part.signature else ''
         return f'thinking{signed} ({len(part.content)}): {_clip(part.content, width)}'
     if isinstance(part, CompactionPart):
         # What a compaction wrote is the point of a snapshot, so it is shown whole.
@@ -106,6 +114,25 @@ def _render_part(part: Any, width: int, call_name: Any) -> str:
             line += '\n' + ' ' * 10 + _render_record(record)
         return line
     return f'{getattr(part, "part_kind", type(part).__name__)}'
+
+
+def _media(part: UserPromptPart) -> str:
+    """The non-text items of a prompt, each by its kind, its media type and its size and digest (binary) or its URL:
+    an image swapped for another, or for a PDF, is a change the text alone does not show."""
+    if isinstance(part.content, str):
+        return ''
+    shown: list[str] = []
+    for item in part.content:
+        if isinstance(item, BinaryContent):
+            shown.append(f'{item.kind} {item.media_type} {len(item.data):,} bytes #{_digest(item.data)}')
+        elif isinstance(item, FileUrl):
+            shown.append(f'{item.kind} {_clip(item.url, 80)}')
+    return ''.join(f' [{text}]' for text in shown)
+
+
+def _digest(data: str | bytes) -> str:
+    """The first 8 hex digits of *data*'s SHA-256: what tells two payloads apart in a snapshot, in a few characters."""
+    return hashlib.sha256(data.encode('utf-8', 'surrogatepass') if isinstance(data, str) else data).hexdigest()[:8]
 
 
 def _render_record(record: dict[str, Any]) -> str:

@@ -7,12 +7,14 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, ModelResponse
 from pydantic_ai.models import Model, infer_model
 from pydantic_ai.tools import RunContext
 from pydantic_ai.usage import RunUsage
 
 from pydantic_ai_compaction.runtime.compactor import close_models
+from pydantic_ai_compaction.runtime.degraded import described
+from pydantic_ai_compaction.runtime.transcript import clip
 
 
 class Compacts(Protocol):
@@ -29,17 +31,30 @@ def load_history(source: Sequence[ModelMessage] | str | bytes | Path) -> list[Mo
     A string is JSON when it starts with `[` (a message list always does), otherwise the path of a file.
 
     Raises:
-        ValueError: *source* is a blank string or bytes (neither a message list nor a path).
+        ValueError: *source* is a blank string or bytes (neither a message list nor a path), or the JSON of
+            something else than a list (an object).
+        TypeError: *source* is of another type, or a list holding something else than messages.
     """
     if isinstance(source, str | bytes) and not source.strip():
         raise ValueError(f'load_history.source must be a message list, its JSON or a file path, got {source!r}.')
+    if isinstance(source, str | bytes) and source.lstrip()[:1] in ('{', b'{'):
+        shown = clip(repr(source), 80)
+        raise ValueError(f'load_history.source must be the JSON of a message list, got the JSON of an object: {shown}.')
     if isinstance(source, str) and not source.lstrip().startswith('['):
         source = Path(source)
     if isinstance(source, Path):
         return ModelMessagesTypeAdapter.validate_json(source.read_bytes())
     if isinstance(source, str | bytes):
         return ModelMessagesTypeAdapter.validate_json(source)
-    return list(source)
+    if not isinstance(source, Sequence):  # pyright: ignore[reportUnnecessaryIsInstance]  # typed, but any value comes
+        shown = clip(described(source), 80)
+        raise TypeError(f'load_history.source must be a message list, its JSON or a file path, got {shown}.')
+    messages = list(source)
+    for index, message in enumerate(messages):
+        if not isinstance(message, ModelRequest | ModelResponse):  # pyright: ignore[reportUnnecessaryIsInstance]
+            shown = clip(described(message), 80)
+            raise TypeError(f'load_history.source[{index}] must be a ModelRequest or a ModelResponse, got {shown}.')
+    return messages
 
 
 async def replay(
