@@ -68,7 +68,7 @@ def json_reply(keep: list[str], **summary: Any) -> str:
         (['G2'], ['g2']),
         (['g2-g3'], ['g2', 'g3']),
         (['g2 (the log with the change)'], ['g2']),
-        (['g3', 'G3', 'g2'], ['g2', 'g3']),
+        (['the config (g2)'], ['g2']),
     ],
 )
 async def test_a_json_fork_reads_its_ids_as_a_keep_line_s(keep: list[str], kept: list[str]) -> None:
@@ -78,6 +78,19 @@ async def test_a_json_fork_reads_its_ids_as_a_keep_line_s(keep: list[str], kept:
     assert record['fallback_reason'] is None
     assert record['rejected'] == []
     assert record['kept'] == ['g0', *kept, 'g8']
+
+
+async def test_an_id_in_two_json_keep_items_is_a_repeat_the_validator_reports() -> None:
+    record, _ = await compacted(Fork(variant='json'), json_reply(['g3', 'G3', 'g2']))
+    assert record['rejected'] == ['g3']
+    assert record['kept'] == ['g0', 'g2', 'g3', 'g8']
+
+
+async def test_a_json_keep_item_naming_what_not_to_keep_falls_back() -> None:
+    # Read for its ids, `everything except g2` kept g2 alone.
+    record, _ = await compacted(Fork(variant='json'), json_reply(['everything except g2']))
+    assert record['fallback_reason'] == 'unparseable'
+    assert 'names the exchanges not to keep' in record['detail']
 
 
 async def test_an_id_the_json_fork_cannot_read_is_still_rejected_alone() -> None:
@@ -127,6 +140,14 @@ async def test_a_json_fork_leaves_out_an_item_of_dots_and_keeps_the_rest() -> No
         ('KEEP:\n- g2 through g3\n', ['g2', 'g3']),
         ('KEEP: g5 (everything but the config is summarized)', ['g5']),
         ('KEEP: none except g5', ['g5']),
+        # Words that only open the line, an exception or a negation among them, do not make it name what to drop.
+        ('KEEP: every exchange not yet summarized: g5, g6', ['g5', 'g6']),
+        ('KEEP: all relevant ones are summarized, but keep g5', ['g5']),
+        ('KEEP: Everything not in the summary: g4, g5', ['g4', 'g5']),
+        # A label before the ids is not a note of the first one.
+        ('KEEP: All three: g2, g3, g4', ['g2', 'g3', 'g4']),
+        ('KEEP: each of these: g2, g3', ['g2', 'g3']),
+        ('KEEP: g2: the config, g5', ['g2', 'g5']),
     ],
 )
 async def test_a_free_fork_reads_ranges_in_words_and_with_an_ellipsis(line: str, kept: list[str]) -> None:
@@ -152,6 +173,8 @@ REFUSALS = [
     'I cannot assist with that.',
     'Sorry \u2014 I can\u2019t continue with this.',
     "Unfortunately, I'm not able to summarize this conversation.",
+    "I'm afraid I can't help with that. Is there anything else I can do?",
+    "<summary>I'm sorry, I can't help with that.</summary>",
 ]
 
 
@@ -195,6 +218,13 @@ async def test_a_reply_with_nothing_visible_is_empty(strategy: Compacts, reply: 
         'I can summarize: logs 0-3 read, all clean.',
         'We cannot restart billing: the user forbade it. Logs 0-3 read.',
         'Summary: the tool said "I cannot help with that" for log 2; logs 0-3 read.',
+        # The agent's own summary in the first person says what it cannot do, and why.
+        "I can't complete the migration: the database was locked. Logs 0-3 read. Next: retry log 4.",
+        'I cannot write to /etc (user rule). Logs 0-3 read, all clean. Next: log 4.',
+        'We are unable to process log 4 until the API token is renewed. Logs 0-3 read.',
+        "Unfortunately, I can't continue to read log 4 yet: the user must approve it. Logs 0-3 read.",
+        "I won't write to production; the user forbade it. Progress: staging deployed.",
+        "I can't do that until the user approves: logs 0-3 read.",
     ],
 )
 async def test_a_summary_that_mentions_what_cannot_be_done_is_a_summary(summary: str) -> None:
@@ -207,6 +237,7 @@ def test_visible_text_is_more_than_blanks_and_format_characters() -> None:
     assert not compactor.visible(' \u200b\ufeff\u2060\n')
     assert compactor.visible('\u200bx')
     assert compactor.visible('\u0300')  # a lone combining mark is drawn
+    assert not compactor.visible('\u2800\u3164')  # letters drawn blank
 
 
 async def test_an_omission_of_a_character_or_two_does_not_count() -> None:

@@ -95,12 +95,29 @@ def test_load_history_names_what_it_was_given_that_is_no_history() -> None:
         load_history([recorded_history(1)[0], 2])  # pyright: ignore[reportArgumentType]
 
 
+def test_load_history_reads_a_file_whose_name_opens_with_a_brace(tmp_path: Path, monkeypatch: Any) -> None:
+    from pydantic_ai_compaction.testing import load_history
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / '{run-42}.json').write_text('[]')
+    assert load_history('{run-42}.json') == []
+
+
 def test_render_shows_what_tells_two_histories_apart() -> None:
     # A snapshot passed whatever image a prompt held, and whether a request kept its instructions or a thinking
     # block its signature: each rendered the same.
     from dataclasses import replace
 
-    from pydantic_ai.messages import BinaryContent, ImageUrl, ModelRequest, ThinkingPart, UserPromptPart
+    from pydantic_ai.messages import (
+        BinaryContent,
+        FilePart,
+        ImageUrl,
+        ModelRequest,
+        ThinkingPart,
+        ToolReturnPart,
+        UploadedFile,
+        UserPromptPart,
+    )
 
     def prompt(item: Any) -> ModelRequest:
         return ModelRequest(parts=[UserPromptPart(['Look at this:', item])], instructions='Audit the logs.')
@@ -111,7 +128,13 @@ def test_render_shows_what_tells_two_histories_apart() -> None:
     assert png != render([prompt(BinaryContent(b'\x89PNG two', media_type='image/png'))])
     assert png != render([prompt(BinaryContent(b'\x89PNG one', media_type='application/pdf'))])
     assert '[image-url https://example.com/a.png]' in render([prompt(ImageUrl('https://example.com/a.png'))])
+    assert '[uploaded-file file-abc]' in render([prompt(UploadedFile(file_id='file-abc', provider_name='openai'))])
+    image = BinaryContent(b'\x89PNG one', media_type='image/png')
+    returned = render([ModelRequest(parts=[ToolReturnPart('shot', [image], tool_call_id='c1')])])
+    assert '[binary image/png 8 bytes #' in returned
     request = prompt('x')
+    made = render([request, ModelResponse(parts=[FilePart(image)])])
+    assert made != render([request, ModelResponse(parts=[FilePart(replace(image, data=b'\x89PNG two'))])])
     assert render([request]) != render([replace(request, instructions=None)])
     thinking = [request, ModelResponse(parts=[ThinkingPart('plan', signature='sig-1'), TextPart('done')])]
     edited = [request, ModelResponse(parts=[ThinkingPart('plan', signature='sig-2'), TextPart('done')])]

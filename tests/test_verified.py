@@ -404,6 +404,8 @@ def test_a_turn_of_several_items_is_kept_when_the_summary_quotes_each(quoted: bo
         ('- Use lowercase ids.\n- Never touch prod.', 'Rules:\n* Use lowercase ids.\n\u2022 Never touch prod.', True),
         ('- Never touch prod.', 'Rule: never touch prod.', True),  # one item, its marker dropped
         ('- Use lowercase ids.\n- Never touch prod.', 'Rules: never touch prod.', False),  # an item missing
+        ('Set the offset to - 5 degrees', 'Set the offset to 5 degrees.', False),  # a minus is no list marker
+        ('Rules:\nReport a - b, never b - a', 'Rules: (all below)\n- Report a - b, never b - a', True),
     ],
 )
 def test_an_instruction_of_several_lines_is_held_line_by_line_in_order_as_whole_words(

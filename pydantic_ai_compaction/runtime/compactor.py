@@ -356,8 +356,16 @@ def response_text(response: ModelResponse) -> str:
 
 
 def visible(text: str) -> bool:
-    """Whether *text* holds a character that is neither a blank nor a format character (`\u200b`, `\ufeff`)."""
-    return any(not character.isspace() and unicodedata.category(character) != 'Cf' for character in text)
+    """Whether *text* holds a character that is neither a blank nor a format character (`\u200b`, `\ufeff`) nor one
+    of the letters drawn blank (the Braille blank, the Hangul fillers)."""
+    return any(
+        not character.isspace() and character not in _BLANK_LETTERS and unicodedata.category(character) != 'Cf'
+        for character in text
+    )
+
+
+_BLANK_LETTERS = frozenset('\u2800\u115f\u1160\u3164\uffa0')
+"""Characters Unicode counts as letters or symbols that are drawn as nothing."""
 
 
 def no_text(response: ModelResponse, who: str) -> str:
@@ -387,17 +395,24 @@ _REFUSAL_CHARS = 400
 """Longest reply read as a refusal: a summary that only mentions what it cannot do goes on to say more."""
 
 _REFUSAL = re.compile(
-    r"[\s*_`>#]*(?:(?:(?:i'?m|i am|we'?re|we are)[ \t]+(?:so[ \t]+|very[ \t]+|really[ \t]+)?sorry|sorry|apologies|"
-    r'i[ \t]+apologi[sz]e|unfortunately)[\s,.!:;\u2014\u2013-]*(?:but[ \t]+)?)?'
-    r"(?:(?:i|we)[ \t]+(?:can(?:no|')?t|cannot|am[ \t]+(?:not[ \t]+able|unable)|are[ \t]+(?:not[ \t]+able|unable)|"
-    r"won'?t|will[ \t]+not|must[ \t]+decline|(?:do[ \t]+not|don'?t)[ \t]+feel[ \t]+comfortable)|"
-    r"(?:i'm|we're)[ \t]+(?:not[ \t]+able|unable))"
+    r'(?:[\s*_`>#]|<[^<>\n]{1,40}>)*'
+    r"(?:(?:(?:i'?m|i am|we'?re|we are)[ \t]+(?:so[ \t]+|very[ \t]+|really[ \t]+)?(?:sorry|afraid)|sorry|apologies|"
+    r'i[ \t]+apologi[sz]e|unfortunately|as an ai(?:[ \t]+(?:language[ \t]+)?model)?)'
+    r'[\s,.!:;\u2014\u2013-]*(?:but[ \t]+)?)?'
+    r"(?:(?:i|we)[ \t]+(?:can(?:no|')?t|can[ \t]+not|cannot|am[ \t]+(?:not[ \t]+able|unable)|"
+    r"are[ \t]+(?:not[ \t]+able|unable)|won'?t|will[ \t]+not|must[ \t]+decline|"
+    r"(?:do[ \t]+not|don'?t)[ \t]+feel[ \t]+comfortable)|(?:i'm|we're)[ \t]+(?:not[ \t]+able|unable))"
     r'(?:[ \t]+(?:be[ \t]+able[ \t]+to|continue[ \t]+to|to))?[ \t]+'
-    r'(?:help|assist|comply|provide|do[ \t]+(?:that|this)|fulfil+|complete|continue|summari[sz]e|process|create|'
-    r'write|answer|engage|produce|generate)\b',
+    r'(?:help|assist|comply|provide|do|fulfil+|complete|continue|summari[sz]e|process|create|write|answer|engage|'
+    r'produce|generate|proceed)'
+    r'(?:[ \t]+(?:with|on|to))?[ \t]*'
+    r'(?:(?:that|this|it|these|those|your|the|such)(?:[ \t]+(?:request|task|conversation|transcript|summary|'
+    r'instructions?|content|one|kind[ \t]+of[ \t]+\w+))?|here|now)?[ \t]*(?:[.!?\u2014,:;]|\Z)',
     re.IGNORECASE,
 )
-"""The opening of a refusal, as models word one (`I'm sorry, but I can't help with that.`, `I cannot assist...`)."""
+"""The opening of a refusal, as models word one (`I'm sorry, but I can't help with that.`, `I cannot assist with
+this request.`): a verb of helping and at most *that*, *this* or *the request*, then the sentence's end. A summary in
+the first person names what it cannot do (`I can't complete the migration: the database was locked.`)."""
 
 _MARKUP_ONLY = re.compile(r'(?:\s*</?[A-Za-z_][\w.-]*\s*/?>)+\s*')
 """A reply of markup tags and nothing else."""

@@ -13,6 +13,7 @@ from typing import Any, cast
 from pydantic_ai.messages import (
     BinaryContent,
     CompactionPart,
+    FilePart,
     FileUrl,
     ModelMessage,
     ModelRequest,
@@ -22,6 +23,7 @@ from pydantic_ai.messages import (
     ThinkingPart,
     ToolCallPart,
     ToolReturnPart,
+    UploadedFile,
     UserPromptPart,
 )
 
@@ -87,11 +89,12 @@ def _render_part(part: Any, width: int, call_name: Any) -> str:
         text = user_text(part)
         if is_restatement(part):
             return f'restatement ({len(text)}):' + _block(text)
-        return f'user ({len(text)}): {_clip(text, width)}' + _media(part)
+        return f'user ({len(text)}): {_clip(text, width)}' + _media(part.content)
     if isinstance(part, ToolReturnPart):
         text = return_text(cast(ToolReturnPart, part))  # a structured result holding a lone surrogate, too
         return (
             f'return {call_name(part.tool_call_id)} {part.tool_name} {part.outcome} ({len(text)}): {_clip(text, width)}'
+            + _media(part.content)
         )
     if isinstance(part, RetryFeedbackPart):
         text = part.model_response()
@@ -105,6 +108,8 @@ def _render_part(part: Any, width: int, call_name: Any) -> str:
         # A signature stands for the text it signs: a changed one is a thinking block the provider refuses.
         signed = f' signed #{_digest(part.signature)}' if part.signature else ''
         return f'thinking{signed} ({len(part.content)}): {_clip(part.content, width)}'
+    if isinstance(part, FilePart):
+        return f'file{_media(part.content)}'
     if isinstance(part, CompactionPart):
         # What a compaction wrote is the point of a snapshot, so it is shown whole.
         content = part.content or ''
@@ -116,18 +121,23 @@ def _render_part(part: Any, width: int, call_name: Any) -> str:
     return f'{getattr(part, "part_kind", type(part).__name__)}'
 
 
-def _media(part: UserPromptPart) -> str:
-    """The non-text items of a prompt, each by its kind, its media type and its size and digest (binary) or its URL:
-    an image swapped for another, or for a PDF, is a change the text alone does not show."""
-    if isinstance(part.content, str):
-        return ''
-    shown: list[str] = []
-    for item in part.content:
-        if isinstance(item, BinaryContent):
-            shown.append(f'{item.kind} {item.media_type} {len(item.data):,} bytes #{_digest(item.data)}')
-        elif isinstance(item, FileUrl):
-            shown.append(f'{item.kind} {_clip(item.url, 80)}')
-    return ''.join(f' [{text}]' for text in shown)
+def _media(content: object) -> str:
+    """The files in a prompt's or a tool result's *content*, each by its kind, its media type and its size and digest
+    (binary), its URL or its file id: an image swapped for another, or for a PDF, is a change the text alone does not
+    show."""
+    items = cast('list[object]', content) if isinstance(content, list) else [content]
+    return ''.join(f' [{shown}]' for item in items if (shown := _file(item)))
+
+
+def _file(item: object) -> str:
+    """One file of `_media`, or `''` for anything else."""
+    if isinstance(item, BinaryContent):
+        return f'{item.kind} {item.media_type} {len(item.data):,} bytes #{_digest(item.data)}'
+    if isinstance(item, FileUrl):
+        return f'{getattr(item, "kind", type(item).__name__)} {_clip(item.url, 80)}'
+    if isinstance(item, UploadedFile):
+        return f'{item.kind} {_clip(item.file_id, 80)}'
+    return ''
 
 
 def _digest(data: str | bytes) -> str:

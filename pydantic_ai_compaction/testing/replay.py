@@ -37,7 +37,7 @@ def load_history(source: Sequence[ModelMessage] | str | bytes | Path) -> list[Mo
     """
     if isinstance(source, str | bytes) and not source.strip():
         raise ValueError(f'load_history.source must be a message list, its JSON or a file path, got {source!r}.')
-    if isinstance(source, str | bytes) and source.lstrip()[:1] in ('{', b'{'):
+    if isinstance(source, str | bytes) and source.lstrip()[:1] in ('{', b'{') and not _is_file(source):
         shown = clip(repr(source), 80)
         raise ValueError(f'load_history.source must be the JSON of a message list, got the JSON of an object: {shown}.')
     if isinstance(source, str) and not source.lstrip().startswith('['):
@@ -55,6 +55,14 @@ def load_history(source: Sequence[ModelMessage] | str | bytes | Path) -> list[Mo
             shown = clip(described(message), 80)
             raise TypeError(f'load_history.source[{index}] must be a ModelRequest or a ModelResponse, got {shown}.')
     return messages
+
+
+def _is_file(source: str | bytes) -> bool:
+    """Whether *source* names a file that exists (`{run-42}.json` is a path, not the JSON of an object)."""
+    try:
+        return isinstance(source, str) and Path(source).is_file()
+    except (OSError, ValueError):  # a name too long, a NUL in it: no file
+        return False
 
 
 async def replay(

@@ -63,8 +63,10 @@ _RANGE = re.compile(
 """A range of exchange ids as a model writes one (`g2-g5`, `g2–g5`, `g2..g5`, `g2...g5`, `g2-5`, `g2 to g5`, `g2
 through g5`, `g2, ..., g5`)."""
 _ALL_BUT = re.compile(
-    r'[ \t*_`(\[]*(?:all|everything|every(?:[ \t]+\w+)?|each(?:[ \t]+\w+)?)\b(?:(?!\bg\d)[^\n])*?'
-    r'\b(?:except|but|besides|save|other[ \t]+than|apart[ \t]+from|excluding|minus|without|not)\b',
+    r'[ \t*_`(\[]*(?:keep[ \t]+)?(?:all|everything|every[ \t]+(?:exchange|one|id)|each[ \t]+(?:exchange|one))'
+    r'(?:[ \t]+(?:of[ \t]+them|exchanges|ids|else|the[ \t]+(?:others|rest|exchanges)))?[ \t]*,?[ \t]*'
+    r'(?:except|but|besides|save|other[ \t]+than|apart[ \t]+from|excluding|minus|without)[ \t]+(?:for[ \t]+)?'
+    r'[*_`(\[]*g\d',
     re.IGNORECASE,
 )
 """A `KEEP:` line that keeps every exchange but the ones it names (`everything except g2`, `all but g2`): a list of
@@ -82,6 +84,11 @@ g8`), closed up (`g2-g5`) before notes are cut off. Only a dash between two ids 
 punctuation, a note's dash, the line's end, or `and` and a last id when the range goes up): `g3 — g2 was
 superseded by it`, `g7 — g2 and g3 were superseded` and `g8 – g2 and g3: drafts` are an id and its note, which
 names other exchanges (`_closed_ranges`)."""
+_LABEL = re.compile(
+    r'[ \t*_`]*(?:(?!g\d)[^\s:,;()\[\]]+[ \t]+){0,4}(?!g\d)[^\s:,;()\[\]]+[ \t*_`]*:[ \t]+(?=[*_`]*g\d)',
+    re.IGNORECASE,
+)
+"""A few words and a colon before the first id (`All three: g2, g3`, `each of these: g2`), naming no id."""
 _MAX_RANGE = 1_000
 """Ids a range names at most: a wider one (`g1-g999999999`) is read as its two ends."""
 _PARENTHESES = re.compile(r'\([^()]*\)')
@@ -279,6 +286,10 @@ def _parse_json(reply: str) -> Proposal:
         return Proposal.failed('schema', problem, variant='json')
     summary: dict[str, Any] = data['summary']
     text_summary = render_structured(summary)
+    excepted = next((item for item in data['keep'] if _ALL_BUT.match(item)), None)
+    if excepted is not None:
+        detail = f'a keep item names the exchanges not to keep, not those to keep: {excepted[:100]!r}'
+        return Proposal.failed('unparseable', detail, variant='json')
     keep = _json_keep(data['keep'])
     if not text_summary and not keep:
         return Proposal.failed('empty', 'empty keep list and empty summary', variant='json')
@@ -295,15 +306,16 @@ def _parse_json(reply: str) -> Proposal:
 
 def _json_keep(items: list[str]) -> tuple[str, ...]:
     """The ids of a JSON reply's `keep` list, each item read as a `KEEP:` line's ids are (`G1`, `g1-g3`, `g2 (the
-    config)`); an item naming no id is kept as written, for the validator to reject and record."""
-    ids: dict[str, None] = {}
+    config)`); an item naming no id is kept as written, and an id in two items twice, for the validator to reject
+    and record."""
+    ids: list[str] = []
     for item in items:
         if len(ids) >= _MAX_IDS:
             break
         closed = _closed_ranges(item)
         named = _closed_up(_noted_ids, item, closed) or _ids_in(closed)
-        ids.update(dict.fromkeys(named or (item,)))
-    return tuple(ids)[:_MAX_IDS]
+        ids.extend(named or (item,))
+    return tuple(ids[:_MAX_IDS])
 
 
 def _unfilled_detail(copied: list[str]) -> str:
@@ -384,8 +396,12 @@ def _closed_ranges(text: str) -> str:
 
 
 def _noted_ids(text: str) -> tuple[str, ...]:
-    """Each id before its note (`g2 (config), g5: the tests`): an id or a range in a note is not a choice."""
+    """Each id before its note (`g2 (config), g5: the tests`): an id or a range in a note is not a choice. A label
+    that opens the text and names no id (`All three: g2, g3, g4`) is not a note of the first id."""
     unnoted = _PARENTHESES.sub('', text)
+    label = _LABEL.match(unnoted)
+    if label is not None:
+        unnoted = unnoted[label.end() :]
     return _ids_in(','.join(_NOTE.split(piece, maxsplit=1)[0] for piece in re.split('[,;]', unnoted)))
 
 

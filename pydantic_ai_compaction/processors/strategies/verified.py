@@ -180,7 +180,7 @@ _QUOTES = str.maketrans(
 )
 """Typographic quotes, as the ASCII quote each stands for."""
 
-_BULLET = re.compile(r'(?:[-*+\u2022\u2023\u25e6\u2043\u2219]) ')
+_BULLET = re.compile(r'^[-*+\u2022\u2023\u25e6\u2043\u2219] ')
 """A list item's marker at a line's start (`- `, `* `, `• `...): a summary may list an item under another marker."""
 
 
