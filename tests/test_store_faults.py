@@ -546,6 +546,24 @@ def test_numbering_falls_back_to_the_history_when_the_store_error_skipped_its_in
     assert any(str(w.message).startswith(numbered) and 'Bare: counter locked' in str(w.message) for w in caught)
 
 
+@pytest.mark.parametrize('answer', [[-1], [0], [10**30], [3, 3], [5, 4], [1], ['1'], None, [True]])
+def test_numbers_a_store_gives_that_are_no_result_ids_are_a_failed_call(answer: Any) -> None:
+    # `r-1` and `r1000000000000000000000000000000` were written as result ids, and one id given to two results.
+    class Odd(InMemoryArchiveStore):
+        def next_numbers(self, conversation_id: str, counter: str, count: int) -> list[int]:
+            return answer
+
+    calls = [ToolCallPart('read', {'name': 'a'}), ToolCallPart('read', {'name': 'b'})]
+    agent, seen = memory_agent(Odd(), key(), [calls, [TextPart('done')]])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        assert agent.run_sync('go').output == 'done'
+    returned = [p for m in seen[-1] for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert [result_id_of(p) for p in returned] == ['r1', 'r2']
+    numbered = 'Archive numbered new results from the history alone, the store failed: archive store: next_numbers'
+    assert any(str(w.message).startswith(f'{numbered} returned {answer!r}, not 2 increasing numbers') for w in caught)
+
+
 @pytest.mark.parametrize('kind', [ValueError, RuntimeError])
 def test_an_entry_whose_payload_fails_as_it_is_read_is_a_store_failure_and_is_warned(kind: type[Exception]) -> None:
     class Lazy(InMemoryArchiveStore):

@@ -8,6 +8,7 @@ the id prefix, and `archive_results` is the only code that files originals in a 
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -16,9 +17,11 @@ from typing import Any, cast
 from pydantic import ValidationError
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, ToolCallPart, ToolReturnPart
 
-from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveStore
+from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, ArchiveStore
 from pydantic_ai_compaction.protocols.metadata import ResultMarks, with_ours
+from pydantic_ai_compaction.runtime.degraded import described
 from pydantic_ai_compaction.runtime.encoding import args_text, from_bytes, to_bytes, to_json
+from pydantic_ai_compaction.runtime.transcript import clip
 
 HARNESS_CLEARED = 'pydantic-ai-harness.compaction.cleared-tool-result.v1'
 """The `ToolReturnPart.metadata` key pydantic-ai-harness sets on a result whose content it replaced with a placeholder
@@ -112,7 +115,7 @@ def reserve(store: ArchiveStore, conversation: str, counter: str, count: int, hi
 
     Blocking: called in a worker thread.
     """
-    numbers = store.next_numbers(conversation, counter, count)
+    numbers = _checked(store, store.next_numbers(conversation, counter, count), count)
     if numbers[0] <= highest:
         # A new store or conversation key starts its counter at 1 while the history already holds
         # numbers: move past the highest one so a number is never given twice (a million at a time: the store
@@ -121,8 +124,30 @@ def reserve(store: ArchiveStore, conversation: str, counter: str, count: int, hi
         while gap > 0:
             store.next_numbers(conversation, counter, min(gap, _WALKED_AT_ONCE))
             gap -= _WALKED_AT_ONCE
-        numbers = store.next_numbers(conversation, counter, count)
+        numbers = _checked(store, store.next_numbers(conversation, counter, count), count)
     return numbers
+
+
+def _checked(store: ArchiveStore, numbers: object, count: int) -> list[int]:
+    """*numbers*, a store's answer to `next_numbers`, when it is *count* increasing numbers from 1 to
+    `MAX_SHOWN_NUMBER`; else an `ArchiveError` saying what it returned (a store of the user's may answer anything:
+    `r-1` or `r1000000000000000000000000000000` given as a result id, or the same id to two results)."""
+    if (
+        isinstance(numbers, list)
+        and len(cast('list[object]', numbers)) == count
+        and all(type(number) is int for number in cast('list[object]', numbers))
+    ):
+        checked = cast('list[int]', numbers)
+        if not checked or (
+            checked[0] >= 1 and checked[-1] <= MAX_SHOWN_NUMBER and all(map(operator.lt, checked, checked[1:]))
+        ):
+            return checked
+    shown = clip(described(cast(object, numbers)), 80)
+    raise ArchiveError(
+        f'archive store: next_numbers returned {shown}, not {count} increasing numbers from 1 to '
+        f'{MAX_SHOWN_NUMBER:,} ({type(store).__name__})',
+        operation='next_numbers',
+    )
 
 
 MAX_SHOWN_NUMBER = 10_000_000
