@@ -120,7 +120,7 @@ def test_gathering_finds_what_the_previous_reading_found(
     instructions._gather(view, sources, view.exchanges, found, [])  # pyright: ignore[reportPrivateUsage]
     assert found == expected
     if not view.records():
-        assert gather_instructions(view, sources) == tuple(dict.fromkeys(expected))
+        assert gather_instructions(view, sources) == tuple(reversed(dict.fromkeys(reversed(expected))))
 
 
 def test_a_marked_line_is_found_where_the_markers_share_a_first_character() -> None:

@@ -212,7 +212,7 @@ def tool_provided(message: ModelMessage, part: object) -> bool:
 
 
 def gather_instructions(view: ConversationView, sources: InstructionSources) -> tuple[str, ...]:
-    """Every instruction change seen so far, oldest first, without repeats.
+    """Every instruction change seen so far, oldest first, without repeats (a repeated one at its latest place).
 
     Changes restated by earlier compactions come first (their originals may be gone), then user
     prompts after the opening one (not the one in progress, which the model reads anyway) and marked
@@ -239,7 +239,9 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
         start = settled
     _gather(view, sources, exchanges[start:], lines, owner)
     found.extend(lines)
-    return tuple(dict.fromkeys(found))
+    # A change said again takes its latest place: a rule reverted to its earlier wording (lowercase, then
+    # uppercase, then lowercase again) is restated last, where it wins, not before the wording it replaced.
+    return tuple(reversed(dict.fromkeys(reversed(found))))
 
 
 _GATHERED_KEPT = 4

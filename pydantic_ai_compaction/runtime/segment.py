@@ -767,9 +767,13 @@ def _tool_loop_state(history: tuple[ModelMessage, ...], prompt: object) -> _Stat
     opening = history[0]
     if type(opening) is not ModelRequest or not opening.parts or (opening.metadata and message_stamp(opening)):
         return None
+    prompts = 0
     for part in opening.parts:
         if not (type(part) is SystemPromptPart or (type(part) is UserPromptPart and type(part.content) is str)):
             return None
+        prompts += type(part) is UserPromptPart
+    if prompts > 1:
+        return None  # a turn merged into the opening (`_build_units` reads it as a turn of its own)
     # Each plain message is measured as it is read (`_measure`'s figures, without a second pass over the history), and
     # each step's exchange is built as it is read: as `_exchange` builds it (the same object, its fields set in the
     # same order), without a call per step.
@@ -1156,6 +1160,7 @@ def _build_units(
             continue
 
         retries_only = True
+        prompted = False  # the opening holds a user prompt of this message already
         run_kind: ExchangeKind | None = None
         owned: list[int] = []
         tool_owner: int | None = None
@@ -1205,9 +1210,14 @@ def _build_units(
                 has_compaction = True
             elif is_restatement(part):
                 kind = 'restatement'
-            elif opening is None or (run_kind == 'opening' and units[opening].parts.get(index)):
-                # The first request's own content (up to any boundary merged into it) is the opening.
+            elif (opening is None or (run_kind == 'opening' and units[opening].parts.get(index))) and not (
+                prompted and isinstance(part, UserPromptPart)
+            ):
+                # The first request's own content (up to any boundary merged into it, and up to a second prompt) is
+                # the opening. pydantic-ai merges consecutive requests of a history it is given: a turn a compaction
+                # left right after the opening came back inside it, kept verbatim for good as the opening.
                 kind = 'opening'
+                prompted = prompted or isinstance(part, UserPromptPart)
             else:
                 kind = 'turn'
             if kind != run_kind:

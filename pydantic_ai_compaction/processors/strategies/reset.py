@@ -119,6 +119,9 @@ _Entry = tuple[str, str, int, str]
 _ENTRY_KINDS = frozenset({'tools', 'turn', 'response'})
 """Exchange kinds a checkpoint has entries for (the others are kept verbatim or are ours)."""
 
+_LISTED_TURN_CHARS = 160
+"""Characters of a user's turn the conversation's lines keep when the turn is listed whole under Instruction changes."""
+
 _FOLD_ORDER = ('found', 'read', 'conversation', 'changed')
 """Sections folded first when the checkpoint is over its budget; instruction changes go last."""
 
@@ -794,13 +797,26 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         # Copies: the reading goes on growing (a pointer copy each, in C); their sizes are known.
         added: dict[str, list[str]] = {name: _Lines(reading.added[name], reading.sizes[name]) for name in SECTIONS}
         labels = {name: Counter(counts) for name, counts in reading.counts.items()}
-        said = seen['conversation']
-        added['instructions'] = [
+        # A user's turn that changes an instruction is listed under Instruction changes, which a fold takes last (the
+        # rule given in turn 5 was folded away by turn 40 as one of the conversation's lines, which go first). Among
+        # the conversation's lines it stays where it was said, cut short when long: the whole of it is listed above.
+        # One an earlier checkpoint wrote as a conversation line only is not listed again.
+        said = set(carried.sections['conversation'])
+        instructions = [
             text
             for text in gather_instructions(view, self.sources)
             if text not in seen['instructions'] and f'user: {text}' not in said
         ]
-        labels['instructions'] = label_counts(added['instructions'])
+        added['instructions'] = instructions
+        labels['instructions'] = label_counts(instructions)
+        long = {
+            line: 'user: ' + cut_to(line[6:], _LISTED_TURN_CHARS)
+            for text in instructions
+            if len(line := 'user: ' + self._clip(text)) > len('user: ') + _LISTED_TURN_CHARS
+        }
+        if long:
+            conversation = [long.get(line, line) for line in added['conversation']]
+            added['conversation'] = _Lines(conversation, sum(map(len, conversation)) + 3 * len(conversation))
         return added, labels
 
     def _found(

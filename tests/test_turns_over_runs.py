@@ -1,0 +1,152 @@
+"""Instruction changes the user makes over many runs of one conversation: the latest wording wins, a reset's fold
+does not lose them, and pydantic-ai merging a kept turn into the opening does not pin it there for good."""
+
+from __future__ import annotations
+
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    CompactionPart,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from pydantic_ai_compaction import InstructionSources, Reassert, ResetToCheckpoint, StatelessSummary, Trigger
+from pydantic_ai_compaction.runtime import segment
+from pydantic_ai_compaction.runtime.segment import is_restatement
+from pydantic_ai_compaction.runtime.transcript import user_text
+from pydantic_ai_compaction.testing import replay
+
+LOW, UP = 'Rule: report ids in lowercase.', 'Rule: report ids in UPPERCASE.'
+
+
+async def test_a_rule_set_back_to_its_earlier_wording_is_restated_last() -> None:
+    # Lowercase, uppercase, then lowercase again: the restatement, latest last, ended with the uppercase rule.
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[SystemPromptPart('Audit.'), UserPromptPart('Start the audit.')]),
+        ModelResponse(parts=[TextPart('ok')]),
+    ]
+    for turn, prompt in enumerate([LOW, UP, LOW, 'continue']):
+        history.append(ModelRequest(parts=[UserPromptPart(prompt)]))
+        for step in range(3):
+            call = f'c{turn}{step}'
+            history.append(ModelResponse(parts=[ToolCallPart('read_log', {'i': turn * 10 + step}, tool_call_id=call)]))
+            history.append(
+                ModelRequest(parts=[ToolReturnPart('read_log', 'svc=api status=ok\n' * 300, tool_call_id=call)])
+            )
+    model = FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart('Logs read.')]))
+    for inner in (ResetToCheckpoint(trigger=Trigger(tokens=1_000)), StatelessSummary(trigger=Trigger(tokens=1_000))):
+        out = await replay(Reassert(inner, sources=InstructionSources(markers=())), history, model=model)
+        (restated,) = [
+            user_text(p) for m in out for p in m.parts if isinstance(p, UserPromptPart) and is_restatement(p)
+        ]
+        assert restated.splitlines()[-2:] == [f'- {UP}', f'- {LOW}'], type(inner).__name__
+
+
+def test_a_reset_keeps_the_user_s_rules_when_it_folds_the_conversation() -> None:
+    # With the user's turns listed only as conversation lines, the fold took them first: the rule of turn 5 and its
+    # revision in turn 10 were gone from the request by turn 40.
+    sent: list[list[ModelMessage]] = []
+    steps = [0]
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(list(messages))
+        steps[0] += 1
+        if steps[0] <= 6:
+            return ModelResponse(parts=[ToolCallPart('read_log', {'index': len(sent)})])
+        return ModelResponse(parts=[TextPart('done')])
+
+    agent = Agent(
+        FunctionModel(respond),
+        system_prompt='You are an auditor.',
+        capabilities=[ResetToCheckpoint(trigger=Trigger(tokens=6_000))],
+    )
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return '\n'.join(f'svc=api req={index}-{n} status=ok' for n in range(120)) + f'\nINCIDENT inc-{index}'
+
+    pad = ' (context: apply the same checks as before to the next batch.)' * 2
+
+    def prompt(turn: int) -> str:
+        if turn == 5:
+            return f'TURN{turn}: Rule R: report ids in lowercase.{pad}'
+        if turn == 10:
+            return f'TURN{turn}: Rule R (revised): report ids in UPPERCASE.{pad}'
+        return f'TURN{turn}: continue.{pad}'
+
+    history: list[ModelMessage] | None = None
+    for turn in range(1, 41):
+        steps[0] = 0
+        history = agent.run_sync(prompt(turn), message_history=history).all_messages()
+    checkpoints = [p.content or '' for m in sent[-1] for p in m.parts if isinstance(p, CompactionPart)]
+    text = '\n'.join(checkpoints)
+    assert 'folded to fit' in text  # the conversation was folded
+    lower, upper = (
+        text.rfind('Rule R: report ids in lowercase.'),
+        text.rfind('Rule R (revised): report ids in UPPERCASE.'),
+    )
+    assert 0 <= lower < upper
+    assert sum(map(len, checkpoints)) <= 16_000
+
+
+def test_a_turn_merged_into_the_opening_is_a_turn_of_its_own() -> None:
+    # pydantic-ai merges consecutive requests of a history it is given: a turn a compaction left right after the
+    # opening came back inside it and was kept verbatim for good as the opening, turn after turn.
+    merged = ModelRequest(
+        parts=[SystemPromptPart('Audit.'), UserPromptPart('Start the audit.'), UserPromptPart('Now skip legacy.')]
+    )
+    history: list[ModelMessage] = [merged]
+    for step in range(3):
+        call = f'c{step}'
+        history.append(ModelResponse(parts=[ToolCallPart('read_log', {'i': step}, tool_call_id=call)]))
+        history.append(ModelRequest(parts=[ToolReturnPart('read_log', 'svc=api status=ok', tool_call_id=call)]))
+    history.append(ModelResponse(parts=[TextPart('done')]))
+    history.append(ModelRequest(parts=[UserPromptPart('Next batch.')]))
+    view = segment(history)
+    assert [(e.id, e.kind, e.refs) for e in view.exchanges[:2]] == [
+        ('g0', 'opening', ((0, (0, 1)),)),
+        ('g1', 'turn', ((0, (2,)),)),
+    ]
+    assert view.exchanges[0].protected == 'opening' and view.exchanges[1].protected is None
+
+
+def test_a_long_conversation_does_not_grow_its_opening() -> None:
+    # A reset that left the turn in progress right after the opening had it merged into the opening by the next run:
+    # after 60 turns the first request held seven of the user's turns, 10,766 characters, ahead of every checkpoint.
+    sent: list[list[ModelMessage]] = []
+    steps = [0]
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(list(messages))
+        steps[0] += 1
+        if steps[0] <= 4:
+            return ModelResponse(parts=[ToolCallPart('read_log', {'index': len(sent)})])
+        return ModelResponse(parts=[TextPart('done')])
+
+    agent = Agent(
+        FunctionModel(respond),
+        system_prompt='You are an auditor.',
+        capabilities=[ResetToCheckpoint(trigger=Trigger(tokens=4_000), max_chars=6_000)],
+    )
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return '\n'.join(f'svc=api req={index}-{n} status=ok' for n in range(100))
+
+    history: list[ModelMessage] | None = None
+    most = 0
+    for turn in range(1, 61):
+        steps[0] = 0
+        history = agent.run_sync(f'TURN{turn}: go on. ' + 'context ' * 150, message_history=history).all_messages()
+        first = history[0]
+        assert isinstance(first, ModelRequest)
+        most = max(most, sum(isinstance(p, UserPromptPart) for p in first.parts))
+    # The opening's prompt, and at most the turn a compaction left right after it, merged by pydantic-ai.
+    assert most <= 2
