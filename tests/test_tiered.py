@@ -444,3 +444,31 @@ def test_a_handoff_note_the_model_refuses_keeps_the_previous_note() -> None:
     boundary = next(p for m in seen[-1] for p in m.parts if isinstance(p, CompactionPart))
     assert 'Done: logs read, INC-4471 open.' in (boundary.content or '')
     assert 'sorry' not in (boundary.content or '')
+
+
+def test_a_pinned_part_is_kept_when_tiered_summarizes() -> None:
+    # Tiered lays its view out itself: the pin was summarized away with the older turns, which no strategy does.
+    from pydantic_ai_compaction import ClearThenSummarize
+    from pydantic_ai_compaction.runtime.pins import pin
+
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart('OPENING: audit the logs')]),
+        ModelResponse(parts=[TextPart('ok')]),
+        ModelRequest(parts=[pin('PINNED: the audit covers March only')]),
+        ModelResponse(parts=[TextPart('noted')]),
+        ModelRequest(parts=[UserPromptPart('here is the log: ' + 'line ' * 4000)]),
+        ModelResponse(parts=[TextPart('read it')]),
+        ModelRequest(parts=[UserPromptPart('continue')]),
+    ]
+    sent: list[list[ModelMessage]] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(list(messages))
+        return ModelResponse(parts=[TextPart('The user sent a log.')])
+
+    agent = Agent(FunctionModel(respond), capabilities=[ClearThenSummarize[Any](context_window=4000)])
+    agent.run_sync(None, message_history=list(history))
+    final = sent[-1]
+    assert any(isinstance(p, CompactionPart) for m in final for p in m.parts)  # it summarized
+    assert 'PINNED: the audit covers March only' in repr(final)
+    assert 'line line line' not in repr(final)

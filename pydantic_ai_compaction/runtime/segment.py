@@ -1031,7 +1031,10 @@ def tool_content_parts(message: ModelRequest, prompt: object = None) -> frozense
     for restatement (never restated) and keep the part with the call that produced it.
     """
     parts = message.parts
-    if len(parts) < 2 or not isinstance(parts[-1], UserPromptPart):
+    end = len(parts)
+    while end and isinstance(parts[end - 1], _BOOKKEEPING):
+        end -= 1  # pydantic-ai appends a tool made available mid-run after everything else in the request
+    if end < 2 or not isinstance(parts[end - 1], UserPromptPart):
         return frozenset()  # tool content comes last in its request
     returns = [part for part in parts if isinstance(part, ToolReturnPart) and part.outcome == 'success']
     if not returns:

@@ -417,6 +417,15 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         a note call would then have nothing to read."""
         segmented = segment(view)
         keep = _newest_within(segmented, int(self.summarize_to * window))
+        # What the runtime keeps for every strategy stays here too: `pin()`ned content, the user's turn in progress,
+        # other strategies' boundaries (this view's own earlier note is replaced by the new one).
+        keep |= {
+            e.id
+            for e in segmented.exchanges
+            if e.protected is not None
+            and e.kind != 'opening'
+            and not any(_is_our_boundary(m) for m in segmented.messages_of(e))
+        }
         replaced = [e for e in segmented.exchanges if e.id not in keep and not e.unfinished and e.kind != 'opening']
         summarized = [m for e in replaced for m in segmented.messages_of(e) if not _is_our_boundary(m)]
         if not summarized:
