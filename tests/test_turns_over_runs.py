@@ -180,3 +180,90 @@ def test_tool_content_before_a_tool_made_available_is_not_the_user_s_turn() -> N
     view = segment(history)
     turn = next(e for e in view.exchanges if e.kind == 'turn')
     assert turn.refs == ((2, None),) and turn.protected == 'current_turn'
+
+
+def steps(history: list[ModelMessage], tag: str, count: int = 3) -> None:
+    for step in range(count):
+        call = f'c{tag}{step}'
+        history.append(ModelResponse(parts=[ToolCallPart('read_log', {'i': step}, tool_call_id=call)]))
+        history.append(ModelRequest(parts=[ToolReturnPart('read_log', f'svc=api {tag} ok\n' * 300, tool_call_id=call)]))
+    history.append(ModelResponse(parts=[TextPart(f'done {tag}')]))
+
+
+def restatement(messages: list[ModelMessage]) -> list[str]:
+    (text,) = [user_text(p) for m in messages for p in m.parts if isinstance(p, UserPromptPart) and is_restatement(p)]
+    return text.splitlines()[1:]
+
+
+async def test_a_rule_kept_verbatim_keeps_its_place_before_the_rule_that_replaced_it() -> None:
+    # A fork kept the exchange of the old rule and summarized the new one: at the next compaction the old rule, still
+    # in the history, was restated last, where it wins, as if said again.
+    from pydantic_ai_compaction import Fork
+
+    history: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart('Audit.'), UserPromptPart('Start.')])]
+    steps(history, 's', 1)
+    history += [ModelRequest(parts=[UserPromptPart(LOW)]), ModelResponse(parts=[TextPart('ok, lowercase')])]
+    history.append(ModelRequest(parts=[UserPromptPart(UP)]))
+    steps(history, 'b')
+    history.append(ModelRequest(parts=[UserPromptPart('continue 1')]))
+    steps(history, 'c')
+    low = next(e.id for e in segment(history).exchanges if e.kind == 'turn')
+    fork = Reassert(Fork(trigger=Trigger(tokens=500), variant='free'), sources=InstructionSources(markers=()))
+
+    def replying(text: str) -> FunctionModel:
+        return FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart(text)]))
+
+    out = await replay(fork, history, model=replying(f'KEEP: {low}\nLogs read; rules given.'))
+    assert restatement(out) == [f'- {LOW}', f'- {UP}']
+    history = [*out, ModelRequest(parts=[UserPromptPart('continue 2')])]
+    steps(history, 'd')
+    out = await replay(fork, history, model=replying('KEEP: none\nAudit in progress.'))
+    assert restatement(out) == [f'- {LOW}', f'- {UP}', '- continue 1']
+
+
+async def test_a_long_rule_set_back_is_restated_last_also_when_cut() -> None:
+    # `Reassert` cuts a long change: its record's cut text and the turn saying it again were two texts, and the rule
+    # it replaced was restated last.
+    low, up = LOW + ' ' + 'x' * 80, UP + ' ' + 'y' * 80
+    model = FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart('Logs read.')]))
+    for inner in (StatelessSummary(trigger=Trigger(tokens=500)), ResetToCheckpoint(trigger=Trigger(tokens=500))):
+        strategy = Reassert(inner, sources=InstructionSources(markers=()), change_chars=40)
+        history: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart('Audit.'), UserPromptPart('Start.')])]
+        history.append(ModelRequest(parts=[UserPromptPart(low)]))
+        steps(history, 'a')
+        history.append(ModelRequest(parts=[UserPromptPart('continue 1')]))
+        steps(history, 'b')
+        history = await replay(strategy, history, model=model)
+        for prompt, tag in ((up, 'c'), (low, 'd'), ('continue 2', 'e')):
+            history.append(ModelRequest(parts=[UserPromptPart(prompt)]))
+            steps(history, tag)
+        lines = restatement(await replay(strategy, history, model=model))
+        assert [line[:40] for line in lines[-2:]] == [f'- {up}'[:40], f'- {low}'[:40]], type(inner).__name__
+
+
+def test_a_reset_lists_a_rule_set_back_after_the_rule_it_replaced() -> None:
+    # The checkpoints listed lowercase (turn 3), then uppercase (turn 8); lowercase again (turn 13) was listed nowhere,
+    # since an earlier checkpoint held its words: uppercase won.
+    sent: list[list[ModelMessage]] = []
+    count = [0]
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(list(messages))
+        count[0] += 1
+        if count[0] <= 3:
+            return ModelResponse(parts=[ToolCallPart('read_log', {'index': len(sent)})])
+        return ModelResponse(parts=[TextPart('done')])
+
+    agent = Agent(FunctionModel(respond), capabilities=[ResetToCheckpoint(trigger=Trigger(tokens=3_000))])
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return '\n'.join(f'svc=api req={index}-{n} status=ok' for n in range(60))
+
+    history: list[ModelMessage] | None = None
+    for turn in range(1, 19):
+        count[0] = 0
+        prompt = {3: LOW, 8: UP, 13: LOW}.get(turn, f'TURN{turn}: continue.')
+        history = agent.run_sync(prompt, message_history=history).all_messages()
+    text = '\n'.join(p.content or '' for m in sent[-1] for p in m.parts if isinstance(p, CompactionPart))
+    assert 0 <= text.find(LOW) < text.find(UP) < text.rfind(LOW)

@@ -23,10 +23,11 @@ from pydantic_ai_compaction.runtime.pins import is_pinned
 from pydantic_ai_compaction.runtime.segment import (
     ConversationView,
     is_restatement,
+    our_record,
     settled_prefix,
     tool_content_parts,
 )
-from pydantic_ai_compaction.runtime.transcript import return_text, user_text
+from pydantic_ai_compaction.runtime.transcript import before_cut, return_text, user_text
 from pydantic_ai_compaction.runtime.validate import note_start, view_records, view_starts_with
 
 _TIMESTAMP = re.compile(
@@ -222,6 +223,7 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
     for record in view_records(view):  # read once per view
         found.extend(record_strings(record, 'restated'))
         found.extend(record_strings(record_extra(record), 'instructions'))
+    recorded = len(found)
     exchanges = view.exchanges
     start = 0
     lines: list[str] = []
@@ -238,10 +240,73 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
         note_start(view, kept[0][0], _no_lines)  # the next view sharing them is not checked again, exchange by exchange
         start = settled
     _gather(view, sources, exchanges[start:], lines, owner)
-    found.extend(lines)
-    # A change said again takes its latest place: a rule reverted to its earlier wording (lowercase, then
-    # uppercase, then lowercase again) is restated last, where it wins, not before the wording it replaced.
-    return tuple(reversed(dict.fromkeys(reversed(found))))
+    if not recorded:
+        return _latest_places(lines)
+    # A line a record holds too is either that very turn, kept verbatim before the boundary holding the record (a
+    # selective strategy kept the old rule's exchange), or the change said again: the first keeps the record's
+    # place, the second takes its latest one. Where each line and each record sits tells them apart.
+    held_after: list[tuple[int, set[str]]] = []  # per boundary, newest first: what it and the later ones hold
+    held: set[str] = set()
+    for position in range(len(exchanges) - 1, -1, -1):
+        if exchanges[position].kind == 'boundary':
+            held = held | _held(view, exchanges[position])
+            held_after.append((position, held))
+    last = held_after[0][0] if held_after else len(exchanges)
+    said: list[tuple[str, bool]] = []  # each history line, and whether a record written after it holds it
+    for position in range(min(last, len(exchanges))):
+        one: list[str] = []
+        _gather(view, sources, exchanges[position : position + 1], one, owner)
+        if one:
+            later = next((texts for at, texts in reversed(held_after) if at > position), set[str]())
+            said.extend((text, _holds(later, text)) for text in one)
+    after: list[str] = []
+    _gather(view, sources, exchanges[last + 1 :], after, owner)
+    said.extend((text, False) for text in after)
+    return _ordered(found, said)
+
+
+def _held(view: ConversationView, exchange: Exchange) -> set[str]:
+    """The instruction changes the records of one boundary exchange hold (restated, or carried on)."""
+    texts: set[str] = set()
+    for index, chosen in exchange.refs:
+        parts = view.messages[index].parts
+        for part in parts if chosen is None else [parts[p] for p in chosen]:  # a merged request holds others too
+            record = our_record(part)
+            if record is not None:
+                texts.update(record_strings(record, 'restated'))
+                texts.update(record_strings(record_extra(record), 'instructions'))
+    return texts
+
+
+def _holds(texts: set[str], text: str) -> bool:
+    """Whether *texts* hold *text*, whole or as the start a `Reassert` cut."""
+    return text in texts or any(text.startswith(before_cut(held)) for held in texts if before_cut(held) != held)
+
+
+def _latest_places(lines: Iterable[str]) -> tuple[str, ...]:
+    """*lines* without repeats, each at its latest place: a rule set back to its earlier wording (lowercase, then
+    uppercase, then lowercase again) is restated last, where it wins, not before the wording it replaced."""
+    return tuple(reversed(dict.fromkeys(reversed(list(lines)))))
+
+
+def _ordered(recorded: list[str], said: list[tuple[str, bool]]) -> tuple[str, ...]:
+    """The changes the records hold, then the history's lines in order, each once: a line said again takes its latest
+    place, a line a record written after it holds (its own turn, kept verbatim) keeps the record's place."""
+    ordered = dict.fromkeys(recorded)
+    starts = {start: text for text in recorded if (start := before_cut(text)) != text}
+    for text, own in said:
+        key = (
+            text
+            if text in ordered
+            else next((whole for start, whole in starts.items() if text.startswith(start)), None)
+        )
+        if own and key is not None:
+            continue
+        if key is not None:
+            del ordered[key]
+        ordered.pop(text, None)
+        ordered[text] = None
+    return tuple(ordered)
 
 
 _GATHERED_KEPT = 4

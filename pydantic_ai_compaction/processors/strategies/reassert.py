@@ -74,7 +74,8 @@ class Reassert(WrappingCompaction[AgentDepsT]):
         gathered = gather_instructions(view, self.sources)
         # A change restated earlier comes back from its record as it was cut, beside its original text: cut alike,
         # the two are one. One cut shorter (`change_chars` raised since) is the start of the other, which says more.
-        cut = list(dict.fromkeys(cut_to(text, self.change_chars) for text in gathered))
+        # Each at its latest place, as `gather_instructions` orders them: a rule set back to its earlier wording last.
+        cut = list(reversed(dict.fromkeys(reversed([cut_to(text, self.change_chars) for text in gathered]))))
         starts = [before_cut(text) for text in cut]
         restate = tuple(
             text

@@ -802,10 +802,12 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         # the conversation's lines it stays where it was said, cut short when long: the whole of it is listed above.
         # One an earlier checkpoint wrote as a conversation line only is not listed again.
         said = set(carried.sections['conversation'])
+        gathered = gather_instructions(view, self.sources)
+        again = _said_again(gathered, carried.sections['instructions'])
         instructions = [
             text
-            for text in gather_instructions(view, self.sources)
-            if text not in seen['instructions'] and f'user: {text}' not in said
+            for text in gathered
+            if text in again or (text not in seen['instructions'] and f'user: {text}' not in said)
         ]
         added['instructions'] = instructions
         labels['instructions'] = label_counts(instructions)
@@ -1248,6 +1250,25 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 if record.get('strategy') == self.strategy_name:
                     return True
         return False
+
+
+def _said_again(gathered: Sequence[str], carried: Sequence[str]) -> set[str]:
+    """The changes earlier checkpoints list (*carried*, in their order) that *gathered* (in the order they were said)
+    has after a change the checkpoints list later: said again, they are listed again, at their latest place
+    (lowercase, uppercase, then lowercase again ends with lowercase, which a checkpoint listing it once, before
+    uppercase, did not say)."""
+    places = {text: place for place, text in enumerate(carried)}
+    again: set[str] = set()
+    latest = -1
+    for text in gathered:
+        place = places.get(text)
+        if place is None:
+            continue
+        if place < latest:
+            again.add(text)
+        else:
+            latest = place
+    return again
 
 
 def _warn_failed(field: str, what: str) -> str:
