@@ -3,6 +3,8 @@ does not lose them, and pydantic-ai merging a kept turn into the opening does no
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
     CompactionPart,
@@ -24,6 +26,42 @@ from pydantic_ai_compaction.runtime.transcript import user_text
 from pydantic_ai_compaction.testing import replay
 
 LOW, UP = 'Rule: report ids in lowercase.', 'Rule: report ids in UPPERCASE.'
+
+
+class Conversation:
+    """An auditor agent over many runs of one conversation: each run reads *steps* logs of *lines* lines, then answers.
+
+    The agent's requests are in `sent`; `say(prompt)` runs one turn on the history so far and returns it.
+    """
+
+    def __init__(self, strategy: Any, *, steps: int, lines: int, incident: bool = False) -> None:
+        self.sent: list[list[ModelMessage]] = []
+        self.history: list[ModelMessage] | None = None
+        self._steps, self._step = steps, 0
+
+        def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            self.sent.append(list(messages))
+            self._step += 1
+            if self._step <= self._steps:
+                return ModelResponse(parts=[ToolCallPart('read_log', {'index': len(self.sent)})])
+            return ModelResponse(parts=[TextPart('done')])
+
+        def read_log(index: int) -> str:
+            body = '\n'.join(f'svc=api req={index}-{n} status=ok' for n in range(lines))
+            return body + (f'\nINCIDENT inc-{index}' if incident else '')
+
+        self.agent = Agent(
+            FunctionModel(respond), system_prompt='You are an auditor.', tools=[read_log], capabilities=[strategy]
+        )
+
+    def say(self, prompt: str) -> list[ModelMessage]:
+        self._step = 0
+        self.history = self.agent.run_sync(prompt, message_history=self.history).all_messages()
+        return self.history
+
+    def checkpoints(self) -> list[str]:
+        """The boundaries' texts in the agent's last request."""
+        return [p.content or '' for m in self.sent[-1] for p in m.parts if isinstance(p, CompactionPart)]
 
 
 async def test_a_rule_set_back_to_its_earlier_wording_is_restated_last() -> None:
@@ -52,26 +90,7 @@ async def test_a_rule_set_back_to_its_earlier_wording_is_restated_last() -> None
 def test_a_reset_keeps_the_user_s_rules_when_it_folds_the_conversation() -> None:
     # With the user's turns listed only as conversation lines, the fold took them first: the rule of turn 5 and its
     # revision in turn 10 were gone from the request by turn 40.
-    sent: list[list[ModelMessage]] = []
-    steps = [0]
-
-    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        sent.append(list(messages))
-        steps[0] += 1
-        if steps[0] <= 6:
-            return ModelResponse(parts=[ToolCallPart('read_log', {'index': len(sent)})])
-        return ModelResponse(parts=[TextPart('done')])
-
-    agent = Agent(
-        FunctionModel(respond),
-        system_prompt='You are an auditor.',
-        capabilities=[ResetToCheckpoint(trigger=Trigger(tokens=6_000))],
-    )
-
-    @agent.tool_plain
-    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
-        return '\n'.join(f'svc=api req={index}-{n} status=ok' for n in range(120)) + f'\nINCIDENT inc-{index}'
-
+    chat = Conversation(ResetToCheckpoint(trigger=Trigger(tokens=6_000)), steps=6, lines=120, incident=True)
     pad = ' (context: apply the same checks as before to the next batch.)' * 2
 
     def prompt(turn: int) -> str:
@@ -81,11 +100,9 @@ def test_a_reset_keeps_the_user_s_rules_when_it_folds_the_conversation() -> None
             return f'TURN{turn}: Rule R (revised): report ids in UPPERCASE.{pad}'
         return f'TURN{turn}: continue.{pad}'
 
-    history: list[ModelMessage] | None = None
     for turn in range(1, 41):
-        steps[0] = 0
-        history = agent.run_sync(prompt(turn), message_history=history).all_messages()
-    checkpoints = [p.content or '' for m in sent[-1] for p in m.parts if isinstance(p, CompactionPart)]
+        chat.say(prompt(turn))
+    checkpoints = chat.checkpoints()
     text = '\n'.join(checkpoints)
     assert 'folded to fit' in text  # the conversation was folded
     lower, upper = (
@@ -120,32 +137,10 @@ def test_a_turn_merged_into_the_opening_is_a_turn_of_its_own() -> None:
 def test_a_long_conversation_does_not_grow_its_opening() -> None:
     # A reset that left the turn in progress right after the opening had it merged into the opening by the next run:
     # after 60 turns the first request held seven of the user's turns, 10,766 characters, ahead of every checkpoint.
-    sent: list[list[ModelMessage]] = []
-    steps = [0]
-
-    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        sent.append(list(messages))
-        steps[0] += 1
-        if steps[0] <= 4:
-            return ModelResponse(parts=[ToolCallPart('read_log', {'index': len(sent)})])
-        return ModelResponse(parts=[TextPart('done')])
-
-    agent = Agent(
-        FunctionModel(respond),
-        system_prompt='You are an auditor.',
-        capabilities=[ResetToCheckpoint(trigger=Trigger(tokens=4_000), max_chars=6_000)],
-    )
-
-    @agent.tool_plain
-    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
-        return '\n'.join(f'svc=api req={index}-{n} status=ok' for n in range(100))
-
-    history: list[ModelMessage] | None = None
+    chat = Conversation(ResetToCheckpoint(trigger=Trigger(tokens=4_000), max_chars=6_000), steps=4, lines=100)
     most = 0
     for turn in range(1, 61):
-        steps[0] = 0
-        history = agent.run_sync(f'TURN{turn}: go on. ' + 'context ' * 150, message_history=history).all_messages()
-        first = history[0]
+        first = chat.say(f'TURN{turn}: go on. ' + 'context ' * 150)[0]
         assert isinstance(first, ModelRequest)
         most = max(most, sum(isinstance(p, UserPromptPart) for p in first.parts))
     # The opening's prompt, and at most the turn a compaction left right after it, merged by pydantic-ai.
@@ -244,26 +239,8 @@ async def test_a_long_rule_set_back_is_restated_last_also_when_cut() -> None:
 def test_a_reset_lists_a_rule_set_back_after_the_rule_it_replaced() -> None:
     # The checkpoints listed lowercase (turn 3), then uppercase (turn 8); lowercase again (turn 13) was listed nowhere,
     # since an earlier checkpoint held its words: uppercase won.
-    sent: list[list[ModelMessage]] = []
-    count = [0]
-
-    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        sent.append(list(messages))
-        count[0] += 1
-        if count[0] <= 3:
-            return ModelResponse(parts=[ToolCallPart('read_log', {'index': len(sent)})])
-        return ModelResponse(parts=[TextPart('done')])
-
-    agent = Agent(FunctionModel(respond), capabilities=[ResetToCheckpoint(trigger=Trigger(tokens=3_000))])
-
-    @agent.tool_plain
-    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
-        return '\n'.join(f'svc=api req={index}-{n} status=ok' for n in range(60))
-
-    history: list[ModelMessage] | None = None
+    chat = Conversation(ResetToCheckpoint(trigger=Trigger(tokens=3_000)), steps=3, lines=60)
     for turn in range(1, 19):
-        count[0] = 0
-        prompt = {3: LOW, 8: UP, 13: LOW}.get(turn, f'TURN{turn}: continue.')
-        history = agent.run_sync(prompt, message_history=history).all_messages()
-    text = '\n'.join(p.content or '' for m in sent[-1] for p in m.parts if isinstance(p, CompactionPart))
+        chat.say({3: LOW, 8: UP, 13: LOW}.get(turn, f'TURN{turn}: continue.'))
+    text = '\n'.join(chat.checkpoints())
     assert 0 <= text.find(LOW) < text.find(UP) < text.rfind(LOW)
