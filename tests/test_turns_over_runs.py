@@ -244,3 +244,21 @@ def test_a_reset_lists_a_rule_set_back_after_the_rule_it_replaced() -> None:
         chat.say({3: LOW, 8: UP, 13: LOW}.get(turn, f'TURN{turn}: continue.'))
     text = '\n'.join(chat.checkpoints())
     assert 0 <= text.find(LOW) < text.find(UP) < text.rfind(LOW)
+
+
+def test_a_reset_lists_each_change_once_unless_it_is_said_again() -> None:
+    # With the rule toggled seven times, the checkpoints listed turns never said again at every reset (61 lines where
+    # 21 were due), and one ended with the replaced rule, as if it were the latest.
+    chat = Conversation(ResetToCheckpoint(trigger=Trigger(tokens=2_500)), steps=3, lines=60)
+    rules = {3: LOW, 6: UP, 9: LOW, 12: UP, 15: LOW, 18: UP, 21: LOW}
+    for turn in range(1, 25):
+        chat.say(rules.get(turn, f'TURN{turn}: continue.'))
+    listed = [
+        line[2:]
+        for text in chat.checkpoints()
+        for line in text.split('\n')
+        if line.startswith('- ') and (line[2:] in (LOW, UP) or line[2:].startswith('TURN'))
+    ]
+    said_again = {LOW, UP}
+    assert all(listed.count(text) == 1 for text in listed if text not in said_again)
+    assert [text for text in listed if text in said_again][-1] == LOW

@@ -292,7 +292,9 @@ def _latest_places(lines: Iterable[str]) -> tuple[str, ...]:
 def _ordered(recorded: list[str], said: list[tuple[str, bool]]) -> tuple[str, ...]:
     """The changes the records hold, then the history's lines in order, each once: a line said again takes its latest
     place, a line a record written after it holds (its own turn, kept verbatim) keeps the record's place."""
-    ordered = dict.fromkeys(recorded)
+    # Records in the order they were written, each change at its latest place (a later checkpoint lists one again
+    # when it was said again; a restatement lists every change, in order).
+    ordered = dict.fromkeys(_latest_places(recorded))
     starts = {start: text for text in recorded if (start := before_cut(text)) != text}
     for text, own in said:
         key = (
