@@ -253,15 +253,14 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
             held_after.append((position, held))
     last = held_after[0][0] if held_after else len(exchanges)
     said: list[tuple[str, bool]] = []  # each history line, and whether a record written after it holds it
-    for position in range(min(last, len(exchanges))):
+    for position in range(min(last, len(exchanges))):  # the few kept before the newest boundary, read one by one
         one: list[str] = []
         _gather(view, sources, exchanges[position : position + 1], one, owner)
         if one:
             later = next((texts for at, texts in reversed(held_after) if at > position), set[str]())
             said.extend((text, _holds(later, text)) for text in one)
-    after: list[str] = []
-    _gather(view, sources, exchanges[last + 1 :], after, owner)
-    said.extend((text, False) for text in after)
+    # `lines` holds the exchanges' lines in their order, and a boundary has none: the rest came after the newest one.
+    said.extend((text, False) for text in lines[len(said) :])
     return _ordered(found, said)
 
 
