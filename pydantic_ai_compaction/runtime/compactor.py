@@ -375,13 +375,16 @@ def no_text(response: ModelResponse, who: str) -> str:
     return f'{who} called {", ".join(calls)} instead of answering in text' if calls else f'{who} returned no text'
 
 
-def unusable(response: ModelResponse, text: str) -> tuple[str, str] | None:
-    """Why a compactor's reply *text* (of *response*) is no summary though it has text, as a failed proposal's reason
-    and detail, or `None`: the provider filtered it, the model declined (a short reply that opens by saying it
-    cannot help), or it holds nothing but markup tags (a model that copies the prompt's `</transcript>`).
+def unusable(response: ModelResponse, text: str, who: str) -> tuple[str, str] | None:
+    """Why a compactor's reply *text* (`response_text(response)`; *who* wrote it, for the detail) is no summary, as a
+    failed proposal's reason and detail, or `None`: it has no text (`no_text`), the provider filtered it, the model
+    declined (a short reply that opens by saying it cannot help), or it holds nothing but markup tags (a model that
+    copies the prompt's `</transcript>`).
 
     Taken for a summary, a refusal replaces the dropped exchanges with "I'm sorry, I can't help with that".
     """
+    if not text:
+        return 'empty', no_text(response, who)
     if response.finish_reason == 'content_filter':
         return 'refused', 'the provider filtered the reply (finish reason content_filter)'
     if len(text) <= _REFUSAL_CHARS and _REFUSAL.match(text.replace('\u2019', "'")) is not None:

@@ -238,9 +238,7 @@ class Fork(ConfiguredCompaction[AgentDepsT]):
         messages = compactor.with_appended_prompt(self._conversation(view), self.prompt(view))
         response = await compactor.request(ctx, messages, model=self.model, settings=settings, parameters=parameters)
         reply = compactor.response_text(response)
-        if not reply:
-            return Proposal.failed('empty', compactor.no_text(response, 'the fork'), variant=self.variant)
-        if (unusable := compactor.unusable(response, reply)) is not None:
+        if (unusable := compactor.unusable(response, reply, 'the fork')) is not None:
             return Proposal.failed(*unusable, variant=self.variant)
         return self.parse(reply, view)
 

@@ -69,8 +69,6 @@ class Native(ConfiguredCompaction[AgentDepsT]):
         messages = compactor.with_appended_prompt(view.messages, NATIVE_PROMPT)
         reply = await compactor.request(ctx, messages, settings=settings, parameters=parameters)
         text = compactor.response_text(reply)
-        if not text:
-            return Proposal.failed('empty', compactor.no_text(reply, 'the model'), variant='emulated')
-        if (unusable := compactor.unusable(reply, text)) is not None:
+        if (unusable := compactor.unusable(reply, text, 'the model')) is not None:
             return Proposal.failed(*unusable, variant='emulated')
         return Proposal(summary=Summary(text), supersedes=self.strategy_name, variant='emulated')

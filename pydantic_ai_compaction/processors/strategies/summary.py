@@ -152,9 +152,7 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
         request = ModelRequest(parts=[UserPromptPart(prompt)], instructions=self.instructions)
         response = await compactor.request(ctx, [request], model=self.model, settings=self.model_settings)
         text = compactor.response_text(response)
-        if not text:
-            return Proposal.failed('empty', compactor.no_text(response, 'the summarizer'))
-        if (unusable := compactor.unusable(response, text)) is not None:
+        if (unusable := compactor.unusable(response, text, 'the summarizer')) is not None:
             return Proposal.failed(*unusable)
         extra: dict[str, Any] = {}
         if left_out:
@@ -171,9 +169,7 @@ class StatelessSummary(ConfiguredCompaction[AgentDepsT]):
         messages = compactor.with_appended_prompt(sent, SUMMARY_SENT_PROMPT)
         response = await compactor.request(ctx, messages, settings=settings, parameters=parameters)
         text = compactor.response_text(response)
-        if not text:
-            return Proposal.failed('empty', compactor.no_text(response, 'the summarizer'), variant='sent')
-        if (unusable := compactor.unusable(response, text)) is not None:
+        if (unusable := compactor.unusable(response, text, 'the summarizer')) is not None:
             return Proposal.failed(*unusable, variant='sent')
         return Proposal.keep(kept, summary=Summary(text), variant='sent')
 

@@ -441,7 +441,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
                 ctx, [ModelRequest(parts=[UserPromptPart(prompt)])], model=self.model, settings=self.model_settings
             )
             note = compactor.response_text(response)
-            if not note or compactor.unusable(response, note) is not None:
+            if compactor.unusable(response, note, 'the note writer') is not None:
                 note = previous or ''  # a refusal is no note: the previous one still holds
         except Exception as error:  # the note is best effort; the copied parts below still carry the essentials
             owner = type(self).__name__  # `Tiered` is another name of `ClearThenSummarize`
