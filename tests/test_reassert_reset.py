@@ -97,10 +97,10 @@ def test_user_prompts_after_the_opening_are_restated() -> None:
     script.step = 0
     third = agent.run_sync('Also skip service payments.', message_history=second.all_messages())
     records = [r for m in third.all_messages() for p in m.parts if (r := our_record(p))]
-    # Earlier prompts are instruction changes, restated in order and once each. The prompt being
-    # worked on is kept verbatim (it is protected), and the first prompt is the opening: neither
-    # is restated.
-    assert records[-1]['restated'] == ['Now report ids in lowercase.']
+    # Earlier prompts are instruction changes, restated in order and once each. The first prompt is the opening:
+    # never restated. The prompt being worked on is kept verbatim (it is protected); the run went on past it, so the
+    # restatement comes after it and lists it too, after the change said before it (latest last).
+    assert records[-1]['restated'] == ['Now report ids in lowercase.', 'Also skip service payments.']
     assert all('Audit logs 0-2.' not in r['restated'] for r in records)
     kept_prompts = [p.content for m in third.all_messages() for p in m.parts if isinstance(p, UserPromptPart)]
     assert 'Also skip service payments.' in kept_prompts
@@ -265,7 +265,8 @@ def test_items_of_a_user_role_list_are_restated_apart() -> None:
     ]
     _reading_agent(prompts, []).run_sync('Continue the audit.', message_history=history)
     restated = [e.record.restated for e in events if e.record is not None and e.record.restated]
-    assert restated and restated[0] == ('Use lowercase ids.\nNever touch prod.',)
+    # The run's own prompt sits before the restatement: listed after the change said before it.
+    assert restated and restated[0] == ('Use lowercase ids.\nNever touch prod.', 'Continue the audit.')
 
 
 def _long_change_agent(
@@ -324,6 +325,8 @@ def test_a_change_cut_at_another_change_chars_is_restated_once(then: int) -> Non
     assert restated
     kept = min(then, len(record))
     expected = record[:300] if then > 300 else record[:kept]
+    # Besides the run's own prompt, listed after the change said before it (the restatement follows the prompt).
+    restated = [tuple(change for change in changes if change != 'Audit them again.') for changes in restated]
     assert all(len(changes) == 1 and changes[0].startswith(expected) for changes in restated), restated
 
 

@@ -84,7 +84,8 @@ async def test_a_rule_set_back_to_its_earlier_wording_is_restated_last() -> None
         (restated,) = [
             user_text(p) for m in out for p in m.parts if isinstance(p, UserPromptPart) and is_restatement(p)
         ]
-        assert restated.splitlines()[-2:] == [f'- {UP}', f'- {LOW}'], type(inner).__name__
+        # The turn in progress went on past its prompt, which sits before the restatement: listed last.
+        assert restated.splitlines()[-3:] == [f'- {UP}', f'- {LOW}', '- continue'], type(inner).__name__
 
 
 def test_a_reset_keeps_the_user_s_rules_when_it_folds_the_conversation() -> None:
@@ -209,11 +210,11 @@ async def test_a_rule_kept_verbatim_keeps_its_place_before_the_rule_that_replace
         return FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart(text)]))
 
     out = await replay(fork, history, model=replying(f'KEEP: {low}\nLogs read; rules given.'))
-    assert restatement(out) == [f'- {LOW}', f'- {UP}']
+    assert restatement(out) == [f'- {LOW}', f'- {UP}', '- continue 1']
     history = [*out, ModelRequest(parts=[UserPromptPart('continue 2')])]
     steps(history, 'd')
     out = await replay(fork, history, model=replying('KEEP: none\nAudit in progress.'))
-    assert restatement(out) == [f'- {LOW}', f'- {UP}', '- continue 1']
+    assert restatement(out) == [f'- {LOW}', f'- {UP}', '- continue 1', '- continue 2']
 
 
 async def test_a_long_rule_set_back_is_restated_last_also_when_cut() -> None:
@@ -233,7 +234,8 @@ async def test_a_long_rule_set_back_is_restated_last_also_when_cut() -> None:
             history.append(ModelRequest(parts=[UserPromptPart(prompt)]))
             steps(history, tag)
         lines = restatement(await replay(strategy, history, model=model))
-        assert [line[:40] for line in lines[-2:]] == [f'- {up}'[:40], f'- {low}'[:40]], type(inner).__name__
+        expected = [f'- {up}'[:40], f'- {low}'[:40], '- continue 2']
+        assert [line[:40] for line in lines[-3:]] == expected, type(inner).__name__
 
 
 def test_a_reset_lists_a_rule_set_back_after_the_rule_it_replaced() -> None:
@@ -262,3 +264,48 @@ def test_a_reset_lists_each_change_once_unless_it_is_said_again() -> None:
     said_again = {LOW, UP}
     assert all(listed.count(text) == 1 for text in listed if text not in said_again)
     assert [text for text in listed if text in said_again][-1] == LOW
+
+
+def test_a_compaction_inside_the_run_that_set_a_rule_lists_that_rule_last() -> None:
+    # The run's own prompt sets the new rule, and the run goes on past it: a compaction inside it lays its restatement
+    # (or checkpoint) out after the prompt. Left out as "the turn in progress", the list read "latest last" ended with
+    # the rule the prompt replaced.
+    summary = FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart('Logs read, all ok.')]))
+    sources = InstructionSources(markers=())
+    for strategy in (
+        Reassert(StatelessSummary(trigger=Trigger(tokens=3_000), model=summary), sources=sources),
+        ResetToCheckpoint(trigger=Trigger(tokens=3_000), sources=sources),
+    ):
+        conversation = Conversation(strategy, steps=12, lines=60)
+        conversation.say('Start.')
+        conversation.say(LOW + ' Read more.')
+        conversation.say(UP + ' Then read more logs.')
+        # Parts in order: pydantic-ai merges the prompt, the boundary and a restatement into one request.
+        parts = [p for m in conversation.sent[-1] for p in m.parts]
+        prompt = next(i for i, p in enumerate(parts) if isinstance(p, UserPromptPart) and UP in user_text(p))
+        if isinstance(strategy, Reassert):
+            (listed,) = [
+                user_text(p) for p in parts[prompt + 1 :] if isinstance(p, UserPromptPart) and is_restatement(p)
+            ]
+            lines = listed.splitlines()[1:]
+        else:
+            (after,) = [p.content or '' for p in parts[prompt + 1 :] if isinstance(p, CompactionPart)]
+            lines = after.split('Instruction changes:\n')[1].split('\nConversation:')[0].splitlines()
+        assert lines == [f'- {LOW} Read more.', f'- {UP} Then read more logs.'], type(strategy).__name__
+
+
+async def test_the_turn_in_progress_is_not_restated_alone() -> None:
+    # Nothing else to restate: the prompt, kept verbatim just above, is not repeated.
+    history: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart('Audit.'), UserPromptPart('Start.')])]
+    history.append(ModelRequest(parts=[UserPromptPart(UP)]))
+    steps(history, 'a', 8)
+    view = segment(history)
+    assert [e.protected for e in view.exchanges if e.kind == 'turn'] == ['current_turn']
+    model = FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart('Logs read.')]))
+    strategy = Reassert(StatelessSummary(trigger=Trigger(tokens=500)), sources=InstructionSources(markers=()))
+    out = await replay(strategy, history, model=model)
+    assert any(isinstance(p, CompactionPart) for m in out for p in m.parts)
+    assert not [p for m in out for p in m.parts if isinstance(p, UserPromptPart) and is_restatement(p)]
+    # With an earlier change to restate, the prompt comes last.
+    history[1:1] = [ModelRequest(parts=[UserPromptPart(LOW)]), ModelResponse(parts=[TextPart('ok')])]
+    assert restatement(await replay(strategy, history, model=model)) == [f'- {LOW}', f'- {UP}']

@@ -216,8 +216,11 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
     """Every instruction change seen so far, oldest first, without repeats (a repeated one at its latest place).
 
     Changes restated by earlier compactions come first (their originals may be gone), then user
-    prompts after the opening one (not the one in progress, which the model reads anyway) and marked
-    tool-output lines still in the history.
+    prompts after the opening one and marked tool-output lines still in the history. The prompt of the turn in
+    progress is left out while its exchange is the one being worked on: a restatement goes right before that
+    exchange, and the model reads the prompt after it. Once the turn has gone on past its prompt (a compaction
+    inside the run), the prompt sits before the restatement, so it is listed too, after the changes said before
+    it, where "latest last" reads it as newer than them; it is not listed when none was (`_beside_turn`).
     """
     found: list[str] = []
     for record in view_records(view):  # read once per view
@@ -241,7 +244,7 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
         start = settled
     _gather(view, sources, exchanges[start:], lines, owner)
     if not recorded:
-        return _latest_places(lines)
+        return _beside_turn(view, sources, _latest_places(lines), owner)
     # A line a record holds too is either that very turn, kept verbatim before the boundary holding the record (a
     # selective strategy kept the old rule's exchange), or the change said again: the first keeps the record's
     # place, the second takes its latest one. Where each line and each record sits tells them apart.
@@ -261,7 +264,36 @@ def gather_instructions(view: ConversationView, sources: InstructionSources) -> 
             said.extend((text, _holds(later, text)) for text in one)
     # `lines` holds the exchanges' lines in their order, and a boundary has none: the rest came after the newest one.
     said.extend((text, False) for text in lines[len(said) :])
-    return _ordered(found, said)
+    return _beside_turn(view, sources, _ordered(found, said), owner)
+
+
+def _beside_turn(
+    view: ConversationView,
+    sources: InstructionSources,
+    gathered: tuple[str, ...],
+    owner: list[dict[int, ModelMessage]],
+) -> tuple[str, ...]:
+    """*gathered*, without the finished turn in progress's own lines unless a change said before the turn is listed.
+
+    Those lines are kept verbatim just before where a restatement goes: listed, they only repeat it, which is worth
+    it where they must follow an older change (latest last), not where every change listed came after them.
+    """
+    if not gathered:
+        return gathered
+    exchanges, copies = view.exchanges, view.copies
+    # Segmentation notes where it marked the current turn: a view it did not build is read whole.
+    marked = copies[1] if copies is not None and copies[0] is exchanges else range(len(exchanges))
+    turn = next((e for e in map(exchanges.__getitem__, marked) if e.protected == 'current_turn'), None)
+    if turn is None or turn.unfinished:
+        return gathered
+    own: list[str] = []
+    _gather(view, sources, (turn,), own, owner)
+    mine = set(own)
+    first = next((at for at, text in enumerate(gathered) if text in mine), None)
+    if first is None or any(text not in mine for text in gathered[:first]):
+        return gathered
+    # Nothing listed was said before the turn: the model reads its lines first anyway, right above.
+    return tuple(text for text in gathered if text not in mine)
 
 
 def _held(view: ConversationView, exchange: Exchange) -> set[str]:
@@ -365,8 +397,9 @@ def _gather(
                     continue
                 if not isinstance(part, UserPromptPart) or is_restatement(part):
                     continue
-                # The turn in progress is kept verbatim anyway: restating it would only repeat it.
-                in_progress = exchange.unfinished or exchange.protected == 'current_turn'
+                # The exchange in progress is kept verbatim after the restatement: restating it would only repeat
+                # it. A turn that went on past its prompt sits before the restatement (`_beside_turn`).
+                in_progress = exchange.unfinished
                 if not owner_map:
                     owner_map.append(
                         {
