@@ -277,3 +277,38 @@ def test_a_prompt_of_several_items_keeps_the_fingerprint_it_had_when_its_items_r
     legacy = 'UserPromptPart::Remember the zebramigration plan is in room 7.[image-url]'
     expected = hashlib.blake2b(to_bytes(legacy), digest_size=16).hexdigest()
     assert recall._fingerprint(part) == expected  # pyright: ignore[reportPrivateUsage]
+
+
+def test_a_checkpoint_quoting_recall_is_not_found_by_the_next_recall() -> None:
+    # A reset's checkpoint listed the recall call and its answer as a fact; indexed as the summary's lines, the next
+    # search for the same word found them: "No match for 'zebra'" came back as a hit, nested deeper at each reset.
+    from pydantic_ai.messages import CompactionPart
+
+    from pydantic_ai_compaction import ResetToCheckpoint, Trigger
+
+    steps: Iterator[list[ModelResponsePart]] = iter(
+        [
+            [ToolCallPart('recall', {'query': 'zebra'})],
+            *([ToolCallPart('read_log', {'index': i})] for i in range(6)),
+            [ToolCallPart('recall', {'query': 'zebra'})],
+        ]
+    )
+    answers: list[str] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        answers.extend(_recalled(messages[-1:]))  # each answer as the model read it, before a reset drops it
+        return ModelResponse(parts=next(steps, [TextPart('done')]))
+
+    model = FunctionModel(respond)
+    agent = Agent(model, capabilities=[Recall(), ResetToCheckpoint(trigger=Trigger(messages=8))])
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return '\n'.join(f'log{index} line{n} ok' for n in range(30))
+
+    messages = agent.run_sync('go').all_messages()
+    assert answers == ["No match for 'zebra' anywhere in this conversation."] * 2
+    checkpoints = [p.content or '' for m in messages for p in m.parts if isinstance(p, CompactionPart)]
+    # The checkpoint still says the search was made (the agent need not make it again), without its answer as a fact.
+    assert any('- recall({"query":"zebra"}) → success' in text for text in checkpoints)
+    assert not any('No match' in text for text in checkpoints)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
+import re
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -524,6 +525,7 @@ def _lines(
     source: LineSource
     tool_name = args = result_id = ''
     text_part: object = part
+    own: re.Pattern[str] | None = None
     if isinstance(part, ToolReturnPart):
         returned = cast('ToolReturnPart', part)
         source = 'tool'
@@ -535,6 +537,7 @@ def _lines(
         tool_name = cast('ToolCallPart', part).tool_name
     elif isinstance(part, CompactionPart):
         source = 'summary'
+        own = _OWN_CALL_ENTRY
     elif isinstance(part, ThinkingPart):
         source = 'reasoning'
     elif isinstance(part, UserPromptPart) and isinstance(message, ModelRequest):
@@ -554,5 +557,12 @@ def _lines(
     return [
         LogLine(conversation_id, fingerprint, number, line, source, tool_name, args, result_id)
         for number, line in enumerate(_numbered_lines(text))
-        if line.strip() and not (source == 'reasoning' and line.strip() == SKIP)  # a block scoring left out
+        if line.strip()
+        and not (source == 'reasoning' and line.strip() == SKIP)  # a block scoring left out
+        and not (own is not None and own.match(line))
     ]
+
+
+_OWN_CALL_ENTRY = re.compile(rf'\s*- {RECALL_TOOL}\(')
+"""A checkpoint's entry of a recall call (`- recall({"query":...}) → success, 51 chars`): its query, which is not
+indexed from the call either."""

@@ -44,7 +44,7 @@ from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import AgentDepsT, RunContext
 
 from pydantic_ai_compaction.protocols.metadata import MAX_EXCHANGE_NUMBER, ours, record_extra, str_dict
-from pydantic_ai_compaction.protocols.names import WRITE_TOOLS
+from pydantic_ai_compaction.protocols.names import RECALL_TOOL, WRITE_TOOLS
 from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
 from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int, check_patterns, is_str
@@ -1119,7 +1119,10 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
 
     def _facts_of(self, call_part: ToolCallPart, call: str, result: ToolReturnPart) -> list[tuple[str, int]]:
         """The Found lines of one call's *result*, `(call: fact, at)`: a failed call's output (clipped), a short
-        result whole, a longer one through `extract` (`rare_lines` by default)."""
+        result whole, a longer one through `extract` (`rare_lines` by default). `Recall`'s answers give none: they
+        quote lines found already (or say nothing matched), which recall would find again inside the checkpoint."""
+        if call_part.tool_name == RECALL_TOOL:
+            return []
         content = clean_text(return_text(result))
         if result.outcome != 'success':
             return [(f'{call}: {clip(content, self.excerpt_chars or 200)}', 0)]
