@@ -7,7 +7,7 @@ from itertools import pairwise
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent, ModelRetry
+from pydantic_ai import Agent, ModelRetry, ToolReturn
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -279,3 +279,83 @@ def test_forget_reasoning_drop_never_leaves_an_empty_response() -> None:
     result = agent.run_sync('go')
     assert all(message.parts for message in result.all_messages())
     assert all(message.parts for message in sent[-1])
+
+
+def test_content_a_tool_supplied_is_not_a_new_user_turn() -> None:
+    # `ToolReturn(content=...)` travels as a user part beside the returns: read as a new turn, it dropped the signed
+    # thinking of the step before it inside the running tool loop, where the provider needs it back.
+    steps = [
+        think(ToolCallPart('show', {}, tool_call_id='c1'), signed=True),
+        think(ToolCallPart('write_file', {'path': 'a.py', 'text': 'x'}, tool_call_id='c2'), signed=True),
+        [TextPart('done')],
+    ]
+    seen: list[list[ModelMessage]] = []
+    agent = loop(steps, ForgetReasoning(policy='drop'), seen)
+
+    @agent.tool_plain
+    def show() -> ToolReturn:  # pyright: ignore[reportUnusedFunction]
+        return ToolReturn(return_value='shown', content=['the picture, described'])
+
+    agent.run_sync('Go.')
+    # The request after the second step: the first step's signed thinking is still sent (deferred, not dropped).
+    last = seen[-1]
+    assert any(isinstance(p, UserPromptPart) and p.content == ['the picture, described'] for m in last for p in m.parts)
+    responses = [m for m in last if isinstance(m, ModelResponse)]
+    assert [reasoning_decision(m) for m in responses] == ['deferred', 'deferred']
+    assert all(any(isinstance(p, ThinkingPart) for p in m.parts) for m in responses)
+
+
+def test_a_call_id_used_again_is_decided_by_its_own_result() -> None:
+    # A provider reusing call ids: the first step's failed call was read with the later step's success, and its
+    # thinking kept although the error it externalized was still in view.
+    from pydantic_ai.messages import ToolReturnPart
+
+    messages: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart('Go.')]),
+        ModelResponse(parts=think(ToolCallPart('read_log', {'i': 1}, tool_call_id='call_0'))),
+        ModelRequest(parts=[ToolReturnPart('read_log', 'no such log', tool_call_id='call_0', outcome='failed')]),
+        ModelResponse(parts=think(ToolCallPart('read_log', {'i': 2}, tool_call_id='call_0'))),
+        ModelRequest(parts=[ToolReturnPart('read_log', 'log 2', tool_call_id='call_0')]),
+        ModelResponse(parts=[TextPart('done')]),
+    ]
+    decided = ForgetReasoning(policy='after_artifact').decide(messages)
+    assert decided is not None
+    assert [reasoning_decision(m) for m in decided if isinstance(m, ModelResponse)] == ['dropped', 'kept', None]
+
+
+def test_dropping_responses_reasoning_sends_the_rest_without_its_item_ids() -> None:
+    # OpenAI refuses a call or text sent by its item id without the reasoning item it was returned with: once the
+    # reasoning goes, they go as plain input. A step holding an item replayed only by its id keeps its reasoning.
+    from pydantic_ai.messages import NativeToolCallPart, ToolReturnPart
+
+    reasoning = ThinkingPart('', id='rs_1', signature='gAAAA', provider_name='openai')
+    wrote = ToolCallPart('write_file', {'path': 'a.py'}, tool_call_id='call_1', id='fc_1', provider_name='openai')
+    said = TextPart('Writing it.', id='msg_1', provider_name='openai')
+    search = NativeToolCallPart('web_search', {'query': 'x'}, tool_call_id='ws_1', id='ws_1', provider_name='openai')
+    messages: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart('Write a.py.')]),
+        ModelResponse(parts=[reasoning, said, wrote], provider_name='openai'),
+        ModelRequest(parts=[ToolReturnPart('write_file', 'written', tool_call_id='call_1')]),
+        ModelResponse(parts=[reasoning, search, replace_id(wrote, 'call_2')], provider_name='openai'),
+        ModelRequest(parts=[ToolReturnPart('write_file', 'written', tool_call_id='call_2')]),
+        ModelResponse(parts=[TextPart('Done.')], provider_name='openai'),
+        ModelRequest(parts=[UserPromptPart('Thanks.')]),
+    ]
+    decided = ForgetReasoning(policy='after_artifact').decide(messages)
+    assert decided is not None
+    first, second = decided[1], decided[3]
+    assert isinstance(first, ModelResponse) and isinstance(second, ModelResponse)
+    assert reasoning_decision(first) == 'dropped'
+    assert [(type(p).__name__, getattr(p, 'id', None)) for p in first.parts] == [
+        ('TextPart', None),
+        ('ToolCallPart', None),
+    ]
+    assert first.parts[1].tool_call_id == 'call_1'  # pyright: ignore[reportAttributeAccessIssue]
+    assert reasoning_decision(second) == 'kept' and second.parts[0] is reasoning
+    assert wrote.id == 'fc_1' and said.id == 'msg_1'  # the parts themselves are not changed in place
+
+
+def replace_id(part: ToolCallPart, call_id: str) -> ToolCallPart:
+    from dataclasses import replace
+
+    return replace(part, tool_call_id=call_id, id=f'fc_{call_id}')

@@ -33,7 +33,7 @@ from pydantic_ai_compaction.processors.memory.recall import Recall
 from pydantic_ai_compaction.processors.views import forget as forget_module
 from pydantic_ai_compaction.processors.views.forget import context_text, reasoning_decision
 from pydantic_ai_compaction.runtime import tokens as tokens_module
-from pydantic_ai_compaction.runtime.segment import is_restatement
+from pydantic_ai_compaction.runtime.segment import is_restatement, tool_content_parts
 from pydantic_ai_compaction.runtime.stores.memory import InMemoryArchiveStore
 from pydantic_ai_compaction.runtime.tokens import estimate_context_tokens
 
@@ -81,7 +81,10 @@ def decide_whole(capability: ForgetReasoning[None], messages: list[ModelMessage]
             index
             for index, message in enumerate(messages)
             if isinstance(message, ModelRequest)
-            and any(isinstance(p, UserPromptPart) and not is_restatement(p) for p in message.parts)
+            and any(
+                isinstance(p, UserPromptPart) and not is_restatement(p) and at not in tool_content_parts(message)
+                for at, p in enumerate(message.parts)
+            )
         ),
         default=-1,
     )
@@ -103,7 +106,16 @@ def decide_whole(capability: ForgetReasoning[None], messages: list[ModelMessage]
         calls = [p.tool_call_id for p in message.parts if isinstance(p, ToolCallPart)]
         if any(call not in results_of for call in calls):
             continue
-        results = [results_of[call] for call in calls]
+        # A call's result is the one in the requests right after its step; a result arriving later to that id
+        # counts only when none came there (an id can be used again by a later step).
+        answered: dict[str, ToolReturnPart] = {}
+        for after in messages[index + 1 :]:
+            if isinstance(after, ModelResponse):
+                break
+            for part in after.parts:
+                if isinstance(part, ToolReturnPart):
+                    answered.setdefault(part.tool_call_id, part)
+        results = [answered.get(call) or results_of[call] for call in calls]
         thinking = [p for p in message.parts if isinstance(p, ThinkingPart)]
         decision = 'kept'
         extra: dict[str, object] = {}

@@ -194,6 +194,10 @@ def openai_responses_problems(payload: Payload, issued: Issued | None = None) ->
       assistant message); with `issued`, the very same one.
     - `[openai-responses.opaque-unchanged]`: with `issued`, compaction and reasoning items come back
       as received (same id, same `encrypted_content`); a compaction item always carries its `encrypted_content`.
+    - `[openai-responses.item-has-reasoning]`: with `issued`, an output item sent with its `id` that was returned
+      right after a reasoning item comes with that reasoning item (the API refuses it otherwise: "Item 'fc_…' of
+      type 'function_call' was provided without its required 'reasoning' item"). Sent without its id, it is plain
+      input and needs none.
     """
     out: list[str] = []
     items = _items(payload.get('input'))
@@ -230,6 +234,22 @@ def openai_responses_problems(payload: Payload, issued: Issued | None = None) ->
     for call_id, index in calls.items():
         if call_id not in outputs:
             out.append(f'[openai-responses.call-answered] item {index}: function call {call_id} has no output')
+    if issued is not None:
+        reasoned = {
+            str(followed): item_id
+            for item_id, item in issued.opaque.items()
+            if (followed := item.get('followed_by')) is not None
+        }
+        sent = {str(item.get('id')) for item in items if item.get('type') == 'reasoning'}
+        for index, item in enumerate(items):
+            if not item.get('id') or not _output_item(item) or item.get('type') == 'reasoning':
+                continue
+            reasoning = reasoned.get(str(item.get('call_id') or item.get('id')))
+            if reasoning is not None and reasoning not in sent:
+                out.append(
+                    f'[openai-responses.item-has-reasoning] item {index}: {item.get("id")} is sent by its id without '
+                    f'the reasoning item {reasoning} it was returned with'
+                )
     return out
 
 

@@ -177,6 +177,12 @@ BAD: list[tuple[str, wire.ProviderKind, dict[str, Any], str]] = [
         'openai-responses.reasoning-kept-with-call',
     ),
     (
+        'responses: call sent by its id without the reasoning it came with',
+        'openai-responses',
+        {'input': [RESPONSES_OK['input'][1], *RESPONSES_OK['input'][3:]]},
+        'openai-responses.item-has-reasoning',
+    ),
+    (
         'responses: compaction item changed',
         'openai-responses',
         {'input': [{**RESPONSES_OK['input'][0], 'encrypted_content': 'gAAAA-edited'}, *RESPONSES_OK['input'][1:]]},
@@ -493,3 +499,10 @@ def test_reasoning_may_be_followed_by_any_output_item(output: dict[str, Any]) ->
 def test_a_final_assistant_prefill_may_be_empty() -> None:
     payload = {'messages': [ANTHROPIC_OK['messages'][0], {'role': 'assistant', 'content': ''}]}
     assert wire.problems('anthropic', payload) == []
+
+
+def test_a_call_whose_reasoning_was_dropped_is_valid_without_its_id() -> None:
+    # Sent as plain input (no item id), the call needs no reasoning item: what `ForgetReasoning` sends.
+    call = {key: value for key, value in RESPONSES_OK['input'][3].items() if key != 'id'}
+    payload = {'input': [RESPONSES_OK['input'][1], call, RESPONSES_OK['input'][4]]}
+    assert wire.problems('openai-responses', payload, issued()) == []

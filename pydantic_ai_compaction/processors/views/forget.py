@@ -17,6 +17,9 @@ Provider rules (why signed thinking is treated differently):
   history's last response, when it made calls, is never dropped.
 - Unsigned reasoning (no signature, id or provider details: an open model's `<think>` text) can be dropped as
   soon as its step completes. DeepSeek's `reasoning_content` carries an id from pydantic-ai: provider-bound.
+- OpenAI Responses refuses an item sent by its id without the reasoning item it came with: a step whose reasoning
+  is dropped sends its texts and calls without their item ids (`_without_thinking`), and a step holding an item
+  replayed by its id alone keeps its reasoning (`_replayed_by_id`).
 
 A signed step inside the running tool loop is marked `deferred` and dropped at the next user turn;
 Anthropic already leaves earlier turns' thinking out of what it bills, so that does not move the
@@ -40,6 +43,7 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelResponse,
     ModelResponsePart,
+    TextPart,
     ThinkingPart,
     ToolCallPart,
     ToolReturnPart,
@@ -67,7 +71,7 @@ from pydantic_ai_compaction.runtime.scoring import (
     split_blocks,
 )
 from pydantic_ai_compaction.runtime.scoring import compression_gain as default_scorer
-from pydantic_ai_compaction.runtime.segment import is_restatement
+from pydantic_ai_compaction.runtime.segment import is_restatement, tool_content_parts
 from pydantic_ai_compaction.runtime.shape import makes_calls
 from pydantic_ai_compaction.runtime.transcript import return_text
 
@@ -309,12 +313,17 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
                 candidates.append(index)
                 continue
             prompted = False
-            for part in message.parts:
+            supplied: frozenset[int] | None = None  # the user parts a tool supplied, read once a request needs it
+            for at, part in enumerate(message.parts):
                 if isinstance(part, ToolReturnPart):
                     returns.setdefault(part.tool_call_id, []).append(part.outcome)
                     state.log.append((index, part.tool_call_id))
                 elif not prompted and isinstance(part, UserPromptPart) and not is_restatement(part):
-                    prompted = True
+                    # `ToolReturn(content=...)` travels as a user part beside the returns: the tool loop goes on,
+                    # and the thinking the provider needs back in it must stay.
+                    if supplied is None:
+                        supplied = tool_content_parts(message)
+                    prompted = at not in supplied
             if prompted:
                 prompts.append(index)
         last_prompt = prompts[-1] if prompts else -1
@@ -347,7 +356,7 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
         calls = [p.tool_call_id for p in message.parts if isinstance(p, ToolCallPart)]
         if any(call not in returns for call in calls):
             return None  # not complete: its tool results are not all in
-        outcomes = [returns[call][-1] for call in calls]
+        outcomes = _outcomes(messages, index, calls, returns)
         thinking = [p for p in message.parts if isinstance(p, ThinkingPart)]
         decision = 'kept'
         extra: dict[str, object] = {}
@@ -358,7 +367,12 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
                 decision = 'scored'
                 extra = {'skipped_blocks': skipped, 'blocks': blocks}
                 message = replace(message, parts=parts)
-        elif thinking and len(thinking) < len(message.parts) and self._should_drop(message, outcomes):
+        elif (
+            thinking
+            and len(thinking) < len(message.parts)
+            and not _replayed_by_id(message)
+            and self._should_drop(message, outcomes)
+        ):
             # A reply of reasoning alone keeps it: dropping it would leave an empty turn, which providers refuse.
             decision = 'dropped'
             if any(_signed(p) for p in thinking) and running:
@@ -366,9 +380,7 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
                 decision = 'deferred'
         if decision == reasoning_decision(message):
             return None
-        parts = (
-            message.parts if decision != 'dropped' else [p for p in message.parts if not isinstance(p, ThinkingPart)]
-        )
+        parts = message.parts if decision != 'dropped' else _without_thinking(message.parts)
         thinking_chars = sum(len(p.content) for p in thinking)
         marks = MessageMarks(
             reasoning=decision,
@@ -421,6 +433,57 @@ class ForgetReasoning(AbstractCapability[AgentDepsT]):
         wrote = any(self._writes.search(call.tool_name) for call in calls)
         succeeded = bool(outcomes) and all(outcome == 'success' for outcome in outcomes)
         return (wrote and succeeded) or errored
+
+
+def _outcomes(
+    messages: Sequence[ModelMessage], index: int, calls: list[str], returns: dict[str, list[str]]
+) -> list[str]:
+    """The outcome of each of *calls*, made by the step at *index*: its result in the requests right after the step,
+    else the newest result to that id (a provider may use a call id again in a later step, whose result is not this
+    one's)."""
+    answered: dict[str, str] = {}
+    for position in range(index + 1, len(messages)):
+        message = messages[position]
+        if isinstance(message, ModelResponse):
+            break
+        for part in message.parts:
+            if isinstance(part, ToolReturnPart):
+                answered.setdefault(part.tool_call_id, part.outcome)
+    return [answered.get(call) or returns[call][-1] for call in calls]
+
+
+def _without_thinking(parts: Sequence[ModelResponsePart]) -> list[ModelResponsePart]:
+    """*parts* without their thinking, and without the item ids that tied the rest to it.
+
+    OpenAI's Responses API refuses a text or call sent with the id of an output item whose reasoning item is not
+    sent with it (`Item 'fc_…' of type 'function_call' was provided without its required 'reasoning' item`):
+    pydantic-ai sends those ids only when a part has one, so once the reasoning goes the rest is sent as plain
+    input (a text as an assistant message, a call by its call id), which the provider accepts from any history.
+    """
+    out: list[ModelResponsePart] = []
+    for part in parts:
+        if isinstance(part, ThinkingPart):
+            continue
+        if isinstance(part, TextPart | ToolCallPart) and part.id:
+            part = replace(part, id=None)
+        out.append(part)
+    return out
+
+
+def _replayed_by_id(message: ModelResponse) -> bool:
+    """Whether *message* holds a part a provider replays by its id alone (a web search or code run on OpenAI's
+    side, a call whose id is part of its call id): sent without the reasoning item before it, OpenAI refuses it,
+    and without its id it is not sent at all, so that step's reasoning stays."""
+    for part in message.parts:
+        if isinstance(part, ThinkingPart | TextPart):
+            continue
+        if isinstance(part, ToolCallPart) and type(part) is ToolCallPart:
+            if part.id and '|' in part.tool_call_id:  # pydantic-ai's older `call_id|fc_id`: the id cannot be taken
+                return True
+            continue
+        if getattr(part, 'id', None):
+            return True
+    return False
 
 
 def context_text(messages: list[ModelMessage], limit: int = CONTEXT_CHARS) -> str:
