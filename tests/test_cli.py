@@ -367,3 +367,35 @@ def test_summarize_after_a_resume_at_another_main_cap_prints_what_the_resumed_be
     # older invocation's `none` at 120 too, where `bench` shows the runs it was asked for.)
     main = capsys.readouterr().out.split('### Sensitivity')[0]
     assert main == printed.split('### Sensitivity')[0]
+
+
+def test_a_value_given_twice_runs_once() -> None:
+    # `--sizes 8 8` ran every run twice; the table counted the pairs once and the records held both.
+    from pydantic_ai_compaction_bench.cli import build_parser, specs_for
+
+    parser = build_parser()
+    args = ['bench', 'incident', '--seeds', '1', '--strategies', 'none', '--sizes', '8', '8', '6']
+    twice = specs_for(parser.parse_args([*args, '--variants', 'owner', 'owner', '--players', 'notes', 'notes']))
+    assert [(s.size, s.variant, s.player) for s in twice] == [(8, 'owner', 'notes'), (6, 'owner', 'notes')]
+
+
+def test_an_audit_too_large_to_generate_is_refused_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Near 6,800 logs the generator runs out of incident ids and searched for a free one for ever.
+    from pydantic_ai_compaction_bench.tasks import incident
+
+    argv = ['bench', 'incident', '--seeds', '1', '--strategies', 'none', '--out', str(tmp_path), '--sizes', '7000']
+    assert _exit_code(lambda: cli.main(argv)) == 2
+    assert 'argument --sizes: must be at most 2,000 logs, got 7,000' in capsys.readouterr().err
+    assert not (tmp_path / 'incident.jsonl').exists()
+    with pytest.raises(ValueError, match='n_logs must be at most 2,000, got 2,001'):
+        incident.generate(1, incident.MAX_LOGS + 1, 'owner')
+    largest = incident.generate(1, incident.MAX_LOGS, 'owner', log_tokens=200)
+    assert len(largest.logs) == incident.MAX_LOGS
+
+
+def test_prices_of_the_wrong_length_say_how_many_were_given(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ['bench', 'incident', '--seeds', '1', '--prices', '1,2,3']
+    assert _exit_code(lambda: cli.main(argv)) == 2
+    assert "--prices takes 4 numbers, input,cache_read,cache_write,output; got 3 in '1,2,3'" in capsys.readouterr().err

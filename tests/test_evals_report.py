@@ -257,3 +257,18 @@ def test_a_compaction_the_probe_turn_triggers_is_the_probe_s_on_a_real_model_too
     assert [probe for _, probe in compactor_rows(reference)] == [False, True]
     # Before: `[False, False]`, the probe's summary billed to the task on a real model only.
     assert compactor_rows(real) == compactor_rows(reference)
+
+
+def test_an_interval_the_exact_test_does_not_back_is_marked() -> None:
+    # Two seeds, fork passes both and native neither: Newcombe's interval reads +7 to +100 points, but the exact
+    # two-sided test gives p = 0.5. A reader taking the interval at its word would call it shown.
+    few = [record('fork-json', seed, True, [1000]) for seed in range(2)]
+    few += [record('native', seed, False, [1000]) for seed in range(2)]
+    fork = {row.strategy: row for row in build_rows(few, baseline='native')}['fork-json']
+    assert fork.interval is not None and fork.interval[0] > 0 and fork.p_two_sided == 0.5
+    table = summarize(few, baseline='native')
+    assert '+7 to +100 †' in table and '† The interval excludes zero but the exact test does not' in table
+    # Seven of seven discordant pairs: both agree (p = 0.016), and nothing is marked.
+    many = [record('fork-json', seed, True, [1000]) for seed in range(7)]
+    many += [record('native', seed, False, [1000]) for seed in range(7)]
+    assert '†' not in summarize(many, baseline='native')

@@ -65,3 +65,25 @@ def test_recall_generation_and_grading() -> None:
     questions = scenario.rounds[0]
     answer = '\n'.join([f'1. {questions[0].answer}', '2. not sure', '3. 12345678', ''])
     assert scenario.grade(questions, answer) == ['correct', 'not_sure', 'invented', 'not_sure']
+
+
+@pytest.mark.parametrize('variant', incident.VARIANTS)
+def test_a_long_audit_generates_with_one_owner_its_logs_agree_with(variant: incident.Variant) -> None:
+    # Past about 40 logs nearly every draw tied two owners at the deciding severity, and `generate` gave up after
+    # 100 draws: `--sizes 80` failed every run. The tie is now settled in the incidents and their log lines alike.
+    scenario = incident.generate(3, 200, variant, log_tokens=200)
+    text = '\n'.join(scenario.logs)
+    for found in scenario.incidents:
+        opened = [line for line in text.splitlines() if f'INCIDENT {found.id} ' in line]
+        assert len(opened) == 1 and opened[0].endswith(f'owner={found.owner}')
+    reported = [
+        i
+        for i in scenario.incidents
+        if i.id not in scenario.retracted
+        and i.service not in scenario.ignored
+        and (not scenario.scope or i.service in scenario.scope)
+    ]
+    deciding = (min if variant in ('owner', 'fake') else max)(i.severity for i in reported)
+    assert {i.owner for i in reported if i.severity == deciding} == {scenario.expected_owner}
+    # An audit that generated before settling ties is the same audit.
+    assert incident.generate(3, 20, variant) == incident.generate(3, 20, variant)

@@ -85,10 +85,14 @@ def seeds(text: str) -> list[int]:
 
 def price_table(text: str) -> PriceTable:
     """`input,cache_read,cache_write,output` in dollars per million tokens."""
+    fields = text.split(',')
+    if len(fields) != 4:
+        raise argparse.ArgumentTypeError(
+            f'--prices takes 4 numbers, input,cache_read,cache_write,output; got {len(fields)} in {text!r}'
+        )
     try:
-        numbers = [float(x) for x in text.split(',')]
-        return PriceTable(*numbers)
-    except (TypeError, ValueError) as error:
+        return PriceTable(*(float(x) for x in fields))
+    except ValueError as error:
         raise argparse.ArgumentTypeError(f'--prices takes input,cache_read,cache_write,output: {error}') from error
 
 
@@ -109,6 +113,16 @@ def integer(minimum: int, what: str) -> Callable[[str], int]:
 
 
 positive = integer(1, 'positive')
+
+
+def logs(text: str) -> int:
+    """An incident audit's size: 1 to `incident.MAX_LOGS` logs."""
+    value = positive(text)
+    if value > incident.MAX_LOGS:
+        raise argparse.ArgumentTypeError(f'must be at most {incident.MAX_LOGS:,} logs, got {value:,}')
+    return value
+
+
 """A positive integer."""
 
 non_negative = integer(0, 'zero or more')
@@ -188,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="scenario seeds: '101-103', '1,4,9' or '7' (default 101-103)",
     )
     bench.add_argument(
-        '--sizes', nargs='+', type=positive, default=None, metavar='LOGS',
+        '--sizes', nargs='+', type=logs, default=None, metavar='LOGS',
         help=f'incident: logs per run, at least {incident.CHANGE_LOG + 1} with a held-out variant (default 8 20)',
     )  # fmt: skip
     bench.add_argument(
@@ -407,7 +421,10 @@ def specs_for(args: argparse.Namespace) -> list[RunSpec]:
     think: int = args.think_tokens
     # The player is the reference model's: a real model would run every strategy once per player with the same
     # settings, and the runs would share one table and one baseline per seed (only the last one kept).
-    players: list[Player] = (args.players or list(PLAYERS)) if model == REFERENCE else ['silent']
+    # A value given twice would run the same runs twice, which the tables count once (as `seeds` does).
+    players: list[Player] = list(dict.fromkeys(args.players or PLAYERS)) if model == REFERENCE else ['silent']
+    sizes: list[int] = list(dict.fromkeys(args.sizes or DEFAULT_SIZES))
+    variants: list[str] = list(dict.fromkeys(args.variants or DEFAULT_VARIANTS))
     if args.task == 'incident':
         return [
             RunSpec(
@@ -426,8 +443,8 @@ def specs_for(args: argparse.Namespace) -> list[RunSpec]:
             )
             for budget in budgets
             for player in players
-            for size in args.sizes or DEFAULT_SIZES
-            for variant in args.variants or DEFAULT_VARIANTS
+            for size in sizes
+            for variant in variants
             for seed in args.seeds
             for name in names
             if budget == main or name not in strategies.NO_SUMMARIZER

@@ -107,6 +107,9 @@ class Row:
     p_one_sided: float | None = None
     p_holm: float | None = None
     interval: tuple[float, float] | None = None
+    p_two_sided: float | None = None
+    """Exact McNemar p for "the two differ": the test an interval that excludes zero is checked against."""
+
     answers: tuple[int, int, int] | None = None
     """Delayed recall: correct, invented and not-sure answers over all runs."""
 
@@ -346,7 +349,12 @@ def build_rows(records: Sequence[Record], *, baseline: str | None, prices: Price
         ]
         if baseline is not None and strategy != baseline and pairs:
             comparison = compare([a for a, _ in pairs], [b for _, b in pairs])
-            row = replace(row, p_one_sided=comparison.p_one_sided, interval=comparison.interval)
+            row = replace(
+                row,
+                p_one_sided=comparison.p_one_sided,
+                p_two_sided=comparison.p_two_sided,
+                interval=comparison.interval,
+            )
         rows.append(row)
     tested = [row for row in rows if row.p_one_sided is not None]
     adjusted = holm([row.p_one_sided for row in tested if row.p_one_sided is not None])
@@ -376,11 +384,15 @@ def markdown_table(rows: Sequence[Row], *, baseline: str | None) -> str:
     if with_fake:
         header[4:4] = ['followed fake', 'fake in a summary']
     lines = ['| ' + ' | '.join(header) + ' |', '|' + '|'.join('---' for _ in header) + '|']
+    overstated = False
     for row in sorted(rows, key=lambda r: (-r.passed / max(r.runs - r.missing, 1), r.cumulative_input)):
         ok = row.runs - row.missing
         notes = [f'{row.missing} missing'] * bool(row.missing) + [f'{row.errors} failed on an error'] * bool(row.errors)
         passed = f'{row.passed}/{ok}' + (f' ({", ".join(notes)})' if notes else '')
         interval = f'{row.interval[0] * 100:+.0f} to {row.interval[1] * 100:+.0f}' if row.interval else '–'
+        if _overstated(row):
+            interval += ' †'
+            overstated = True
         # Without a run to take them over, the medians are unknown, not zero (which would read as free).
         known = row.measured > 0
         medians = [
@@ -399,7 +411,24 @@ def markdown_table(rows: Sequence[Row], *, baseline: str | None) -> str:
         if with_fake:
             cells[4:4] = [_fraction(row.followed_fake), _fraction(row.fake_in_summary)]
         lines.append('| ' + ' | '.join(cells) + ' |')
+    if overstated:
+        lines += ['', OVERSTATED_NOTE]
     return '\n'.join(lines)
+
+
+OVERSTATED_NOTE = (
+    "† The interval excludes zero but the exact test does not (two-sided p ≥ 0.05): Newcombe's score interval is "
+    'approximate and, with this few discordant pairs, narrower than the exact test; read the p columns.'
+)
+"""The note under a table whose interval and exact test disagree."""
+
+
+def _overstated(row: Row) -> bool:
+    """Whether *row*'s interval excludes zero where the exact test does not reject at 5 % (two pairs of two, both
+    for one side: the interval reads +7 to +100 points, the exact test p = 0.5)."""
+    if row.interval is None or row.p_two_sided is None:
+        return False
+    return (row.interval[0] > 0 or row.interval[1] < 0) and row.p_two_sided >= 0.05
 
 
 GroupKey = tuple[str, int, str, int, Any, Any, Any, int]

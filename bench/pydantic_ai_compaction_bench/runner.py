@@ -214,6 +214,8 @@ class RunSpec:
     """Reference model only: token budget of the summaries it writes."""
 
     request_limit: int = 200
+    """Agent requests before a run is stopped as looping. An incident audit makes one request a log, so one of more
+    than 90 logs may make twice its logs and 20 more (an audit of 200 logs would otherwise always stop)."""
 
     think_tokens: int = 0
     """Reference model only: reasoning tokens it writes per agent step (a `ThinkingPart`)."""
@@ -326,7 +328,7 @@ async def run_incident(spec: RunSpec) -> dict[str, Any]:
         tools=[Tool(scenario.read_log, name='read_log')],
     )
     started = time.perf_counter()
-    limits = UsageLimits(request_limit=spec.request_limit)
+    limits = UsageLimits(request_limit=max(spec.request_limit, 2 * spec.size + 20))
     record: dict[str, Any] = _base_record(spec)
     try:
         result = await agent.run(scenario.prompt, usage_limits=limits)
