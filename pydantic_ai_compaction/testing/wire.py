@@ -46,7 +46,9 @@ class Issued:
     """Item id (OpenAI) or signature (Anthropic) -> the opaque item as the provider returned it.
 
     A Responses `reasoning` item may carry an extra `followed_by` key: the `call_id` (or `id`) of the
-    output item returned right after it, which must still follow it when it is sent back."""
+    output item returned right after it, which must still follow it when it is sent back, or a list of those of
+    every output item returned after it, the first one right after it (none of them may be sent by its id without
+    the reasoning)."""
 
 
 GOOGLE_SKIP_SIGNATURE = 'c2tpcF90aG91Z2h0X3NpZ25hdHVyZV92YWxpZGF0b3I='
@@ -222,7 +224,8 @@ def openai_responses_problems(payload: Payload, issued: Issued | None = None) ->
                     'followed by the output item it was returned with'
                 )
             elif issued is not None:
-                expected = issued.opaque.get(str(item.get('id')), {}).get('followed_by')
+                expected = _followers(issued.opaque.get(str(item.get('id')), {}))[:1]
+                expected = expected[0] if expected else None
                 actual = following.get('call_id') or following.get('id')
                 if expected is not None and actual is not None and actual != expected:
                     out.append(
@@ -235,11 +238,7 @@ def openai_responses_problems(payload: Payload, issued: Issued | None = None) ->
         if call_id not in outputs:
             out.append(f'[openai-responses.call-answered] item {index}: function call {call_id} has no output')
     if issued is not None:
-        reasoned = {
-            str(followed): item_id
-            for item_id, item in issued.opaque.items()
-            if (followed := item.get('followed_by')) is not None
-        }
+        reasoned = {followed: item_id for item_id, item in issued.opaque.items() for followed in _followers(item)}
         sent = {str(item.get('id')) for item in items if item.get('type') == 'reasoning'}
         for index, item in enumerate(items):
             if not item.get('id') or not _output_item(item) or item.get('type') == 'reasoning':
@@ -251,6 +250,16 @@ def openai_responses_problems(payload: Payload, issued: Issued | None = None) ->
                     f'the reasoning item {reasoning} it was returned with'
                 )
     return out
+
+
+def _followers(item: dict[str, Any]) -> list[str]:
+    """The ids of the output items returned after a reasoning item (`Issued.opaque`'s `followed_by`), first first."""
+    followed = item.get('followed_by')
+    if followed is None:
+        return []
+    if isinstance(followed, list | tuple):
+        return [str(one) for one in cast('list[object] | tuple[object, ...]', followed)]
+    return [str(followed)]
 
 
 def _output_item(item: dict[str, Any]) -> bool:

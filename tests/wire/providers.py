@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import takewhile
 from typing import Any
 
 import httpx2
@@ -171,8 +172,9 @@ class OpenAIResponses(Provider):
         output = body['output']
         for index, item in enumerate(output):
             if item['type'] == 'reasoning':
-                following = output[index + 1]
-                followed_by = following.get('call_id') or following['id']
+                # Every output item returned after the reasoning, up to the next one: none may go back by its id alone.
+                following = list(takewhile(lambda after: after['type'] != 'reasoning', output[index + 1 :]))
+                followed_by = [after.get('call_id') or after['id'] for after in following]
                 mock.issued.opaque[item['id']] = {**item, 'followed_by': followed_by}
         return body
 

@@ -506,3 +506,19 @@ def test_a_call_whose_reasoning_was_dropped_is_valid_without_its_id() -> None:
     call = {key: value for key, value in RESPONSES_OK['input'][3].items() if key != 'id'}
     payload = {'input': [RESPONSES_OK['input'][1], call, RESPONSES_OK['input'][4]]}
     assert wire.problems('openai-responses', payload, issued()) == []
+
+
+def test_every_item_returned_after_a_reasoning_item_needs_it_to_go_back_by_its_id() -> None:
+    """`followed_by` lists every output item returned after the reasoning: the second call sent by its id without
+    the reasoning is refused as the first would be; sent by its call id alone, it is accepted."""
+    given = wire.Issued(
+        opaque={'rs_1': {'id': 'rs_1', 'type': 'reasoning', 'encrypted_content': 'e', 'followed_by': ['c1', 'c2']}}
+    )
+    second = {'type': 'function_call', 'call_id': 'c2', 'id': 'fc_2', 'name': 'add', 'arguments': '{}'}
+    payload = {'input': [second, {'type': 'function_call_output', 'call_id': 'c2', 'output': '1'}]}
+    assert wire.problems('openai-responses', payload, given) == [
+        '[openai-responses.item-has-reasoning] item 0: fc_2 is sent by its id without the reasoning item rs_1 it was '
+        'returned with'
+    ]
+    plain = {'input': [{k: v for k, v in second.items() if k != 'id'}, payload['input'][1]]}
+    assert wire.problems('openai-responses', plain, given) == []

@@ -478,7 +478,10 @@ def _replayed_by_id(message: ModelResponse) -> bool:
         if isinstance(part, ThinkingPart | TextPart):
             continue
         if isinstance(part, ToolCallPart) and type(part) is ToolCallPart:
-            if part.id and '|' in part.tool_call_id:  # pydantic-ai's older `call_id|fc_id`: the id cannot be taken
+            if '|' in part.tool_call_id:
+                # pydantic-ai's older `call_id|fc_id` (histories stored before `ToolCallPart.id`): the item id is sent
+                # from the call id whether or not `id` is set, and cannot be taken without changing the call id the
+                # result answers.
                 return True
             continue
         if getattr(part, 'id', None):
