@@ -312,3 +312,33 @@ def test_a_checkpoint_quoting_recall_is_not_found_by_the_next_recall() -> None:
     # The checkpoint still says the search was made (the agent need not make it again), without its answer as a fact.
     assert any('- recall({"query":"zebra"}) → success' in text for text in checkpoints)
     assert not any('No match' in text for text in checkpoints)
+
+
+def test_a_users_own_tool_named_recall_keeps_its_facts_in_a_checkpoint() -> None:
+    # Only the answers `Recall` marked are left out of a checkpoint: without it, a tool of the user's own that is
+    # named `recall` is read as any other, and its fact is carried (the agent is told not to call it again).
+    from pydantic_ai.messages import CompactionPart
+
+    from pydantic_ai_compaction import ResetToCheckpoint, Trigger
+
+    steps: Iterator[list[ModelResponsePart]] = iter(
+        [[ToolCallPart('recall', {'customer': 'acme'})], *([ToolCallPart('read_log', {'index': i})] for i in range(6))]
+    )
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=next(steps, [TextPart('done')]))
+
+    agent = Agent(FunctionModel(respond), capabilities=[ResetToCheckpoint(trigger=Trigger(messages=8))])
+
+    @agent.tool_plain
+    def recall(customer: str) -> str:  # pyright: ignore[reportUnusedFunction]
+        return f'{customer}: contract ends 2027-03-01, owner=jane'
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return '\n'.join(f'log{index} line{n} ok' for n in range(30))
+
+    messages = agent.run_sync('go').all_messages()
+    checkpoints = [p.content or '' for m in messages for p in m.parts if isinstance(p, CompactionPart)]
+    fact = '- recall({"customer":"acme"}) → success, 42 chars\n  - acme: contract ends 2027-03-01, owner=jane\n'
+    assert any(fact in text for text in checkpoints)

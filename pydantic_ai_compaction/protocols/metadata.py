@@ -50,6 +50,9 @@ RECORD_EXTRA_KEYS = (
 )
 """Keys the library's strategies write into a record's `extra` (a strategy may add its own)."""
 
+RECALL_ANSWER = 'recall_answer'
+"""Key under `METADATA_KEY` of a tool result `Recall` answered (`True`): lines it quotes, found already."""
+
 _COUNTERS = ('sequence', 'next_id')
 
 

@@ -29,6 +29,7 @@ from pydantic_ai.messages import (
     TextPart,
     ThinkingPart,
     ToolCallPart,
+    ToolReturn,
     ToolReturnPart,
     UserPromptPart,
 )
@@ -38,7 +39,7 @@ from pydantic_core import to_jsonable_python
 
 from pydantic_ai_compaction.processors.memory.results import args_json, cleared_by_harness, original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore, Hit, LineSource, LogLine
-from pydantic_ai_compaction.protocols.metadata import MessageMarks
+from pydantic_ai_compaction.protocols.metadata import RECALL_ANSWER, MessageMarks, with_ours
 from pydantic_ai_compaction.protocols.names import RECALL_TOOL
 from pydantic_ai_compaction.runtime.checks import check_instance, check_int
 from pydantic_ai_compaction.runtime.degraded import described, warn_degraded
@@ -313,12 +314,18 @@ class Recall(AbstractCapability[AgentDepsT]):
         self._fingerprints[id(part)] = (part, fingerprint)
         return fingerprint
 
-    async def _recall(self, ctx: RunContext[AgentDepsT], query: str) -> str:
+    async def _recall(self, ctx: RunContext[AgentDepsT], query: str) -> ToolReturn:
         """Search everything this conversation has seen, including what is no longer in context.
 
         Args:
             query: A few words, e.g. "media timeout".
         """
+        # Marked as ours (metadata is never sent to the model): a reset checkpoint leaves recall's answers out, which
+        # quote lines found already, but not those of a user's own tool that happens to be named `recall`.
+        return ToolReturn(return_value=await self._answer(ctx, query), metadata=with_ours(None, {RECALL_ANSWER: True}))
+
+    async def _answer(self, ctx: RunContext[AgentDepsT], query: str) -> str:
+        """What `_recall` answers *query* with."""
         try:
             hits = await call_store('search', self.store.search, self.conversation_id(ctx), query, self.limit)
         except ArchiveError as error:
