@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_ai import Agent
@@ -26,9 +28,16 @@ from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 from pydantic_ai.tools import RunContext
-from pydantic_ai.usage import RunUsage
+from pydantic_ai.usage import RunUsage, UsageLimits
 
-from pydantic_ai_compaction import CompactionEvent, InstructionSources, Reassert, ResetToCheckpoint, Trigger
+from pydantic_ai_compaction import (
+    CompactionEvent,
+    ConfigurationError,
+    InstructionSources,
+    Reassert,
+    ResetToCheckpoint,
+    Trigger,
+)
 from pydantic_ai_compaction.processors.strategies.reset import (
     CONTINUED_HEADER,
     SECTIONS,
@@ -266,3 +275,68 @@ def test_entries_carried_forward_equal_a_reading_from_scratch(
 def test_a_folded_entry_is_counted_under_its_text_before_the_first_parenthesis_or_colon(entry: str) -> None:
     ends = [at for at in (entry.find('('), entry.find(':')) if at >= 0]
     assert _head(entry) == entry[: min(ends, default=len(entry))]
+
+
+def _long_audit(reset: ResetToCheckpoint[None], logs: int) -> tuple[list[str], list[str], list[str]]:
+    """A real agent reading *logs* logs of routine lines and three incidents each: the checkpoints it ends with, the
+    incident lines its logs held, and those it no longer sees (in no checkpoint and no result kept verbatim)."""
+    script = ScriptedAgentModel(logs=logs)
+    agent = Agent(script.model(), capabilities=[reset], system_prompt='Audit the logs; report every incident.')
+    incidents = [
+        f'INCIDENT inc-{1000 + 3 * index + n} service=billing severity={(index + n) % 9 + 1} owner=team-{n} '
+        f'summary=payment retries exceeded on shard {index}'
+        for index in range(logs)
+        for n in range(3)
+    ]
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        routine = [f'{index:03d}-{line:04d} service=api status=ok latency={line % 97}ms' for line in range(400)]
+        routine[100:100] = incidents[3 * index : 3 * index + 3]
+        return '\n'.join(routine)
+
+    result = agent.run_sync('Audit every log.', usage_limits=UsageLimits(request_limit=logs + 5))
+    seen = '\n'.join(str(getattr(part, 'content', '')) for message in result.all_messages() for part in message.parts)
+    return _checkpoint_texts(result.all_messages()), incidents, [line for line in incidents if line not in seen]
+
+
+def test_the_default_bound_grows_with_the_trigger_so_a_long_audit_keeps_every_fact() -> None:
+    """Past 16,000 characters of facts, a fixed bound folds the oldest into counts; the default, two characters per
+    token of the trigger's limit (24,000 here), keeps every one."""
+    trigger = Trigger(tokens=12_000)
+    fixed, incidents, lost = _long_audit(ResetToCheckpoint[None](trigger=trigger, max_chars=16_000), 60)
+    scaled, _, lost_scaled = _long_audit(ResetToCheckpoint[None](trigger=trigger), 60)
+    assert sum(map(len, fixed)) <= 16_000 < sum(map(len, scaled)) <= 24_000
+    assert lost and lost == incidents[: len(lost)]  # the oldest, folded into counts
+    assert any('folded to fit' in text for text in fixed)
+    assert lost_scaled == []
+    assert not any('folded to fit' in text for text in scaled)
+
+
+def test_the_default_bound_follows_the_trigger_kind() -> None:
+    """Two characters per token of the limit, at least 16,000; a message-count trigger has no tokens: 16,000."""
+
+    def bound(reset: ResetToCheckpoint[None]) -> int:
+        return reset._bound()  # pyright: ignore[reportPrivateUsage]
+
+    assert bound(ResetToCheckpoint[None]()) == 36_000  # the default 18,000-token trigger
+    assert bound(ResetToCheckpoint[None](trigger=Trigger(tokens=2_000))) == 16_000
+    assert bound(ResetToCheckpoint[None](trigger=Trigger(messages=40))) == 16_000
+    assert bound(ResetToCheckpoint[None](trigger=Trigger(fraction=0.5, context_window=200_000))) == 200_000
+    assert bound(ResetToCheckpoint[None](trigger=Trigger(tokens=2_000), max_chars=900)) == 900
+    # A tokenizer of its own: how many characters a token holds is the text's (one a character in Chinese).
+    assert bound(ResetToCheckpoint[None](trigger=Trigger(tokens=18_000, tokenizer=len))) == 16_000
+    expected = r'ResetToCheckpoint\.max_chars must be an integer ≥ 200 or None, got 100'
+    with pytest.raises(ConfigurationError, match=expected):
+        ResetToCheckpoint[None](max_chars=100)
+
+
+def test_an_unknown_window_is_warned_of_once_by_the_trigger_not_again_by_the_bound() -> None:
+    reset = ResetToCheckpoint[None](trigger=Trigger(fraction=0.5))
+    model = FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart('ok')]), model_name='unknown-model')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        # Half of the 200,000-token window assumed, at two characters a token.
+        assert reset._bound(model) == 200_000  # pyright: ignore[reportPrivateUsage]
+        reset.trigger.token_limit(model)
+    assert [str(w.message)[:60] for w in caught] == ['Trigger(fraction=...): the context window of function:unknow']

@@ -106,7 +106,7 @@ def test_a_tool_name_of_a_str_enum_is_labelled_as_its_entries_read() -> None:
     assert all(label == _label_of(_head(line)) for _, line, _, label in entries)
     # Through a compaction that folds: the digest counts the calls under the name their entries show.
     view = segment(history)
-    added, labels, _ = reset._additions(view, reset._carried(view))  # pyright: ignore[reportPrivateUsage]
+    added, labels, _ = reset._additions(view, reset._carried(view), reset._bound())  # pyright: ignore[reportPrivateUsage]
     assert labels['read'] == label_counts(added['read']) == {'read_log': 1, 'ToolName.READ': 2}
     assert labels['found'] == label_counts(added['found'])
 

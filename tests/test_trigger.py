@@ -33,16 +33,16 @@ from .support import recorded_history
     ('build', 'message'),
     [
         (lambda: Trigger(), 'Trigger needs a limit'),
-        (lambda: Trigger(tokens=0), 'Trigger.tokens must be an integer ≥ 1, got 0'),
-        (lambda: Trigger(tokens=-5), 'Trigger.tokens must be an integer ≥ 1, got -5'),
+        (lambda: Trigger(tokens=0), 'Trigger.tokens must be an integer ≥ 1 or None, got 0'),
+        (lambda: Trigger(tokens=-5), 'Trigger.tokens must be an integer ≥ 1 or None, got -5'),
         (lambda: Trigger(fraction=0), r'Trigger.fraction must be a finite number > 0 ≤ 1, got 0'),
         (lambda: Trigger(fraction=1.5), r'Trigger.fraction must be a finite number > 0 ≤ 1, got 1.5'),
         (lambda: Trigger(tokens=10, fraction=0.5), 'at most one of `tokens` and `fraction`'),
-        (lambda: Trigger(messages=0), 'Trigger.messages must be an integer ≥ 1, got 0'),
+        (lambda: Trigger(messages=0), 'Trigger.messages must be an integer ≥ 1 or None, got 0'),
         (lambda: Trigger(tokens=10, context_window=1000), 'context_window only applies together with `fraction`'),
         (
             lambda: Trigger(fraction=0.5, context_window=0),
-            'Trigger.context_window must be an integer from 1 to 1000000000000, got 0',
+            'Trigger.context_window must be an integer from 1 to 1000000000000 or None, got 0',
         ),
         (lambda: Fork(variant='yaml'), "Fork.variant must be one of 'json', 'free', 'fixed', got 'yaml'"),  # pyright: ignore[reportArgumentType]
         (lambda: Fork(fallback_keep_last=0), r'Fork.fallback_keep_last must be an integer ≥ 1, got 0'),

@@ -53,8 +53,15 @@ def check_int(owner: str, name: str, value: object, *, minimum: int | None = Non
 def check_optional_int(
     owner: str, name: str, value: object, *, minimum: int | None = None, maximum: int | None = None
 ) -> int | None:
-    """Like `check_int`, also accepting `None`."""
-    return None if value is None else check_int(owner, name, value, minimum=minimum, maximum=maximum)
+    """Like `check_int`, also accepting `None` (which the error then names as allowed)."""
+    if value is None:
+        return None
+    expected = _range('an integer', minimum, maximum) + ' or None'
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise fail(owner, name, expected, value)
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise fail(owner, name, expected, value)
+    return value
 
 
 def check_number(

@@ -98,8 +98,12 @@ class Trigger:
         """Whether a token limit is set (a message-count trigger needs no estimate)."""
         return self.tokens is not None or self.fraction is not None
 
-    def token_limit(self, model: Model | None) -> int | None:
-        """The token limit for a request to *model*, or `None` when only a message limit is set."""
+    def token_limit(self, model: Model | None, *, warn: bool = True) -> int | None:
+        """The token limit for a request to *model*, or `None` when only a message limit is set.
+
+        With `fraction` and a window that *model* does not resolve, the fallback window is assumed and a
+        `SetupWarning` says so, unless *warn* is false (a second reading of the limit the trigger warned about).
+        """
         if self.tokens is not None:
             return self.tokens
         if self.fraction is None:
@@ -107,7 +111,7 @@ class Trigger:
         window = self.context_window
         if window is None and model is not None:
             window = resolve_context_window(model)
-            if window is None:
+            if window is None and warn:
                 _warn_unknown_window(model, self.fallback_context_window)
         return max(1, int((window or self.fallback_context_window) * self.fraction))
 

@@ -5,15 +5,16 @@ read, what was found in it, what was changed, the conversation so far (the user'
 assistant's own answers), progress and the next step. "What was found" comes from a pluggable
 extractor; the default keeps the lines of each result whose shape is rare in it (an incident among
 request logs, an error among passing tests), which is where a task's facts usually are. Facts are read
-from the newest results back, until they fill `max_chars` or the checkpoint is sure to fold the oldest of
+from the newest results back, until they fill the checkpoints' bound or the checkpoint is sure to fold the oldest of
 them: a checkpoint shows the newest facts and folds the older ones first, so the results before those are not
 read, and Found says how many.
 
 Each reset appends a checkpoint of what the earlier ones do not hold and leaves them byte-identical, so
 under a provider's prompt cache a reset writes only what is new. A checkpoint is never larger than what
 it replaces: when it would be, its oldest entries are folded into counts, deterministically, the largest
-section first and the instruction changes last. When the checkpoints together would pass `max_chars`,
-they are rewritten into one (rarely: it is folded to half of `max_chars`, leaving room to append).
+section first and the instruction changes last. When the checkpoints together would pass their bound
+(`max_chars`, by default half of what the trigger lets the history hold), they are rewritten into one (rarely:
+it is folded to half of the bound, leaving room to append).
 """
 
 from __future__ import annotations
@@ -40,14 +41,21 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.tools import AgentDepsT, RunContext
 
-from pydantic_ai_compaction.protocols.metadata import MAX_EXCHANGE_NUMBER, ours, record_extra, str_dict
+from pydantic_ai_compaction.protocols.metadata import MAX_EXCHANGE_NUMBER, RECALL_ANSWER, ours, record_extra, str_dict
 from pydantic_ai_compaction.protocols.names import RECALL_TOOL, WRITE_TOOLS
 from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
-from pydantic_ai_compaction.runtime.checks import check_callable, check_instance, check_int, check_patterns, is_str
+from pydantic_ai_compaction.runtime.checks import (
+    check_callable,
+    check_instance,
+    check_int,
+    check_optional_int,
+    check_patterns,
+    is_str,
+)
 from pydantic_ai_compaction.runtime.context import CompactionContext
 from pydantic_ai_compaction.runtime.degraded import described
 from pydantic_ai_compaction.runtime.encoding import PLAIN_SCALARS, args_text, clean_text
@@ -88,7 +96,16 @@ CONTINUED_HEADER = 'Checkpoint, continued (what happened since the one above, wr
 """First line of a checkpoint appended after earlier ones (which stay as they were)."""
 
 REWRITE_SHARE = 2
-"""A rewrite of every checkpoint into one folds it to `max_chars // REWRITE_SHARE`, leaving room to append."""
+"""A rewrite of every checkpoint into one folds it to `bound // REWRITE_SHARE`, leaving room to append."""
+
+MIN_BOUND_CHARS = 16_000
+"""The checkpoints' least default bound (`ResetToCheckpoint.max_chars` unset), and theirs under a trigger with no
+token limit."""
+
+CHARS_PER_TRIGGER_TOKEN = 2
+"""The default bound, in characters per token of the trigger's limit: at about four characters a token, the
+checkpoints may fill half of what the trigger lets the history hold, and the other half is the work between two
+resets."""
 
 SAID_MIN_CHARS = 16
 """A fact shorter than this is kept even when the agent's words state it: cheap, and too generic to match."""
@@ -445,13 +462,14 @@ def _count(value: object) -> TypeGuard[int]:
 class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     """Reset the history to the opening request plus a deterministic checkpoint.
 
-    The default checkpoint carries what was read, what was found in it (through `extract`, in the newest
-    results until their facts fill what the checkpoint shows), what was changed, the user's requests and the assistant's
-    own answers, every instruction change, progress and the next step. Earlier checkpoints stay as they were
-    and the next one holds only what they do not, so nothing recorded is forgotten and nothing is written
-    twice; a fact that a line of the agent's own words states exactly is not restated. Each checkpoint stays
-    within what it replaces, and all of them within `max_chars` (above the floor of its fixed lines, about 750
-    characters). Pass `checkpoint=` to render your own typed state instead (it replaces the earlier one at each reset).
+    The default checkpoint carries what was read, what was found in it (through `extract`, in the newest results until
+    their facts fill what the checkpoint shows), what was changed, the user's requests and the assistant's own answers,
+    every instruction change, progress and the next step. Earlier checkpoints stay as they were and the next one holds
+    only what they do not, so nothing recorded is forgotten and nothing is written twice; a fact that a line of the
+    agent's own words states exactly is not restated. Each checkpoint stays within what it replaces, and all of them
+    within `max_chars` (by default half of what the trigger lets the history hold; above the floor of its fixed lines,
+    about 750 characters). Pass `checkpoint=` to render your own typed state instead (it replaces the earlier one at
+    each reset).
 
     Example:
         ```python
@@ -469,9 +487,9 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     """Instruction changes to list verbatim (default: the user's prompts after the opening one)."""
 
     extract: FactExtractor | None = None
-    """What each tool result contributes under "Found"; `None` uses `rare_lines`. Called at a compaction, for the
-    newest results first, until their facts fill `max_chars` or the checkpoint is sure to fold the oldest of them
-    (the results before them are counted, not read)."""
+    """What each tool result contributes under "Found"; `None` uses `rare_lines`. Called at a compaction, for the newest
+    results first, until their facts fill the checkpoints' bound (`max_chars`) or the checkpoint is sure to fold the
+    oldest of them (the results before them are counted, not read)."""
 
     excerpt_chars: int = 400
     """Results up to this many characters are carried whole under "Found" instead of through `extract`."""
@@ -482,9 +500,13 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     answer_chars: int = 2_000
     """Characters of each user request or assistant answer carried verbatim (longer ones are clipped, marked)."""
 
-    max_chars: int = 16_000
-    """Upper bound on the checkpoints' length together; each is also kept to about three quarters of what it
-    replaces (a rewrite folds them to half of it). The bound cannot go under the fixed lines (header, fold
+    max_chars: int | None = None
+    """Upper bound on the checkpoints' length together; each is also kept to about three quarters of what it replaces (a
+    rewrite folds them to half of it). `None` ties it to the trigger: two characters per token of its limit (36,000 at
+    the default 18,000 tokens: at about four characters a token, half of what the trigger lets the history hold), and at
+    least 16,000 (also the bound under a message-count trigger, and under a trigger with its own `tokenizer`, whose
+    characters per token the bound cannot know). A fixed bound does not grow with the window: the checkpoints of a long
+    task fold their oldest facts into counts once they fill it. The bound cannot go under the fixed lines (header, fold
     lines, progress: 500 to 2,000 characters)."""
 
     write_tools: str = WRITE_TOOLS
@@ -521,7 +543,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         check_int(owner, 'excerpt_chars', self.excerpt_chars, minimum=0)
         check_int(owner, 'facts_per_result', self.facts_per_result, minimum=1)
         check_int(owner, 'answer_chars', self.answer_chars, minimum=1)
-        check_int(owner, 'max_chars', self.max_chars, minimum=200)
+        check_optional_int(owner, 'max_chars', self.max_chars, minimum=200)
         (self._writes,) = check_patterns(owner, 'write_tools', (self.write_tools,))
 
     @property
@@ -529,15 +551,28 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         """Name recorded in boundary records."""
         return 'reset'
 
-    async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
-        """Append a checkpoint of what is new after the earlier ones; rewrite them into one only past `max_chars`.
+    def _bound(self, model: Model | None = None) -> int:
+        """The checkpoints' bound in characters for a request to *model*: `max_chars`, or the one the trigger gives
+        (*model* resolves a `fraction` trigger's window; without it, the trigger's fallback window)."""
+        if self.max_chars is not None:
+            return self.max_chars
+        if self.trigger.tokenizer is not None:
+            # Characters per token are the tokenizer's: on dense text (Chinese, about one a character) two
+            # characters per token of the limit would let the checkpoints alone pass the trigger, and every step
+            # reset again.
+            return MIN_BOUND_CHARS
+        limit = self.trigger.token_limit(model, warn=False)  # the trigger warned of an unknown window already
+        return MIN_BOUND_CHARS if limit is None else max(MIN_BOUND_CHARS, limit * CHARS_PER_TRIGGER_TOKEN)
 
-        Earlier checkpoints stay byte-identical, so a provider's prompt cache still holds them and a reset
-        writes only the entries no earlier checkpoint holds. Each checkpoint is kept to about three quarters
-        of the exchanges it replaces (an estimated token is about four characters), folding its own oldest
-        entries if it must. When the checkpoints together would pass `max_chars` (or nothing but them is left
-        to drop) they are rewritten into one, folded to half of `max_chars`, so the resets after a rewrite
-        append again for a while: rewrites are rare, and the record says when one happened (`rewrote`).
+    async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
+        """Append a checkpoint of what is new after the earlier ones; rewrite them into one only past the bound.
+
+        Earlier checkpoints stay byte-identical, so a provider's prompt cache still holds them and a reset writes only
+        the entries no earlier checkpoint holds. Each checkpoint is kept to about three quarters of the exchanges it
+        replaces (an estimated token is about four characters), folding its own oldest entries if it must. When the
+        checkpoints together would pass their bound (`max_chars`, or the trigger's) (or nothing but them is left to
+        drop) they are rewritten into one, folded to half of the bound, so the resets after a rewrite append again for a
+        while: rewrites are rare, and the record says when one happened (`rewrote`).
         """
         if self.checkpoint is not None:
             try:
@@ -549,21 +584,22 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                 raise TypeError(_warn_failed('checkpoint', f'returned {clip(described(text), 80)}, not a str'))
             return Proposal(summary=Summary(text), supersedes=self.strategy_name, variant='custom')
         carried = self._carried(view)
+        bound = self._bound(ctx.model)
         try:
-            added, labels, unread = self._additions(view, carried)
+            added, labels, unread = self._additions(view, carried, bound)
         finally:
             _KINDS.clear()  # the words of the results read are not held after the reading (see `_Kinds`)
         dropped = self._dropped_tokens(view)
-        room = self.max_chars - carried.chars
+        room = bound - carried.chars
         if dropped and room > 0 and (dropped * 3 <= room or _entries_size(added) <= room):
             limit = min(dropped * 3, room)
             appended = self._checkpoint(view, added, carried, budget=limit, appended=True, labels=labels, unread=unread)
-            # Bound by what it replaces, a checkpoint folds its own oldest entries; bound by the room `max_chars`
+            # Bound by what it replaces, a checkpoint folds its own oldest entries; bound by the room the bound
             # leaves, it is appended only if nothing folds (folding there would lose entries a rewrite keeps).
             folded = any(appended.extra['omitted'].values())
             if len(_text(appended)) <= limit and (dropped * 3 <= room or not folded):
                 return appended
-        # The checkpoints would pass `max_chars` together: one checkpoint of everything, folded with room to spare.
+        # The checkpoints would pass their bound together: one checkpoint of everything, folded with room to spare.
         sections: dict[str, list[str]] = {
             name: _Lines([*carried.sections[name], *added[name]], _size(carried.sections[name]) + _size(added[name]))
             if carried.sections[name]
@@ -572,7 +608,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         }
         for name in SECTIONS:
             labels[name].update(label_counts(carried.sections[name]))
-        budget = min(self.max_chars // REWRITE_SHARE, (dropped + carried.tokens) * 3)
+        budget = min(bound // REWRITE_SHARE, (dropped + carried.tokens) * 3)
         return self._checkpoint(
             view, sections, carried, budget=budget, appended=False, labels=labels, unread=carried.unread + unread
         )
@@ -667,14 +703,18 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         """Estimated tokens a rewrite stands in for: everything not forced, and our earlier checkpoints."""
         return self._dropped_tokens(view) + self._carried(view).tokens
 
-    def sections(self, view: ConversationView) -> tuple[dict[str, list[str]], dict[str, int]]:
-        """Every entry the checkpoints hold after this reset: those earlier checkpoints carried, then the new ones."""
+    def sections(
+        self, view: ConversationView, model: Model | None = None
+    ) -> tuple[dict[str, list[str]], dict[str, int]]:
+        """Every entry the checkpoints hold after this reset: those earlier checkpoints carried, then the new ones
+        (for a request to *model*, whose window may set the checkpoints' bound: it says how many results are read
+        for facts)."""
         carried = self._carried(view)
-        added, _, _ = self._additions(view, carried)
+        added, _, _ = self._additions(view, carried, self._bound(model))
         return {name: [*carried.sections[name], *added[name]] for name in SECTIONS}, dict(carried.omitted)
 
     def _additions(
-        self, view: ConversationView, carried: _Carried
+        self, view: ConversationView, carried: _Carried, bound: int
     ) -> tuple[dict[str, list[str]], dict[str, Counter[str]], int]:
         """The entries the dropped exchanges add that no earlier checkpoint holds, their `label_counts`, and the
         completed calls whose results were not read for facts (`_found`).
@@ -700,7 +740,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
                     calls = list(reading.calls)  # the reading may be cut back by another thread once let go
                     break
             want = start
-        added['found'], unread = self._found(view, carried, added, calls)
+        added['found'], unread = self._found(view, carried, added, calls, bound)
         labels['found'] = label_counts(added['found'])
         return added, labels, unread
 
@@ -822,12 +862,12 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         return added, labels
 
     def _found(
-        self, view: ConversationView, carried: _Carried, added: dict[str, list[str]], calls: list[int]
+        self, view: ConversationView, carried: _Carried, added: dict[str, list[str]], calls: list[int], bound: int
     ) -> tuple[list[str], int]:
-        """The facts of the newest results, and how many completed calls before them were not read for facts
-        (*calls*: per exchange, the completed calls up to it, `_Reading.calls`).
+        """The facts of the newest results, and how many completed calls before them were not read for facts (*calls*:
+        per exchange, the completed calls up to it, `_Reading.calls`; *bound*: the checkpoints' bound in characters).
 
-        Results are read newest first until their facts fill `max_chars`, more than any checkpoint shows of them,
+        Results are read newest first until their facts fill the bound, more than any checkpoint shows of them,
         or until the checkpoint is sure to fold the oldest of the facts read (`_folds_found`): Found is folded
         oldest first, so the facts of older results would be folded too. Reading every result of a long history
         to show a few of them cost up to 18 times what clearing it costs. A fact is listed once, under the newest
@@ -844,12 +884,12 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         # sections' lines, each fact's own text under its call) in the largest budget this reset may take.
         # Checked as Found grows by a tenth, from the size under which no fold takes a fact (each section keeps
         # at least a fifth of the room).
-        budget = self._largest_budget(view, carried)
+        budget = self._largest_budget(view, carried, bound)
         others = {name: lines for name, lines in added.items() if name != 'found'}
         least, room = len(CONTINUED_HEADER) + _entries_size(others), max(budget - FIXED_LINES, 0)
         check = room // len(SECTIONS)
         for position in range(len(exchanges) - 1, -1, -1):
-            if size >= self.max_chars:
+            if size >= bound:
                 break
             first = position
             exchange = exchanges[position]
@@ -877,12 +917,13 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         unread = calls[first - 1] if first else 0
         return [line for lines in reversed(newest) for line in lines], unread
 
-    def _largest_budget(self, view: ConversationView, carried: _Carried) -> int:
-        """The largest budget `propose` may give this reset's checkpoint: appended, or rewriting the earlier ones."""
+    def _largest_budget(self, view: ConversationView, carried: _Carried, bound: int) -> int:
+        """The largest budget `propose` may give this reset's checkpoint under *bound*: appended, or rewriting the
+        earlier ones."""
         dropped = self._dropped_tokens(view)
-        left = self.max_chars - carried.chars
+        left = bound - carried.chars
         appended = min(dropped * 3, left) if dropped and left > 0 else 0
-        return max(appended, min(self.max_chars // REWRITE_SHARE, (dropped + carried.tokens) * 3))
+        return max(appended, min(bound // REWRITE_SHARE, (dropped + carried.tokens) * 3))
 
     def _resume(self, carried: _Carried, view: ConversationView) -> tuple[_Reading, int]:
         """The reading to go on from for *view*'s exchanges after *carried*, and how many exchanges it has read.
@@ -1120,8 +1161,9 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     def _facts_of(self, call_part: ToolCallPart, call: str, result: ToolReturnPart) -> list[tuple[str, int]]:
         """The Found lines of one call's *result*, `(call: fact, at)`: a failed call's output (clipped), a short
         result whole, a longer one through `extract` (`rare_lines` by default). `Recall`'s answers give none: they
-        quote lines found already (or say nothing matched), which recall would find again inside the checkpoint."""
-        if call_part.tool_name == RECALL_TOOL:
+        quote lines found already (or say nothing matched), which recall would find again inside the checkpoint. A
+        result of a user's own tool named `recall` is read as any other: only the ones `Recall` marked are left out."""
+        if call_part.tool_name == RECALL_TOOL and ours(result.metadata).get(RECALL_ANSWER) is True:
             return []
         content = clean_text(return_text(result))
         if result.outcome != 'success':
