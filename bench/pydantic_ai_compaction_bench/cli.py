@@ -113,6 +113,7 @@ def integer(minimum: int, what: str) -> Callable[[str], int]:
 
 
 positive = integer(1, 'positive')
+"""A positive integer."""
 
 
 def logs(text: str) -> int:
@@ -122,8 +123,6 @@ def logs(text: str) -> int:
         raise argparse.ArgumentTypeError(f'must be at most {incident.MAX_LOGS:,} logs, got {value:,}')
     return value
 
-
-"""A positive integer."""
 
 non_negative = integer(0, 'zero or more')
 """A non-negative integer."""
