@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from pydantic_ai_compaction_bench.reference.incident import read_view
 from pydantic_ai_compaction_bench.tasks import incident, recall
 from pydantic_ai_compaction_bench.tasks.incident import IncidentReport
 
@@ -107,3 +108,17 @@ _BEFORE_SETTLING = {
     ('fake', 8): '045da5955af76a84',
     ('fake', 20): '5f2caae43928d90c',
 }
+
+
+def test_every_stamp_of_a_long_audit_is_a_date_on_the_calendar() -> None:
+    # Log N was stamped `2026-03-{10 + N}`: from log 22 no such day, from log 90 three digits, which the reference
+    # player's stamp pattern did not read, so a policy change in log 100 went unseen and none of the strategies could
+    # pass at 210 logs, not even no compaction.
+    from datetime import datetime
+
+    scenario = incident.generate(1, 210, 'base', log_tokens=200)
+    stamps = [line.split(' ', 1)[0] for log in scenario.logs for line in log.splitlines()[1:-1]]
+    days = sorted({datetime.fromisoformat(stamp.replace('Z', '+00:00')).date() for stamp in stamps})
+    assert len(days) == 210 and days[0].isoformat() == '2026-03-11' and days[-1].isoformat() == '2026-10-06'
+    policy = next(line for log in scenario.logs for line in log.splitlines() if incident.POLICY_MARKER in line)
+    assert read_view(policy).ignored == {'legacy', *scenario.ignored}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import date, timedelta
 from typing import Literal, get_args
 
 from pydantic import BaseModel, Field
@@ -41,6 +42,9 @@ MAX_LOGS = 2_000
 """The most logs a scenario has. Incident ids are `inc-1000` to `inc-9999` (9,000) and a log opens one or two
 incidents (4/3 on average): 2,000 logs use about 2,700 of them, while near 6,800 the generator would run out and
 search for a free id for ever."""
+
+_FIRST_DAY = date(2026, 3, 10)
+"""The day before log 1's."""
 
 _LEVELS = ('INFO', 'INFO', 'INFO', 'DEBUG', 'WARN')
 _PATHS = ('orders', 'users', 'sessions', 'invoices', 'search', 'upload', 'health', 'tokens')
@@ -332,10 +336,13 @@ def _render_log(rng: random.Random, log: int, n_logs: int, events: Sequence[str]
     lines: list[str] = []
     size = 0
     minute = 0
+    # One day a log, on the calendar: logs 1 to 21 fall on March 11 to 31 as they always did; later ones once read
+    # `2026-03-32` and, from log 90, `2026-03-100`, a stamp no ISO reader (the reference player's included) takes.
+    day = (_FIRST_DAY + timedelta(days=log)).isoformat()
     while size < log_tokens * 4:
         minute += 1
         line = (
-            f'2026-03-{10 + log:02d}T{8 + minute // 3600 % 12:02d}:{minute // 60 % 60:02d}:{minute % 60:02d}Z '
+            f'{day}T{8 + minute // 3600 % 12:02d}:{minute // 60 % 60:02d}:{minute % 60:02d}Z '
             f'{rng.choice(SERVICES)} {rng.choice(_LEVELS)} request_id={rng.getrandbits(48):012x} '
             f'path=/v1/{rng.choice(_PATHS)} status={rng.choice((200, 200, 200, 204, 304, 404))} '
             f'latency_ms={rng.randint(3, 900)}'
