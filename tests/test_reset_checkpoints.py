@@ -314,7 +314,7 @@ def test_the_default_bound_grows_with_the_trigger_so_a_long_audit_keeps_every_fa
 
 
 def test_the_default_bound_follows_the_trigger_kind() -> None:
-    """Two characters per token of the limit, at least 16,000; a message-count trigger has no tokens: 16,000."""
+    """Two characters per token of the limit, from 16,000 to 64,000; a message-count trigger has no tokens: 16,000."""
 
     def bound(reset: ResetToCheckpoint[None]) -> int:
         return reset._bound()  # pyright: ignore[reportPrivateUsage]
@@ -322,7 +322,9 @@ def test_the_default_bound_follows_the_trigger_kind() -> None:
     assert bound(ResetToCheckpoint[None]()) == 36_000  # the default 18,000-token trigger
     assert bound(ResetToCheckpoint[None](trigger=Trigger(tokens=2_000))) == 16_000
     assert bound(ResetToCheckpoint[None](trigger=Trigger(messages=40))) == 16_000
-    assert bound(ResetToCheckpoint[None](trigger=Trigger(fraction=0.5, context_window=200_000))) == 200_000
+    assert bound(ResetToCheckpoint[None](trigger=Trigger(tokens=30_000))) == 60_000
+    # At most 64,000: the checkpoints go with every request, and a compaction reads facts until they fill the bound.
+    assert bound(ResetToCheckpoint[None](trigger=Trigger(fraction=0.5, context_window=200_000))) == 64_000
     assert bound(ResetToCheckpoint[None](trigger=Trigger(tokens=2_000), max_chars=900)) == 900
     # A tokenizer of its own: how many characters a token holds is the text's (one a character in Chinese).
     assert bound(ResetToCheckpoint[None](trigger=Trigger(tokens=18_000, tokenizer=len))) == 16_000
@@ -336,7 +338,7 @@ def test_an_unknown_window_is_warned_of_once_by_the_trigger_not_again_by_the_bou
     model = FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart('ok')]), model_name='unknown-model')
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        # Half of the 200,000-token window assumed, at two characters a token.
-        assert reset._bound(model) == 200_000  # pyright: ignore[reportPrivateUsage]
+        # Half of the 200,000-token window assumed, at two characters a token, is past the most: 64,000.
+        assert reset._bound(model) == 64_000  # pyright: ignore[reportPrivateUsage]
         reset.trigger.token_limit(model)
     assert [str(w.message)[:60] for w in caught] == ['Trigger(fraction=...): the context window of function:unknow']

@@ -102,6 +102,11 @@ MIN_BOUND_CHARS = 16_000
 """The checkpoints' least default bound (`ResetToCheckpoint.max_chars` unset), and theirs under a trigger with no
 token limit."""
 
+MAX_BOUND_CHARS = 64_000
+"""The checkpoints' most default bound (about 16,000 tokens): the checkpoints go with every request and a compaction
+reads facts until they fill the bound, so under a trigger of a million tokens two characters per token would read
+every result's facts at each compaction (four times the time at 1M tokens) to send a 500,000-token record."""
+
 CHARS_PER_TRIGGER_TOKEN = 2
 """The default bound, in characters per token of the trigger's limit: at about four characters a token, the
 checkpoints may fill half of what the trigger lets the history hold, and the other half is the work between two
@@ -503,11 +508,12 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
     max_chars: int | None = None
     """Upper bound on the checkpoints' length together; each is also kept to about three quarters of what it replaces (a
     rewrite folds them to half of it). `None` ties it to the trigger: two characters per token of its limit (36,000 at
-    the default 18,000 tokens: at about four characters a token, half of what the trigger lets the history hold), and at
-    least 16,000 (also the bound under a message-count trigger, and under a trigger with its own `tokenizer`, whose
-    characters per token the bound cannot know). A fixed bound does not grow with the window: the checkpoints of a long
-    task fold their oldest facts into counts once they fill it. The bound cannot go under the fixed lines (header, fold
-    lines, progress: 500 to 2,000 characters)."""
+    the default 18,000 tokens: at about four characters a token, half of what the trigger lets the history hold), at
+    least 16,000 and at most 64,000 (set it for more: the checkpoints go with every request, and a compaction reads
+    facts until they fill it); 16,000 under a message-count trigger, and under a trigger with its own `tokenizer`,
+    whose characters per token the bound cannot know. A fixed bound does not grow with the window: the
+    checkpoints of a long task fold their oldest facts into counts once they fill it. The bound cannot go under the
+    fixed lines (header, fold lines, progress: 500 to 2,000 characters)."""
 
     write_tools: str = WRITE_TOOLS
     """Regular expression over tool names whose calls changed something (listed under "Changed")."""
@@ -562,7 +568,9 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
             # reset again.
             return MIN_BOUND_CHARS
         limit = self.trigger.token_limit(model, warn=False)  # the trigger warned of an unknown window already
-        return MIN_BOUND_CHARS if limit is None else max(MIN_BOUND_CHARS, limit * CHARS_PER_TRIGGER_TOKEN)
+        if limit is None:
+            return MIN_BOUND_CHARS
+        return min(max(MIN_BOUND_CHARS, limit * CHARS_PER_TRIGGER_TOKEN), MAX_BOUND_CHARS)
 
     async def propose(self, view: ConversationView, ctx: CompactionContext) -> Proposal:
         """Append a checkpoint of what is new after the earlier ones; rewrite them into one only past the bound.
