@@ -343,7 +343,8 @@ async def test_a_reset_checkpoint_never_outgrows_what_it_replaces_and_counts_wha
     assert record.fallback_reason is None  # not the `grew` fallback: the checkpoint itself fit
     assert record.tokens_after < record.tokens_before
     text = next(p.content or '' for m in outcome.messages for p in m.parts if isinstance(p, CompactionPart))
-    assert len(text) <= reset.max_chars
+    bound = 16_000  # the default bound under a trigger of one token
+    assert len(text) <= bound
     digests = record.extra['digests']
     omitted = record.extra['omitted']
     kept = record.extra['checkpoint']
@@ -355,7 +356,7 @@ async def test_a_reset_checkpoint_never_outgrows_what_it_replaces_and_counts_wha
     assert f'read_log ×{digests["read"]["read_log"]:,}' in text
 
     # A first checkpoint that must fold is folded to half of max_chars, leaving room for the resets after it.
-    assert len(text) <= reset.max_chars // 2
+    assert len(text) <= bound // 2
 
     # The next reset appends a checkpoint of the 100 new calls, folded within what they replace; the first stays.
     later = [*outcome.messages, *many_tiny_calls(3_100)[6_001:]]

@@ -284,7 +284,7 @@ def test_a_reset_that_has_read_histories_is_deep_copied_and_its_copy_compacts_al
     reset = ResetToCheckpoint[None](trigger=Trigger(tokens=1), sources=InstructionSources(markers=('INCIDENT',)))
     history = [*_loop(['read']), *(m for step in range(1, 9) for m in _call(step, step))]
     asyncio.run(run_compaction(reset, history[:11], cctx, min_saving=0.0))
-    assert pickle.loads(pickle.dumps(ResetToCheckpoint[None]())).max_chars == 16_000
+    assert pickle.loads(pickle.dumps(ResetToCheckpoint[None](max_chars=9_000))).max_chars == 9_000
     for copied in (copy.deepcopy(reset),):
         got = asyncio.run(run_compaction(copied, _copy(history), cctx, min_saving=0.0))
         assert _fingerprint(got) == _fingerprint(asyncio.run(run_compaction(reset, history, cctx, min_saving=0.0)))
