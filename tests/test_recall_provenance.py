@@ -4,6 +4,7 @@ line's number in the output as the tool wrote it, and every part of the conversa
 from __future__ import annotations
 
 import uuid
+import warnings
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -342,3 +343,51 @@ def test_a_users_own_tool_named_recall_keeps_its_facts_in_a_checkpoint() -> None
     checkpoints = [p.content or '' for m in messages for p in m.parts if isinstance(p, CompactionPart)]
     fact = '- recall({"customer":"acme"}) → success, 42 chars\n  - acme: contract ends 2027-03-01, owner=jane\n'
     assert any(fact in text for text in checkpoints)
+
+
+def test_a_recall_answer_saved_before_its_mark_is_still_left_out_of_a_checkpoint() -> None:
+    # A history saved by a version before `ResultMarks.recall_answer`: its recall answers carry no mark, and read
+    # as facts they came back from the next search as quotes of quotes. Read by their shape, they stay out.
+    from pydantic_ai.messages import CompactionPart, ModelRequest, ToolReturnPart, UserPromptPart
+
+    from pydantic_ai_compaction import ResetToCheckpoint, Trigger
+
+    answer = '[read_log({"index":0}), line 7] INCIDENT inc-0 service=billing severity=3\n[summary, line 2] inc-0 noted'
+    saved: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart('Audit.')]),
+        ModelResponse(parts=[ToolCallPart('recall', {'query': 'inc-0'}, tool_call_id='r1')]),
+        ModelRequest(parts=[ToolReturnPart('recall', answer, tool_call_id='r1')]),
+        ModelResponse(parts=[TextPart('noted')]),
+    ]
+    steps: Iterator[list[ModelResponsePart]] = iter(
+        [[ToolCallPart('read_log', {'index': i})] for i in range(1, 8)] + [[TextPart('done')]]
+    )
+    agent = Agent(
+        FunctionModel(lambda messages, info: ModelResponse(parts=next(steps))),
+        capabilities=[Recall(), ResetToCheckpoint(trigger=Trigger(messages=8))],
+    )
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return '\n'.join(f'log{index} line{n} ok' for n in range(30))
+
+    messages = agent.run_sync('Continue.', message_history=saved).all_messages()
+    checkpoints = [p.content or '' for m in messages for p in m.parts if isinstance(p, CompactionPart)]
+    assert any('- recall({"query":"inc-0"}) → success' in text for text in checkpoints)  # the search was made
+    assert not any('INCIDENT inc-0' in text or 'inc-0 noted' in text for text in checkpoints)
+
+
+def test_the_recall_tool_still_declares_a_string_return() -> None:
+    # Its answer is a `ToolReturn[str]` carrying the mark: the schema a model is shown stays `string`.
+    from pydantic_ai.capabilities import IncludeToolReturnSchemas
+
+    seen: list[str] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.extend(tool.description or '' for tool in info.function_tools if tool.name == 'recall')
+        return ModelResponse(parts=[TextPart('ok')])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # "no meaningful return schema" would be a warning
+        Agent(FunctionModel(respond), capabilities=[Recall(), IncludeToolReturnSchemas()]).run_sync('hi')
+    assert seen and seen[0].endswith('Return schema:\n\n{\n  "type": "string"\n}')

@@ -65,7 +65,8 @@ def test_a_streamed_summary_is_requested_without_streaming() -> None:
 
 def test_a_streaming_function_model_reports_one_usage_so_a_token_trigger_never_fires() -> None:
     """What docs/testing.md says: `FunctionModel`'s streamed responses report 50 input tokens each, whatever the
-    history holds (12 results of 6,000 characters here), so the token trigger's anchor never grows."""
+    history holds (12 results of 6,000 characters here), so the token trigger's anchor never grows and only one
+    step's results, each under the limit here, are estimated on top of it."""
     events: list[CompactionEvent] = []
     output, messages = _streamed(ResetToCheckpoint(trigger=Trigger(tokens=3_000), observer=events.append))
     assert output == 'done' and events == []

@@ -10,7 +10,8 @@ Where our dict sits, and what it holds:
 - a message's `metadata` ([`MessageMarks`][pydantic_ai_compaction.protocols.metadata.MessageMarks]):
   `exchange` (its exchange id), `reasoning`, `thinking_chars`, `output_tokens` (`ForgetReasoning`'s decision);
 - a `ToolReturnPart`'s `metadata` ([`ResultMarks`][pydantic_ai_compaction.protocols.metadata.ResultMarks]):
-  `result_id`, `id_prefix` (`Archive`'s numbering), `archived` (its archive reference), `cleared` (`Tiered`);
+  `result_id`, `id_prefix` (`Archive`'s numbering), `archived` (its archive reference), `cleared` (`Tiered`),
+  `recall_answer` (`Recall`'s own answers);
 - a `CompactionPart`'s `metadata`: the boundary record (`CompactionRecord.to_metadata()`, read back by
   `record_from_metadata`), plus `handoff` on a `Tiered` handoff boundary;
 - a `TextContent`'s `metadata`: the string `RESTATEMENT_MARK` on a `Reassert` restatement.
@@ -49,9 +50,6 @@ RECORD_EXTRA_KEYS = (
     'checkpoint_entries',
 )
 """Keys the library's strategies write into a record's `extra` (a strategy may add its own)."""
-
-RECALL_ANSWER = 'recall_answer'
-"""Key under `METADATA_KEY` of a tool result `Recall` answered (`True`): lines it quotes, found already."""
 
 _COUNTERS = ('sequence', 'next_id')
 
@@ -146,6 +144,9 @@ class ResultMarks(Marks):
 
     cleared: bool = False
     """Whether `Tiered` replaced the result's content by a stub."""
+
+    recall_answer: bool = False
+    """Whether `Recall` answered this result: lines it quotes, found already (a reset's checkpoint leaves them out)."""
 
 
 def exchange_stamp(metadata: object) -> str | None:

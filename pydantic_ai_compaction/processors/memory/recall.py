@@ -39,7 +39,7 @@ from pydantic_core import to_jsonable_python
 
 from pydantic_ai_compaction.processors.memory.results import args_json, cleared_by_harness, original_part, result_id_of
 from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore, Hit, LineSource, LogLine
-from pydantic_ai_compaction.protocols.metadata import RECALL_ANSWER, MessageMarks, with_ours
+from pydantic_ai_compaction.protocols.metadata import MessageMarks, ResultMarks
 from pydantic_ai_compaction.protocols.names import RECALL_TOOL
 from pydantic_ai_compaction.runtime.checks import check_instance, check_int
 from pydantic_ai_compaction.runtime.degraded import described, warn_degraded
@@ -314,7 +314,7 @@ class Recall(AbstractCapability[AgentDepsT]):
         self._fingerprints[id(part)] = (part, fingerprint)
         return fingerprint
 
-    async def _recall(self, ctx: RunContext[AgentDepsT], query: str) -> ToolReturn:
+    async def _recall(self, ctx: RunContext[AgentDepsT], query: str) -> ToolReturn[str]:
         """Search everything this conversation has seen, including what is no longer in context.
 
         Args:
@@ -322,7 +322,9 @@ class Recall(AbstractCapability[AgentDepsT]):
         """
         # Marked as ours (metadata is never sent to the model): a reset checkpoint leaves recall's answers out, which
         # quote lines found already, but not those of a user's own tool that happens to be named `recall`.
-        return ToolReturn(return_value=await self._answer(ctx, query), metadata=with_ours(None, {RECALL_ANSWER: True}))
+        # `ToolReturn[str]`: the tool's return schema stays a string (what `IncludeToolReturnSchemas` shows).
+        answer = await self._answer(ctx, query)
+        return ToolReturn(return_value=answer, metadata=ResultMarks(recall_answer=True).to_metadata())
 
     async def _answer(self, ctx: RunContext[AgentDepsT], query: str) -> str:
         """What `_recall` answers *query* with."""

@@ -44,7 +44,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.tools import AgentDepsT, RunContext
 
-from pydantic_ai_compaction.protocols.metadata import MAX_EXCHANGE_NUMBER, RECALL_ANSWER, ours, record_extra, str_dict
+from pydantic_ai_compaction.protocols.metadata import MAX_EXCHANGE_NUMBER, ResultMarks, ours, record_extra, str_dict
 from pydantic_ai_compaction.protocols.names import RECALL_TOOL, WRITE_TOOLS
 from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
@@ -1170,8 +1170,11 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         """The Found lines of one call's *result*, `(call: fact, at)`: a failed call's output (clipped), a short
         result whole, a longer one through `extract` (`rare_lines` by default). `Recall`'s answers give none: they
         quote lines found already (or say nothing matched), which recall would find again inside the checkpoint. A
-        result of a user's own tool named `recall` is read as any other: only the ones `Recall` marked are left out."""
-        if call_part.tool_name == RECALL_TOOL and ours(result.metadata).get(RECALL_ANSWER) is True:
+        result of a user's own tool named `recall` is read as any other: only the ones `Recall` marked are left out,
+        and, in a history saved before the mark, those whose every line reads as one of its answers."""
+        if call_part.tool_name == RECALL_TOOL and (
+            ResultMarks.from_metadata(result.metadata).recall_answer or _unmarked_recall_answer(result)
+        ):
             return []
         content = clean_text(return_text(result))
         if result.outcome != 'success':
@@ -1333,6 +1336,24 @@ def _warn_failed(field: str, what: str) -> str:
     message = f'ResetToCheckpoint.{field} {what}: this compaction falls back to keeping the newest exchanges'
     warnings.warn(message, RuntimeWarning, stacklevel=3)
     return message
+
+
+_RECALL_ANSWER_LINE = re.compile(
+    r'\[[^\n]*, line \d+\] .*|No match for .* anywhere in this conversation\.|Recall is unavailable right now .*'
+)
+"""A line of `Recall`'s answer: a hit (`[read_log(...) r3, line 7] text`), no match, or the store unavailable."""
+
+
+def _unmarked_recall_answer(result: ToolReturnPart) -> bool:
+    """Whether a `recall` result without `Recall`'s mark (saved by a version before it) reads as its answer."""
+    marks = ResultMarks.from_metadata(result.metadata)
+    if marks.recall_answer or not isinstance(result.content, str):
+        return False
+    content = result.content
+    if marks.id_prefix and content.startswith(marks.id_prefix):
+        content = content[len(marks.id_prefix) :]  # `Archive`'s number shown before it
+    lines = [line for line in content.splitlines() if line.strip()]
+    return bool(lines) and all(_RECALL_ANSWER_LINE.fullmatch(line) for line in lines)
 
 
 def _returns(messages: list[ModelMessage]) -> dict[str, ToolReturnPart]:
