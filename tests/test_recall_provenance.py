@@ -391,3 +391,31 @@ def test_the_recall_tool_still_declares_a_string_return() -> None:
         warnings.simplefilter('error')  # "no meaningful return schema" would be a warning
         Agent(FunctionModel(respond), capabilities=[Recall(), IncludeToolReturnSchemas()]).run_sync('hi')
     assert seen and seen[0].endswith('Return schema:\n\n{\n  "type": "string"\n}')
+
+
+def test_every_answer_recall_gives_reads_as_one_by_the_pattern_saved_histories_are_read_with() -> None:
+    # `RECALL_ANSWER_LINE` tells, in a history saved before the mark, recall's answers from a tool's own results: it
+    # must match every line of each kind of answer Recall gives (hits numbered by `Archive`, no match, store down).
+    import re
+
+    from pydantic_ai_compaction.protocols.archive import ArchiveError
+    from pydantic_ai_compaction.protocols.names import RECALL_ANSWER_LINE
+
+    class Down(InMemoryArchiveStore):
+        def search(self, conversation_id: str, query: str, limit: int) -> Any:
+            raise ArchiveError('the archive server is down')
+
+    answers: list[str] = []
+    for store, queries in ((InMemoryArchiveStore(), ['INCIDENT billing', 'zebra']), (Down(), ['INCIDENT'])):
+        calls = [[ToolCallPart('read_log', {'index': 0})], *([ToolCallPart('recall', {'query': q})] for q in queries)]
+        agent = Agent(_scripted(calls), capabilities=[Archive(store=store), Recall(store=store)])
+
+        @agent.tool_plain
+        def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+            return f'log {index}\n2026-03-11 INCIDENT inc-1 service=billing\n2026-03-11 ok'
+
+        answers += _recalled(agent.run_sync('Audit.').all_messages())
+    assert [a.split(' ', 1)[0] for a in answers] == ['[read_log({"index":0})', 'No', 'Recall']
+    lines = [line for answer in answers for line in answer.splitlines()]
+    assert all(re.fullmatch(RECALL_ANSWER_LINE, line) for line in lines), lines
+    assert not re.fullmatch(RECALL_ANSWER_LINE, 'acme: contract ends 2027-03-01, owner=jane')

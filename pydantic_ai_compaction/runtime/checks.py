@@ -40,9 +40,12 @@ def fail(owner: str, name: str, expected: str, value: object) -> ConfigurationEr
     return ConfigurationError(f'{owner}.{name} must be {expected}, got {shown} ({type(value).__name__}).')
 
 
-def check_int(owner: str, name: str, value: object, *, minimum: int | None = None, maximum: int | None = None) -> int:
-    """*value* if it is an integer (not a bool) within the bounds, else `ConfigurationError`."""
-    expected = _range('an integer', minimum, maximum)
+def check_int(
+    owner: str, name: str, value: object, *, minimum: int | None = None, maximum: int | None = None, also: str = ''
+) -> int:
+    """*value* if it is an integer (not a bool) within the bounds, else `ConfigurationError` (*also*: what else the
+    field accepts, named in the error)."""
+    expected = _range('an integer', minimum, maximum) + also
     if isinstance(value, bool) or not isinstance(value, int):
         raise fail(owner, name, expected, value)
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
@@ -54,14 +57,7 @@ def check_optional_int(
     owner: str, name: str, value: object, *, minimum: int | None = None, maximum: int | None = None
 ) -> int | None:
     """Like `check_int`, also accepting `None` (which the error then names as allowed)."""
-    if value is None:
-        return None
-    expected = _range('an integer', minimum, maximum) + ' or None'
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise fail(owner, name, expected, value)
-    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        raise fail(owner, name, expected, value)
-    return value
+    return None if value is None else check_int(owner, name, value, minimum=minimum, maximum=maximum, also=' or None')
 
 
 def check_number(

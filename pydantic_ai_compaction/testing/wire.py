@@ -224,8 +224,8 @@ def openai_responses_problems(payload: Payload, issued: Issued | None = None) ->
                     'followed by the output item it was returned with'
                 )
             elif issued is not None:
-                expected = _followers(issued.opaque.get(str(item.get('id')), {}))[:1]
-                expected = expected[0] if expected else None
+                followers = _followers(issued.opaque.get(str(item.get('id')), {}))
+                expected = followers[0] if followers else None
                 actual = following.get('call_id') or following.get('id')
                 if expected is not None and actual is not None and actual != expected:
                     out.append(

@@ -45,7 +45,7 @@ from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.tools import AgentDepsT, RunContext
 
 from pydantic_ai_compaction.protocols.metadata import MAX_EXCHANGE_NUMBER, ResultMarks, ours, record_extra, str_dict
-from pydantic_ai_compaction.protocols.names import RECALL_TOOL, WRITE_TOOLS
+from pydantic_ai_compaction.protocols.names import RECALL_ANSWER_LINE, RECALL_TOOL, WRITE_TOOLS
 from pydantic_ai_compaction.protocols.types import Exchange, Proposal, Summary
 from pydantic_ai_compaction.runtime.capability import ConfiguredCompaction
 from pydantic_ai_compaction.runtime.checks import (
@@ -1172,9 +1172,7 @@ class ResetToCheckpoint(ConfiguredCompaction[AgentDepsT]):
         quote lines found already (or say nothing matched), which recall would find again inside the checkpoint. A
         result of a user's own tool named `recall` is read as any other: only the ones `Recall` marked are left out,
         and, in a history saved before the mark, those whose every line reads as one of its answers."""
-        if call_part.tool_name == RECALL_TOOL and (
-            ResultMarks.from_metadata(result.metadata).recall_answer or _unmarked_recall_answer(result)
-        ):
+        if call_part.tool_name == RECALL_TOOL and _is_recall_answer(result):
             return []
         content = clean_text(return_text(result))
         if result.outcome != 'success':
@@ -1338,16 +1336,16 @@ def _warn_failed(field: str, what: str) -> str:
     return message
 
 
-_RECALL_ANSWER_LINE = re.compile(
-    r'\[[^\n]*, line \d+\] .*|No match for .* anywhere in this conversation\.|Recall is unavailable right now .*'
-)
-"""A line of `Recall`'s answer: a hit (`[read_log(...) r3, line 7] text`), no match, or the store unavailable."""
+_RECALL_ANSWER_LINE = re.compile(RECALL_ANSWER_LINE)
 
 
-def _unmarked_recall_answer(result: ToolReturnPart) -> bool:
-    """Whether a `recall` result without `Recall`'s mark (saved by a version before it) reads as its answer."""
+def _is_recall_answer(result: ToolReturnPart) -> bool:
+    """Whether a `recall` result is `Recall`'s answer: marked so, or, saved by a version before the mark, every line
+    of it reading as one of its answer's lines."""
     marks = ResultMarks.from_metadata(result.metadata)
-    if marks.recall_answer or not isinstance(result.content, str):
+    if marks.recall_answer:
+        return True
+    if not isinstance(result.content, str):
         return False
     content = result.content
     if marks.id_prefix and content.startswith(marks.id_prefix):
