@@ -14,7 +14,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
-from typing import Literal, get_args
+from typing import Literal, TypeVar, get_args
 
 from pydantic import BaseModel, Field
 
@@ -271,9 +271,7 @@ def _attempt(
     if settle_ties:
         _settle_ties(incidents, events, opened, lowest, retracted, ignored, scope)
     final = tuple(Incident(i.id, i.service, i.severity, i.owner, i.log) for i in incidents)
-    reported = [
-        i for i in final if i.id not in retracted and i.service not in ignored and (not scope or i.service in scope)
-    ]
+    reported = _reported(final, retracted, ignored, scope)
     if not reported:
         return None
     target_severity = min(i.severity for i in reported) if lowest else max(i.severity for i in reported)
@@ -299,6 +297,16 @@ def _attempt(
     )
 
 
+_I = TypeVar('_I', Incident, _Draft)
+
+
+def _reported(incidents: Sequence[_I], retracted: set[str], ignored: set[str], scope: tuple[str, ...]) -> list[_I]:
+    """The incidents a correct report lists: not retracted, of no ignored service, within the scope if one is set."""
+    return [
+        i for i in incidents if i.id not in retracted and i.service not in ignored and (not scope or i.service in scope)
+    ]
+
+
 def _settle_ties(
     incidents: list[_Draft],
     events: dict[int, list[str]],
@@ -310,9 +318,7 @@ def _settle_ties(
 ) -> None:
     """Give the reported incidents tied at the deciding severity the first one's owner, in their INCIDENT lines too,
     so the answer's owner is one."""
-    reported = [
-        i for i in incidents if i.id not in retracted and i.service not in ignored and (not scope or i.service in scope)
-    ]
+    reported = _reported(incidents, retracted, ignored, scope)
     if not reported:
         return
     deciding = (min if lowest else max)(i.severity for i in reported)
