@@ -14,7 +14,9 @@ Where our dict sits, and what it holds:
   `recall_answer` (`Recall`'s own answers);
 - a `CompactionPart`'s `metadata`: the boundary record (`CompactionRecord.to_metadata()`, read back by
   `record_from_metadata`), plus `handoff` on a `Tiered` handoff boundary;
-- a `TextContent`'s `metadata`: the string `RESTATEMENT_MARK` on a `Reassert` restatement.
+- a `TextContent`'s `metadata`: the string `RESTATEMENT_MARK` on a `Reassert` restatement;
+- a `ModelResponse`'s `metadata`, under `VIEW_RECORD`: the projection a view (`ClearThenSummarize`) sent with the
+  request this response answers, so the next run sends it again (`runtime.carry`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from pydantic_ai_compaction.protocols.types import METADATA_KEY
 
 RESTATEMENT_MARK = 'restatement'
 """Value under `METADATA_KEY` in the `TextContent.metadata` of a `Reassert` restatement."""
+
+VIEW_RECORD = 'view'
+"""Key, under `METADATA_KEY` in a response's metadata, of the projection record a view wrote (`runtime.carry`)."""
 
 MAX_EXCHANGE_NUMBER = 10**12
 """Counters read back from records (`next_id`, `sequence`) above this are ignored as forged or corrupt."""

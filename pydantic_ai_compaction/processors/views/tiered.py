@@ -16,14 +16,16 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from itertools import compress, count
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio.to_thread
 from pydantic_ai.capabilities import AbstractCapability, WrapRunHandler
 from pydantic_ai.messages import (
+    BaseToolReturnPart,
     CompactionPart,
     ModelMessage,
     ModelRequest,
+    ModelResponse,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -37,7 +39,7 @@ from pydantic_ai_compaction.protocols.archive import ArchiveError, ArchiveStore
 from pydantic_ai_compaction.protocols.metadata import ResultMarks, is_handoff
 from pydantic_ai_compaction.protocols.names import RECALL_TOOL, WRITE_TOOLS
 from pydantic_ai_compaction.protocols.types import METADATA_KEY, CompactionRecord
-from pydantic_ai_compaction.runtime import compactor
+from pydantic_ai_compaction.runtime import carry, compactor
 from pydantic_ai_compaction.runtime.checks import (
     MAX_WINDOW,
     ConfigurationError,
@@ -51,6 +53,7 @@ from pydantic_ai_compaction.runtime.checks import (
 )
 from pydantic_ai_compaction.runtime.context import CompactionContext, for_request
 from pydantic_ai_compaction.runtime.degraded import described, warn_degraded, warn_if_setup_error
+from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.events import EventObserver
 from pydantic_ai_compaction.runtime.instructions import tool_provided
 from pydantic_ai_compaction.runtime.notes import NOTES_HEADER, gather_notes
@@ -114,6 +117,9 @@ class _Projection:
     note: str | None = None
     covered: tuple[ModelMessage, ...] = ()
     """The persisted messages the projection stands for, to notice when another capability changed them."""
+
+    written: set[str] = field(default_factory=set[str])
+    """Keys of the messages it made (its handoff boundary) that the saved history holds whole already."""
 
 
 @dataclass
@@ -201,6 +207,12 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
 
     _writes: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
+    _read_back: bool = field(init=False, repr=False, compare=False)
+    """Per run: whether the projection an earlier run saved with the history was looked for."""
+
+    _pending: dict[str, Any] | None = field(init=False, repr=False, compare=False)
+    """Per run: the record of a projection made for the request in progress, written with its response."""
+
     def __post_init__(self) -> None:
         owner = type(self).__name__
         check_optional_int(owner, 'context_window', self.context_window, minimum=1, maximum=MAX_WINDOW)
@@ -231,6 +243,8 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         check_callable(owner, 'observer', self.observer, arguments=1)
         self._writes = check_pattern(owner, 'write_tools', self.write_tools)
         self._projection = _Projection()
+        self._read_back = False
+        self._pending = None
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """A copy with its own projection for this run."""
@@ -251,13 +265,29 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         return resolved or self.fallback_context_window
 
     def view(self, persisted: Sequence[ModelMessage]) -> list[ModelMessage]:
-        """What the model is sent: the projection, then everything persisted after it."""
+        """What the model is sent: the projection, then everything persisted after it.
+
+        A run's first request reads back the projection an earlier run saved with the history (a chat's every turn
+        is a run), so the turn sends what the last one ended with and updates its handoff note.
+        """
+        if not self._read_back:
+            self._read_back = True
+            carried = carry.read(persisted, CARRY_OWNER, _restub)
+            if carried is not None:
+                note = carried.state.get('note')
+                self._projection = _Projection(
+                    covers=carried.covers,
+                    messages=carried.messages,
+                    note=note if isinstance(note, str) else None,
+                    covered=tuple(persisted[: carried.covers]),
+                    written=carried.written,
+                )
         projection = self._projection
         stale = projection.covers > len(persisted) or any(map(operator.is_not, projection.covered, persisted))
         if stale:
             # Another capability rewrote what the projection stands for (an archive stub, a compaction):
             # start again from the persisted history, keeping the handoff note to update.
-            self._projection = projection = _Projection(note=projection.note)
+            self._projection = projection = _Projection(note=projection.note, written=projection.written)
         return [*projection.messages, *persisted[projection.covers :]] if projection.covers else list(persisted)
 
     async def before_model_request(
@@ -312,7 +342,24 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             covers, messages = shared, view[: -len(tail)]
         else:
             covers, messages = len(sent), view
-        self._projection = replace(self._projection, covers=covers, messages=messages, covered=tuple(sent[:covers]))
+        covered = sent[:covers]
+        self._projection = projection = replace(
+            self._projection, covers=covers, messages=messages, covered=tuple(covered)
+        )
+        # Written with the response (`after_model_request`), so the next run starts from this projection.
+        ops, new = carry.encode(messages, covered, _restub, projection.written)
+        state = {'note': projection.note} if projection.note is not None else {}
+        self._pending = carry.record(CARRY_OWNER, covers, carry.shape_digest(covered), ops, new, state)
+
+    async def after_model_request(
+        self, ctx: RunContext[AgentDepsT], *, request_context: ModelRequestContext, response: ModelResponse
+    ) -> ModelResponse:
+        """The response, carrying the record of the projection its request was the first to send, if any."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return response
+        self._projection.written.update(pending['new'])
+        return carry.with_record(response, pending)
 
     def _clear(
         self,
@@ -371,10 +418,8 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             call = calls.get(part.tool_call_id)
             named = '' if call else f'output of {part.tool_name}, '
             stub = f'[cleared: {named}{len(content):,} chars, began "{clip(content, 80)}"; {where}]'
-
-            metadata = ResultMarks(cleared=True).to_metadata(part.metadata)
             parts = list(request.parts)
-            parts[part_index] = replace(part, content=stub, metadata=metadata)
+            parts[part_index] = _restub(part, clean_text(stub))
             out[index] = replace(request, parts=parts)
         return out
 
@@ -449,6 +494,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             failed = f'[handoff note could not be updated: {type(error).__name__}]'
             kept = (previous or '').removesuffix(f'\n{failed}')  # said once, not once more at every summary
             note = f'{kept}\n{failed}'
+        note = clean_text(note)  # it is saved with the history (`runtime.carry`), which must encode as JSON
         self._projection = replace(self._projection, note=note)
         # Copied by code from the full log, not from the view: after the first summary the view holds only
         # the opening and the newest exchanges, and what is copied must not depend on what was summarized.
@@ -493,6 +539,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             compactor_usage=replace(ctx.usage),
             extra={'handoff': True, 'notes': notes},
         )
+        body = clean_text(body)  # saved with the response's record (`runtime.carry`), which must encode as JSON
         boundary = ModelRequest(parts=[CompactionPart(content=body, metadata={METADATA_KEY: record.to_metadata()})])
         out: list[ModelMessage] = [*opening, boundary, *kept]
         record = replace(record, tokens_after=estimate_token_count(out))
@@ -502,6 +549,11 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         return out
 
 
+CARRY_OWNER = 'ClearThenSummarize'
+"""The owner its saved projection records name (`runtime.carry`), whichever of its names built it."""
+
+_Result = TypeVar('_Result', bound=BaseToolReturnPart)
+
 _STUB_CHARS = 150
 """About the length of a stub: a result no longer than this is never cleared."""
 
@@ -509,6 +561,11 @@ _STUB_CHARS = 150
 def _saving(view: Sequence[ModelMessage], results: Sequence[tuple[int, int]]) -> int:
     """Estimated tokens clearing *results* saves: each stub is about `_STUB_CHARS` characters, the rest goes."""
     return sum(max(len(return_text(_part_at(view, i, p))) - _STUB_CHARS, 0) for i, p in results) // 4
+
+
+def _restub(part: _Result, stub: str) -> _Result:
+    """*part* cleared: *stub* for its content, marked `cleared`."""
+    return replace(part, content=stub, metadata=ResultMarks(cleared=True).to_metadata(part.metadata))
 
 
 def _part_at(view: Sequence[ModelMessage], index: int, part_index: int) -> ToolReturnPart:

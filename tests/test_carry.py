@@ -1,0 +1,119 @@
+"""`runtime.carry`: a view's projection, written as a record and read back, is the projection it was."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic_ai.messages import (
+    BaseToolReturnPart,
+    CompactionPart,
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
+from pydantic_ai_compaction.protocols.metadata import ResultMarks
+from pydantic_ai_compaction.runtime import carry
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def restub(part: BaseToolReturnPart, text: str) -> BaseToolReturnPart:
+    return replace(part, content=text, metadata=ResultMarks(cleared=True).to_metadata(part.metadata))
+
+
+def history(steps: int) -> list[ModelMessage]:
+    """A prompt, then *steps* steps of two calls each, the results in one request with a user part beside them."""
+    out: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('go', timestamp=T0)], timestamp=T0)]
+    for step in range(steps):
+        at = T0 + timedelta(seconds=step + 1)
+        ids = [f's{step}a', f's{step}b']
+        out.append(ModelResponse(parts=[ToolCallPart('read', {'n': step}, tool_call_id=i) for i in ids], timestamp=at))
+        returns: list[Any] = [ToolReturnPart('read', f'output {i} ' * 40, tool_call_id=i, timestamp=at) for i in ids]
+        out.append(ModelRequest(parts=[*returns, UserPromptPart(f'note {step}', timestamp=at)], timestamp=at))
+    return out
+
+
+@st.composite
+def projections(draw: st.DrawFn) -> tuple[list[ModelMessage], list[ModelMessage]]:
+    """A history and a projection of it: messages kept, dropped, split into their parts, results stubbed, and
+    boundaries the view made, in order."""
+    covered = history(draw(st.integers(1, 6)))
+    projection: list[ModelMessage] = []
+    for message in covered:
+        if draw(st.booleans()):
+            projection.append(ModelRequest(parts=[CompactionPart(content=draw(st.text(max_size=20)))]))
+        action = draw(st.sampled_from(['keep', 'drop', 'derive']))
+        if action == 'keep' or (action == 'derive' and isinstance(message, ModelResponse)):
+            projection.append(message)
+        elif action == 'derive':
+            chosen = draw(st.lists(st.sampled_from(range(len(message.parts))), min_size=1, unique=True).map(sorted))
+            parts = [
+                restub(part, draw(st.text(min_size=1, max_size=30)))
+                if isinstance(part, ToolReturnPart) and draw(st.booleans())
+                else part
+                for part in (message.parts[i] for i in chosen)
+            ]
+            projection.append(replace(message, parts=parts))
+    return covered, projection
+
+
+def saved(covered: list[ModelMessage], projection: list[ModelMessage], written: set[str]) -> list[ModelMessage]:
+    """*covered*, then a response carrying the record of *projection*, as a history saved and loaded back."""
+    ops, new = carry.encode(projection, covered, restub, written)
+    value = carry.record('V', len(covered), carry.shape_digest(covered), ops, new, {'note': 'n'})
+    out = [*covered, carry.with_record(ModelResponse(parts=[TextPart('ok')], timestamp=T0), value)]
+    return ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(out))
+
+
+@settings(max_examples=150, deadline=None)
+@given(projections())
+def test_a_projection_read_back_is_the_projection_written(case: tuple[list[ModelMessage], list[ModelMessage]]) -> None:
+    covered, projection = case
+    loaded = saved(covered, projection, set())
+    carried = carry.read(loaded, 'V', restub)
+    assert carried is not None
+    assert (carried.covers, carried.state) == (len(covered), {'note': 'n'})
+    assert carried.messages == ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(projection))
+    # Messages shown as they are are the loaded history's own objects (a view compares them by identity).
+    kept = [m for m in projection if any(m is c for c in covered)]
+    assert sum(any(m is c for c in loaded) for m in carried.messages) == len(kept)
+
+
+def test_a_made_message_is_written_once_and_found_in_the_record_that_holds_it() -> None:
+    h = history(3)
+    responses = [m for m in h if isinstance(m, ModelResponse)]
+    boundary = ModelRequest(parts=[CompactionPart(content='note')])
+    # The first request to send the boundary: its response carries the boundary whole.
+    ops, new = carry.encode([h[0], boundary, h[2]], h[:3], restub, set())
+    assert list(new) == [ops[1]['new']]
+    first = carry.with_record(responses[1], carry.record('V', 3, carry.shape_digest(h[:3]), ops, new, {}))
+    # A later projection shows the same boundary: its record names it without writing it again.
+    covered = [*h[:3], first, h[4]]
+    later_ops, later_new = carry.encode([h[0], boundary, *covered[2:]], covered, restub, set(new))
+    assert later_new == {} and later_ops[1] == ops[1]
+    later = carry.with_record(responses[2], carry.record('V', 5, carry.shape_digest(covered), later_ops, later_new, {}))
+    log = ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json([*covered, later, h[6]]))
+    carried = carry.read(log, 'V', restub)
+    assert carried is not None and carried.covers == 5
+    assert carried.messages == [log[0], boundary, *log[2:5]] and carried.written == set(new)
+    # Without the first record, the boundary cannot be rebuilt: nothing is projected from the later one.
+    stripped = [replace(log[3], metadata=None), *log[4:]]
+    assert carry.read([*log[:3], *stripped], 'V', restub) == carry.Carried(0, [], {})
+
+
+def test_a_record_of_another_owner_or_none_reads_as_none() -> None:
+    covered = history(1)
+    ops, new = carry.encode(covered, covered, restub, set())
+    log = [*covered, carry.with_record(ModelResponse(parts=[TextPart('a')]), carry.record('V', 3, 'x', ops, new, {}))]
+    assert carry.read(log, 'W', restub) is None
+    assert carry.read(covered, 'V', restub) is None

@@ -1,0 +1,215 @@
+"""`ClearThenSummarize` over a chat: each turn is a new run, and the view carries on from the last one."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import warnings
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    CompactionPart,
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from pydantic_ai_compaction import Archive, ClearThenSummarize, InMemoryArchiveStore, Notes, Recall
+from pydantic_ai_compaction.protocols.metadata import VIEW_RECORD
+from pydantic_ai_compaction.protocols.types import METADATA_KEY
+
+from .support import log_text
+
+WINDOW = 10_000
+HANDOFF = '[pydantic-ai-compaction: handoff note request]'
+
+
+class Chat:
+    """A user who asks for one log per turn; the model reads it, then answers."""
+
+    def __init__(
+        self, view: ClearThenSummarize[Any], *, reload: bool = False, opening: str = '', before: list[Any] | None = None
+    ) -> None:
+        self.sent: list[list[ModelMessage]] = []
+        self.handoffs: list[str] = []
+        self.history: list[ModelMessage] = []
+        self.reload = reload
+        self.agent = Agent(FunctionModel(self._respond), capabilities=[*(before or []), view])
+
+        @self.agent.tool_plain
+        def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+            return opening + log_text(index, 60)
+
+    def _respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1]
+        prompt = ' '.join(str(p.content) for p in last.parts if isinstance(p, UserPromptPart))
+        if HANDOFF in prompt:
+            self.handoffs.append(prompt)
+            return ModelResponse(parts=[TextPart(f'Done: note {len(self.handoffs)}.')])
+        self.sent.append(list(messages))
+        if any(isinstance(p, ToolReturnPart) for p in last.parts):
+            return ModelResponse(parts=[TextPart('read it')])
+        index = int(prompt.split()[-1])
+        return ModelResponse(parts=[ToolCallPart('read_log', {'index': index})])
+
+    def turn(self, index: int) -> None:
+        history = self.history
+        if self.reload:  # as an application that keeps the chat in a database between turns
+            history = ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(history))
+        result = self.agent.run_sync(f'read log {index}', message_history=history)
+        self.history = result.all_messages()
+
+
+def boundaries(messages: list[ModelMessage]) -> list[str]:
+    return [p.content or '' for m in messages for p in m.parts if isinstance(p, CompactionPart)]
+
+
+def cleared(messages: list[ModelMessage]) -> int:
+    return sum(
+        isinstance(p, ToolReturnPart) and str(p.content).startswith('[cleared:')
+        for m in messages
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+    )
+
+
+def prefix_breaks(sent: list[list[ModelMessage]]) -> int:
+    """Requests that do not begin with the whole request before them (the provider's cache misses from there)."""
+    return sum(later[: len(earlier)] != earlier for earlier, later in itertools.pairwise(sent))
+
+
+def summarizing() -> ClearThenSummarize[Any]:
+    return ClearThenSummarize(context_window=WINDOW, clear_at=0.5, summarize_at=0.5, summarize_to=0.2)
+
+
+@pytest.mark.parametrize('reload', [False, True], ids=['same-objects', 'reloaded-from-json'])
+def test_a_new_turn_sends_the_view_the_last_turn_ended_with_and_updates_the_note(reload: bool) -> None:
+    chat = Chat(summarizing(), reload=reload)
+    for index in range(30):
+        chat.turn(index)
+    # One note per summary, not one per turn (each turn from the first summary on wrote one, from scratch), and
+    # each note after the first updates the one before it, which the turn before wrote.
+    assert len(chat.handoffs) == 4
+    assert ['<previous-note>' in h for h in chat.handoffs] == [False, True, True, True]
+    for number, handoff in enumerate(chat.handoffs[1:], start=1):
+        assert f'<previous-note>\nDone: note {number}.\n</previous-note>' in handoff
+    # Every request begins with the one before it, across turns too, except where a summary replaced the start.
+    assert prefix_breaks(chat.sent) == 4
+    # The saved history keeps every message: the projection's records ride in its responses' metadata.
+    assert not boundaries(chat.history) and cleared(chat.history) == 0
+    assert len(chat.history) == 30 * 4
+
+
+def test_with_memory_in_front_a_reloaded_chat_writes_a_note_per_summary_only() -> None:
+    store = InMemoryArchiveStore()
+    memory = [Archive(store=store, conversation='c'), Recall(store=store, conversation='c'), Notes(store=store)]
+    view = replace(summarizing(), store=store, conversation='c')
+    chat = Chat(view, reload=True, before=memory)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        for index in range(30):
+            chat.turn(index)
+    assert len(chat.handoffs) == 5  # 23 when each turn started from the whole history
+    assert prefix_breaks(chat.sent) == 5
+
+
+def test_clearing_carries_on_across_turns() -> None:
+    chat = Chat(ClearThenSummarize(context_window=WINDOW))
+    for index in range(40):
+        chat.turn(index)
+    counts = [cleared(s) for s in chat.sent]
+    # Results cleared stay cleared from turn to turn (a new turn started again from the whole history: none
+    # cleared at its first request, all of them in one batch at once, under new references), so the count only grows.
+    assert counts == sorted(counts) and counts[-1] >= 30
+    assert prefix_breaks(chat.sent) == len(set(counts)) - 1
+    assert not chat.handoffs
+
+
+def records(history: list[ModelMessage]) -> list[dict[str, Any]]:
+    ours = [(m.metadata or {}).get(METADATA_KEY, {}) for m in history if isinstance(m, ModelResponse)]
+    return [values[VIEW_RECORD] for values in ours if VIEW_RECORD in values]
+
+
+def test_each_handoff_boundary_is_saved_whole_once_and_the_records_stay_small() -> None:
+    chat = Chat(summarizing())
+    for index in range(30):
+        chat.turn(index)
+    saved = records(chat.history)
+    written = [key for record in saved for key in record['new']]
+    assert len(written) == len(set(written)) == len(chat.handoffs)
+    size = len(ModelMessagesTypeAdapter.dump_json(chat.history))
+    assert len(json.dumps(saved)) < size // 10
+
+
+def _forge(chat: Chat, change: Callable[[dict[str, Any]], None]) -> None:
+    newest = max(i for i, m in enumerate(chat.history) if isinstance(m, ModelResponse) and records([m]))
+    response = chat.history[newest]
+    assert isinstance(response, ModelResponse)
+    metadata = copy.deepcopy(response.metadata or {})
+    change(metadata[METADATA_KEY][VIEW_RECORD])
+    chat.history[newest] = replace(response, metadata=metadata)
+
+
+FORGERIES: dict[str, Callable[[dict[str, Any]], None]] = {
+    'covers-text': lambda r: r.update(covers='12'),
+    'covers-past-the-record': lambda r: r.update(covers=10**6),
+    'digest': lambda r: r.update(digest='0' * 32),
+    'messages-not-a-list': lambda r: r.update(messages={'a': 1}),
+    'run-out-of-range': lambda r: r['messages'].insert(0, [5, 10**6]),
+    'part-out-of-range': lambda r: r['messages'].append({'at': 0, 'parts': [99], 'stubs': {}}),
+    'stub-on-a-prompt': lambda r: r['messages'].append({'at': 0, 'parts': [0], 'stubs': {'0': 'x'}}),
+    'made-message-missing': lambda r: r['messages'].append({'new': 'nosuchkey'}),
+    'unknown-entry': lambda r: r['messages'].append(7),
+}
+
+
+@pytest.mark.parametrize('forgery', FORGERIES.values(), ids=FORGERIES.keys())
+def test_a_forged_record_projects_again_from_the_history_and_keeps_the_note(
+    forgery: Callable[[dict[str, Any]], None],
+) -> None:
+    chat = Chat(summarizing())
+    for index in range(20):
+        chat.turn(index)
+    notes = len(chat.handoffs)
+    _forge(chat, forgery)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        chat.turn(20)
+    # Nothing is built from the record: the turn starts from the whole history again, updating the last note.
+    assert len(chat.handoffs) == notes + 1
+    assert f'<previous-note>\nDone: note {notes}.\n</previous-note>' in chat.handoffs[-1]
+
+
+def test_a_history_the_application_trimmed_between_turns_is_projected_again() -> None:
+    chat = Chat(summarizing())
+    for index in range(20):
+        chat.turn(index)
+    notes = len(chat.handoffs)
+    chat.history = chat.history[4:]  # the two oldest turns dropped, records and all
+    chat.turn(20)
+    assert len(chat.handoffs) == notes + 1
+    assert f'<previous-note>\nDone: note {notes}.\n</previous-note>' in chat.handoffs[-1]
+    first = chat.sent[-2]  # the turn's first request, after its note
+    assert '- read log 1' in boundaries(first)[0] and '- read log 0' not in boundaries(first)[0]
+
+
+def test_a_stub_quoting_a_lone_surrogate_is_saved_in_a_record_that_encodes_as_json() -> None:
+    chat = Chat(ClearThenSummarize(context_window=WINDOW), opening='\udc80 raw bytes ')
+    for index in range(20):
+        chat.turn(index)
+    assert cleared(chat.sent[-1]) >= 5
+    # The responses are the messages a record changed: they still encode (the tool results themselves are the
+    # application's, and pydantic-ai's own JSON refuses their surrogate).
+    responses: list[ModelMessage] = [m for m in chat.history if isinstance(m, ModelResponse)]
+    assert '\ufffd raw bytes'.encode() in ModelMessagesTypeAdapter.dump_json(responses)
