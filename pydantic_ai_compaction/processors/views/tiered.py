@@ -25,10 +25,13 @@ from pydantic_ai.messages import (
     CompactionPart,
     ModelMessage,
     ModelRequest,
+    ModelRequestPart,
     ModelResponse,
+    MultiModalContent,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
+    is_multi_modal_content,
 )
 from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
@@ -161,6 +164,12 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
     results, so the provider writes them to its cache again every time (the presets that reproduce a
     published policy keep it)."""
 
+    file_tokens: int = 1_600
+    """Tokens each file in a request (an image or a document, in a tool result or a prompt) is taken to cost. The
+    text estimate counts a file by its reference alone, as harness's does, while a provider bills an image by its
+    size (Anthropic about width × height / 750 tokens, up to about 1,600; OpenAI up to 765 at high detail): without
+    this, results holding screenshots would fill the window without crossing a threshold and never be cleared."""
+
     summarize: bool = True
     """`False` keeps only the clearing tier (the seed study's "clearing alone" setup)."""
 
@@ -232,6 +241,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
                 f'summarize_to={self.summarize_to!r}, clear_at={self.clear_at!r}, summarize_at={self.summarize_at!r}.'
             )
         check_int(owner, 'keep_results', self.keep_results, minimum=0)
+        check_int(owner, 'file_tokens', self.file_tokens, minimum=0)
         check_instance(owner, 'summarize', self.summarize, bool, 'True or False')
         check_instance(owner, 'fit_kept_results', self.fit_kept_results, bool, 'True or False')
         check_int(owner, 'summarize_max_tokens', self.summarize_max_tokens, minimum=1)
@@ -309,7 +319,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
     ) -> list[ModelMessage]:
         window = self.window(request_context.model)
         view = self.view(persisted)
-        tokens = estimate_token_count(view)
+        tokens = self._tokens(view)
         summarized: list[ModelMessage] | None = None
         if self.summarize and tokens >= min(self.summarize_at * window, self.summarize_max_tokens):
             summarized = await self._summarize(view, persisted, window, for_request(ctx, request_context, self.retry))
@@ -361,6 +371,17 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         self._projection.written.update(pending['new'])
         return carry.with_record(response, pending)
 
+    def _tokens(self, view: Sequence[ModelMessage]) -> int:
+        """*view*'s estimate, each file in it counted as `file_tokens`."""
+        files = sum(
+            len(_files(part)) for message in view if isinstance(message, ModelRequest) for part in message.parts
+        )
+        return estimate_token_count(view) + files * self.file_tokens
+
+    def _chars(self, part: ToolReturnPart) -> int:
+        """The characters a result takes in the request, each file in it counted as `file_tokens` × 4."""
+        return len(return_text(part)) + len(_files(part)) * self.file_tokens * 4
+
     def _clear(
         self,
         view: list[ModelMessage],
@@ -373,7 +394,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
 
         *recall*: whether the model is offered the `recall` tool, which the stubs then point at.
         """
-        tokens = estimate_token_count(view) if tokens is None else tokens
+        tokens = self._tokens(view) if tokens is None else tokens
         calls = {p.tool_call_id: p for m in view for p in m.parts if isinstance(p, ToolCallPart)}
         results = [
             (index, part_index)
@@ -382,12 +403,13 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             for part_index, part in enumerate(message.parts)
             if isinstance(part, ToolReturnPart) and not _is_cleared(part) and part.outcome != 'retried'
         ]
+        chars = {at: self._chars(_part_at(view, *at)) for at in results}
         # The newest results and those of the request in progress stay verbatim.
         last = len(view) - 1
         older = [(i, p) for i, p in results[: max(len(results) - self.keep_results, 0)] if i != last]
         # Room for the next step, taken to bring as much as the request in progress did.
-        incoming = sum(len(return_text(_part_at(view, i, p))) for i, p in results if i == last) // 4
-        if self.fit_kept_results and tokens - _saving(view, older) + incoming >= self.clear_at * window:
+        incoming = sum(chars[i, p] for i, p in results if i == last) // 4
+        if self.fit_kept_results and tokens - _saving(chars, older) + incoming >= self.clear_at * window:
             # The newest results alone hold the request over the threshold, or leave no room for the next
             # step's: clearing would run again at the next request and, since everything after the first
             # changed part is written to the provider's cache again, rewrite those same results every time.
@@ -395,11 +417,11 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             older = [(i, p) for i, p in results if i != last]
         # A result no longer than its stub would be is left as it is (it still counts among the kept ones):
         # clearing it would grow the request, and change it, for nothing.
-        older = [(i, p) for i, p in older if len(return_text(_part_at(view, i, p))) > _STUB_CHARS]
+        older = [(i, p) for i, p in older if chars[i, p] > _STUB_CHARS]
         if not older:
             return None
         out = list(view)
-        saved = _saving(view, older)
+        saved = _saving(chars, older)
         if saved < self.clear_min_saving * window:
             return None  # not worth breaking the cached prefix for
         refs = self._archive(ctx, [_part_at(view, i, p) for i, p in older], calls, _highest_ref(view))
@@ -417,7 +439,9 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             # only when it is not there, and never repeats its arguments (a file a write tool was given).
             call = calls.get(part.tool_call_id)
             named = '' if call else f'output of {part.tool_name}, '
-            stub = f'[cleared: {named}{len(content):,} chars, began "{clip(content, 80)}"; {where}]'
+            text = f'{len(content):,} chars, began "{clip(content, 80)}"' if content.strip() or not part.files else ''
+            shown = ' and '.join(filter(None, (_files_said(_files(part)), text)))
+            stub = f'[cleared: {named}{shown}; {where}]'
             parts = list(request.parts)
             parts[part_index] = _restub(part, clean_text(stub))
             out[index] = replace(request, parts=parts)
@@ -558,9 +582,27 @@ _STUB_CHARS = 150
 """About the length of a stub: a result no longer than this is never cleared."""
 
 
-def _saving(view: Sequence[ModelMessage], results: Sequence[tuple[int, int]]) -> int:
-    """Estimated tokens clearing *results* saves: each stub is about `_STUB_CHARS` characters, the rest goes."""
-    return sum(max(len(return_text(_part_at(view, i, p))) - _STUB_CHARS, 0) for i, p in results) // 4
+def _saving(chars: dict[tuple[int, int], int], results: Sequence[tuple[int, int]]) -> int:
+    """Estimated tokens clearing *results* (of *chars* characters each) saves: each stub is about `_STUB_CHARS`
+    characters, the rest goes."""
+    return sum(max(chars[at] - _STUB_CHARS, 0) for at in results) // 4
+
+
+def _files(part: ModelRequestPart) -> Sequence[MultiModalContent]:
+    """The files (images, documents, audio, video) in a tool result or a prompt."""
+    if isinstance(part, ToolReturnPart) and not isinstance(part.content, str):
+        return part.files
+    if isinstance(part, UserPromptPart) and not isinstance(part.content, str):
+        return [item for item in part.content if is_multi_modal_content(item)]
+    return ()
+
+
+def _files_said(files: Sequence[MultiModalContent]) -> str:
+    """`1 file (image/png)`, `3 files (image/png, application/pdf)`, or nothing."""
+    if not files:
+        return ''
+    kinds = ', '.join(dict.fromkeys(file.media_type for file in files))
+    return f'{len(files)} file{"s" if len(files) > 1 else ""} ({kinds})'
 
 
 def _restub(part: _Result, stub: str) -> _Result:
