@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pydantic_ai_compaction_bench import cli
 from pydantic_ai_compaction_bench.report import build_rows, read_records, summarize, write_records
+from pydantic_ai_compaction_bench.runner import SOURCE, source_digest
 
 
 def record(strategy: str, seed: int, passed: bool, inputs: list[int]) -> dict[str, object]:
@@ -65,7 +67,8 @@ def test_cli_bench_writes_records_plots_and_table(tmp_path: Path, capsys: object
     assert sliding['strategy_settings'] == {
         'class': 'SlidingWindowCompaction', 'max_tokens': 18_000, 'keep_tokens': 6_000,
     }  # fmt: skip
-    assert set(sliding['versions']) == {'pydantic-ai-compaction', 'pydantic-ai-slim', 'pydantic-ai-harness'}
+    assert set(sliding['versions']) == {'pydantic-ai-compaction', 'pydantic-ai-slim', 'pydantic-ai-harness', SOURCE}
+    assert re.fullmatch('[0-9a-f]{16}', sliding['versions'][SOURCE])
     assert 'cap 500' in sliding['summary_rule']
 
 
@@ -85,6 +88,34 @@ def test_records_are_never_overwritten_silently(tmp_path: Path, capsys: object) 
     assert lines[0] == first and len(lines) == 2
     assert cli.main([*args, '--overwrite']) == 0
     assert len(read_records(path)) == 1
+
+
+def test_runs_of_other_code_are_not_resumed_into_the_same_file(tmp_path: Path, capsys: object) -> None:
+    args = [*BENCH, '--players', 'silent', '--strategies', 'native', '--out', str(tmp_path)]
+    assert cli.main(args) == 0
+    path = tmp_path / 'incident.jsonl'
+    (record,) = read_records(path)
+    # The same version number, another state of the code (a default changed under 0.1.0).
+    path.unlink()
+    write_records([{**record, 'versions': {**record['versions'], SOURCE: '0123456789abcdef'}}], path)
+    kept = path.read_bytes()
+    capsys.readouterr()  # type: ignore[attr-defined]
+    assert cli.main([*args[:-4], '--strategies', 'native', 'reassert', '--out', str(tmp_path), '--resume']) == 2
+    error = capsys.readouterr().err  # type: ignore[attr-defined]
+    assert error.count('\n') == 1 and '1 run(s) made with other code' in error
+    assert f'pydantic-ai-compaction source 0123456789abcdef there, {source_digest()} here' in error
+    assert '--overwrite' in error and path.read_bytes() == kept
+    # A file that holds runs of both anyway (concatenated by hand) says so under its tables.
+    write_records([{**record, 'seed': 2, 'config': {**record['config'], 'seed': 2}}], path)
+    assert cli.main(['summarize', str(path)]) == 0
+    digests = ', '.join(sorted(['0123456789abcdef', source_digest()]))
+    said = f"Runs of 2 states of the library's code share these tables (source digests {digests})."
+    assert said in capsys.readouterr().out  # type: ignore[attr-defined]
+    # Records of this code resume as before.
+    path.unlink()
+    write_records([record], path)
+    assert cli.main([*args[:-4], '--strategies', 'native', 'reassert', '--out', str(tmp_path), '--resume']) == 0
+    assert len(read_records(path)) == 2
 
 
 def test_an_unwritable_out_fails_before_the_first_run(tmp_path: Path, capsys: object) -> None:

@@ -48,6 +48,7 @@ from pydantic_ai_compaction_bench.runner import (
     newest_runs,
     run_all,
     spec_of,
+    versions,
 )
 from pydantic_ai_compaction_bench.tasks import incident
 
@@ -520,6 +521,30 @@ def resumed_at_other_prices(kept: Sequence[Record], model: str, prices: dict[str
     )
 
 
+def resumed_with_other_code(kept: Sequence[Record], path: Path) -> str:
+    """Why runs of this code cannot join the records *kept* in *path*, else ''.
+
+    A run's result depends on the code that made it, and a version number stays the same between releases (a
+    default or a bound may change under 0.1.0): runs of two states of the code resumed into one file would share
+    one table's cells. Records carry the versions and the digest of this library's source (`runner.versions`).
+    """
+    here = versions()
+    other = [record for record in kept if record.get('versions') != here]
+    if not other:
+        return ''
+    there = other[0].get('versions')
+    recorded = cast('dict[str, object]', there) if isinstance(there, dict) else {}
+    differences = [
+        f'{name} {recorded.get(name, "unrecorded")} there, {value} here'
+        for name, value in here.items()
+        if recorded.get(name) != value
+    ]
+    return (
+        f'{path} holds {len(other)} run(s) made with other code ({"; ".join(differences)}): resumed, they would '
+        'share tables with runs of this code; write to another --out (or --overwrite)'
+    )
+
+
 def bench(args: argparse.Namespace) -> int:
     """Run, append records as runs finish, write plots, print the tables."""
     if args.model != REFERENCE:
@@ -552,7 +577,7 @@ def bench(args: argparse.Namespace) -> int:
     # Each record keeps the prices its run was priced at, so that `summarize` shows the same costs without
     # `--prices` (the $0 of a server, a table given here, a registry price that may change).
     prices = recorded_prices(args.prices, args.model)
-    if conflict := resumed_at_other_prices(opened, args.model, prices, path):
+    if conflict := resumed_at_other_prices(opened, args.model, prices, path) or resumed_with_other_code(opened, path):
         print(f'pai-compaction: error: {conflict}', file=sys.stderr)
         return EXIT_USAGE
     done = {spec_of(record).key() for record in opened if record.get('status') == 'ok' and 'config' in record}

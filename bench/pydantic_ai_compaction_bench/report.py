@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -718,6 +718,7 @@ def sensitivity_tables(records: Sequence[Record]) -> list[str]:
 
 def configurations(records: Sequence[Record]) -> str:
     """Each strategy's recorded configuration, one line per distinct setting."""
+    from pydantic_ai_compaction_bench.runner import SOURCE
     from pydantic_ai_compaction_bench.strategies import settings_line
 
     seen: dict[str, list[str]] = defaultdict(list)
@@ -733,6 +734,14 @@ def configurations(records: Sequence[Record]) -> str:
     lines = ['### Configurations (as recorded)', '']
     for name in sorted(seen):
         lines.extend(f'- `{name}`: `{line}`' for line in seen[name])
+    recorded = [cast('dict[str, object]', v) for r in records if isinstance(v := r.get('versions'), dict)]
+    sources = sorted({str(v.get(SOURCE)) for v in recorded})
+    if len(sources) > 1:
+        lines.append('')
+        lines.append(
+            f"Runs of {len(sources)} states of the library's code share these tables (source digests "
+            f'{", ".join(sources)}).'
+        )
     rules = sorted(
         {re.sub(r'cap \d+', "each table's summary cap", r['summary_rule']) for r in records if r.get('summary_rule')}
     )

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
+import hashlib
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from importlib import resources
 from importlib.metadata import version
 from typing import Any, Literal, cast, get_args
 
@@ -302,9 +305,38 @@ class _UsageRecorder(AbstractCapability[Any]):
         return response
 
 
+SOURCE = 'pydantic-ai-compaction source'
+"""Key, in a record's `versions`, of the digest of the library's source (`source_digest`)."""
+
+
 def versions() -> dict[str, str]:
-    """Library versions a record was made with."""
-    return {name: version(name) for name in ('pydantic-ai-compaction', 'pydantic-ai-slim', 'pydantic-ai-harness')}
+    """Library versions a record was made with, and the digest of this library's source.
+
+    A version number does not change between releases, while what it computes does (a default, a bound): the
+    digest tells apart records of two states of the code that both say 0.1.0.
+    """
+    names = ('pydantic-ai-compaction', 'pydantic-ai-slim', 'pydantic-ai-harness')
+    return {**{name: version(name) for name in names}, SOURCE: source_digest()}
+
+
+@functools.cache
+def source_digest() -> str:
+    """A digest of every Python file of the installed `pydantic_ai_compaction` package, by path and bytes."""
+    digest = hashlib.blake2b(digest_size=8)
+    root = resources.files('pydantic_ai_compaction')
+    pending = [(root, '')]
+    files: list[tuple[str, bytes]] = []
+    while pending:
+        folder, prefix = pending.pop()
+        for item in folder.iterdir():
+            if item.is_dir() and item.name != '__pycache__':
+                pending.append((item, f'{prefix}{item.name}/'))
+            elif item.name.endswith('.py'):
+                files.append((prefix + item.name, item.read_bytes()))
+    for path, data in sorted(files):
+        digest.update(f'{path}\0{len(data)}\0'.encode())
+        digest.update(data)
+    return digest.hexdigest()
 
 
 async def run_incident(spec: RunSpec) -> dict[str, Any]:
