@@ -70,6 +70,18 @@ def clean_value(value: Any) -> Any:
     return value
 
 
+def has_surrogate_keys(value: object) -> bool:
+    """Whether a dict anywhere in *value* (in lists, tuples and dicts) has a string key holding a lone surrogate."""
+    if isinstance(value, dict):
+        items = cast('dict[object, object]', value)
+        return any(isinstance(key, str) and has_surrogates(key) for key in items) or any(
+            map(has_surrogate_keys, items.values())
+        )
+    if isinstance(value, list | tuple):
+        return any(map(has_surrogate_keys, cast('list[object]', value)))
+    return False
+
+
 def ascii_strings(value: object) -> bool:
     """Whether *value* is a list or tuple of strings that are all ASCII (so none holds a lone surrogate).
 
@@ -135,6 +147,20 @@ def to_json(value: Any) -> str:
     except ValueError:
         text = _with_long_integers(value)
     return text if text.isascii() else _SURROGATE.sub(lambda match: f'\\u{ord(match.group()):04x}', text)
+
+
+def to_json_in_order(value: Any) -> str:
+    """`to_json`'s text of *value* with each dict's keys in their own order, all ASCII (lone surrogates escaped).
+
+    For a value stored to be given back as it was, where a reader sees the order of its keys (a tool result a
+    model reads back). Not canonical: the same keys in another order give another text.
+    """
+    try:
+        return _IN_ORDER.encode(_plain(value))
+    except RecursionError:
+        return '"<a value nested too deeply to encode>"'
+    except ValueError:
+        return _with_long_integers(value, _IN_ORDER)
 
 
 def _with_long_integers(value: Any, encoder: json.JSONEncoder | None = None) -> str:
@@ -329,6 +355,8 @@ def _other(value: Any) -> Any:
 
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(',', ':'), ensure_ascii=False, allow_nan=False, default=_other)
 """`to_json`'s standard-library encoder, built once (`json.dumps` with arguments builds one per call)."""
+_IN_ORDER = json.JSONEncoder(separators=(',', ':'), allow_nan=False, default=_other)
+"""`to_json_in_order`'s encoder: keys as they come, every non-ASCII character escaped (lone surrogates included)."""
 
 
 def _plain(value: Any) -> Any:

@@ -7,8 +7,9 @@ the id prefix, and `archive_results` is the only code that files originals in a 
 
 from __future__ import annotations
 
-import json
 import operator
+import re
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -18,9 +19,17 @@ from pydantic import ValidationError
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, ToolCallPart, ToolReturnPart
 
 from pydantic_ai_compaction.protocols.archive import ArchivedResult, ArchiveError, ArchiveStore
-from pydantic_ai_compaction.protocols.metadata import ResultMarks, with_ours
+from pydantic_ai_compaction.protocols.metadata import ResultMarks, ours, with_ours
+from pydantic_ai_compaction.protocols.types import METADATA_KEY
 from pydantic_ai_compaction.runtime.degraded import described
-from pydantic_ai_compaction.runtime.encoding import args_text, from_bytes, to_bytes, to_json
+from pydantic_ai_compaction.runtime.encoding import (
+    args_text,
+    from_bytes,
+    from_json,
+    has_surrogate_keys,
+    has_surrogates,
+    to_json_in_order,
+)
 from pydantic_ai_compaction.runtime.transcript import clip
 
 HARNESS_CLEARED = 'pydantic-ai-harness.compaction.cleared-tool-result.v1'
@@ -64,14 +73,49 @@ def original_part(part: ToolReturnPart) -> ToolReturnPart:
     return part
 
 
+_TUPLE = {METADATA_KEY: {'tuple': True}}
+"""The stored request's metadata when the result's content is a tuple, which JSON writes as a list."""
+
+
 def serialize_part(part: ToolReturnPart) -> bytes:
     """The stored form of a result: pydantic-ai's JSON, or the lossless JSON when that refuses its text."""
-    message: list[ModelMessage] = [ModelRequest(parts=[part])]
+    # pydantic-core writes a lone surrogate in a dict's key as U+FFFD (where it refuses one anywhere else): each
+    # such key is written as a marker string no value holds, and put back in, escaped, once the JSON is written.
+    keys: list[str] = []
+    token = secrets.token_hex(8)
+    if has_surrogate_keys(part.content) or has_surrogate_keys(part.metadata):
+        part = replace(part, content=_marked(part.content, keys, token), metadata=_marked(part.metadata, keys, token))
+    # pydantic-ai sends a list as one block per item and a tuple as one value: the stored request says which
+    # it was, so the recovered result is sent as the original was.
+    message: list[ModelMessage] = [
+        ModelRequest(parts=[part], metadata=_TUPLE if isinstance(part.content, tuple) else None)
+    ]
     try:
-        return ModelMessagesTypeAdapter.dump_json(message)
+        data = ModelMessagesTypeAdapter.dump_json(message)
     except ValueError:
-        # Lone surrogates: pydantic refuses to write them; the lossless encoding escapes them.
-        return to_bytes(to_json(ModelMessagesTypeAdapter.dump_python(message, mode='json')))
+        # Lone surrogates: the lossless encoding escapes them, and keeps the order of a dict's keys (the model reads
+        # them in that order).
+        data = to_json_in_order(ModelMessagesTypeAdapter.dump_python(message, mode='json')).encode('ascii')
+    if not keys:
+        return data
+    marker = re.compile(rb'"\\u0000' + token.encode() + rb':(\d+)\\u0000"')
+    return marker.sub(lambda match: to_json_in_order(keys[int(match.group(1))]).encode('ascii'), data)
+
+
+def _marked(value: Any, keys: list[str], token: str) -> Any:
+    """*value* with each dict key holding a lone surrogate replaced by a marker naming its place in *keys*."""
+    if isinstance(value, dict):
+        out: dict[Any, Any] = {}
+        for key, item in cast('dict[Any, Any]', value).items():
+            if isinstance(key, str) and has_surrogates(key):
+                keys.append(key)
+                key = f'\x00{token}:{len(keys) - 1}\x00'
+            out[key] = _marked(item, keys, token)
+        return out
+    if isinstance(value, list | tuple):
+        items = [_marked(item, keys, token) for item in cast('list[Any]', value)]
+        return tuple(items) if isinstance(value, tuple) else items
+    return value
 
 
 def deserialize_part(payload: bytes) -> ToolReturnPart:
@@ -92,16 +136,19 @@ def deserialize_part(payload: bytes) -> ToolReturnPart:
     try:
         (request,) = ModelMessagesTypeAdapter.validate_json(payload)
     except ValidationError:
-        # The lossless form: pydantic's JSON parser refuses escaped lone surrogates; the standard library's
-        # keeps them, and integers of any size, exactly.
+        # The lossless form: pydantic's JSON parser refuses escaped lone surrogates and integers past its range;
+        # `from_json` keeps both exactly.
         try:
-            data = json.loads(from_bytes(payload))
-        except (UnicodeDecodeError, RecursionError) as error:
+            data = from_json(from_bytes(payload))
+        except ValueError as error:
             raise ValueError(f'not a stored result: {error}') from None
         (request,) = ModelMessagesTypeAdapter.validate_python(data)
     part = request.parts[0] if request.parts else None
     if not isinstance(part, ToolReturnPart):
         raise ValueError(f'not a stored result: {type(part).__name__}')
+    content: object = part.content
+    if ours(request.metadata).get('tuple') is True and isinstance(content, list):
+        part = replace(part, content=tuple(cast('list[object]', content)))
     return part
 
 
