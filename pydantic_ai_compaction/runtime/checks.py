@@ -68,11 +68,15 @@ def check_number(
     minimum: float | None = None,
     maximum: float | None = None,
     exclusive_minimum: bool = False,
+    also: str = '',
 ) -> float:
-    """*value* if it is a finite real number (not a bool, not NaN or infinite) within the bounds."""
+    """*value* if it is a finite real number (not a bool, not NaN or infinite) within the bounds.
+
+    *also* ends what the error says is expected (`' or None'` for an optional number).
+    """
     low = None if minimum is None else (f'> {minimum:g}' if exclusive_minimum else f'≥ {minimum:g}')
     high = None if maximum is None else f'≤ {maximum:g}'
-    expected = 'a finite number' + ''.join(f' {bound}' for bound in (low, high) if bound)
+    expected = 'a finite number' + ''.join(f' {bound}' for bound in (low, high) if bound) + also
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise fail(owner, name, expected, value)
     try:
@@ -97,10 +101,12 @@ def check_optional_number(
     maximum: float | None = None,
     exclusive_minimum: bool = False,
 ) -> float | None:
-    """Like `check_number`, also accepting `None`."""
+    """Like `check_number`, also accepting `None` (which the error then names as allowed)."""
     if value is None:
         return None
-    return check_number(owner, name, value, minimum=minimum, maximum=maximum, exclusive_minimum=exclusive_minimum)
+    return check_number(
+        owner, name, value, minimum=minimum, maximum=maximum, exclusive_minimum=exclusive_minimum, also=' or None'
+    )
 
 
 def check_strings(owner: str, name: str, value: object, *, allow_empty_items: bool = False) -> tuple[str, ...]:
