@@ -5,12 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent, BinaryContent
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai import Agent, BinaryContent, ToolReturn
+from pydantic_ai.messages import (
+    CompactionPart,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from pydantic_ai_compaction import Archive, ClearThenSummarize, InMemoryArchiveStore
 from pydantic_ai_compaction.processors.memory.results import deserialize_part
+from pydantic_ai_compaction.processors.views.tiered import HANDOFF_MARKER
 from pydantic_ai_compaction.protocols.metadata import ResultMarks
 from pydantic_ai_compaction.runtime.checks import ConfigurationError
 
@@ -18,12 +28,20 @@ PNG = BinaryContent(b'\x89PNG\r\n\x1a\n' + bytes(range(256)) * 8, media_type='im
 
 
 def screenshots(
-    view: ClearThenSummarize[Any], steps: int, *, caption: str = '', store: InMemoryArchiveStore | None = None
+    view: ClearThenSummarize[Any],
+    steps: int,
+    *,
+    caption: str = '',
+    store: InMemoryArchiveStore | None = None,
+    beside: bool = False,
 ) -> list[list[ModelMessage]]:
     """A run that takes *steps* screenshots (each a tool result holding one image); the requests it sent."""
     sent: list[list[ModelMessage]] = []
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1].parts[0] if messages[-1].parts else None
+        if isinstance(last, UserPromptPart) and HANDOFF_MARKER in str(last.content):
+            return ModelResponse(parts=[TextPart('Done: pages checked so far.')])
         sent.append(list(messages))
         if len(sent) > steps:
             return ModelResponse(parts=[TextPart('done')])
@@ -33,7 +51,9 @@ def screenshots(
     agent = Agent(FunctionModel(respond), capabilities=[Archive(store=store, conversation='c'), view])
 
     @agent.tool_plain
-    def screenshot(page: int) -> list[Any]:  # pyright: ignore[reportUnusedFunction]
+    def screenshot(page: int) -> Any:  # pyright: ignore[reportUnusedFunction]
+        if beside:  # the image goes beside the result, as content the model reads, where clearing cannot reach
+            return ToolReturn(return_value=f'page {page} shown', content=[PNG])
         return [caption, PNG] if caption else [PNG]
 
     agent.run_sync('Check every page.')
@@ -85,6 +105,15 @@ def test_with_files_counted_as_nothing_screenshots_are_never_cleared() -> None:
     # What every version before `file_tokens` did: the text estimate counts an image by its reference alone.
     sent = screenshots(ClearThenSummarize(context_window=10_000, summarize=False, file_tokens=0), steps=8)
     assert not any(stubs(request) for request in sent)
+
+
+def test_images_beside_results_which_clearing_cannot_reach_are_summarized_away() -> None:
+    view = ClearThenSummarize(context_window=10_000)
+    sent = screenshots(view, steps=12, beside=True)
+    # Each step's image would add 1,600 tokens for good: the summary replaces the older steps, images and all.
+    counted = [view._tokens(request) for request in sent]  # pyright: ignore[reportPrivateUsage]
+    assert max(counted) < 10_000 < 12 * 1_600
+    assert any(isinstance(p, CompactionPart) for m in sent[-1] for p in m.parts)
 
 
 def test_file_tokens_must_be_a_non_negative_integer() -> None:

@@ -8,6 +8,7 @@ import json
 import warnings
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import timedelta, timezone
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai_compaction import Archive, ClearThenSummarize, InMemoryArchiveStore, Notes, Recall
 from pydantic_ai_compaction.protocols.metadata import VIEW_RECORD
 from pydantic_ai_compaction.protocols.types import METADATA_KEY
+from pydantic_ai_compaction.runtime.stores.access import RUN_SCOPE_PREFIX
 
 from .support import log_text
 
@@ -56,7 +58,9 @@ class Chat:
         prompt = ' '.join(str(p.content) for p in last.parts if isinstance(p, UserPromptPart))
         if HANDOFF in prompt:
             self.handoffs.append(prompt)
-            return ModelResponse(parts=[TextPart(f'Done: note {len(self.handoffs)}.')])
+            # As a real writer may, it copies what the user said about a password into its note.
+            quoted = [line.strip('- ') for line in prompt.splitlines() if 'password' in line][:1]
+            return ModelResponse(parts=[TextPart('\n'.join([f'Done: note {len(self.handoffs)}.', *quoted]))])
         self.sent.append(list(messages))
         if any(isinstance(p, ToolReturnPart) for p in last.parts):
             return ModelResponse(parts=[TextPart('read it')])
@@ -152,6 +156,17 @@ def test_each_handoff_boundary_is_saved_whole_once_and_the_records_stay_small() 
     assert len(json.dumps(saved)) < size // 10
 
 
+def test_over_a_long_chat_each_record_holds_what_changed_not_every_line_so_far() -> None:
+    chat = Chat(ClearThenSummarize(context_window=WINDOW, summarize=False))
+    for index in range(100):
+        chat.turn(index)
+    sizes = [len(json.dumps(record)) for record in records(chat.history)]
+    # 37 records; each names the one before it and adds the lines that changed (every record repeating every
+    # cleared line so far made the newest ones grow with the chat).
+    assert len(sizes) > 30 and max(sizes) < 1_500 and max(sizes[-10:]) <= min(sizes[:3])
+    assert sum(sizes) < len(ModelMessagesTypeAdapter.dump_json(chat.history)) // 15
+
+
 def _forge(chat: Chat, change: Callable[[dict[str, Any]], None]) -> None:
     newest = max(i for i, m in enumerate(chat.history) if isinstance(m, ModelResponse) and records([m]))
     response = chat.history[newest]
@@ -171,13 +186,16 @@ FORGERIES: dict[str, Callable[[dict[str, Any]], None]] = {
     'stub-on-a-prompt': lambda r: r['messages'].append({'at': 0, 'parts': [0], 'stubs': {'0': 'x'}}),
     'made-message-missing': lambda r: r['messages'].append({'new': 'nosuchkey'}),
     'unknown-entry': lambda r: r['messages'].append(7),
+    'run-repeated': lambda r: r['messages'].append(r['messages'][0]),
+    'runs-reversed': lambda r: r['messages'].reverse(),
+    'made-key-a-list': lambda r: r['messages'].append({'new': ['k']}),
+    'base-unknown': lambda r: r['messages'].insert(0, {'base': 'nosuchrecord', 'count': 2}),
+    'base-itself': lambda r: r['messages'].insert(0, {'base': r['id'], 'count': 1}),
 }
 
 
 @pytest.mark.parametrize('forgery', FORGERIES.values(), ids=FORGERIES.keys())
-def test_a_forged_record_projects_again_from_the_history_and_keeps_the_note(
-    forgery: Callable[[dict[str, Any]], None],
-) -> None:
+def test_a_forged_record_is_not_used(forgery: Callable[[dict[str, Any]], None]) -> None:
     chat = Chat(summarizing())
     for index in range(20):
         chat.turn(index)
@@ -186,9 +204,11 @@ def test_a_forged_record_projects_again_from_the_history_and_keeps_the_note(
     with warnings.catch_warnings():
         warnings.simplefilter('error')
         chat.turn(20)
-    # Nothing is built from the record: the turn starts from the whole history again, updating the last note.
-    assert len(chat.handoffs) == notes + 1
-    assert f'<previous-note>\nDone: note {notes}.\n</previous-note>' in chat.handoffs[-1]
+    # Nothing is built from the record, nothing of it is sent: the turn starts from the whole history again, and
+    # writes its note from it (no message sent twice, none out of order).
+    assert len(chat.handoffs) == notes + 1 and '<previous-note>' not in chat.handoffs[-1]
+    sent = chat.sent[-2]
+    assert len({id(m) for m in sent}) == len(sent) and prefix_breaks(chat.sent[-2:]) == 0
 
 
 def test_a_history_the_application_trimmed_between_turns_is_projected_again() -> None:
@@ -198,8 +218,8 @@ def test_a_history_the_application_trimmed_between_turns_is_projected_again() ->
     notes = len(chat.handoffs)
     chat.history = chat.history[4:]  # the two oldest turns dropped, records and all
     chat.turn(20)
-    assert len(chat.handoffs) == notes + 1
-    assert f'<previous-note>\nDone: note {notes}.\n</previous-note>' in chat.handoffs[-1]
+    # The note is written again from what the history now holds: the last one may quote what was taken out.
+    assert len(chat.handoffs) == notes + 1 and '<previous-note>' not in chat.handoffs[-1]
     first = chat.sent[-2]  # the turn's first request, after its note
     assert '- read log 1' in boundaries(first)[0] and '- read log 0' not in boundaries(first)[0]
 
@@ -213,3 +233,69 @@ def test_a_stub_quoting_a_lone_surrogate_is_saved_in_a_record_that_encodes_as_js
     # application's, and pydantic-ai's own JSON refuses their surrogate).
     responses: list[ModelMessage] = [m for m in chat.history if isinstance(m, ModelResponse)]
     assert '\ufffd raw bytes'.encode() in ModelMessagesTypeAdapter.dump_json(responses)
+
+
+def test_with_a_store_and_the_run_s_key_every_stub_sent_names_an_entry_the_run_can_recover() -> None:
+    store = InMemoryArchiveStore()
+    view = ClearThenSummarize(context_window=WINDOW, summarize=False, store=store)  # the default key: the run's
+    chat = Chat(view, before=[Archive(store=store)])
+    for index in range(16):
+        chat.turn(index)
+    named = 0
+    for request in chat.sent:
+        key = RUN_SCOPE_PREFIX + (request[-1].run_id or '')
+        for stub in (str(p.content) for m in request for p in m.parts if isinstance(p, ToolReturnPart)):
+            if 'context_recover("' in stub:
+                named += 1
+                assert store.get_archived(key, stub.split('"')[-2]) is not None, stub
+    assert named > 50  # each turn clears again under its own key, as it did before the view carried on
+
+
+def _secret_chat() -> Chat:
+    chat = Chat(summarizing())
+    for index in range(8):
+        chat.turn(index)
+    # The next turn's prompt holds a secret the application later takes out.
+    result = chat.agent.run_sync('my password is hunter2, read log 8', message_history=chat.history)
+    chat.history = result.all_messages()
+    for index in range(9, 20):
+        chat.turn(index)
+    return chat
+
+
+def test_a_turn_the_application_deletes_is_never_sent_again() -> None:
+    chat = _secret_chat()
+    assert any('hunter2' in h for h in chat.handoffs)  # the notes and copied prompts held it
+    start = next(i for i, m in enumerate(chat.history) if 'hunter2' in str(getattr(m.parts[0], 'content', '')))
+    chat.history = chat.history[:start] + chat.history[start + 4 :]
+    sent, handoffs = len(chat.sent), len(chat.handoffs)
+    chat.turn(20)
+    said = [str(part) for request in chat.sent[sent:] for m in request for part in m.parts]
+    assert not any('hunter2' in text for text in said + chat.handoffs[handoffs:])
+
+
+def test_a_result_the_application_masked_between_turns_is_not_quoted_from_the_record() -> None:
+    chat = Chat(ClearThenSummarize(context_window=WINDOW))
+    for index in range(20):
+        chat.turn(index)
+    (at, part) = next(
+        (i, p)
+        for i, m in enumerate(chat.history)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart) and str(p.content).startswith('log 0\n')
+    )
+    masked = replace(part, content='x' * len(str(part.content)))  # the same length: only its text changed
+    message = chat.history[at]
+    chat.history[at] = replace(message, parts=[masked if p is part else p for p in message.parts])
+    sent = len(chat.sent)
+    chat.turn(20)
+    assert not any('log 0 00-0000' in str(p) for request in chat.sent[sent:] for m in request for p in m.parts)
+
+
+def test_timestamps_a_store_moved_to_another_zone_do_not_stop_the_view_carrying_on() -> None:
+    chat = Chat(summarizing())
+    zone = timezone(timedelta(hours=5))
+    for index in range(30):
+        chat.turn(index)
+        chat.history = [replace(m, timestamp=m.timestamp.astimezone(zone)) for m in chat.history]
+    assert len(chat.handoffs) == 4

@@ -15,7 +15,10 @@ made from (`shape_digest`). The record names the saved messages the projection s
 - `{"at": i, "parts": [p, ...], "stubs": {"p": text}}`: saved message `i` with only the parts listed
   (a message segmentation split), the tool results named in `stubs` with that text as their content;
 - `{"new": key}`: a message the view made (a handoff boundary), written whole once, under
-  `new[key]` of the first record that shows it.
+  `new[key]` of the first record that shows it;
+- first, `{"base": id, "count": n}`: the first *n* entries of the record `id` (an earlier one), so a record
+  repeats nothing of the one before it that it keeps (most of it: clearing adds lines, it rarely changes them),
+  and the records of a long chat grow with what changes, not with everything cleared so far.
 """
 
 from __future__ import annotations
@@ -26,10 +29,19 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
-from pydantic_ai.messages import BaseToolReturnPart, ModelMessage, ModelMessagesTypeAdapter, ModelResponse
+from pydantic_ai.messages import (
+    BaseToolReturnPart,
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelResponse,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 
 from pydantic_ai_compaction.protocols.metadata import VIEW_RECORD, ours, str_dict, with_ours
 from pydantic_ai_compaction.runtime.encoding import to_bytes, to_json
+from pydantic_ai_compaction.runtime.tokens import tool_return_text, value_text
 
 Restub = Callable[[BaseToolReturnPart, str], BaseToolReturnPart]
 """How the view replaces a tool result's content (its marks included): `restub(original, text)`."""
@@ -51,26 +63,55 @@ class Carried:
     written: set[str] = field(default_factory=set[str])
     """Keys of the made messages the history holds already (a later record names them without writing them)."""
 
+    base: Base | None = None
+    """The record read, for the next one to build on."""
+
+
+@dataclass(frozen=True)
+class Base:
+    """A record a later one may start from: its id and its entries, in full."""
+
+    id: str
+    ops: list[Any]
+
 
 def shape_digest(messages: Sequence[ModelMessage]) -> str:
-    """A digest of what a record relies on in *messages*: their order, kinds, timestamps and parts.
+    """A digest of what a record relies on in *messages*: their order, kinds, parts and what each part says.
 
-    Each part counts by its kind and tool call id, a tool result also by its content's length. A history that
-    lost, gained or reordered messages, or whose results changed, has another digest; one saved and loaded
-    back (`ModelMessagesTypeAdapter`) has the same.
+    A history that lost, gained or reordered messages, or whose text changed anywhere (a result masked, a prompt
+    edited), has another digest: a record must not bring back what the application took out. One saved and loaded
+    back (`ModelMessagesTypeAdapter`) has the same, and so does one whose timestamps a store rounded or moved to
+    another time zone (they are left out: nothing a record rebuilds depends on them).
     """
     digest = hashlib.blake2b(digest_size=16)
     for message in messages:
-        items: list[str] = [message.kind, message.timestamp.isoformat() if message.timestamp else '']
+        digest.update(to_bytes(message.kind + '\x1e'))
         for part in message.parts:
-            items.append(part.part_kind)
             call_id = getattr(part, 'tool_call_id', None)
-            if isinstance(call_id, str):
-                items.append(call_id)
-            if isinstance(part, BaseToolReturnPart) and isinstance(part.content, str):
-                items.append(str(len(part.content)))
-        digest.update(to_bytes('\x1f'.join(items) + '\x1e'))
+            head = f'{part.part_kind}\x1f{call_id if isinstance(call_id, str) else ""}\x1f'
+            digest.update(to_bytes(head + _said(part) + '\x1e'))
     return digest.hexdigest()
+
+
+def _said(part: object) -> str:
+    """What a part says, as the digest reads it (a file by its identifier)."""
+    if isinstance(part, ToolReturnPart):
+        result = cast('ToolReturnPart[Any]', part)
+        content: object = result.content
+        return content if isinstance(content, str) else tool_return_text(result)
+    if isinstance(part, BaseToolReturnPart):
+        return value_text(cast('object', part.content))
+    if isinstance(part, UserPromptPart):
+        if isinstance(part.content, str):
+            return part.content
+        return '\x1d'.join(
+            item if isinstance(item, str) else getattr(item, 'content', None) or getattr(item, 'identifier', '')
+            for item in part.content
+        )
+    if isinstance(part, ToolCallPart):
+        return value_text(part.args)
+    content = getattr(part, 'content', None)
+    return content if isinstance(content, str) else ''
 
 
 def encode(
@@ -174,10 +215,34 @@ def _build(entry: dict[str, Any], covered: Sequence[ModelMessage], restub: Restu
 
 
 def record(
-    owner: str, covers: int, digest: str, ops: list[Any], new: dict[str, Any], state: dict[str, Any]
-) -> dict[str, Any]:
-    """The record a view writes into a response's metadata."""
-    return {'owner': owner, 'covers': covers, 'digest': digest, 'messages': ops, 'new': new, 'state': state}
+    owner: str,
+    covers: int,
+    digest: str,
+    ops: list[Any],
+    new: dict[str, Any],
+    state: dict[str, Any],
+    base: Base | None = None,
+) -> tuple[dict[str, Any], Base]:
+    """The record a view writes into a response's metadata (its entries the *base* record holds named by it),
+    and the base it is for the next one."""
+    own = Base(hashlib.blake2b(to_bytes(f'{owner}\x1f{digest}\x1f{to_json(ops)}'), digest_size=8).hexdigest(), ops)
+    shared = 0
+    if base is not None:
+        for mine, theirs in zip(ops, base.ops, strict=False):
+            if mine != theirs:
+                break
+            shared += 1
+    written = [{'base': base.id, 'count': shared}, *ops[shared:]] if base is not None and shared > 1 else ops
+    value = {
+        'owner': owner,
+        'id': own.id,
+        'covers': covers,
+        'digest': digest,
+        'messages': written,
+        'new': new,
+        'state': state,
+    }
+    return value, own
 
 
 def with_record(response: ModelResponse, value: dict[str, Any]) -> ModelResponse:
@@ -195,11 +260,12 @@ def _records(history: Sequence[ModelMessage], owner: str, end: int) -> Iterator[
                 yield index, value
 
 
-def read(history: Sequence[ModelMessage], owner: str, restub: Restub) -> Carried | None:
-    """The projection *owner* last recorded in *history*, rebuilt; `None` when there is none.
+def read(history: Sequence[ModelMessage], owner: str, restub: Restub, key: str | None = None) -> Carried | None:
+    """The projection *owner* last recorded in *history*, rebuilt; `None` when there is none or none can be used.
 
-    A record whose history changed shape since (another capability compacted it, the application edited it) gives
-    no messages (`covers` 0) but still its state: a view carries its note on even when it must project again.
+    Nothing of a record is used once the history it was made from changed (`shape_digest`): its state may repeat
+    what the application took out (a handoff note quoting a deleted turn). A record made under another archive
+    *key* (`state['key']`) gives its state but no messages: its lines name archive entries this run cannot read.
     """
     found = _records(history, owner, len(history))
     newest = next(found, None)
@@ -216,29 +282,67 @@ def read(history: Sequence[ModelMessage], owner: str, restub: Restub) -> Carried
         and isinstance(ops, list)
         and value.get('digest') == shape_digest(history[:covers])
     ):
+        return None
+    if state.get('key') != key:
         return Carried(0, [], state)
+    ops = _expanded(history, owner, position, cast('list[object]', ops), set())
+    if ops is None:
+        return None
     covered = history[:covers]
-    made = _made(history, owner, position, value, cast('list[object]', ops))
+    made = _made(history, owner, position, value, ops)
     if made is None:
-        return Carried(0, [], state)
+        return None
     messages: list[ModelMessage] = []
-    for op in cast('list[object]', ops):
+    last, split = -1, False  # the saved message shown last; whether by a part of it (the next may show another)
+    for op in ops:
         if isinstance(op, list):
-            bounds = cast('list[object]', op)
-            start, stop = [*bounds, None, None][:2]
-            if not (isinstance(start, int) and isinstance(stop, int) and 0 <= start < stop <= covers):
-                return Carried(0, [], state)
+            start, stop = [*cast('list[object]', op), None, None][:2]
+            # In order, each saved message shown once: a forged record must not send a message twice.
+            if not (isinstance(start, int) and isinstance(stop, int) and last < start < stop <= covers):
+                return None
             messages.extend(covered[start:stop])
+            last, split = stop - 1, False
         elif isinstance(op, dict) and 'new' in op:
             messages.append(made[cast('dict[str, Any]', op)['new']])
         elif isinstance(op, dict):
-            built = _build(cast('dict[str, Any]', op), covered, restub)
-            if built is None:
-                return Carried(0, [], state)
+            entry = cast('dict[str, Any]', op)
+            index = entry.get('at')
+            built = _build(entry, covered, restub)
+            if built is None or not isinstance(index, int) or index < last or (index == last and not split):
+                return None
             messages.append(built)
+            last, split = index, True
         else:
-            return Carried(0, [], state)
-    return Carried(covers, messages, state, set(made))
+            return None
+    identity = value.get('id')
+    base = Base(identity, list(ops)) if isinstance(identity, str) else None
+    return Carried(covers, messages, state, set(made), base)
+
+
+def _expanded(
+    history: Sequence[ModelMessage], owner: str, position: int, ops: list[object], seen: set[str]
+) -> list[object] | None:
+    """*ops* (of the record at *position*) with a leading `base` entry replaced by the entries it names; `None` when
+    the base is not in the history before it (or names itself, in a forged record)."""
+    first = str_dict(ops[0]) if ops else {}
+    if 'base' not in first:
+        return ops
+    identity, count = first.get('base'), first.get('count')
+    if not (isinstance(identity, str) and isinstance(count, int) and not isinstance(count, bool) and count > 0):
+        return None
+    if identity in seen:
+        return None
+    seen.add(identity)
+    for at, earlier in _records(history, owner, position):
+        if earlier.get('id') == identity:
+            theirs = earlier.get('messages')
+            if not isinstance(theirs, list):
+                return None
+            full = _expanded(history, owner, at, cast('list[object]', theirs), seen)
+            if full is None or len(full) < count:
+                return None
+            return [*full[:count], *ops[1:]]
+    return None
 
 
 def _made(
@@ -246,7 +350,10 @@ def _made(
 ) -> dict[str, ModelMessage] | None:
     """The made messages *ops* name, read from the record at *position* or the earlier ones; `None` if one is
     missing or does not load."""
-    wanted = {str_dict(op).get('new') for op in ops} - {None}
+    named = [str_dict(op).get('new') for op in ops if 'new' in str_dict(op)]
+    if not all(isinstance(key, str) for key in named):
+        return None  # a forged key (a list, a dict) names nothing
+    wanted = set(cast('list[str]', named))
     found: dict[str, ModelMessage] = {}
     for _, each in itertools.chain([(position, value)], _records(history, owner, position)):
         if not wanted - found.keys():
@@ -257,4 +364,4 @@ def _made(
                     found[key] = ModelMessagesTypeAdapter.validate_python([dumped])[0]
                 except ValueError:
                     return None
-    return found if all(isinstance(key, str) and key in found for key in wanted) else None
+    return found if wanted <= found.keys() else None

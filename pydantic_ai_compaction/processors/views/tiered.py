@@ -27,6 +27,7 @@ from pydantic_ai.messages import (
     ModelRequest,
     ModelRequestPart,
     ModelResponse,
+    ModelResponsePart,
     MultiModalContent,
     ToolCallPart,
     ToolReturnPart,
@@ -64,6 +65,7 @@ from pydantic_ai_compaction.runtime.project import project
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
 from pydantic_ai_compaction.runtime.segment import (
     ConversationView,
+    Exchange,
     compactions_so_far,
     is_restatement,
     segment,
@@ -123,6 +125,9 @@ class _Projection:
 
     written: set[str] = field(default_factory=set[str])
     """Keys of the messages it made (its handoff boundary) that the saved history holds whole already."""
+
+    base: carry.Base | None = None
+    """The last record the saved history holds (read back, or written in this run), for the next to build on."""
 
 
 @dataclass
@@ -219,7 +224,11 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
     _read_back: bool = field(init=False, repr=False, compare=False)
     """Per run: whether the projection an earlier run saved with the history was looked for."""
 
-    _pending: dict[str, Any] | None = field(init=False, repr=False, compare=False)
+    _pending: tuple[dict[str, Any], carry.Base] | None = field(init=False, repr=False, compare=False)
+
+    _key: str | None = field(init=False, repr=False, compare=False)
+    """Per run: the key cleared results are archived under (with `store`), saved with the projection's record: its
+    lines name entries a run under another key (the default key is the run's) cannot read."""
     """Per run: the record of a projection made for the request in progress, written with its response."""
 
     def __post_init__(self) -> None:
@@ -255,6 +264,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         self._projection = _Projection()
         self._read_back = False
         self._pending = None
+        self._key = None
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """A copy with its own projection for this run."""
@@ -282,7 +292,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         """
         if not self._read_back:
             self._read_back = True
-            carried = carry.read(persisted, CARRY_OWNER, _restub)
+            carried = carry.read(persisted, CARRY_OWNER, _restub, self._key)
             if carried is not None:
                 note = carried.state.get('note')
                 self._projection = _Projection(
@@ -291,13 +301,16 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
                     note=note if isinstance(note, str) else None,
                     covered=tuple(persisted[: carried.covers]),
                     written=carried.written,
+                    base=carried.base,
                 )
         projection = self._projection
         stale = projection.covers > len(persisted) or any(map(operator.is_not, projection.covered, persisted))
         if stale:
             # Another capability rewrote what the projection stands for (an archive stub, a compaction):
             # start again from the persisted history, keeping the handoff note to update.
-            self._projection = projection = _Projection(note=projection.note, written=projection.written)
+            self._projection = projection = _Projection(
+                note=projection.note, written=projection.written, base=projection.base
+            )
         return [*projection.messages, *persisted[projection.covers :]] if projection.covers else list(persisted)
 
     async def before_model_request(
@@ -318,6 +331,11 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext, persisted: list[ModelMessage]
     ) -> list[ModelMessage]:
         window = self.window(request_context.model)
+        if self.store is not None and not self._read_back:
+            try:
+                self._key = conversation_key(ctx, self.conversation)
+            except ArchiveError:  # clearing says so when it archives; a record made under a key is not carried
+                self._key = None
         view = self.view(persisted)
         tokens = self._tokens(view)
         summarized: list[ModelMessage] | None = None
@@ -358,8 +376,10 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         )
         # Written with the response (`after_model_request`), so the next run starts from this projection.
         ops, new = carry.encode(messages, covered, _restub, projection.written)
-        state = {'note': projection.note} if projection.note is not None else {}
-        self._pending = carry.record(CARRY_OWNER, covers, carry.shape_digest(covered), ops, new, state)
+        state: dict[str, Any] = {'note': projection.note} if projection.note is not None else {}
+        if self._key is not None:
+            state['key'] = self._key
+        self._pending = carry.record(CARRY_OWNER, covers, carry.shape_digest(covered), ops, new, state, projection.base)
 
     async def after_model_request(
         self, ctx: RunContext[AgentDepsT], *, request_context: ModelRequestContext, response: ModelResponse
@@ -368,8 +388,10 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         pending, self._pending = self._pending, None
         if pending is None:
             return response
-        self._projection.written.update(pending['new'])
-        return carry.with_record(response, pending)
+        value, base = pending
+        self._projection.written.update(value['new'])
+        self._projection.base = base
+        return carry.with_record(response, value)
 
     def _tokens(self, view: Sequence[ModelMessage]) -> int:
         """*view*'s estimate, each file in it counted as `file_tokens`."""
@@ -485,7 +507,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         than what must stay is left to summarize (the exchange in progress alone crossed the threshold):
         a note call would then have nothing to read."""
         segmented = segment(view)
-        keep = _newest_within(segmented, int(self.summarize_to * window))
+        keep = _newest_within(segmented, int(self.summarize_to * window), self.file_tokens)
         # What the runtime keeps for every strategy stays here too: `pin()`ned content, the user's turn in progress,
         # other strategies' boundaries (this view's own earlier note is replaced by the new one).
         keep |= {
@@ -588,7 +610,7 @@ def _saving(chars: dict[tuple[int, int], int], results: Sequence[tuple[int, int]
     return sum(max(chars[at] - _STUB_CHARS, 0) for at in results) // 4
 
 
-def _files(part: ModelRequestPart) -> Sequence[MultiModalContent]:
+def _files(part: ModelRequestPart | ModelResponsePart) -> Sequence[MultiModalContent]:
     """The files (images, documents, audio, video) in a tool result or a prompt."""
     if isinstance(part, ToolReturnPart) and not isinstance(part.content, str):
         return part.files
@@ -667,17 +689,24 @@ def _is_our_boundary(message: ModelMessage) -> bool:
     return any(isinstance(part, CompactionPart) and is_handoff(part.metadata) for part in message.parts)
 
 
-def _newest_within(view: ConversationView, budget: int) -> set[str]:
-    """Ids of the newest finished exchanges that fit in *budget* tokens together with the unfinished ones."""
-    used = sum(e.tokens for e in view.exchanges if e.unfinished or e.kind == 'opening')
+def _newest_within(view: ConversationView, budget: int, file_tokens: int) -> set[str]:
+    """Ids of the newest finished exchanges that fit in *budget* tokens together with the unfinished ones, each
+    file in them counted as *file_tokens* (images a user attached cannot be cleared: only a summary takes them)."""
+
+    def tokens(exchange: Exchange) -> int:
+        files = sum(len(_files(part)) for message in view.messages_of(exchange) for part in message.parts)
+        return exchange.tokens + files * file_tokens
+
+    used = sum(tokens(e) for e in view.exchanges if e.unfinished or e.kind == 'opening')
     keep: set[str] = set()
     for exchange in reversed(view.exchanges):
         if exchange.unfinished or exchange.kind in ('opening', 'boundary'):
             continue
-        if used + exchange.tokens > budget:
+        cost = tokens(exchange)
+        if used + cost > budget:
             break
         keep.add(exchange.id)
-        used += exchange.tokens
+        used += cost
     return keep
 
 
