@@ -70,7 +70,7 @@ def projections(draw: st.DrawFn) -> tuple[list[ModelMessage], list[ModelMessage]
 def saved(covered: list[ModelMessage], projection: list[ModelMessage], written: set[str]) -> list[ModelMessage]:
     """*covered*, then a response carrying the record of *projection*, as a history saved and loaded back."""
     ops, new = carry.encode(projection, covered, restub, written)
-    value, _ = carry.record('V', len(covered), carry.shape_digest(covered), ops, new, {'note': 'n'})
+    value, _ = carry.record('V', len(covered), carry.content_digest(covered), ops, new, {'note': 'n'})
     out = [*covered, carry.with_record(ModelResponse(parts=[TextPart('ok')], timestamp=T0), value)]
     return ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(out))
 
@@ -96,13 +96,13 @@ def test_a_made_message_is_written_once_and_found_in_the_record_that_holds_it() 
     # The first request to send the boundary: its response carries the boundary whole.
     ops, new = carry.encode([h[0], boundary, h[2]], h[:3], restub, set())
     assert list(new) == [ops[1]['new']]
-    first_value, first_base = carry.record('V', 3, carry.shape_digest(h[:3]), ops, new, {})
+    first_value, first_base = carry.record('V', 3, carry.content_digest(h[:3]), ops, new, {})
     first = carry.with_record(responses[1], first_value)
     # A later projection shows the same boundary: its record names it without writing it again.
     covered = [*h[:3], first, h[4]]
     later_ops, later_new = carry.encode([h[0], boundary, *covered[2:]], covered, restub, set(new))
     assert later_new == {} and later_ops[1] == ops[1]
-    later_value, _ = carry.record('V', 5, carry.shape_digest(covered), later_ops, later_new, {}, first_base)
+    later_value, _ = carry.record('V', 5, carry.content_digest(covered), later_ops, later_new, {}, first_base)
     # It starts from the first record: its first two entries are named, not repeated.
     assert later_value['messages'][0] == {'base': first_base.id, 'count': 2}
     later = carry.with_record(responses[2], later_value)

@@ -8,8 +8,9 @@ at every turn, so the provider's cache never served it.
 
 So a view also writes its projection as a record into the metadata of the response to the request that
 first sent it (metadata is saved with the history and never sent to a model), and the next run rebuilds
-the projection from the newest record, when the history it is given still has the shape the record was
-made from (`shape_digest`). The record names the saved messages the projection shows, so it stays small:
+the projection from the newest record, when the history it is given is still the one the record was made
+from (the same messages saying the same: `content_digest`). The record names the saved messages the projection
+shows, so it stays small:
 
 - `[start, stop]`: saved messages `start` to `stop - 1`, as they are;
 - `{"at": i, "parts": [p, ...], "stubs": {"p": text}}`: saved message `i` with only the parts listed
@@ -75,7 +76,7 @@ class Base:
     ops: list[Any]
 
 
-def shape_digest(messages: Sequence[ModelMessage]) -> str:
+def content_digest(messages: Sequence[ModelMessage]) -> str:
     """A digest of what a record relies on in *messages*: their order, kinds, parts and what each part says.
 
     A history that lost, gained or reordered messages, or whose text changed anywhere (a result masked, a prompt
@@ -120,7 +121,7 @@ def encode(
     """The record of *projection* as *covered* (the saved messages it stands for) shows it, and the made
     messages whose keys are not in *written*, to write whole.
 
-    Every entry is checked by building it back: what `decode` gives is *projection*, message for message.
+    Every derived entry is checked by building it back: what `read` gives is *projection*, message for message.
     """
     where = {id(message): index for index, message in enumerate(covered)}
     parents: dict[int, int] = {}
@@ -263,7 +264,7 @@ def _records(history: Sequence[ModelMessage], owner: str, end: int) -> Iterator[
 def read(history: Sequence[ModelMessage], owner: str, restub: Restub, key: str | None = None) -> Carried | None:
     """The projection *owner* last recorded in *history*, rebuilt; `None` when there is none or none can be used.
 
-    Nothing of a record is used once the history it was made from changed (`shape_digest`): its state may repeat
+    Nothing of a record is used once the history it was made from changed (`content_digest`): its state may repeat
     what the application took out (a handoff note quoting a deleted turn). A record made under another archive
     *key* (`state['key']`) gives its state but no messages: its lines name archive entries this run cannot read.
     """
@@ -280,7 +281,7 @@ def read(history: Sequence[ModelMessage], owner: str, restub: Restub, key: str |
         and not isinstance(covers, bool)
         and 0 < covers <= position
         and isinstance(ops, list)
-        and value.get('digest') == shape_digest(history[:covers])
+        and value.get('digest') == content_digest(history[:covers])
     ):
         return None
     if state.get('key') != key:

@@ -379,7 +379,9 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         state: dict[str, Any] = {'note': projection.note} if projection.note is not None else {}
         if self._key is not None:
             state['key'] = self._key
-        self._pending = carry.record(CARRY_OWNER, covers, carry.shape_digest(covered), ops, new, state, projection.base)
+        self._pending = carry.record(
+            CARRY_OWNER, covers, carry.content_digest(covered), ops, new, state, projection.base
+        )
 
     async def after_model_request(
         self, ctx: RunContext[AgentDepsT], *, request_context: ModelRequestContext, response: ModelResponse
