@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -13,7 +15,10 @@ from pydantic_ai.usage import RequestUsage
 
 from pydantic_ai_compaction import Archive, InMemoryArchiveStore
 from pydantic_ai_compaction.processors.memory.results import deserialize_part, serialize_part
+from pydantic_ai_compaction.protocols.archive import ArchivedResult
 from pydantic_ai_compaction.runtime.encoding import from_json, to_json_in_order
+
+from .stores import make_store
 
 
 def archived_then_recovered(value: Callable[[], Any]) -> tuple[ToolReturnPart, ToolReturnPart]:
@@ -51,19 +56,34 @@ def test_a_recovered_tuple_is_sent_as_one_value_as_the_original_was() -> None:
     assert recovered.content_items(mode='str') == original.content_items(mode='str') == ['["first","second"]']
 
 
-def test_a_recovered_dict_keeps_its_key_order_when_it_holds_a_lone_surrogate() -> None:
-    value = {'zeta \udc80': 1, 'alpha': [2, 3], 'mid': {'y': 1, 'b': 2}}
-    original, recovered = archived_then_recovered(lambda: value)
-    assert original.content == value
-    content = cast('dict[str, Any]', recovered.content)
-    assert list(content) == ['zeta \udc80', 'alpha', 'mid']  # not sorted: the model reads them in order
-    assert list(content['mid']) == ['y', 'b'] and content == value
+@pytest.mark.parametrize('kind', ['memory', 'sqlite', 'postgres'])
+def test_every_store_gives_back_a_dict_s_keys_as_they_were_lone_surrogates_and_order_included(
+    kind: str, tmp_path: Path
+) -> None:
+    # pydantic-core writes a key holding a lone surrogate as U+FFFD, and the lossless form sorted the keys.
+    value = {'zeta \udc80': 1, 'alpha': [2, 3], 'mid': {'y': 'text \udc81', 'b': 2}}
+    store = make_store(kind, tmp_path)
+    conversation = f'shape-{uuid.uuid4().hex}'
+    payload = serialize_part(ToolReturnPart('fetch', value, tool_call_id='f'))
+    store.put_archived([ArchivedResult(conversation, 'a1', 'r1', 'fetch', 'f', '{}', payload, 'n', 't')])
+    entry = store.get_archived(conversation, 'a1')
+    assert entry is not None
+    content = cast('dict[str, Any]', deserialize_part(entry.payload).content)
+    assert list(content) == ['zeta \udc80', 'alpha', 'mid'] and list(content['mid']) == ['y', 'b']
+    assert content == value
 
 
 @pytest.mark.parametrize(
     'content',
-    [('a', 1), ['a', 1], ('\udc80', {'k': (1, 2)}), 'plain', {'b\udc80': 10**5000, 'a': 1}],
-    ids=['tuple', 'list', 'tuple-with-surrogate', 'text', 'dict-long-integer'],
+    [
+        ('a', 1),
+        ['a', 1],
+        ('\udc80', {'k': (1, 2)}),
+        'plain',
+        {'b\udc80': 10**5000, 'a': 1},
+        {'zeta': 'value \udc80', 'alpha': {'y': 1, 'b': 2}},
+    ],
+    ids=['tuple', 'list', 'tuple-with-surrogate', 'text', 'dict-long-integer', 'dict-surrogate-value'],
 )
 def test_a_stored_result_reads_back_with_its_content_s_type_and_order(content: Any) -> None:
     part = ToolReturnPart('t', content, tool_call_id='c')

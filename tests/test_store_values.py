@@ -125,9 +125,7 @@ def run(
         # for a provider (`model_response_str`), so the structured result carries the text cleaned; the text
         # result below carries it raw.
         clean = clean_text(text)
-        # A key may keep its lone surrogates: pydantic-core renders them as U+FFFD, where it refuses them in a value.
-        nested = {clean: [number, None, 1.5], f'key {text}': 'raw key'}
-        return {'text': clean, 'number': number, 'items': [items[0], clean], 'nested': nested}
+        return {'text': clean, 'number': number, 'items': [items[0], clean], 'nested': {clean: [number, None, 1.5]}}
 
     @agent.tool_plain
     def shout(text: str) -> str:  # pyright: ignore[reportUnusedFunction]
@@ -164,10 +162,8 @@ def test_awkward_values_round_trip_exactly_through_every_memory_tool(
     recovered = [p for (name, _), p in sorted(returns.items(), key=lambda kv: kv[0][1]) if name == 'context_recover']
     # The exact originals: the dict with its big integers and surrogates, the text byte for byte.
     clean = clean_text(text)
-    nested = {clean: [number, None, 1.5], f'key {text}': 'raw key'}
-    expected_dict = {'text': clean, 'number': number, 'items': [number, clean], 'nested': nested}
+    expected_dict = {'text': clean, 'number': number, 'items': [number, clean], 'nested': {clean: [number, None, 1.5]}}
     assert recovered[0].content == expected_dict
-    assert list(recovered[0].content['nested']) == list(nested)  # in the tool's order
     assert original_part(recovered[1]).content == f'{text}\n{text.upper()}\nend'
     # The notes, stored exactly; and the arguments, as lossless JSON.
     assert shared_store.notes(conversation) == [Note('fact', text.strip())]
