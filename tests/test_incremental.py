@@ -36,7 +36,7 @@ from pydantic_ai_compaction.runtime.segment import (
     segment,
     segment_fresh,
 )
-from pydantic_ai_compaction.runtime.tokens import estimate_token_count
+from pydantic_ai_compaction.runtime.tokens import GrowingEstimate, estimate_token_count
 
 from .reliability import histories
 
@@ -574,3 +574,71 @@ def test_instructions_gathered_incrementally_equal_a_fresh_gathering(
     edited[len(history) // 2] = _edited(history[len(history) // 2])
     check(edited)
     check(history)
+
+
+def _files_in(message: ModelMessage) -> int:
+    # Any count per message: a view sums the files its requests send.
+    return len(message.parts)
+
+
+@EXAMPLES
+@given(histories(), st.data())
+def test_a_growing_estimate_equals_the_whole_list_s_through_growth_swaps_cuts_and_instruction_changes(
+    history: list[ModelMessage], data: st.DataObject
+) -> None:
+    # What a view's estimate goes through in a run: steps appended, the request in progress given more parts
+    # in place, a message swapped for another (a capability's rewrite), the list cut back (a projection), and
+    # instructions set or changed. Every answer is the whole list's, read fresh.
+    estimate = GrowingEstimate(_files_in)
+    current: list[ModelMessage] = []
+    for _ in range(data.draw(st.integers(1, 12))):
+        action = data.draw(st.sampled_from(['grow', 'grow', 'last', 'swap', 'cut', 'instructions', 'delta']))
+        current = list(current)  # the owner never changes a list it passed
+        if action == 'grow' or not current:
+            current.extend(copy.deepcopy(history[: data.draw(st.integers(1, max(1, len(history))))]))
+        elif action == 'last':
+            current[-1].parts = [*current[-1].parts, UserPromptPart('more, in place')]  # pyright: ignore[reportAttributeAccessIssue]
+        elif action == 'swap':
+            at = data.draw(st.integers(0, len(current) - 1))
+            current[at] = _edited(current[at])
+        elif action == 'cut':
+            del current[data.draw(st.integers(0, len(current) - 1)) :]
+        else:
+            at = data.draw(st.integers(0, len(current) - 1))
+            request = current[at]
+            if isinstance(request, ModelRequest):
+                if action == 'instructions':
+                    current[at] = replace(
+                        request, instructions=data.draw(st.sampled_from([None, 'Audit.', 'Be brief.']))
+                    )
+                else:
+                    delta = InstructionDeltaPart(id=InstructionId(AgentInstructionSource(), name='clock'), content='t')
+                    current[at] = replace(request, parts=[*request.parts, delta])
+        assert estimate.measure(current) == (
+            estimate_token_count(current),
+            sum(map(_files_in, current)),
+        )
+
+
+def test_a_growing_estimate_reads_only_the_new_messages_and_the_last_one_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    tokens_module = importlib.import_module('pydantic_ai_compaction.runtime.tokens')
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('go')])]
+    for step in range(40):
+        history.append(ModelResponse(parts=[ToolCallPart('read', {'i': step}, tool_call_id=f'c{step}')]))
+        history.append(ModelRequest(parts=[ToolReturnPart('read', 'x' * step, tool_call_id=f'c{step}')]))
+    expected = estimate_token_count(history[:43]), estimate_token_count(history)
+    estimate = GrowingEstimate()
+    estimate.measure(history[:41])
+    read: list[ModelMessage] = []
+    measure = tokens_module.measure_message_text
+
+    def counted(message: ModelMessage) -> object:
+        read.append(message)
+        return measure(message)
+
+    monkeypatch.setattr(tokens_module, 'measure_message_text', counted)
+    assert estimate.measure(history[:43]) == (expected[0], 0)
+    assert read == history[40:43]  # the last one measured, then the two new ones
+    read.clear()
+    assert estimate.measure(history, kept=30)[0] == expected[1]
+    assert read == history[42:]

@@ -8,7 +8,7 @@ import importlib
 import weakref
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from pydantic_ai import Agent
@@ -278,3 +278,101 @@ def test_a_log_rewrite_after_a_selection_keeps_the_selection(rewriter: str) -> N
     assert alone < 10
     after: AbstractCapability[Any] = Archive() if rewriter == 'archive' else ForgetReasoning(policy='drop')
     assert sent_with([BoundedSelection[Any](budget=2_000), after]) == alone
+
+
+@dataclass
+class _Rewrite(AbstractCapability[Any]):
+    """From request *start* on, every tool result in the history is sent as *content* (new messages each time)."""
+
+    start: int
+    content: object
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        if ctx.run_step < self.start:
+            return request_context
+        request_context.messages = [
+            replace(
+                m, parts=[replace(p, content=self.content) if isinstance(p, ToolReturnPart) else p for p in m.parts]
+            )
+            if isinstance(m, ModelRequest)
+            else m
+            for m in request_context.messages
+        ]
+        return request_context
+
+
+def _tiered_run(rewrite: _Rewrite, steps: int = 16) -> list[list[ModelMessage]]:
+    from pydantic_ai_compaction import ClearThenSummarize
+
+    from .support import log_text
+
+    seen: list[list[ModelMessage]] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        if len(seen) > steps:
+            return ModelResponse(parts=[TextPart('done')])
+        return ModelResponse(parts=[ToolCallPart('read_log', {'index': len(seen)})])
+
+    agent = Agent(
+        FunctionModel(respond), capabilities=[rewrite, ClearThenSummarize(context_window=10_000, summarize=False)]
+    )
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return log_text(index, 60)
+
+    agent.run_sync('Audit the logs.')
+    return seen
+
+
+def _stubs(messages: list[ModelMessage]) -> int:
+    return sum(
+        isinstance(p, ToolReturnPart) and str(p.content).startswith('[cleared:')
+        for m in messages
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+    )
+
+
+def test_clear_then_summarize_measures_results_another_capability_shortened_after_it_cleared() -> None:
+    # Results of about 3,000 characters are cleared once the request nears 5,000 tokens; from step 10 on another
+    # capability sends each as 1,000 characters (new messages): 16 of them, about 4,000 tokens, under the
+    # threshold. The view measures what it is given, not what it measured of the messages they replaced: it
+    # sends them as they are, with no stub (a stale estimate would clear them again).
+    seen = _tiered_run(_Rewrite(start=10, content='y' * 1_000))
+    assert any(_stubs(request) for request in seen[:9])
+    late = seen[10:]
+    assert late and all(_stubs(request) == 0 for request in late)
+    assert all(
+        p.content == 'y' * 1_000
+        for m in late[-1]
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart)
+    )
+
+
+def test_clear_then_summarize_sends_what_an_equal_but_different_rewrite_holds() -> None:
+    # Every result is sent as a long record holding 0, then, from step 10, holding False: 0 == False, yet the
+    # rewrite says something else. Compared by equality, it was taken for the messages the projection stands for,
+    # and the results the projection kept verbatim went on holding 0 (`[stubs..., 0, 0, 0, False, False, False]`).
+    class _Flip(_Rewrite):
+        async def before_model_request(
+            self, ctx: RunContext[Any], request_context: ModelRequestContext
+        ) -> ModelRequestContext:
+            self.content = {'flag': False if ctx.run_step >= 10 else 0, 'log': 'z' * 3_000}
+            return await super().before_model_request(ctx, request_context)
+
+    seen = _tiered_run(_Flip(start=1, content=None), steps=10)
+    assert _stubs(seen[8]) > 0  # a projection stood for the history before the rewrite
+    flags: list[object] = [
+        cast('dict[str, object]', p.content)['flag']  # pyright: ignore[reportUnknownMemberType]
+        for m in seen[-1]
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart) and isinstance(p.content, dict)
+    ]
+    assert flags and all(flag is False for flag in flags)

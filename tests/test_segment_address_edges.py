@@ -282,3 +282,29 @@ def test_compactions_of_views_read_in_turn_are_cold_compactions(
     for messages, _ in _views_read_in_order(history, other, actions):
         got = _outcome(asyncio.run(run_compaction(live, messages, _context(reply))))
         assert got == _cold(name, messages, reply)
+
+
+class _Listed(list[object]):
+    """A list subclass: `same_objects` compares it object by object, never through the array it may not use."""
+
+
+@pytest.mark.parametrize('through', ['arrays', 'identity pass'])
+def test_same_objects_answers_by_identity_whichever_way_it_compares(
+    through: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memo = importlib.import_module('pydantic_ai_compaction.runtime.memo')
+    if through == 'identity pass':
+        monkeypatch.setattr(memo, '_list_arrays', lambda: None)
+    else:
+        assert memo._list_arrays() is not None  # pyright: ignore[reportPrivateUsage]  # CPython with its lock
+    same = memo.same_objects
+    items: list[object] = [object() for _ in range(1_000)]
+    zero = ModelRequest(parts=[UserPromptPart('flag: 0')], metadata={'flag': 0})
+    false = replace(zero, metadata={'flag': False})
+    assert zero == false  # equal in Python's eyes...
+    assert not same([zero], [false])  # ...and not the same message
+    assert same([zero], [zero]) and same([], []) and same(items, list(items))
+    assert not same(items, [*items[:-1], object()]) and not same(items, [object(), *items[1:]])
+    assert not same(items, items[:-1])  # lengths differ
+    assert same(items, tuple(items)) and not same(items, tuple([*items[:500], object(), *items[501:]]))
+    assert same(_Listed(items), items) and not same(_Listed([*items[:3], object(), *items[4:]]), items)

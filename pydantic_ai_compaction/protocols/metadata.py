@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from functools import cache
 from typing import Any, TypeVar, cast
 
 from pydantic_ai_compaction.protocols.types import METADATA_KEY
@@ -93,6 +94,18 @@ _READERS: dict[str, Callable[[object], object]] = {'str | None': _string, 'int |
 M = TypeVar('M', bound='Marks')
 
 
+@cache
+def _fields_of(cls: type[Marks]) -> tuple[tuple[str, Callable[[object], object]], ...]:
+    """Each field of a marks class and the reader of its type (`dataclasses.fields` reflects at every call)."""
+    return tuple((field.name, _READERS[str(field.type)]) for field in fields(cast('Any', cls)))
+
+
+@cache
+def _unmarked(cls: type[Marks]) -> Marks:
+    """A marks class's instance with no mark set (every field's default)."""
+    return cls()
+
+
 class Marks:
     """Base of the typed marks: each field is one key under `METADATA_KEY`, read and written by its type."""
 
@@ -100,13 +113,17 @@ class Marks:
     def from_metadata(cls: type[M], metadata: object) -> M:
         """The marks in *metadata*; a value of the wrong type (forged, or from another version) reads as absent."""
         values = ours(metadata)
-        read = {field.name: _READERS[str(field.type)](values.get(field.name)) for field in fields(cast('Any', cls))}
+        if not values:
+            # Most parts carry none of ours (a tool's result, a prompt): the marks are the defaults, one instance
+            # per class (they are frozen), not read field by field (clearing reads every result's marks).
+            return cast('M', _unmarked(cls))
+        read = {name: reader(values.get(name)) for name, reader in _fields_of(cls)}
         return cls(**read)
 
     def to_metadata(self, metadata: object = None) -> dict[str, Any]:
         """A copy of *metadata* carrying these marks (the ones that are set); everything else is kept."""
         # `False` and `None` are how an unset mark reads, so neither is written; `0` is a value.
-        values = {field.name: getattr(self, field.name) for field in fields(cast('Any', self))}
+        values = {name: getattr(self, name) for name, _ in _fields_of(type(self))}
         return with_ours(
             metadata, {name: value for name, value in values.items() if value is not None and value is not False}
         )

@@ -9,6 +9,7 @@ history alive, and an id reused by a new object can never read an old value.
 
 from __future__ import annotations
 
+import functools
 import operator
 import weakref
 from collections.abc import Callable, Sequence
@@ -60,3 +61,69 @@ class IdentityMemo(Generic[V]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def same_objects(left: Sequence[object], right: Sequence[object]) -> bool:
+    """Whether *left* and *right* hold the same objects in the same order: by identity, never `==` (an equal copy
+    can read differently: `0 == False`).
+
+    Two lists are compared through their arrays of addresses in C, at a fraction of an identity pass's cost per
+    object; both must be lists no other thread changes during the call (a slice made for the comparison, or a list
+    its owner never changes). Anything else, or an interpreter whose lists are laid out otherwise, takes the
+    identity pass.
+    """
+    count = len(left)
+    if count != len(right):
+        return False
+    compare = _list_arrays()
+    # `isinstance` for the type checker, `type` for the layout: a subclass may keep its items elsewhere.
+    if compare is not None and isinstance(left, list) and isinstance(right, list) and type(left) is type(right) is list:
+        return compare(left, right, count)
+    return all(map(operator.is_, cast('Sequence[object]', left), right))
+
+
+@functools.cache
+def _list_arrays() -> Callable[[list[object], list[object], int], bool] | None:
+    """`compare(left, right, count)`: whether two lists' first *count* addresses are equal, compared in C by the C
+    library's `memcmp` (the interpreter's lock held: a short call); `None` where the layout cannot be read.
+
+    A list's header ends with the address of its array, then its allocated size: the offset comes from the type's
+    size and is checked on lists of known objects, so an interpreter that lays lists out otherwise (or a build
+    without the interpreter's lock, or without `ctypes`) falls back to the identity pass. Made at the first
+    comparison: importing `ctypes` costs milliseconds a program that never compares should not pay.
+    """
+    import sys
+
+    if sys.implementation.name != 'cpython' or not getattr(sys, '_is_gil_enabled', lambda: True)():
+        return None
+    try:
+        import ctypes
+    except ImportError:  # a build without it (some sandboxed or embedded ones)
+        return None
+    word = ctypes.sizeof(ctypes.c_void_p)
+    array_of_list = list.__basicsize__ - 2 * word  # `ob_item` then `allocated` end the list's header
+    pointer, string_at = ctypes.c_void_p, ctypes.string_at
+    try:
+        memcmp = ctypes.PyDLL(None).memcmp  # the C library, with the lock held during the call
+        memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+        memcmp.restype = ctypes.c_int
+    except (OSError, AttributeError, TypeError):  # no C library to load by name here (`None` is refused on Windows)
+        memcmp = None
+
+    def compare(left: list[object], right: list[object], count: int) -> bool:
+        if not count:
+            return True
+        first = pointer.from_address(id(left) + array_of_list).value
+        second = pointer.from_address(id(right) + array_of_list).value
+        if memcmp is not None:
+            return memcmp(first, second, count * word) == 0
+        return string_at(first or 0, count * word) == string_at(second or 0, count * word)
+
+    try:
+        probe = [object() for _ in range(4)]
+        other = [*probe[:3], object()]
+        if not compare(probe, list(probe), 4) or compare(probe, other, 4) or not compare(probe, other, 3):
+            return None
+    except Exception:  # an unexpected layout: use the identity pass
+        return None
+    return compare

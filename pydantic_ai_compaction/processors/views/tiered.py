@@ -60,6 +60,7 @@ from pydantic_ai_compaction.runtime.degraded import described, warn_degraded, wa
 from pydantic_ai_compaction.runtime.encoding import clean_text
 from pydantic_ai_compaction.runtime.events import EventObserver
 from pydantic_ai_compaction.runtime.instructions import tool_provided
+from pydantic_ai_compaction.runtime.memo import same_objects
 from pydantic_ai_compaction.runtime.notes import NOTES_HEADER, gather_notes
 from pydantic_ai_compaction.runtime.project import project
 from pydantic_ai_compaction.runtime.retry import RetryPolicy
@@ -70,13 +71,19 @@ from pydantic_ai_compaction.runtime.segment import (
     is_restatement,
     segment,
 )
+from pydantic_ai_compaction.runtime.shape import ShapeCheck
 from pydantic_ai_compaction.runtime.stores.access import (
     ConversationKey,
     check_conversation,
     conversation_key,
     readable_error,
 )
-from pydantic_ai_compaction.runtime.tokens import DEFAULT_CONTEXT_WINDOW, estimate_token_count, resolve_context_window
+from pydantic_ai_compaction.runtime.tokens import (
+    DEFAULT_CONTEXT_WINDOW,
+    GrowingEstimate,
+    estimate_token_count,
+    resolve_context_window,
+)
 from pydantic_ai_compaction.runtime.transcript import clip, render_messages, return_text, user_text
 from pydantic_ai_compaction.runtime.trigger import text_tokens
 from pydantic_ai_compaction.runtime.wrappers import neutralize
@@ -120,8 +127,9 @@ class _Projection:
     covers: int = 0
     messages: list[ModelMessage] = field(default_factory=list[ModelMessage])
     note: str | None = None
-    covered: tuple[ModelMessage, ...] = ()
-    """The persisted messages the projection stands for, to notice when another capability changed them."""
+    covered: list[ModelMessage] = field(default_factory=list[ModelMessage])
+    """The persisted messages the projection stands for, to notice when another capability changed them (never
+    changed in place: a new projection gets a new list)."""
 
     written: set[str] = field(default_factory=set[str])
     """Keys of the messages it made (its handoff boundary) that the saved history holds whole already."""
@@ -221,6 +229,19 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
 
     _writes: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
+    _size: GrowingEstimate = field(init=False, repr=False, compare=False)
+    """Per run: the view's estimate and its files, read only for the messages after the previous request's."""
+
+    _check: ShapeCheck = field(init=False, repr=False, compare=False)
+    """Per run: the projection's shape check, which scans only what follows the previous request's."""
+
+    _measured: _Projection | None = field(init=False, repr=False, compare=False)
+    """Per run: the projection the view `_size` measured last was built on (a compaction then changes it)."""
+
+    _sent: tuple[_Projection, list[ModelMessage]] | None = field(init=False, repr=False, compare=False)
+    """Per run: the projection the previous request was built on and the messages built for it, so a request on the
+    same projection has its projected messages neither measured nor checked again (`_known`)."""
+
     _read_back: bool = field(init=False, repr=False, compare=False)
     """Per run: whether the projection an earlier run saved with the history was looked for."""
 
@@ -262,6 +283,9 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         check_callable(owner, 'observer', self.observer, arguments=1)
         self._writes = check_pattern(owner, 'write_tools', self.write_tools)
         self._projection = _Projection()
+        self._size = GrowingEstimate(_message_files)
+        self._check = ShapeCheck()
+        self._measured = self._sent = None
         self._read_back = False
         self._pending = None
         self._key = None
@@ -299,25 +323,31 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
                     covers=carried.covers,
                     messages=carried.messages,
                     note=note if isinstance(note, str) else None,
-                    covered=tuple(persisted[: carried.covers]),
+                    covered=list(persisted[: carried.covers]),
                     written=carried.written,
                     base=carried.base,
                 )
         projection = self._projection
-        stale = projection.covers > len(persisted) or any(map(operator.is_not, projection.covered, persisted))
+        # By identity, in C (`same_objects`): this runs at every request. Not `==`: a copy equal to a message only
+        # in Python's eyes (`0 == False`) says something else, and the projection would go on sending the old one.
+        stale = projection.covers > len(persisted) or not same_objects(
+            persisted[: projection.covers], projection.covered
+        )
         if stale:
             # Another capability rewrote what the projection stands for (an archive stub, a compaction):
             # start again from the persisted history, keeping the handoff note to update.
             self._projection = projection = _Projection(
                 note=projection.note, written=projection.written, base=projection.base
             )
-        return [*projection.messages, *persisted[projection.covers :]] if projection.covers else list(persisted)
+        # `+` on two lists: one allocation (unpacking both into a display cost twice as much at 5,000 messages).
+        return projection.messages + list(persisted[projection.covers :]) if projection.covers else list(persisted)
 
     async def before_model_request(
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         """Send the projection; move to the next tier when the projected request crosses its threshold."""
-        persisted = list(request_context.messages)
+        # Not copied (every message touched, at every request): only read, and sliced where held.
+        persisted = request_context.messages
         return await project(
             type(self).__name__,
             ctx,
@@ -325,6 +355,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             lambda: self._project(ctx, request_context, persisted),
             reason='clear then summarize',
             observer=self.observer,
+            checker=self._check,
         )
 
     async def _project(
@@ -337,7 +368,8 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             except ArchiveError:  # clearing says so when it archives; a record made under a key is not carried
                 self._key = None
         view = self.view(persisted)
-        tokens = self._tokens(view)
+        tokens = self._tokens(view, self._known())
+        self._measured = self._projection
         summarized: list[ModelMessage] | None = None
         if self.summarize and tokens >= min(self.summarize_at * window, self.summarize_max_tokens):
             summarized = await self._summarize(view, persisted, window, for_request(ctx, request_context, self.retry))
@@ -345,13 +377,30 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             view = summarized
             self._remember(view, persisted, ctx.messages)
         elif tokens >= self.clear_at * window:
-            # In a worker thread: clearing archives the outputs it clears, and a store call may block.
             recall = any(tool.name == RECALL_TOOL for tool in request_context.model_request_parameters.function_tools)
-            cleared = await anyio.to_thread.run_sync(self._clear, view, window, ctx, tokens, recall)
+            if self.store is None:
+                # Nothing to archive, nothing that blocks: a worker thread would only add its hand-off.
+                cleared = self._clear(view, window, ctx, tokens, recall)
+            else:
+                # In a worker thread: clearing archives the outputs it clears, and a store call may block.
+                cleared = await anyio.to_thread.run_sync(self._clear, view, window, ctx, tokens, recall)
             if cleared is not None:
                 view = cleared
                 self._remember(view, persisted, ctx.messages)
+        self._sent = (self._projection, view)
         return view
+
+    def _known(self) -> int:
+        """How many leading messages of this request's view `_size` measured last, as the same objects: its
+        projection's, when the view measured last was built on it. The shape check is told the same of the
+        messages the previous request sent, when they were. Both then compare only the rest."""
+        projection = self._projection
+        if not projection.covers:
+            return 0
+        sent = self._sent
+        if sent is not None and sent[0] is projection:
+            self._check.kept(len(projection.messages), sent[1])
+        return len(projection.messages) if self._measured is projection else 0
 
     def _remember(self, view: list[ModelMessage], sent: list[ModelMessage], saved: Sequence[ModelMessage]) -> None:
         """Keep *view* as the projection of the messages *sent* to this request that the history *saved* holds.
@@ -371,9 +420,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         else:
             covers, messages = len(sent), view
         covered = sent[:covers]
-        self._projection = projection = replace(
-            self._projection, covers=covers, messages=messages, covered=tuple(covered)
-        )
+        self._projection = projection = replace(self._projection, covers=covers, messages=messages, covered=covered)
         # Written with the response (`after_model_request`), so the next run starts from this projection.
         ops, new = carry.encode(messages, covered, _restub, projection.written)
         state: dict[str, Any] = {'note': projection.note} if projection.note is not None else {}
@@ -395,12 +442,11 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         self._projection.base = base
         return carry.with_record(response, value)
 
-    def _tokens(self, view: Sequence[ModelMessage]) -> int:
-        """*view*'s estimate, each file in it counted as `file_tokens`."""
-        files = sum(
-            len(_files(part)) for message in view if isinstance(message, ModelRequest) for part in message.parts
-        )
-        return estimate_token_count(view) + files * self.file_tokens
+    def _tokens(self, view: Sequence[ModelMessage], known: int = 0) -> int:
+        """*view*'s estimate, each file in it counted as `file_tokens` (*known*: as `GrowingEstimate.measure`'s
+        `kept`)."""
+        tokens, files = self._size.measure(view, kept=known)
+        return tokens + files * self.file_tokens
 
     def _chars(self, part: ToolReturnPart) -> int:
         """The characters a result takes in the request, each file in it counted as `file_tokens` × 4."""
@@ -619,6 +665,13 @@ def _files(part: ModelRequestPart | ModelResponsePart) -> Sequence[MultiModalCon
     if isinstance(part, UserPromptPart) and not isinstance(part.content, str):
         return [item for item in part.content if is_multi_modal_content(item)]
     return ()
+
+
+def _message_files(message: ModelMessage) -> int:
+    """How many files *message* sends (those in a request's tool results and prompts)."""
+    if not isinstance(message, ModelRequest):
+        return 0
+    return sum(len(_files(part)) for part in message.parts)
 
 
 def _files_said(files: Sequence[MultiModalContent]) -> str:
