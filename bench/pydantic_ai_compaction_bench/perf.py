@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, cast
 
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -37,6 +38,7 @@ from pydantic_ai_harness.compaction import ClearToolResults, estimate_context_to
 
 from pydantic_ai_compaction import (
     Archive,
+    ClearThenSummarize,
     ForgetReasoning,
     InstructionSources,
     Proposal,
@@ -116,16 +118,16 @@ async def _ams(function: Callable[[], Awaitable[object]], repeat: int) -> float:
     return statistics.median(times)
 
 
-async def _cpu_ms(function: Callable[[], Awaitable[object]]) -> float:
+async def _cpu_ms(function: Callable[[], Awaitable[object]], clock: Callable[[], int] = time.thread_time_ns) -> float:
     """Thread CPU milliseconds of one call of *function*, the collector paused (a collection of earlier garbage
-    is not the call's time)."""
+    is not the call's time); with *clock* `time.process_time_ns`, every thread's (work handed to a worker thread)."""
     enabled = gc.isenabled()
     gc.collect()
     gc.disable()
     try:
-        started = time.thread_time_ns()
+        started = clock()
         await function()
-        return (time.thread_time_ns() - started) / 1e6
+        return (clock() - started) / 1e6
     finally:
         if enabled:
             gc.enable()
@@ -438,6 +440,7 @@ _PER_REQUEST_PATHS = (
     'archive (number new results)',
     'recall (index new parts)',
     'reset (read new steps ahead)',
+    'clear then summarize (whole hook)',
 )
 
 
@@ -501,6 +504,15 @@ def _per_request_path(name: str) -> tuple[_Path, Callable[[], None]]:
             reset._read_arrived(messages)  # pyright: ignore[reportPrivateUsage]  # its hook below the trigger
 
         return reset_path, nothing
+    if name == 'clear then summarize (whole hook)':
+        views: list[AbstractCapability[None]] = []
+
+        async def tiered_path(messages: list[ModelMessage]) -> None:
+            if not views:
+                views.append(await _tiered_view(messages).for_run(ctx))
+            await views[0].before_model_request(replace(ctx, messages=messages), _request_context(messages))
+
+        return tiered_path, nothing
     store = SQLiteArchiveStore(':memory:')
     recall = Recall[None](store=store)
 
@@ -508,6 +520,16 @@ def _per_request_path(name: str) -> tuple[_Path, Callable[[], None]]:
         recall.index('bench', messages)
 
     return recall_path, store.close
+
+
+def _tiered_view(history: Sequence[ModelMessage]) -> ClearThenSummarize[None]:
+    """The clearing tier over a window *history* fills past its clearing threshold (1.5× its estimate): a run's first
+    request clears it, and the next ones send that projection and the steps after it, as between two clearings.
+
+    At 10k tokens a step is a seventh of the window, so clearing comes again every few requests there; the larger
+    histories send the projection of their first request to the end of the run.
+    """
+    return ClearThenSummarize[None](context_window=estimate_token_count(list(history)) * 3 // 2, summarize=False)
 
 
 def scaling_table(measured: dict[str, dict[str, PerRequest]]) -> str:
@@ -587,6 +609,21 @@ async def compaction_paths(repeat: int = 5, pairs: int = 7) -> list[Target]:
 
         return subject
 
+    def clearing_view(messages: Callable[[], list[ModelMessage]]) -> Callable[[], Awaitable[float]]:
+        async def subject() -> float:
+            given = messages()  # a fresh copy and its view, made before the clock starts
+            view = await _tiered_view(given).for_run(ctx)
+            # Process time: the view clears in a worker thread (a store may block), which thread time would not see.
+            return await _cpu_ms(
+                lambda: view.before_model_request(replace(ctx, messages=given), _request_context(given)),
+                time.process_time_ns,
+            )
+
+        return subject
+
+    async def clearing_all_threads() -> float:
+        return await _cpu_ms(lambda: clear.compact(history, ctx), time.process_time_ns)
+
     def reading(function: Callable[[list[ModelMessage]], object]) -> Callable[[], Awaitable[float]]:
         async def subject() -> float:
             given = fresh_copy(history)  # made before the clock starts
@@ -612,6 +649,12 @@ async def compaction_paths(repeat: int = 5, pairs: int = 7) -> list[Target]:
         (
             'reset, whole compaction (cold)',
             *await _paired(compacting(lambda: fresh_copy(history)), clearing(history), pairs),
+        )
+    )
+    rows.append(
+        (
+            'clear then summarize, first request (clears; cold, whole hook)',
+            *await _paired(clearing_view(lambda: fresh_copy(history)), clearing_all_threads, pairs),
         )
     )
     # The results above are two lines each (`log N` and 8 KB on one line); a log of 80 lines of 100 characters
