@@ -597,7 +597,14 @@ def test_a_growing_estimate_equals_the_whole_list_s_through_growth_swaps_cuts_an
         if action == 'grow' or not current:
             current.extend(copy.deepcopy(history[: data.draw(st.integers(1, max(1, len(history))))]))
         elif action == 'last':
-            current[-1].parts = [*current[-1].parts, UserPromptPart('more, in place')]  # pyright: ignore[reportAttributeAccessIssue]
+            # What pydantic-ai adds in place after the hooks: a part on a request of the step in progress (after the
+            # newest response), which may be followed by a request-only message a capability added (a reminder).
+            after = [i for i in range(len(current)) if not any(isinstance(m, ModelResponse) for m in current[i:])]
+            if after:
+                request = current[data.draw(st.sampled_from(after))]
+                request.parts = [*request.parts, UserPromptPart('more, in place')]  # pyright: ignore[reportAttributeAccessIssue]
+            else:
+                current.append(ModelRequest(parts=[UserPromptPart('a reminder, sent only')]))
         elif action == 'swap':
             at = data.draw(st.integers(0, len(current) - 1))
             current[at] = _edited(current[at])

@@ -376,3 +376,113 @@ def test_clear_then_summarize_sends_what_an_equal_but_different_rewrite_holds() 
         if isinstance(p, ToolReturnPart) and isinstance(p.content, dict)
     ]
     assert flags and all(flag is False for flag in flags)
+
+
+@dataclass
+class _Reminder(AbstractCapability[Any]):
+    """Ends each request with a request-only reminder (never saved), before the view."""
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        request_context.messages = [
+            *request_context.messages,
+            ModelRequest(parts=[UserPromptPart('Reminder: be thorough.')]),
+        ]
+        return request_context
+
+
+def test_clear_then_summarize_measures_an_instruction_change_pydantic_ai_records_after_the_hooks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # pydantic-ai records a changed `on_change='append'` instruction on the step's saved request in place, after the
+    # `before_model_request` hooks; with a reminder after it, that request is not the view's last message. Each
+    # estimate the view makes must still be the whole list's (it was short by the instruction's size, and clearing
+    # came a request late).
+    from pydantic_ai_compaction import ClearThenSummarize
+    from pydantic_ai_compaction.runtime import tokens
+
+    from .support import log_text
+
+    answers: list[tuple[int, int]] = []
+    measure = tokens.GrowingEstimate.measure
+
+    def checked(self: tokens.GrowingEstimate, messages: Any, *, kept: int = 0) -> tuple[int, int]:
+        got = measure(self, messages, kept=kept)
+        answers.append((got[0], tokens.estimate_token_count(messages)))
+        return got
+
+    monkeypatch.setattr(tokens.GrowingEstimate, 'measure', checked)
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(answers) > 12:
+            return ModelResponse(parts=[TextPart('done')])
+        return ModelResponse(parts=[ToolCallPart('read_log', {'index': len(answers)})])
+
+    agent = Agent(
+        FunctionModel(respond),
+        instructions='Audit the logs.',
+        capabilities=[_Reminder(), ClearThenSummarize(context_window=10_000)],
+    )
+
+    @agent.instructions(name='phase', on_change='append')
+    def phase(ctx: RunContext[Any]) -> str:  # pyright: ignore[reportUnusedFunction]
+        return 'Phase 1.' if ctx.run_step < 3 else 'Phase 2. ' + 'Mind the latency column. ' * 40
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return log_text(index, 60)
+
+    agent.run_sync('Audit the logs.')
+    assert len(answers) > 10
+    assert [got for got, _ in answers] == [whole for _, whole in answers]
+
+
+@dataclass
+class _GrowFirstPrompt(AbstractCapability[Any]):
+    """Appends to the first prompt's text in place at every request (what the library's rules forbid)."""
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        first = request_context.messages[0].parts[0]
+        assert isinstance(first, UserPromptPart) and isinstance(first.content, str)
+        first.content = first.content + ' observed' * 300
+        return request_context
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason='documented limitation: ClearThenSummarize measures each message once, up to the newest response; a '
+    'message before it whose text a capability edits in place keeps its first size (replace parts with '
+    'dataclasses.replace, never edit them)',
+)
+def test_clear_then_summarize_sees_a_prompt_grown_in_place() -> None:
+    from pydantic_ai_compaction import ClearThenSummarize
+    from pydantic_ai_compaction.processors.views.tiered import HANDOFF_MARKER
+    from pydantic_ai_compaction.runtime.tokens import estimate_token_count
+
+    sent: list[int] = []
+    notes: list[str] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1].parts[-1]
+        if isinstance(last, UserPromptPart) and HANDOFF_MARKER in str(last.content):
+            notes.append(str(last.content))
+            return ModelResponse(parts=[TextPart('Goal: audit.')])
+        sent.append(estimate_token_count(messages))
+        if len(sent) > 14:
+            return ModelResponse(parts=[TextPart('done')])
+        return ModelResponse(parts=[ToolCallPart('read', {'i': len(sent)})])
+
+    agent = Agent(FunctionModel(respond), capabilities=[_GrowFirstPrompt(), ClearThenSummarize(context_window=10_000)])
+
+    @agent.tool_plain
+    def read(i: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return f'result {i} ' + 'data ' * 60
+
+    agent.run_sync('go')
+    # The prompt alone grows by 675 tokens a request, and the requests pass 7,500 tokens (summarizing's threshold):
+    # measured each time, the view writes a handoff note; with the prompt's first size, it never does.
+    assert max(sent) > 7_500
+    assert notes

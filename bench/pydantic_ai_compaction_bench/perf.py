@@ -613,7 +613,7 @@ async def compaction_paths(repeat: int = 5, pairs: int = 7) -> list[Target]:
         async def subject() -> float:
             given = messages()  # a fresh copy and its view, made before the clock starts
             view = await _tiered_view(given).for_run(ctx)
-            # Process time: the view clears in a worker thread (a store may block), which thread time would not see.
+            # Process time, as its anchor: with a store the view clears in a worker thread, which thread time misses.
             return await _cpu_ms(
                 lambda: view.before_model_request(replace(ctx, messages=given), _request_context(given)),
                 time.process_time_ns,

@@ -131,11 +131,13 @@ class GrowingEstimate:
 
     A view sends, through a tool loop, the previous request plus the new messages: measured whole, each request
     cost the length of the history in Python (about 2 ms a request over 5,000 messages). When the list starts with
-    the list measured last (the same objects, compared in one C-level pass), only the rest is read, and the last
-    message measured again (the request in progress, which its run may still be adding to); any other list is
-    measured from the start. A request holding an instruction change, whose text depends on the messages around
-    it, has the whole list measured every time, as `estimate_token_count` does. As with the segmentation's memo, a
-    message before the last one measured that has its `parts` edited in place is not seen to change.
+    the list measured last up to its newest response (the same objects, compared in one C-level pass), only the
+    rest is read: the messages after that response are read again, since pydantic-ai still adds to the request of
+    the step in progress in place after the hooks (an instruction change it records), and a capability may have put
+    a request-only message after it. Any other list is measured from the start. A request holding an instruction
+    change, whose text depends on the messages around it, has the whole list measured every time, as
+    `estimate_token_count` does. As with the segmentation's memo, a message up to the newest response that has its
+    `parts` edited in place is not seen to change (a strict xfail in `tests/test_incremental_paths.py`).
 
     Holds the list it measured last, as passed (a copy would touch every message at every request): keep one per
     run (a view's per-run state), and do not change a list after passing it.
@@ -147,8 +149,8 @@ class GrowingEstimate:
         self._per_message = per_message
         self._measured: Sequence[ModelMessage] = ()
         self._settled: tuple[int, int, str, bool] = (0, 0, '', True)
-        """What the messages before the last one measured add up to: characters, *per_message*, the newest
-        instructions among them, and whether every one was measured on its own (no instruction change)."""
+        """What the messages measured last add up to up to their newest response: characters, *per_message*, the
+        newest instructions among them, and whether every one was measured on its own (no instruction change)."""
 
     def measure(self, messages: Sequence[ModelMessage], *, kept: int = 0) -> tuple[int, int]:
         """`estimate_token_count(messages)`, and *per_message* summed over *messages* (0 without it).
@@ -157,16 +159,16 @@ class GrowingEstimate:
         objects (its owner built both from one list it does not change): only the rest are compared.
         """
         measured = self._measured
-        start = len(measured) - 1  # the last message measured is read again
+        start = _step_start(measured)
         kept = min(kept, start)
         # By identity, in C: an equal copy can measure otherwise (`0 == False`, written `0` and `false`).
-        if start < 0 or len(messages) <= start or not same_objects(messages[kept:start], measured[kept:start]):
+        if not same_objects(messages[kept:start], measured[kept:start]):  # a shorter list gives a shorter slice
             self._settled, start = (0, 0, '', True), 0
         chars, extra, instructions, exact = self._settled
         per_message = self._per_message
-        last = len(messages) - 1
+        settles = _step_start(messages)  # what the next call reads again starts here
         for index in range(start, len(messages)):
-            if index == last:
+            if index == settles:
                 self._settled = (chars, extra, instructions, exact)
             message = messages[index]
             if per_message is not None:
@@ -179,10 +181,22 @@ class GrowingEstimate:
                     exact = False
                 else:
                     chars += counted[0]
+        if settles >= len(messages):  # no message read again (an empty list): all of it is settled
+            self._settled = (chars, extra, instructions, exact)
         self._measured = messages
         if exact:
             return (chars + len(instructions)) // CHARS_PER_TOKEN, extra
         return estimate_token_count(messages), extra
+
+
+def _step_start(messages: Sequence[ModelMessage]) -> int:
+    """Where the messages after the newest response start (0 without one): the request of the step in progress, which
+    pydantic-ai still adds to in place after the hooks (an instruction change it records), and any request-only
+    message a capability put after it (a reminder), which are read at every call."""
+    for index in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[index], ModelResponse):
+            return index + 1
+    return 0
 
 
 def estimate_context_tokens(

@@ -240,7 +240,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
 
     _sent: tuple[_Projection, list[ModelMessage]] | None = field(init=False, repr=False, compare=False)
     """Per run: the projection the previous request was built on and the messages built for it, so a request on the
-    same projection has its projected messages neither measured nor checked again (`_known`)."""
+    same projection has its projected messages neither measured nor checked again (`_reused`)."""
 
     _read_back: bool = field(init=False, repr=False, compare=False)
     """Per run: whether the projection an earlier run saved with the history was looked for."""
@@ -339,8 +339,13 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             self._projection = projection = _Projection(
                 note=projection.note, written=projection.written, base=projection.base
             )
-        # `+` on two lists: one allocation (unpacking both into a display cost twice as much at 5,000 messages).
-        return projection.messages + list(persisted[projection.covers :]) if projection.covers else list(persisted)
+        # `+` of two lists (unpacking both into a display cost twice as much at 5,000 messages).
+        tail = persisted[projection.covers :]
+        return (
+            projection.messages + (tail if isinstance(tail, list) else list(tail))
+            if projection.covers
+            else list(persisted)
+        )
 
     async def before_model_request(
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
@@ -368,7 +373,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             except ArchiveError:  # clearing says so when it archives; a record made under a key is not carried
                 self._key = None
         view = self.view(persisted)
-        tokens = self._tokens(view, self._known())
+        tokens = self._tokens(view, self._reused())
         self._measured = self._projection
         summarized: list[ModelMessage] | None = None
         if self.summarize and tokens >= min(self.summarize_at * window, self.summarize_max_tokens):
@@ -390,10 +395,11 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         self._sent = (self._projection, view)
         return view
 
-    def _known(self) -> int:
-        """How many leading messages of this request's view `_size` measured last, as the same objects: its
-        projection's, when the view measured last was built on it. The shape check is told the same of the
-        messages the previous request sent, when they were. Both then compare only the rest."""
+    def _reused(self) -> int:
+        """How many leading messages of this request's view are those of the view `_size` measured last, as the same
+        objects: its projection's, when the view measured last was built on it (its `kept`). Also tells the shape
+        check (`ShapeCheck.kept`) the same of the messages the previous request sent, when they were. Both then
+        compare only the rest."""
         projection = self._projection
         if not projection.covers:
             return 0
@@ -442,10 +448,10 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         self._projection.base = base
         return carry.with_record(response, value)
 
-    def _tokens(self, view: Sequence[ModelMessage], known: int = 0) -> int:
-        """*view*'s estimate, each file in it counted as `file_tokens` (*known*: as `GrowingEstimate.measure`'s
-        `kept`)."""
-        tokens, files = self._size.measure(view, kept=known)
+    def _tokens(self, view: Sequence[ModelMessage], kept: int = 0) -> int:
+        """*view*'s estimate, each file in it counted as `file_tokens`: the run's, carried from the view measured last
+        (*kept*: as `GrowingEstimate.measure`'s)."""
+        tokens, files = self._size.measure(view, kept=kept)
         return tokens + files * self.file_tokens
 
     def _chars(self, part: ToolReturnPart) -> int:
@@ -464,7 +470,8 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
 
         *recall*: whether the model is offered the `recall` tool, which the stubs then point at.
         """
-        tokens = self._tokens(view) if tokens is None else tokens
+        if tokens is None:  # measured apart: the run's estimate carries on from the views its requests send
+            tokens = estimate_token_count(view) + sum(map(_message_files, view)) * self.file_tokens
         calls = {p.tool_call_id: p for m in view for p in m.parts if isinstance(p, ToolCallPart)}
         results = [
             (index, part_index)
