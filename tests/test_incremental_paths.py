@@ -31,6 +31,7 @@ from pydantic_ai_compaction import BoundedSelection
 from pydantic_ai_compaction.runtime.segment import segment, segment_fresh
 
 from .test_selection_incremental import fresh
+from .test_tiered_turns import cleared
 
 AT = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -328,24 +329,15 @@ def _tiered_run(rewrite: _Rewrite, steps: int = 16) -> list[list[ModelMessage]]:
     return seen
 
 
-def _stubs(messages: list[ModelMessage]) -> int:
-    return sum(
-        isinstance(p, ToolReturnPart) and str(p.content).startswith('[cleared:')
-        for m in messages
-        if isinstance(m, ModelRequest)
-        for p in m.parts
-    )
-
-
 def test_clear_then_summarize_measures_results_another_capability_shortened_after_it_cleared() -> None:
     # Results of about 3,000 characters are cleared once the request nears 5,000 tokens; from step 10 on another
     # capability sends each as 1,000 characters (new messages): 16 of them, about 4,000 tokens, under the
     # threshold. The view measures what it is given, not what it measured of the messages they replaced: it
     # sends them as they are, with no stub (a stale estimate would clear them again).
     seen = _tiered_run(_Rewrite(start=10, content='y' * 1_000))
-    assert any(_stubs(request) for request in seen[:9])
+    assert any(cleared(request) for request in seen[:9])
     late = seen[10:]
-    assert late and all(_stubs(request) == 0 for request in late)
+    assert late and all(cleared(request) == 0 for request in late)
     assert all(
         p.content == 'y' * 1_000
         for m in late[-1]
@@ -367,7 +359,7 @@ def test_clear_then_summarize_sends_what_an_equal_but_different_rewrite_holds() 
             return await super().before_model_request(ctx, request_context)
 
     seen = _tiered_run(_Flip(start=1, content=None), steps=10)
-    assert _stubs(seen[8]) > 0  # a projection stood for the history before the rewrite
+    assert cleared(seen[8]) > 0  # a projection stood for the history before the rewrite
     flags: list[object] = [
         cast('dict[str, object]', p.content)['flag']  # pyright: ignore[reportUnknownMemberType]
         for m in seen[-1]

@@ -288,13 +288,25 @@ class _Listed(list[object]):
     """A list subclass: `same_objects` compares it object by object, never through the array it may not use."""
 
 
-@pytest.mark.parametrize('through', ['arrays', 'identity pass'])
+@pytest.mark.parametrize('through', ['memcmp', 'bytes copied out', 'identity pass'])
 def test_same_objects_answers_by_identity_whichever_way_it_compares(
     through: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import ctypes
+
     memo = importlib.import_module('pydantic_ai_compaction.runtime.memo')
     if through == 'identity pass':
         monkeypatch.setattr(memo, '_list_arrays', lambda: None)
+    elif through == 'bytes copied out':  # no C library to load by name (Windows refuses `PyDLL(None)`)
+
+        def refused(name: object) -> Any:
+            raise TypeError(name)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(ctypes, 'PyDLL', refused)
+            copied = memo._list_arrays.__wrapped__()  # pyright: ignore[reportPrivateUsage, reportFunctionMemberAccess]
+        assert copied is not None
+        monkeypatch.setattr(memo, '_list_arrays', lambda: copied)
     else:
         assert memo._list_arrays() is not None  # pyright: ignore[reportPrivateUsage]  # CPython with its lock
     same = memo.same_objects

@@ -82,15 +82,18 @@ def same_objects(left: Sequence[object], right: Sequence[object]) -> bool:
     return all(map(operator.is_, cast('Sequence[object]', left), right))
 
 
-@functools.cache
-def _list_arrays() -> Callable[[list[object], list[object], int], bool] | None:
-    """`compare(left, right, count)`: whether two lists' first *count* addresses are equal, compared in C by the C
-    library's `memcmp` (the interpreter's lock held: a short call); `None` where the layout cannot be read.
+AddressesEqual = Callable[[int, int, int], bool]
+"""`equal(first, second, size)`: whether the *size* bytes at two addresses are equal."""
 
-    A list's header ends with the address of its array, then its allocated size: the offset comes from the type's
-    size and is checked on lists of known objects, so an interpreter that lays lists out otherwise (or a build
-    without the interpreter's lock, or without `ctypes`) falls back to the identity pass. Made at the first
-    comparison: importing `ctypes` costs milliseconds a program that never compares should not pay.
+
+def address_arrays() -> tuple[AddressesEqual, int] | None:
+    """A comparison of memory in C and the size of an address, or `None` where arrays of addresses cannot be read
+    (another interpreter than CPython, a build without the interpreter's lock, or without `ctypes`).
+
+    The C library's `memcmp` (called without releasing the interpreter's lock: a short call), or, where it cannot be
+    loaded by name (`None` is refused on Windows), both ranges copied out as bytes and compared. Called by the
+    comparisons' makers, each cached and made at its first comparison: importing `ctypes` costs milliseconds a
+    program that never compares should not pay.
     """
     import sys
 
@@ -100,24 +103,42 @@ def _list_arrays() -> Callable[[list[object], list[object], int], bool] | None:
         import ctypes
     except ImportError:  # a build without it (some sandboxed or embedded ones)
         return None
-    word = ctypes.sizeof(ctypes.c_void_p)
-    array_of_list = list.__basicsize__ - 2 * word  # `ob_item` then `allocated` end the list's header
-    pointer, string_at = ctypes.c_void_p, ctypes.string_at
+    string_at = ctypes.string_at
     try:
         memcmp = ctypes.PyDLL(None).memcmp  # the C library, with the lock held during the call
         memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
         memcmp.restype = ctypes.c_int
-    except (OSError, AttributeError, TypeError):  # no C library to load by name here (`None` is refused on Windows)
-        memcmp = None
+    except (OSError, AttributeError, TypeError):  # no C library to load by name here
+        return lambda first, second, size: string_at(first, size) == string_at(second, size), ctypes.sizeof(
+            ctypes.c_void_p
+        )
+    return lambda first, second, size: memcmp(first, second, size) == 0, ctypes.sizeof(ctypes.c_void_p)
+
+
+@functools.cache
+def _list_arrays() -> Callable[[list[object], list[object], int], bool] | None:
+    """`compare(left, right, count)`: whether two lists' first *count* addresses are equal, compared in C
+    (`address_arrays`); `None` where the layout cannot be read.
+
+    A list's header ends with the address of its array, then its allocated size: the offset comes from the type's
+    size and is checked on lists of known objects, so an interpreter that lays lists out otherwise falls back to
+    the identity pass.
+    """
+    found = address_arrays()
+    if found is None:
+        return None
+    import ctypes  # loaded by `address_arrays` already
+
+    equal, word = found
+    array_of_list = list.__basicsize__ - 2 * word  # `ob_item` then `allocated` end the list's header
+    pointer = ctypes.c_void_p
 
     def compare(left: list[object], right: list[object], count: int) -> bool:
         if not count:
             return True
-        first = pointer.from_address(id(left) + array_of_list).value
-        second = pointer.from_address(id(right) + array_of_list).value
-        if memcmp is not None:
-            return memcmp(first, second, count * word) == 0
-        return string_at(first or 0, count * word) == string_at(second or 0, count * word)
+        first = pointer.from_address(id(left) + array_of_list).value or 0
+        second = pointer.from_address(id(right) + array_of_list).value or 0
+        return equal(first, second, count * word)
 
     try:
         probe = [object() for _ in range(4)]

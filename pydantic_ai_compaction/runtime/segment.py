@@ -64,7 +64,7 @@ from pydantic_ai_compaction.protocols.metadata import (
     record_from_metadata,
 )
 from pydantic_ai_compaction.protocols.types import Exchange, ExchangeKind, PartRef
-from pydantic_ai_compaction.runtime.memo import IdentityMemo
+from pydantic_ai_compaction.runtime.memo import IdentityMemo, address_arrays
 from pydantic_ai_compaction.runtime.pairing import answers_call as _answers_call
 from pydantic_ai_compaction.runtime.pins import is_pinned
 from pydantic_ai_compaction.runtime.tokens import (
@@ -1523,32 +1523,21 @@ def _addresses_compared() -> _SameAddresses | None:
     address was read is `_EXTENDING`, held by the caller from the read to the comparison (other threads may run
     between them); a build without the interpreter's lock is left out all the same.
     """
-    import sys
+    found = address_arrays()
+    if found is None:
+        return None
+    import ctypes  # loaded by `address_arrays` already
 
-    if sys.implementation.name != 'cpython' or not getattr(sys, '_is_gil_enabled', lambda: True)():
-        return None
-    try:
-        import ctypes
-    except ImportError:  # a build without it (some sandboxed or embedded ones)
-        return None
-    word = ctypes.sizeof(ctypes.c_void_p)
+    equal, word = found
     items_of_tuple = tuple.__basicsize__ + word  # the first item is the opening, compared on its own
     array_of_list = list.__basicsize__ - 2 * word  # `ob_item` then `allocated` end the list's header
-    string_at, pointer = ctypes.string_at, ctypes.c_void_p
-    try:
-        memcmp = ctypes.PyDLL(None).memcmp  # the C library, with the lock held during the call
-        memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-        memcmp.restype = ctypes.c_int
-    except (OSError, AttributeError, TypeError):  # no C library to load by name here (`None` is refused on Windows)
-        memcmp = None
+    pointer = ctypes.c_void_p
 
     def compared(history: tuple[ModelMessage, ...], listed: list[ModelMessage], count: int) -> bool:
         if not count:
             return True
-        array = pointer.from_address(id(listed) + array_of_list).value
-        if memcmp is not None:
-            return memcmp(array, id(history) + items_of_tuple, count * word) == 0
-        return string_at(array or 0, count * word) == string_at(id(history) + items_of_tuple, count * word)
+        array = pointer.from_address(id(listed) + array_of_list).value or 0
+        return equal(array, id(history) + items_of_tuple, count * word)
 
     try:
         probe = [object() for _ in range(4)]
