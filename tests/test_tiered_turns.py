@@ -7,14 +7,16 @@ import itertools
 import json
 import warnings
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta, timezone
 from typing import Any
 
 import pytest
 from pydantic_ai import Agent
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     CompactionPart,
+    InstructionDeltaPart,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
@@ -24,7 +26,9 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.tools import RunContext
 
 from pydantic_ai_compaction import Archive, ClearThenSummarize, InMemoryArchiveStore, Notes, Recall
 from pydantic_ai_compaction.protocols.metadata import VIEW_RECORD
@@ -299,3 +303,93 @@ def test_timestamps_a_store_moved_to_another_zone_do_not_stop_the_view_carrying_
         chat.turn(index)
         chat.history = [replace(m, timestamp=m.timestamp.astimezone(zone)) for m in chat.history]
     assert len(chat.handoffs) == 4
+
+
+@dataclass
+class _Reminder(AbstractCapability[Any]):
+    """Before the view: ends each request with a request-only reminder (never saved)."""
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        request_context.messages = [*request_context.messages, ModelRequest(parts=[UserPromptPart('Be thorough.')])]
+        return request_context
+
+
+@dataclass
+class _Spy(AbstractCapability[Any]):
+    """After the view: what it hands on (the model class turns instruction changes into instructions)."""
+
+    sent: list[list[ModelMessage]]
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        self.sent.append(list(request_context.messages))
+        return request_context
+
+
+def _phased_loop(
+    capabilities: list[Any], steps: int, phase_text: Callable[[int], str] = lambda step: f'Phase {step}.'
+) -> tuple[list[list[ModelMessage]], list[ModelMessage]]:
+    """A tool loop whose `on_change='append'` instructions change at every step; what each request sent, and the
+    saved history."""
+    sent: list[list[ModelMessage]] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(sent) > steps:
+            return ModelResponse(parts=[TextPart('done')])
+        return ModelResponse(parts=[ToolCallPart('read_log', {'index': len(sent)}, tool_call_id=f'c{len(sent)}')])
+
+    agent = Agent(FunctionModel(respond), instructions='Audit.', capabilities=[*capabilities, _Spy(sent)])
+
+    @agent.instructions(name='phase', on_change='append')
+    def phase(ctx: RunContext[Any]) -> str:  # pyright: ignore[reportUnusedFunction]
+        return phase_text(ctx.run_step)
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return log_text(index, 60)
+
+    return sent, agent.run_sync('Audit the logs.').all_messages()
+
+
+def test_a_reminder_after_the_request_in_progress_does_not_get_its_results_cleared() -> None:
+    # The results the model asked for last are after the newest response, with the reminder after them: they were
+    # taken for older ones (only the view's last message counted as the request in progress) and sent as stubs the
+    # model had never seen in full; and the copy clearing made of the step's request missed the instruction change
+    # pydantic-ai adds to the saved request after the hooks.
+    # Instructions that grow from step 8 on: the newest results alone then hold the request over the threshold, and
+    # clearing keeps only those of the request in progress.
+    sent, saved = _phased_loop(
+        [_Reminder(), ClearThenSummarize(context_window=6_000)],
+        steps=14,
+        phase_text=lambda step: (
+            'Phase 1.' if step < 3 else 'Phase 2.' if step < 8 else 'Phase 3. ' + 'x ' * (step * 20)
+        ),
+    )
+    assert any(cleared(request) for request in sent)  # clearing ran
+    for request in sent:
+        newest = max((i for i, m in enumerate(request) if isinstance(m, ModelResponse)), default=0)
+        in_progress = [p for m in request[newest:] for p in m.parts if isinstance(p, ToolReturnPart)]
+        assert not any(str(p.content).startswith('[cleared:') for p in in_progress)
+
+    def changes(messages: list[ModelMessage]) -> int:
+        return sum(isinstance(p, InstructionDeltaPart) for m in messages for p in m.parts)
+
+    # The last request holds every change the saved history does (its own step's, which pydantic-ai records after
+    # the hooks, lands on the messages sent: the same objects, not a copy clearing made before it).
+    assert changes(sent[-1]) == changes(saved) > 5
+
+
+def test_a_projection_made_at_a_step_with_an_instruction_change_is_carried_to_the_next_turn() -> None:
+    # The record's digest was taken in the hook, before pydantic-ai added the step's instruction change to the saved
+    # request in place: the next run found the history changed and built its projection again.
+    from pydantic_ai_compaction.processors.views.tiered import CARRY_OWNER, _restub  # pyright: ignore[reportPrivateUsage]
+    from pydantic_ai_compaction.runtime import carry
+
+    _, saved = _phased_loop([ClearThenSummarize(context_window=6_000, summarize=False)], steps=12)
+    assert any(VIEW_RECORD in str(m.metadata) for m in saved if isinstance(m, ModelResponse))
+    carried = carry.read(saved, CARRY_OWNER, _restub)
+    assert carried is not None and carried.covers > 0
+    assert cleared(carried.messages) > 0

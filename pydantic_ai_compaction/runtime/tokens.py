@@ -159,14 +159,14 @@ class GrowingEstimate:
         objects (its owner built both from one list it does not change): only the rest are compared.
         """
         measured = self._measured
-        start = _step_start(measured)
+        start = step_start(measured)
         kept = min(kept, start)
         # By identity, in C: an equal copy can measure otherwise (`0 == False`, written `0` and `false`).
         if not same_objects(messages[kept:start], measured[kept:start]):  # a shorter list gives a shorter slice
             self._settled, start = (0, 0, '', True), 0
         chars, extra, instructions, exact = self._settled
         per_message = self._per_message
-        settles = _step_start(messages)  # what the next call reads again starts here
+        settles = step_start(messages)  # what the next call reads again starts here
         for index in range(start, len(messages)):
             if index == settles:
                 self._settled = (chars, extra, instructions, exact)
@@ -189,10 +189,10 @@ class GrowingEstimate:
         return estimate_token_count(messages), extra
 
 
-def _step_start(messages: Sequence[ModelMessage]) -> int:
+def step_start(messages: Sequence[ModelMessage]) -> int:
     """Where the messages after the newest response start (0 without one): the request of the step in progress, which
-    pydantic-ai still adds to in place after the hooks (an instruction change it records), and any request-only
-    message a capability put after it (a reminder), which are read at every call."""
+    pydantic-ai still adds to in place after the `before_model_request` hooks (the changes of instructions, tools
+    and settings it records), and any request-only message a capability put after it (a reminder)."""
     for index in range(len(messages) - 1, -1, -1):
         if isinstance(messages[index], ModelResponse):
             return index + 1

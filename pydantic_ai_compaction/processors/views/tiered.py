@@ -83,6 +83,7 @@ from pydantic_ai_compaction.runtime.tokens import (
     GrowingEstimate,
     estimate_token_count,
     resolve_context_window,
+    step_start,
 )
 from pydantic_ai_compaction.runtime.transcript import clip, render_messages, return_text, user_text
 from pydantic_ai_compaction.runtime.trigger import text_tokens
@@ -136,6 +137,24 @@ class _Projection:
 
     base: carry.Base | None = None
     """The last record the saved history holds (read back, or written in this run), for the next to build on."""
+
+
+@dataclass(frozen=True)
+class _Unwritten:
+    """A projection made for the request in progress, to be recorded with its response (`runtime.carry.record`)."""
+
+    covers: int
+    """How many saved messages, from the first, it stands for."""
+    covered: list[ModelMessage]
+    """Those saved messages (the same objects: the digest reads them as they are when the response arrives)."""
+    ops: list[Any]
+    """Its entries (`carry.encode`)."""
+    new: dict[str, Any]
+    """The messages it made, written whole once (`carry.encode`)."""
+    state: dict[str, Any]
+    """What is saved beside it: the handoff note, the archive key."""
+    base: carry.Base | None
+    """The record before it, which it starts from."""
 
 
 @dataclass
@@ -245,12 +264,12 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
     _read_back: bool = field(init=False, repr=False, compare=False)
     """Per run: whether the projection an earlier run saved with the history was looked for."""
 
-    _pending: tuple[dict[str, Any], carry.Base] | None = field(init=False, repr=False, compare=False)
+    _pending: _Unwritten | None = field(init=False, repr=False, compare=False)
+    """Per run: a projection made for the request in progress, recorded with its response."""
 
     _key: str | None = field(init=False, repr=False, compare=False)
     """Per run: the key cleared results are archived under (with `store`), saved with the projection's record: its
     lines name entries a run under another key (the default key is the run's) cannot read."""
-    """Per run: the record of a projection made for the request in progress, written with its response."""
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -432,9 +451,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         state: dict[str, Any] = {'note': projection.note} if projection.note is not None else {}
         if self._key is not None:
             state['key'] = self._key
-        self._pending = carry.record(
-            CARRY_OWNER, covers, carry.content_digest(covered), ops, new, state, projection.base
-        )
+        self._pending = _Unwritten(covers, covered, ops, new, state, projection.base)
 
     async def after_model_request(
         self, ctx: RunContext[AgentDepsT], *, request_context: ModelRequestContext, response: ModelResponse
@@ -443,7 +460,18 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         pending, self._pending = self._pending, None
         if pending is None:
             return response
-        value, base = pending
+        # The digest is taken now, not when the projection was made: after the hooks, pydantic-ai adds to the saved
+        # request of the step in progress in place (the changes of instructions, tools and settings it records),
+        # and a digest taken before would not match the saved history the next run reads.
+        value, base = carry.record(
+            CARRY_OWNER,
+            pending.covers,
+            carry.content_digest(pending.covered),
+            pending.ops,
+            pending.new,
+            pending.state,
+            pending.base,
+        )
         self._projection.written.update(value['new'])
         self._projection.base = base
         return carry.with_record(response, value)
@@ -481,17 +509,19 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             if isinstance(part, ToolReturnPart) and not _is_cleared(part) and part.outcome != 'retried'
         ]
         chars = {at: self._chars(_part_at(view, *at)) for at in results}
-        # The newest results and those of the request in progress stay verbatim.
-        last = len(view) - 1
-        older = [(i, p) for i, p in results[: max(len(results) - self.keep_results, 0)] if i != last]
+        # The newest results and those of the request in progress stay verbatim. The request in progress is every
+        # message after the newest response: a capability before this one may have put a request-only message (a
+        # reminder) after the step's request, whose results the model has not seen yet.
+        step = step_start(view)
+        older = [(i, p) for i, p in results[: max(len(results) - self.keep_results, 0)] if i < step]
         # Room for the next step, taken to bring as much as the request in progress did.
-        incoming = sum(chars[i, p] for i, p in results if i == last) // 4
+        incoming = sum(chars[i, p] for i, p in results if i >= step) // 4
         if self.fit_kept_results and tokens - _saving(chars, older) + incoming >= self.clear_at * window:
             # The newest results alone hold the request over the threshold, or leave no room for the next
             # step's: clearing would run again at the next request and, since everything after the first
             # changed part is written to the provider's cache again, rewrite those same results every time.
             # Only the request in progress's results stay.
-            older = [(i, p) for i, p in results if i != last]
+            older = [(i, p) for i, p in results if i < step]
         # A result no longer than its stub would be is left as it is (it still counts among the kept ones):
         # clearing it would grow the request, and change it, for nothing.
         older = [(i, p) for i, p in older if chars[i, p] > _STUB_CHARS]
