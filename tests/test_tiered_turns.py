@@ -393,3 +393,88 @@ def test_a_projection_made_at_a_step_with_an_instruction_change_is_carried_to_th
     carried = carry.read(saved, CARRY_OWNER, _restub)
     assert carried is not None and carried.covers > 0
     assert cleared(carried.messages) > 0
+
+
+def test_every_record_saved_reads_back_as_what_its_request_sent_when_a_response_is_rejected() -> None:
+    # Another capability rejects two responses (`ModelRetry` from its `after_model_request`): pydantic-ai keeps each
+    # one's tool call without a result, and the view's next projections break the history's shape, so the runtime
+    # refuses them and the requests go out as they arrived. A record of such a projection was written all the same,
+    # and a next run would have sent cleared results the model had been sent whole.
+    from pydantic_ai.exceptions import ModelRetry
+
+    from pydantic_ai_compaction.processors.views.tiered import CARRY_OWNER, _restub  # pyright: ignore[reportPrivateUsage]
+    from pydantic_ai_compaction.runtime import carry
+
+    sent: list[list[ModelMessage]] = []
+    answered: dict[int, ModelResponse] = {}  # request number → the response with the view's record
+
+    @dataclass
+    class Tap(AbstractCapability[Any]):
+        """Before the view: its `after_model_request` runs after the view's and sees the record."""
+
+        async def after_model_request(
+            self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
+        ) -> ModelResponse:
+            answered[len(sent) - 1] = response
+            return response
+
+    @dataclass
+    class Reject(AbstractCapability[Any]):
+        rejected: set[int]
+
+        async def after_model_request(
+            self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
+        ) -> ModelResponse:
+            if len(sent) in (10, 15) and len(sent) not in self.rejected:
+                self.rejected.add(len(sent))
+                raise ModelRetry('rejected')
+            return response
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(sent) > 20:
+            return ModelResponse(parts=[TextPart('done')])
+        return ModelResponse(parts=[ToolCallPart('read_log', {'index': len(sent)}, tool_call_id=f'c{len(sent)}')])
+
+    view = ClearThenSummarize(context_window=6_000, summarize=False)
+    agent = Agent(FunctionModel(respond), capabilities=[Tap(), view, _Spy(sent), Reject(set())], retries=5)
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return log_text(index, 60)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)  # the refused projections say so
+        saved = agent.run_sync('Audit the logs.').all_messages()
+    records = 0
+    for position, message in enumerate(saved):
+        if not (isinstance(message, ModelResponse) and VIEW_RECORD in str(message.metadata)):
+            continue
+        records += 1
+        carried = carry.read(saved[: position + 1], CARRY_OWNER, _restub)
+        request = next(number for number, response in answered.items() if response is message)
+        assert carried is not None
+        assert carried.messages == sent[request][: len(carried.messages)]
+    assert records >= 1  # made before the first rejection (none of a refused projection)
+
+
+def test_results_no_response_read_yet_are_cleared_when_they_alone_fill_the_window() -> None:
+    # A history passed in ends with twenty results of parallel calls that no response has read yet, then the user's
+    # new turn. They are the request in progress, which clearing keeps whole; but together they hold more than the
+    # window: kept whole, the first request was sent at 12,984 tokens to a 10,000-token window.
+    from pydantic_ai_compaction.runtime.tokens import estimate_token_count
+
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart('read all logs')]),
+        ModelResponse(parts=[ToolCallPart('read_log', {'index': i}, tool_call_id=f'c{i}') for i in range(20)]),
+        *(ModelRequest(parts=[ToolReturnPart('read_log', log_text(i), tool_call_id=f'c{i}')]) for i in range(20)),
+    ]
+    sent: list[list[ModelMessage]] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(list(messages))
+        return ModelResponse(parts=[TextPart('done')])
+
+    agent = Agent(FunctionModel(respond), capabilities=[ClearThenSummarize(context_window=10_000, summarize=False)])
+    agent.run_sync('go on', message_history=history)
+    assert estimate_token_count(history) > 10_000
+    assert cleared(sent[0]) > 0 and estimate_token_count(sent[0]) < 10_000

@@ -372,7 +372,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         """Send the projection; move to the next tier when the projected request crosses its threshold."""
         # Not copied (every message touched, at every request): only read, and sliced where held.
         persisted = request_context.messages
-        return await project(
+        projected = await project(
             type(self).__name__,
             ctx,
             request_context,
@@ -381,6 +381,11 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             observer=self.observer,
             checker=self._check,
         )
+        if self._pending is not None and (self._sent is None or not same_objects(projected.messages, self._sent[1])):
+            # The runtime refused the projection (it would break the history's shape) or it failed: the request went
+            # out as it arrived, and a record of the projection would have the next run send what was never sent.
+            self._pending = None
+        return projected
 
     async def _project(
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext, persisted: list[ModelMessage]
@@ -513,6 +518,11 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         # message after the newest response: a capability before this one may have put a request-only message (a
         # reminder) after the step's request, whose results the model has not seen yet.
         step = step_start(view)
+        last = len(view) - 1
+        if step < last and tokens - _saving(chars, [(i, p) for i, p in results if i < step]) >= window:
+            # The results after the newest response alone fill the window (a history passed in that ends with many
+            # results no response has read yet): only those of the last message stay, or the request overflows.
+            step = last
         older = [(i, p) for i, p in results[: max(len(results) - self.keep_results, 0)] if i < step]
         # Room for the next step, taken to bring as much as the request in progress did.
         incoming = sum(chars[i, p] for i, p in results if i >= step) // 4
