@@ -478,3 +478,55 @@ def test_results_no_response_read_yet_are_cleared_when_they_alone_fill_the_windo
     agent.run_sync('go on', message_history=history)
     assert estimate_token_count(history) > 10_000
     assert cleared(sent[0]) > 0 and estimate_token_count(sent[0]) < 10_000
+
+
+@pytest.mark.parametrize('kind', ['huge integer', 'lone surrogate', 'ToolReturn.content', 'empty request'])
+def test_odd_but_legal_results_are_cleared_and_the_projection_carried_across_turns(kind: str) -> None:
+    # Results a tool may legally return (an integer past 4,300 digits, a lone surrogate, `ToolReturn` with content
+    # beside its value) and a history that opens with an empty request: clearing, the record and its digest must
+    # take them, and the next turn must read the projection back. pydantic-ai cannot save the first two as JSON, so
+    # the chat keeps its history in memory.
+    from pydantic_ai import ToolReturn
+
+    from pydantic_ai_compaction.processors.views.tiered import CARRY_OWNER, _restub  # pyright: ignore[reportPrivateUsage]
+    from pydantic_ai_compaction.runtime import carry
+
+    def value(index: int) -> object:
+        body = 'x' * 3_000
+        if kind == 'huge integer':
+            return {'n': 10**5_000 + index, 'body': body}
+        if kind == 'lone surrogate':
+            return f'lone \ud800 {body}'
+        if kind == 'ToolReturn.content':
+            return ToolReturn(return_value=body, content=[f'see also {index}'], metadata={'index': index})
+        return body
+
+    sent: list[list[ModelMessage]] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(messages)
+        if any(isinstance(p, ToolReturnPart) for p in messages[-1].parts) and len(sent) % 6 == 0:
+            return ModelResponse(parts=[TextPart('ok')])
+        return ModelResponse(parts=[ToolCallPart('read', {'index': len(sent)})])
+
+    agent = Agent(FunctionModel(respond), capabilities=[ClearThenSummarize(context_window=6_000)])
+
+    @agent.tool_plain
+    def read(index: int) -> object:  # pyright: ignore[reportUnusedFunction]
+        return value(index)
+
+    history: list[ModelMessage] = [ModelRequest(parts=[])] if kind == 'empty request' else []
+    for turn in range(3):
+        history = agent.run_sync(f'turn {turn}', message_history=history).all_messages()
+    stubs = (
+        [
+            p
+            for m in sent[-1]
+            for p in m.parts
+            if isinstance(p, ToolReturnPart) and str(p.content).startswith('[cleared:')
+        ]
+        if kind != 'huge integer'
+        else [p for m in sent[-1] for p in m.parts if isinstance(p, ToolReturnPart) and isinstance(p.content, str)]
+    )  # `str()` of the huge integer itself raises: the stubs are the results that became text
+    assert stubs and all(str(p.content).startswith('[cleared:') for p in stubs)
+    assert carry.read(history, CARRY_OWNER, _restub) is not None
