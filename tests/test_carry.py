@@ -124,3 +124,23 @@ def test_a_record_of_another_owner_or_none_reads_as_none() -> None:
     ]
     assert carry.read(log, 'W', restub) is None
     assert carry.read(covered, 'V', restub) is None
+
+
+def test_a_record_on_a_streamed_step_s_request_covers_that_request_and_no_message_after_it() -> None:
+    covered = history(2)
+    step, result = covered[-1], covered[-1].parts[0]
+    assert isinstance(step, ModelRequest) and isinstance(result, ToolReturnPart)
+    stubbed = replace(step, parts=[restub(result, '[cleared]'), *step.parts[1:]])
+    ops, new = carry.encode([*covered[:-1], stubbed], covered, restub, set())
+    value, _ = carry.record('V', len(covered), carry.content_digest(covered), ops, new, {'note': 'n'})
+    carry.on_request(step, value)  # in place: the request `run_stream`'s history holds
+    assert covered[-1] is step and carry.read(covered, 'V', restub) is not None
+    loaded = ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(covered))
+    carried = carry.read(loaded, 'V', restub)
+    assert carried is not None and carried.covers == len(covered)
+    shown = carried.messages[-1].parts[0]
+    assert carried.messages[:-1] == loaded[:-1] and isinstance(shown, ToolReturnPart) and shown.content == '[cleared]'
+    # A record claiming more than the messages up to its own request (forged, or moved) is not used.
+    forged, _ = carry.record('V', len(covered) + 1, carry.content_digest([*covered, covered[0]]), ops, new, {})
+    carry.on_request(step, forged)
+    assert carry.read([*covered, covered[0]], 'V', restub) is None

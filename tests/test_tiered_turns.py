@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
 import json
 import warnings
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta, timezone
 from typing import Any
@@ -27,7 +28,8 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models import ModelRequestContext
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+from pydantic_ai.run import AgentRunResultEvent
 from pydantic_ai.tools import RunContext
 
 from pydantic_ai_compaction import Archive, ClearThenSummarize, InMemoryArchiveStore, Notes, Recall
@@ -79,6 +81,46 @@ class Chat:
         self.history = result.all_messages()
 
 
+class StreamedChat(Chat):
+    """The same chat, each turn streamed (a chat interface shows the answer as it comes): with `agent.run_stream`,
+    or `agent.run_stream_events` (what pydantic-ai's UI adapters run)."""
+
+    def __init__(self, view: ClearThenSummarize[Any], *, reload: bool = False, events: bool = False) -> None:
+        super().__init__(view, reload=reload)
+        self.events = events
+        self.agent = Agent(
+            FunctionModel(self._respond, stream_function=self._stream), capabilities=[view], tools=[self.read_log]
+        )
+
+    @staticmethod
+    def read_log(index: int) -> str:
+        return log_text(index, 60)
+
+    async def _stream(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        for part in self._respond(messages, info).parts:
+            if isinstance(part, TextPart):
+                yield part.content
+            elif isinstance(part, ToolCallPart):
+                yield {0: DeltaToolCall(part.tool_name, part.args_as_json_str(), tool_call_id=part.tool_call_id)}
+
+    def turn(self, index: int) -> None:
+        history = self.history
+        if self.reload:
+            history = ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(history))
+
+        async def run() -> list[ModelMessage]:
+            prompt = f'read log {index}'
+            if self.events:
+                async with self.agent.run_stream_events(prompt, message_history=history) as events:
+                    ends = [event async for event in events if isinstance(event, AgentRunResultEvent)]
+                return ends[-1].result.all_messages()
+            async with self.agent.run_stream(prompt, message_history=history) as result:
+                await result.get_output()
+            return result.all_messages()
+
+        self.history = asyncio.run(run())
+
+
 def boundaries(messages: list[ModelMessage]) -> list[str]:
     return [p.content or '' for m in messages for p in m.parts if isinstance(p, CompactionPart)]
 
@@ -117,6 +159,65 @@ def test_a_new_turn_sends_the_view_the_last_turn_ended_with_and_updates_the_note
     # The saved history keeps every message: the projection's records ride in its responses' metadata.
     assert not boundaries(chat.history) and cleared(chat.history) == 0
     assert len(chat.history) == 30 * 4
+
+
+@pytest.mark.parametrize(
+    ('reload', 'events'),
+    [(False, False), (True, False), (True, True)],
+    ids=['run_stream', 'run_stream-reloaded-from-json', 'run_stream_events-reloaded-from-json'],
+)
+def test_a_streamed_chat_carries_its_view_to_the_next_turn(reload: bool, events: bool) -> None:
+    chat = StreamedChat(summarizing(), reload=reload, events=events)
+    for index in range(30):
+        chat.turn(index)
+    # `run_stream` ends the history with the response pydantic-ai built from the stream, not the one the view wrote
+    # its record into: each summary made at a turn's last request was written again from scratch at the next turn
+    # (10 notes, 10 breaks of the cached prefix, the second note not an update). The record rides on the step's
+    # saved request.
+    assert len(chat.handoffs) == 5
+    assert ['<previous-note>' in h for h in chat.handoffs] == [False, True, True, True, True]
+    assert prefix_breaks(chat.sent) == 5
+    holders = [m for m in chat.history if VIEW_RECORD in str(m.metadata)]
+    assert len(holders) == 5 and all(isinstance(m, ModelRequest) for m in holders)
+    assert not boundaries(chat.history) and cleared(chat.history) == 0 and len(chat.history) == 30 * 4
+
+
+def test_a_record_in_a_response_another_capability_rejected_is_written_with_the_next_one() -> None:
+    from pydantic_ai.exceptions import ModelRetry
+
+    @dataclass
+    class Guardrail(AbstractCapability[Any]):
+        """Listed before the view, so its `after_model_request` sees the record; rejects every other such response."""
+
+        rejected: int = 0
+        checked: int = 0
+
+        async def after_model_request(
+            self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
+        ) -> ModelResponse:
+            if VIEW_RECORD in str(response.metadata):
+                self.checked += 1
+                if self.checked % 2:
+                    self.rejected += 1
+                    raise ModelRetry('answer again')
+            return response
+
+    class RetriedChat(Chat):
+        def _respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            if 'answer again' in str(messages[-1].parts) and HANDOFF not in str(messages[-1].parts):
+                self.sent.append(list(messages))
+                return ModelResponse(parts=[TextPart('read it again')])
+            return super()._respond(messages, info)
+
+    guardrail = Guardrail()
+    chat = RetriedChat(summarizing(), reload=True, before=[guardrail])
+    for index in range(30):
+        chat.turn(index)
+    # pydantic-ai saves a rejected response as the model sent it, without the record: the turn after each such one
+    # started from the whole history again (8 notes, the second written from scratch, 8 breaks of the cached prefix).
+    assert guardrail.rejected == 4
+    assert len(chat.handoffs) == 4 and ['<previous-note>' in h for h in chat.handoffs] == [False, True, True, True]
+    assert prefix_breaks(chat.sent) == 4
 
 
 def test_with_memory_in_front_a_reloaded_chat_writes_a_note_per_summary_only() -> None:

@@ -32,7 +32,8 @@ RESTATEMENT_MARK = 'restatement'
 """Value under `METADATA_KEY` in the `TextContent.metadata` of a `Reassert` restatement."""
 
 VIEW_RECORD = 'view'
-"""Key, under `METADATA_KEY` in a response's metadata, of the projection record a view wrote (`runtime.carry`)."""
+"""Key, under `METADATA_KEY` in a response's metadata (a streamed step's request's), of the projection record a
+view wrote (`runtime.carry`)."""
 
 MAX_EXCHANGE_NUMBER = 10**12
 """Counters read back from records (`next_id`, `sequence`) above this are ignored as forged or corrupt."""

@@ -7,7 +7,8 @@ every turn (a model call per turn, the facts of the earlier notes gone), and the
 at every turn, so the provider's cache never served it.
 
 So a view also writes its projection as a record into the metadata of the response to the request that
-first sent it (metadata is saved with the history and never sent to a model), and the next run rebuilds
+first sent it, or of that request itself when its response was streamed (`on_request`; metadata is saved
+with the history and never sent to a model), and the next run rebuilds
 the projection from the newest record, when the history it is given is still the one the record was made
 from (the same messages saying the same: `content_digest`). The record names the saved messages the projection
 shows, so it stays small:
@@ -34,6 +35,7 @@ from pydantic_ai.messages import (
     BaseToolReturnPart,
     ModelMessage,
     ModelMessagesTypeAdapter,
+    ModelRequest,
     ModelResponse,
     ToolCallPart,
     ToolReturnPart,
@@ -228,8 +230,8 @@ def record(
     state: dict[str, Any],
     base: Base | None = None,
 ) -> tuple[dict[str, Any], Base]:
-    """The record a view writes into a response's metadata (its entries the *base* record holds named by it),
-    and the base it is for the next one."""
+    """The record a view writes into a response's metadata, or a streamed step's request's (its entries the *base*
+    record holds named by it), and the base it is for the next one."""
     own = Base(hashlib.blake2b(to_bytes(f'{owner}\x1f{digest}\x1f{to_json(ops)}'), digest_size=8).hexdigest(), ops)
     shared = 0
     if base is not None:
@@ -255,11 +257,31 @@ def with_record(response: ModelResponse, value: dict[str, Any]) -> ModelResponse
     return replace(response, metadata=with_ours(response.metadata, {VIEW_RECORD: value}))
 
 
+def on_request(request: ModelRequest, value: dict[str, Any]) -> None:
+    """Write *value* as a view record into the metadata of *request*, the saved request of a streamed step, in place.
+
+    Under `agent.run_stream`, the history a run ends with holds the response pydantic-ai built from the stream,
+    not the one `after_model_request` returned, so a record written there is lost; the step's saved request is in
+    that history, as the same object. The one object this library changes in place, and only its metadata (never
+    sent to a model, left out of `content_digest`): pydantic-ai itself fills that request in place after the hooks
+    (its run id, the instructions and the changes it records), so it is this run's own.
+    """
+    request.metadata = with_ours(request.metadata, {VIEW_RECORD: value})
+
+
+def record_id(message: ModelMessage, owner: str) -> str | None:
+    """The id of the record *owner* wrote into *message*, if it holds one."""
+    value = str_dict(ours(message.metadata).get(VIEW_RECORD)) if message.metadata else {}
+    identity = value.get('id') if value.get('owner') == owner else None
+    return identity if isinstance(identity, str) else None
+
+
 def _records(history: Sequence[ModelMessage], owner: str, end: int) -> Iterator[tuple[int, dict[str, Any]]]:
-    """The records *owner* wrote into *history* before position *end*, newest first, with their response's position."""
+    """The records *owner* wrote into *history* before position *end*, newest first, with their message's position
+    (a response's, or a streamed step's request: `on_request`)."""
     for index in range(end - 1, -1, -1):
         message = history[index]
-        if isinstance(message, ModelResponse) and message.metadata:
+        if message.metadata:
             value = str_dict(ours(message.metadata).get(VIEW_RECORD))
             if value.get('owner') == owner:
                 yield index, value
@@ -280,10 +302,12 @@ def read(history: Sequence[ModelMessage], owner: str, restub: Restub, key: str |
     state = str_dict(value.get('state'))
     covers = value.get('covers')
     ops = value.get('messages')
+    # A record covers the messages before the one that holds it; one on a request (`on_request`) covers that
+    # request too, whose own text it was made with.
     if not (
         isinstance(covers, int)
         and not isinstance(covers, bool)
-        and 0 < covers <= position
+        and 0 < covers <= position + isinstance(history[position], ModelRequest)
         and isinstance(ops, list)
         and value.get('digest') == content_digest(history[:covers])
     ):

@@ -157,6 +157,18 @@ class _Unwritten:
     """The record before it, which it starts from."""
 
 
+@dataclass(frozen=True)
+class _Written:
+    """A record written into a response, until the next request finds that response saved (`_confirm`)."""
+
+    id: str
+    """The record's id."""
+    unwritten: _Unwritten
+    """What it records, to be written again if the response was not saved."""
+    new: frozenset[str]
+    """Keys of the made messages it was the first to write whole."""
+
+
 @dataclass
 class ClearThenSummarize(AbstractCapability[AgentDepsT]):
     """Clear, then summarize, as a request-only view over a history that keeps everything.
@@ -267,6 +279,9 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
     _pending: _Unwritten | None = field(init=False, repr=False, compare=False)
     """Per run: a projection made for the request in progress, recorded with its response."""
 
+    _written: _Written | None = field(init=False, repr=False, compare=False)
+    """Per run: the record the previous response carries, until the next request finds that response saved."""
+
     _key: str | None = field(init=False, repr=False, compare=False)
     """Per run: the key cleared results are archived under (with `store`), saved with the projection's record: its
     lines name entries a run under another key (the default key is the run's) cannot read."""
@@ -306,7 +321,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         self._check = ShapeCheck()
         self._measured = self._sent = None
         self._read_back = False
-        self._pending = None
+        self._pending = self._written = None
         self._key = None
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
@@ -396,6 +411,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
                 self._key = conversation_key(ctx, self.conversation)
             except ArchiveError:  # clearing says so when it archives; a record made under a key is not carried
                 self._key = None
+        self._confirm(persisted)
         view = self.view(persisted)
         tokens = self._tokens(view, self._reused())
         self._measured = self._projection
@@ -418,6 +434,27 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
                 self._remember(view, persisted, ctx.messages)
         self._sent = (self._projection, view)
         return view
+
+    def _confirm(self, persisted: Sequence[ModelMessage]) -> None:
+        """Check that the response the previous record went into was saved; if not, write that record again.
+
+        A capability listed before this one (its `after_model_request` runs after this one's) may reject the
+        response with `ModelRetry`: pydantic-ai then saves the response as the model sent it, without the record.
+        The projection it records is still the one sent, so it is recorded with the next response, and the messages
+        it wrote whole are written again (a later record naming them, or starting from it, could not be read back).
+        """
+        written, self._written = self._written, None
+        if written is None:
+            return
+        newest = next((m for m in reversed(persisted) if isinstance(m, ModelResponse)), None)
+        if newest is not None and carry.record_id(newest, CARRY_OWNER) == written.id:
+            return
+        projection = self._projection
+        projection.written.difference_update(written.new)
+        if projection.base is not None and projection.base.id == written.id:
+            projection.base = written.unwritten.base
+        if self._pending is None:
+            self._pending = written.unwritten
 
     def _reused(self) -> int:
         """How many leading messages of this request's view are those of the view `_size` measured last, as the same
@@ -461,7 +498,8 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
     async def after_model_request(
         self, ctx: RunContext[AgentDepsT], *, request_context: ModelRequestContext, response: ModelResponse
     ) -> ModelResponse:
-        """The response, carrying the record of the projection its request was the first to send, if any."""
+        """The response, carrying the record of the projection its request was the first to send, if any (a streamed
+        response's goes onto its request)."""
         pending, self._pending = self._pending, None
         if pending is None:
             return response
@@ -477,8 +515,16 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             pending.state,
             pending.base,
         )
-        self._projection.written.update(value['new'])
+        new = frozenset(value['new']) - self._projection.written
+        self._projection.written.update(new)
         self._projection.base = base
+        saved = ctx.messages[-1] if ctx.messages else None
+        if request_context.streaming and isinstance(saved, ModelRequest):
+            # `run_stream` ends its history with the response it built from the stream, not with this one: the
+            # record goes onto the step's saved request instead (`carry.on_request`), which that history holds.
+            carry.on_request(saved, value)
+            return response
+        self._written = _Written(base.id, pending, new)
         return carry.with_record(response, value)
 
     def _tokens(self, view: Sequence[ModelMessage], kept: int = 0) -> int:
