@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import random
+import signal
 import statistics
+import sys
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable, Sequence
@@ -930,9 +932,41 @@ async def _targets() -> None:
     print()
 
 
-async def main() -> None:
-    """Print every table."""
-    from pydantic_ai_compaction_bench import savings, scale, startup
+def main() -> int:
+    """Print every table; the exit status (130 after Ctrl-C, which stops the run at once with one line).
+
+    Not one `asyncio.run` for all of it: its handler turns the first Ctrl-C into a cancellation the main task sees at
+    its next suspension only, and the timed loops await hooks that never suspend, so the first Ctrl-C went unnoticed
+    until the run's end and the second one printed a traceback. With a handler of its own installed, the runner
+    leaves SIGINT alone, and the interrupt is raised where the code is.
+    """
+    from pydantic_ai_compaction_bench import savings, scale
+
+    signal.signal(signal.SIGINT, _interrupt)
+    try:
+        asyncio.run(_tables())
+        scale.main()  # blocking, with threads and event loops of its own
+        asyncio.run(savings.main())
+    except KeyboardInterrupt:
+        print(INTERRUPTED, file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return 0
+
+
+INTERRUPTED = 'make bench: interrupted'
+"""The one line printed on stderr after Ctrl-C."""
+
+EXIT_INTERRUPTED = 130
+"""Exit status after Ctrl-C (128 + SIGINT, as shells report it)."""
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+async def _tables() -> None:
+    """The tables measured in this process's event loop."""
+    from pydantic_ai_compaction_bench import startup
 
     startup.main()
     print()
@@ -948,10 +982,7 @@ async def main() -> None:
     for name, value in (await peak_memory()).items():
         print(f'- {name}: {value:,.1f}')
     print()
-    # Blocking (threads and their own event loops): run outside this one.
-    await asyncio.to_thread(scale.main)
-    await savings.main()
 
 
 if __name__ == '__main__':
-    asyncio.run(main())
+    raise SystemExit(main())

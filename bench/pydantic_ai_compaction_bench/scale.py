@@ -146,12 +146,15 @@ def build_log(open_store: Callable[[], Any], total_tokens: int = TOTAL_TOKENS) -
     """Write the log with 8 conversations at once, each through a store of its own; the seconds it took."""
     per_conversation = total_tokens * 4 // RESULT_CHARS // CONVERSATIONS
     errors: list[BaseException] = []
+    stop = threading.Event()
 
     def build(conversation: int) -> None:
         store = open_store()
         rng = random.Random(conversation)
         try:
             for step in range(per_conversation):
+                if stop.is_set():
+                    break
                 _write(store, f'conv-{conversation}', rng, conversation, step)
         except BaseException as error:  # reported below: a failed build must not time an empty store
             errors.append(error)
@@ -162,8 +165,14 @@ def build_log(open_store: Callable[[], Any], total_tokens: int = TOTAL_TOKENS) -
     builders = [threading.Thread(target=build, args=(c,)) for c in range(CONVERSATIONS)]
     for thread in builders:
         thread.start()
-    for thread in builders:
-        thread.join()
+    try:
+        for thread in builders:
+            thread.join()
+    except BaseException:
+        stop.set()  # Ctrl-C: the builders stop before the store they write into is removed
+        for thread in builders:
+            thread.join()
+        raise
     if errors:
         raise errors[0]
     return time.perf_counter() - started
