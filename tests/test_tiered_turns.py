@@ -220,6 +220,40 @@ def test_a_record_in_a_response_another_capability_rejected_is_written_with_the_
     assert prefix_breaks(chat.sent) == 4
 
 
+async def test_a_rejected_record_of_a_projection_the_view_no_longer_sends_is_not_written_again() -> None:
+    from pydantic_ai.models import ModelRequestParameters
+    from pydantic_ai.models.test import TestModel
+    from pydantic_ai.usage import RunUsage
+
+    def context(messages: list[ModelMessage]) -> tuple[RunContext[Any], ModelRequestContext]:
+        run = RunContext[Any](deps=None, model=TestModel(), usage=RunUsage(), messages=messages)
+        parameters = ModelRequestParameters()
+        request = ModelRequestContext(
+            model=TestModel(), messages=list(messages), model_settings=None, model_request_parameters=parameters
+        )
+        return run, request
+
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('read the logs')])]
+    for index in range(12):
+        history.append(ModelResponse(parts=[ToolCallPart('read_log', {'index': index}, tool_call_id=f'c{index}')]))
+        history.append(ModelRequest(parts=[ToolReturnPart('read_log', log_text(index, 60), tool_call_id=f'c{index}')]))
+    view = await ClearThenSummarize[Any](context_window=6_000, summarize=False).for_run(context(history)[0])
+    run, request = context(history)
+    sent = await view.before_model_request(run, request)
+    assert cleared(sent.messages) > 0
+    answer = ModelResponse(parts=[TextPart('read them')])
+    assert VIEW_RECORD in str((await view.after_model_request(run, request_context=sent, response=answer)).metadata)
+    # That response was rejected (saved without the record), and the history the next request carries is another
+    # one, short: the projection the record stands for is not sent, and its record must not be written with the
+    # next response (the next run would send what this one stopped sending).
+    short: list[ModelMessage] = [history[0], answer, ModelRequest(parts=[UserPromptPart('go on')])]
+    run, request = context(short)
+    sent = await view.before_model_request(run, request)
+    assert sent.messages == short
+    reply = await view.after_model_request(run, request_context=sent, response=ModelResponse(parts=[TextPart('ok')]))
+    assert VIEW_RECORD not in str(reply.metadata)
+
+
 def test_with_memory_in_front_a_reloaded_chat_writes_a_note_per_summary_only() -> None:
     store = InMemoryArchiveStore()
     memory = [Archive(store=store, conversation='c'), Recall(store=store, conversation='c'), Notes(store=store)]

@@ -167,6 +167,8 @@ class _Written:
     """What it records, to be written again if the response was not saved."""
     new: frozenset[str]
     """Keys of the made messages it was the first to write whole."""
+    projection: _Projection
+    """The projection it records (written again only while the view sends it)."""
 
 
 @dataclass
@@ -411,8 +413,8 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
                 self._key = conversation_key(ctx, self.conversation)
             except ArchiveError:  # clearing says so when it archives; a record made under a key is not carried
                 self._key = None
-        self._confirm(persisted)
         view = self.view(persisted)
+        self._confirm(persisted)
         tokens = self._tokens(view, self._reused())
         self._measured = self._projection
         summarized: list[ModelMessage] | None = None
@@ -440,8 +442,9 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
 
         A capability listed before this one (its `after_model_request` runs after this one's) may reject the
         response with `ModelRetry`: pydantic-ai then saves the response as the model sent it, without the record.
-        The projection it records is still the one sent, so it is recorded with the next response, and the messages
-        it wrote whole are written again (a later record naming them, or starting from it, could not be read back).
+        While the view still sends the projection it records, that record goes with the next response; either way
+        the messages it wrote whole are written again by the next record (one naming them, or starting from it,
+        could not be read back).
         """
         written, self._written = self._written, None
         if written is None:
@@ -453,7 +456,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         projection.written.difference_update(written.new)
         if projection.base is not None and projection.base.id == written.id:
             projection.base = written.unwritten.base
-        if self._pending is None:
+        if self._pending is None and projection is written.projection:
             self._pending = written.unwritten
 
     def _reused(self) -> int:
@@ -524,7 +527,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             # record goes onto the step's saved request instead (`carry.on_request`), which that history holds.
             carry.on_request(saved, value)
             return response
-        self._written = _Written(base.id, pending, new)
+        self._written = _Written(base.id, pending, new, self._projection)
         return carry.with_record(response, value)
 
     def _tokens(self, view: Sequence[ModelMessage], kept: int = 0) -> int:
