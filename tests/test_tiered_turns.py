@@ -311,6 +311,47 @@ async def test_a_rejected_record_of_a_projection_the_view_no_longer_sends_is_not
     assert VIEW_RECORD not in str(reply.metadata)
 
 
+def test_after_a_rejected_call_the_view_still_clears_and_does_not_warn() -> None:
+    # pydantic-ai keeps the rejected response's call without a result in the saved history (and gives it one before
+    # sending): every later projection was refused for it, with a warning at each request, and nothing was cleared.
+    from pydantic_ai.exceptions import ModelRetry
+
+    @dataclass
+    class RejectFirstCall(AbstractCapability[Any]):
+        rejected: bool = False
+
+        async def after_model_request(
+            self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
+        ) -> ModelResponse:
+            if response.tool_calls and not self.rejected:
+                self.rejected = True
+                raise ModelRetry('use another tool')
+            return response
+
+    sent: list[list[ModelMessage]] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(messages)
+        if len(sent) > 14:
+            return ModelResponse(parts=[TextPart('done')])
+        return ModelResponse(parts=[ToolCallPart('read_log', {'index': len(sent)}, tool_call_id=f'c{len(sent)}')])
+
+    guard = RejectFirstCall()
+    agent = Agent(FunctionModel(respond), capabilities=[guard, ClearThenSummarize(context_window=6_000)])
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return log_text(index, 60)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        saved = agent.run_sync('Audit the logs.').all_messages()
+    assert guard.rejected and [str(w.message)[:80] for w in caught] == []
+    assert 'c1' in [p.tool_call_id for m in saved for p in m.parts if isinstance(p, ToolCallPart)]
+    assert 'c1' not in [p.tool_call_id for m in saved for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert cleared(sent[-1]) >= 5
+
+
 def test_with_memory_in_front_a_reloaded_chat_writes_a_note_per_summary_only() -> None:
     store = InMemoryArchiveStore()
     memory = [Archive(store=store, conversation='c'), Recall(store=store, conversation='c'), Notes(store=store)]
@@ -587,11 +628,13 @@ def test_a_projection_made_at_a_step_with_an_instruction_change_is_carried_to_th
     assert cleared(carried.messages) > 0
 
 
-def test_every_record_saved_reads_back_as_what_its_request_sent_when_a_response_is_rejected() -> None:
-    # Another capability rejects two responses (`ModelRetry` from its `after_model_request`): pydantic-ai keeps each
-    # one's tool call without a result, and the view's next projections break the history's shape, so the runtime
-    # refuses them and the requests go out as they arrived. A record of such a projection was written all the same,
-    # and a next run would have sent cleared results the model had been sent whole.
+@pytest.mark.parametrize('breaking', ['rejected', 'orphaned'])
+def test_every_record_saved_reads_back_as_what_its_request_sent_when_a_request_is_broken(breaking: str) -> None:
+    # `orphaned`: a capability before the view drops a call from two requests (its result stays), so the runtime
+    # refuses the view's projections of them and they go out as they arrived. A record of such a projection was
+    # written all the same, and a next run would have sent cleared results the model had been sent whole.
+    # `rejected`: another capability rejects two responses (`ModelRetry` from its `after_model_request`), whose
+    # calls pydantic-ai keeps without a result: the projections that follow are sent, and recorded.
     from pydantic_ai.exceptions import ModelRetry
 
     from pydantic_ai_compaction.processors.views.tiered import CARRY_OWNER, _restub  # pyright: ignore[reportPrivateUsage]
@@ -617,10 +660,18 @@ def test_every_record_saved_reads_back_as_what_its_request_sent_when_a_response_
         async def after_model_request(
             self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
         ) -> ModelResponse:
-            if len(sent) in (10, 15) and len(sent) not in self.rejected:
+            if breaking == 'rejected' and len(sent) in (10, 15) and len(sent) not in self.rejected:
                 self.rejected.add(len(sent))
                 raise ModelRetry('rejected')
             return response
+
+    @dataclass
+    class Orphan(AbstractCapability[Any]):
+        async def before_model_request(self, ctx: RunContext[Any], request_context: ModelRequestContext) -> Any:
+            if breaking == 'orphaned' and len(sent) in (10, 15):
+                messages = request_context.messages
+                request_context.messages = [messages[0], *messages[2:]]
+            return request_context
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         if len(sent) > 20:
@@ -628,7 +679,7 @@ def test_every_record_saved_reads_back_as_what_its_request_sent_when_a_response_
         return ModelResponse(parts=[ToolCallPart('read_log', {'index': len(sent)}, tool_call_id=f'c{len(sent)}')])
 
     view = ClearThenSummarize(context_window=6_000, summarize=False)
-    agent = Agent(FunctionModel(respond), capabilities=[Tap(), view, _Spy(sent), Reject(set())], retries=5)
+    agent = Agent(FunctionModel(respond), capabilities=[Tap(), Orphan(), view, _Spy(sent), Reject(set())], retries=5)
 
     @agent.tool_plain
     def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
@@ -646,7 +697,7 @@ def test_every_record_saved_reads_back_as_what_its_request_sent_when_a_response_
         request = next(number for number, response in answered.items() if response is message)
         assert carried is not None
         assert carried.messages == sent[request][: len(carried.messages)]
-    assert records >= 1  # made before the first rejection (none of a refused projection)
+    assert records >= (1 if breaking == 'orphaned' else 3)  # none of a refused projection
 
 
 def test_results_no_response_read_yet_are_cleared_when_they_alone_fill_the_window() -> None:

@@ -68,8 +68,17 @@ def pair_message(
 
 def unanswered(open_calls: dict[str, int], last: int) -> list[str]:
     """The problems of calls left without a return, except those in the final message (index *last*)."""
-    return [
-        f'tool call {call_id!r} has no return (message {index})'
-        for call_id, index in open_calls.items()
-        if index != last
-    ]
+    return [unanswered_problem(call_id, index) for call_id, index in open_calls.items() if index != last]
+
+
+def unanswered_problem(call_id: str, index: int) -> str:
+    """The problem of a call (made in message *index*) left without a return."""
+    return f'tool call {call_id!r} has no return (message {index})'
+
+
+def dangling_calls(messages: Sequence[ModelMessage]) -> set[str]:
+    """Ids of the calls *messages* leaves without a return, except those of the final message."""
+    open_calls: dict[str, int] = {}
+    for index, message in enumerate(messages):
+        pair_message(index, message, open_calls, set(), [])
+    return {call_id for call_id, index in open_calls.items() if index != len(messages) - 1}

@@ -35,6 +35,7 @@ from pydantic_ai_compaction.protocols.types import CompactionEvent, CompactionRe
 from pydantic_ai_compaction.runtime import shape
 from pydantic_ai_compaction.runtime.degraded import SetupWarning, described, warn_degraded
 from pydantic_ai_compaction.runtime.events import EventObserver, emit
+from pydantic_ai_compaction.runtime.pairing import dangling_calls, unanswered_problem
 from pydantic_ai_compaction.runtime.tokens import estimate_token_count
 
 if TYPE_CHECKING:
@@ -121,11 +122,33 @@ def _accepted_projection(
     else:
         problems = shape.shape_problems(projected, before=original)
     if problems:
+        problems = _not_already(problems, original)
+    if problems:
         _refuse(owner, 'sent the request unprojected', problems, original, tracer, observer, level=level)
         return False
     if not unchanged and _observed(tracer, observer) and _changed(original, projected):
         _report(owner, reason, original, projected, tracer, observer)
     return True
+
+
+def _not_already(problems: list[str], original: Sequence[ModelMessage]) -> list[str]:
+    """*problems* less those of the calls the request as it arrived leaves without a result too.
+
+    pydantic-ai leaves such a call in the saved history when a capability rejects the response that made it
+    (`ModelRetry` from its `after_model_request`), and gives it a result before sending (and at the next run's
+    start): a state of its own, not a history another capability broke. Held against a projection, it had every
+    projection of the run's later requests refused, compaction stopped and a warning at each request; refusing
+    would send the request as it arrived, with the same call. Other problems the request arrived with (an orphaned
+    result: a capability before this one dropped a call) are still held against it. Read only when a projection has
+    a problem, so never at a request whose projection has none.
+    """
+    dangling = {_unplaced(unanswered_problem(call_id, 0)) for call_id in dangling_calls(original)}
+    return [problem for problem in problems if _unplaced(problem) not in dangling]
+
+
+def _unplaced(problem: str) -> str:
+    """A pairing problem without the position it names (`... (message 7)`): a projection moves messages."""
+    return problem.rsplit(' (message ', 1)[0]
 
 
 def rewrite_log(
