@@ -144,28 +144,3 @@ def test_a_record_on_a_streamed_step_s_request_covers_that_request_and_no_messag
     forged, _ = carry.record('V', len(covered) + 1, carry.content_digest([*covered, covered[0]]), ops, new, {})
     carry.on_request(step, forged)
     assert carry.read([*covered, covered[0]], 'V', restub) is None
-
-
-def test_a_record_names_the_saved_messages_as_the_next_run_holds_them() -> None:
-    from pydantic_ai.messages import repair_messages
-
-    plain = history(2)
-    assert carry.normalized(plain) is plain  # nothing pydantic-ai repairs: not copied
-    # A structured output's last request ("Final result processed."), then the next turn's prompt: the run after
-    # starts from the two merged into one (pydantic-ai's repair of the history it is given).
-    covered = [*plain, ModelRequest(parts=[UserPromptPart('next turn', timestamp=T0)], timestamp=T0)]
-    normal = carry.normalized(covered)
-    assert len(normal) == len(covered) - 1
-    ops, new = carry.encode(covered, normal, restub, set())
-    value, _ = carry.record('V', len(normal), carry.content_digest(normal), ops, new, {'note': 'n'})
-    saved = [*covered, carry.with_record(ModelResponse(parts=[TextPart('ok')], timestamp=T0), value)]
-    loaded = ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(saved))
-    carried = carry.read(repair_messages(loaded, repair_last_response=False), 'V', restub)
-    assert carried is not None and carried.covers == len(normal)
-    assert carried.messages == loaded[: len(covered)]
-    # Counted as this run holds them, the record would name one message more than the next run has before it.
-    raw, _ = carry.record(
-        'V', len(covered), carry.content_digest(covered), *carry.encode(covered, covered, restub, set()), {}
-    )
-    stale = [*covered, carry.with_record(ModelResponse(parts=[TextPart('ok')], timestamp=T0), raw)]
-    assert carry.read(repair_messages(stale, repair_last_response=False), 'V', restub) is None

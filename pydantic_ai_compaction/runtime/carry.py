@@ -36,17 +36,14 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
-    ModelRequestPart,
     ModelResponse,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
-    repair_messages,
 )
 
 from pydantic_ai_compaction.protocols.metadata import VIEW_RECORD, ours, str_dict, with_ours
 from pydantic_ai_compaction.runtime.encoding import to_bytes, to_json
-from pydantic_ai_compaction.runtime.pairing import answers_call
 from pydantic_ai_compaction.runtime.tokens import tool_return_text, value_text
 
 Restub = Callable[[BaseToolReturnPart, str], BaseToolReturnPart]
@@ -79,35 +76,6 @@ class Base:
 
     id: str
     ops: list[Any]
-
-
-def normalized(messages: Sequence[ModelMessage]) -> Sequence[ModelMessage]:
-    """*messages* as a run that starts from them holds them, so a record names the messages the next run reads.
-
-    pydantic-ai repairs the history a run is given (`repair_messages`): two requests in a row become one (a
-    structured output's last request, "Final result processed.", and the next turn's prompt), and a request's parts
-    between its tool results move after them. A record counted on the history as this run holds it would then name
-    the wrong messages, and its digest would not match: every turn after such a pair built its projection again.
-    The same sequence when there is nothing of that kind, told in one pass (the repair copies the list and reads
-    every part). A history whose tool calls and results do not pair is not repaired here: the next run repairs it,
-    and the record is not used (the projection is built again, as for any changed history).
-    """
-    previous = ''
-    for message in messages:
-        kind = message.kind
-        if kind == previous or (isinstance(message, ModelRequest) and _results_apart(message.parts)):
-            return repair_messages(list(messages), repair_last_response=False)
-        previous = kind
-    return messages
-
-
-def _results_apart(parts: Sequence[ModelRequestPart]) -> bool:
-    """Whether another part stands between two tool results (pydantic-ai moves it after them, unless it is a change
-    of the tools on offer: then the repair only reads the request, and returns it as it is)."""
-    if len(parts) < 3:
-        return False
-    results = [index for index, part in enumerate(parts) if answers_call(part) is not None]
-    return bool(results) and results[-1] - results[0] + 1 != len(results)
 
 
 def content_digest(messages: Sequence[ModelMessage]) -> str:

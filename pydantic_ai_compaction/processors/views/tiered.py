@@ -144,11 +144,9 @@ class _Unwritten:
     """A projection made for the request in progress, to be recorded with its response (`runtime.carry.record`)."""
 
     covers: int
-    """How many saved messages, from the first, it stands for, counted as the next run holds them
-    (`carry.normalized`)."""
+    """How many saved messages, from the first, it stands for."""
     covered: list[ModelMessage]
-    """Those saved messages, as this run holds them (the same objects: the digest reads them, normalized, as they
-    are when the response arrives)."""
+    """Those saved messages (the same objects: the digest reads them as they are when the response arrives)."""
     ops: list[Any]
     """Its entries (`carry.encode`)."""
     new: dict[str, Any]
@@ -493,15 +491,12 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             covers, messages = len(sent), view
         covered = sent[:covers]
         self._projection = projection = replace(self._projection, covers=covers, messages=messages, covered=covered)
-        # Written with the response (`after_model_request`), so the next run starts from this projection. Named in the
-        # form the next run holds the saved messages in (`carry.normalized`: pydantic-ai repairs a history a run
-        # starts from, merging two requests in a row, as a structured output's last request and the next prompt).
-        normal = carry.normalized(covered)
-        ops, new = carry.encode(messages, normal, _restub, projection.written)
+        # Written with the response (`after_model_request`), so the next run starts from this projection.
+        ops, new = carry.encode(messages, covered, _restub, projection.written)
         state: dict[str, Any] = {'note': projection.note} if projection.note is not None else {}
         if self._key is not None:
             state['key'] = self._key
-        self._pending = _Unwritten(len(normal), covered, ops, new, state, projection.base)
+        self._pending = _Unwritten(covers, covered, ops, new, state, projection.base)
 
     async def after_model_request(
         self, ctx: RunContext[AgentDepsT], *, request_context: ModelRequestContext, response: ModelResponse
@@ -514,13 +509,10 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         # The digest is taken now, not when the projection was made: after the hooks, pydantic-ai adds to the saved
         # request of the step in progress in place (the changes of instructions, tools and settings it records),
         # and a digest taken before would not match the saved history the next run reads.
-        normal = carry.normalized(pending.covered)
-        if len(normal) != pending.covers:  # pydantic-ai's additions changed how the history repairs: not recorded
-            return response
         value, base = carry.record(
             CARRY_OWNER,
             pending.covers,
-            carry.content_digest(normal),
+            carry.content_digest(pending.covered),
             pending.ops,
             pending.new,
             pending.state,
