@@ -144,3 +144,26 @@ def test_a_record_on_a_streamed_step_s_request_covers_that_request_and_no_messag
     forged, _ = carry.record('V', len(covered) + 1, carry.content_digest([*covered, covered[0]]), ops, new, {})
     carry.on_request(step, forged)
     assert carry.read([*covered, covered[0]], 'V', restub) is None
+
+
+def test_the_newest_record_whose_history_is_unchanged_is_read_and_none_older_than_a_change() -> None:
+    h = history(3)  # prompt, then three steps: 7 messages
+    first = carry.record('V', 3, carry.content_digest(h[:3]), *carry.encode(h[:3], h[:3], restub, set()), {'n': 1})[0]
+    log = [*h[:3], carry.with_record(ModelResponse(parts=[TextPart('a')], timestamp=T0), first), *h[4:5]]
+    second = carry.record('V', 5, carry.content_digest(log), *carry.encode(log, log, restub, set()), {'n': 2})[0]
+    log = [*log, carry.with_record(ModelResponse(parts=[TextPart('b')], timestamp=T0), second), h[6]]
+    newest = carry.read(log, 'V', restub)
+    assert newest is not None and (newest.covers, newest.state) == (5, {'n': 2})
+
+    def edited(index: int) -> list[ModelMessage]:
+        message = log[index]
+        assert isinstance(message, ModelRequest)
+        return [*log[:index], replace(message, parts=[UserPromptPart('changed', timestamp=T0)]), *log[index + 1 :]]
+
+    # Changed after the first record's history (pydantic-ai's result for a call a rejection left without one, an
+    # edit): the first record is read.
+    earlier = carry.read(edited(4), 'V', restub)
+    assert earlier is not None and (earlier.covers, earlier.state) == (3, {'n': 1})
+    assert earlier.messages == log[:3]
+    # Changed within it: none is read.
+    assert carry.read(edited(2), 'V', restub) is None

@@ -13,6 +13,7 @@ from datetime import timedelta, timezone
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
@@ -161,6 +162,69 @@ def test_a_new_turn_sends_the_view_the_last_turn_ended_with_and_updates_the_note
     assert len(chat.history) == 30 * 4
 
 
+class Answer(BaseModel):
+    said: str
+
+
+class StructuredChat(StreamedChat):
+    """The chat with structured output: the model answers through the output tool, and pydantic-ai ends each turn's
+    history with a request (its "Final result processed." return), which the next turn's prompt follows."""
+
+    def __init__(self, view: ClearThenSummarize[Any], *, stream: bool) -> None:
+        super().__init__(view, reload=True)
+        self.stream = stream
+        self.agent = Agent(
+            FunctionModel(self._respond, stream_function=self._stream),
+            capabilities=[view],
+            tools=[self.read_log],
+            output_type=Answer,
+        )
+
+    def _respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1]
+        if not info.output_tools or any(
+            isinstance(p, ToolReturnPart) and p.tool_name == 'read_log' for p in last.parts
+        ):
+            response = super()._respond(messages, info)  # the handoff note, or the answer once the log is read
+            if info.output_tools:
+                return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {'said': 'read it'})])
+            return response
+        # The turn's prompt may follow the last turn's "Final result processed." in one request.
+        prompt = next(str(p.content) for p in last.parts if isinstance(p, UserPromptPart))
+        self.sent.append(list(messages))
+        return ModelResponse(parts=[ToolCallPart('read_log', {'index': int(prompt.split()[-1])})])
+
+    def turn(self, index: int) -> None:
+        if self.stream:
+            super().turn(index)
+            return
+        history = ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(self.history))
+        self.history = self.agent.run_sync(f'read log {index}', message_history=history).all_messages()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason='pydantic-ai merges the two requests in a row (a structured output\'s "Final result processed." and the '
+    'next prompt) at the start of the run after: a record names the saved messages as this run holds them, so it names '
+    'the wrong ones there and is not used (docs/archive.md)',
+)
+@pytest.mark.parametrize('stream', [False, True], ids=['run', 'run_stream'])
+def test_a_chat_with_structured_output_carries_its_view_to_the_next_turn(stream: bool) -> None:
+    chat = StructuredChat(summarizing(), stream=stream)
+    for index in range(30):
+        chat.turn(index)
+    # As many notes as with text output (`run_stream` reports its usage otherwise: one more), each an update. Not
+    # yet: each turn past the threshold builds its projection again (under `run`: 23 notes, none an update, 23
+    # breaks of the cached prefix). Naming the saved messages as the next run holds them (pydantic-ai's
+    # `repair_messages`) was tried and taken back: the pair's two messages were then copied whole into each record
+    # (a user's prompts and files, kept after the application redacted them, and a file's old URL sent again).
+    notes = 5 if stream else 4
+    assert len(chat.handoffs) == notes and ['<previous-note>' in h for h in chat.handoffs] == [False] + [True] * (
+        notes - 1
+    )
+    assert prefix_breaks(chat.sent) == notes
+
+
 @pytest.mark.parametrize(
     ('reload', 'events'),
     [(False, False), (True, False), (True, True)],
@@ -295,6 +359,43 @@ def test_after_a_rejected_call_the_view_still_clears_and_does_not_warn() -> None
     assert cleared(sent[-1]) >= 5
 
 
+def test_a_chat_whose_tool_call_was_rejected_once_keeps_updating_its_note() -> None:
+    # The records a run writes after the rejection stand for the call without its result; the next run's history
+    # has the result pydantic-ai gives it, so they are not used. The record before them is: the note chain goes on
+    # (it was written from scratch when only the newest record was read), at the cost of one summary more.
+    from pydantic_ai.exceptions import ModelRetry
+
+    @dataclass
+    class RejectOnce(AbstractCapability[Any]):
+        turn: list[int]
+        done: bool = False
+
+        async def after_model_request(
+            self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
+        ) -> ModelResponse:
+            if self.turn[0] == 13 and response.tool_calls and not self.done:
+                self.done = True
+                raise ModelRetry('not that call; try again')
+            return response
+
+    class RejectedChat(Chat):
+        def _respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            if 'not that call' in str(messages[-1].parts) and HANDOFF not in str(messages[-1].parts):
+                self.sent.append(list(messages))
+                return ModelResponse(parts=[ToolCallPart('read_log', {'index': turn[0]})])
+            return super()._respond(messages, info)
+
+    turn = [0]
+    guard = RejectOnce(turn)
+    chat = RejectedChat(summarizing(), reload=True, before=[guard])
+    for index in range(30):
+        turn[0] = index
+        chat.turn(index)
+    assert guard.done
+    assert ['<previous-note>' in h for h in chat.handoffs] == [False, True, True, True, True]
+    assert prefix_breaks(chat.sent) == 5
+
+
 def test_with_memory_in_front_a_reloaded_chat_writes_a_note_per_summary_only() -> None:
     store = InMemoryArchiveStore()
     memory = [Archive(store=store, conversation='c'), Recall(store=store, conversation='c'), Notes(store=store)]
@@ -374,21 +475,36 @@ FORGERIES: dict[str, Callable[[dict[str, Any]], None]] = {
 }
 
 
+UNMATCHED = ('covers-text', 'covers-past-the-record', 'digest', 'messages-not-a-list')
+"""Forgeries that make the record read as one whose history changed since: the record before it is read."""
+
+
 @pytest.mark.parametrize('forgery', FORGERIES.values(), ids=FORGERIES.keys())
-def test_a_forged_record_is_not_used(forgery: Callable[[dict[str, Any]], None]) -> None:
+def test_a_forged_record_is_not_used(forgery: Callable[[dict[str, Any]], None], request: pytest.FixtureRequest) -> None:
+    from pydantic_ai_compaction.processors.views.tiered import CARRY_OWNER, _restub  # pyright: ignore[reportPrivateUsage]
+    from pydantic_ai_compaction.runtime import carry
+
     chat = Chat(summarizing())
     for index in range(20):
         chat.turn(index)
     notes = len(chat.handoffs)
+    earlier = records(chat.history)[-2]['covers']
     _forge(chat, forgery)
+    carried = carry.read(chat.history, CARRY_OWNER, _restub)
     with warnings.catch_warnings():
         warnings.simplefilter('error')
         chat.turn(20)
-    # Nothing is built from the record, nothing of it is sent: the turn starts from the whole history again, and
-    # writes its note from it (no message sent twice, none out of order).
-    assert len(chat.handoffs) == notes + 1 and '<previous-note>' not in chat.handoffs[-1]
     sent = chat.sent[-2]
     assert len({id(m) for m in sent}) == len(sent) and prefix_breaks(chat.sent[-2:]) == 0
+    if request.node.callspec.id in UNMATCHED:
+        # Nothing of it is used: the turn starts from the record before it, and updates that record's note.
+        assert carried is not None and carried.covers == earlier
+        assert len(chat.handoffs) == notes + 1 and '<previous-note>' in chat.handoffs[-1]
+        return
+    # Nothing is built from the record, nothing of it is sent: the turn starts from the whole history again, and
+    # writes its note from it (no message sent twice, none out of order).
+    assert carried is None
+    assert len(chat.handoffs) == notes + 1 and '<previous-note>' not in chat.handoffs[-1]
 
 
 def test_a_history_the_application_trimmed_between_turns_is_projected_again() -> None:

@@ -291,27 +291,43 @@ def read(history: Sequence[ModelMessage], owner: str, restub: Restub, key: str |
     """The projection *owner* last recorded in *history*, rebuilt; `None` when there is none or none can be used.
 
     Nothing of a record is used once the history it was made from changed (`content_digest`): its state may repeat
-    what the application took out (a handoff note quoting a deleted turn). A record made under another archive
-    *key* (`state['key']`) gives its state but no messages: its lines name archive entries this run cannot read.
+    what the application took out (a handoff note quoting a deleted turn). When the newest record's history changed
+    after an earlier record's, the earlier one is read (among the newest `READ_RECORDS`): pydantic-ai gives a result
+    to a call another capability's rejection left without one when the next run starts, which changes the history
+    the records written since stand for, not the one before. A record made under another archive *key*
+    (`state['key']`) gives its state but no messages: its lines name archive entries this run cannot read.
     """
-    found = _records(history, owner, len(history))
-    newest = next(found, None)
-    if newest is None:
-        return None
-    position, value = newest
+    for position, value in itertools.islice(_records(history, owner, len(history)), READ_RECORDS):
+        covers = value.get('covers')
+        # A record covers the messages before the one that holds it; one on a request (`on_request`) covers that
+        # request too, whose own text it was made with.
+        if (
+            isinstance(covers, int)
+            and not isinstance(covers, bool)
+            and 0 < covers <= position + isinstance(history[position], ModelRequest)
+            and isinstance(value.get('messages'), list)
+            and value.get('digest') == content_digest(history[:covers])
+        ):
+            return _rebuilt(history, owner, restub, key, position, value, covers)
+    return None
+
+
+READ_RECORDS = 3
+"""How many of the newest records `read` tries (each costs a digest of the history it stands for)."""
+
+
+def _rebuilt(
+    history: Sequence[ModelMessage],
+    owner: str,
+    restub: Restub,
+    key: str | None,
+    position: int,
+    value: dict[str, Any],
+    covers: int,
+) -> Carried | None:
+    """The projection of the record *value* (at *position*, standing for the first *covers* messages), rebuilt."""
     state = str_dict(value.get('state'))
-    covers = value.get('covers')
     ops = value.get('messages')
-    # A record covers the messages before the one that holds it; one on a request (`on_request`) covers that
-    # request too, whose own text it was made with.
-    if not (
-        isinstance(covers, int)
-        and not isinstance(covers, bool)
-        and 0 < covers <= position + isinstance(history[position], ModelRequest)
-        and isinstance(ops, list)
-        and value.get('digest') == content_digest(history[:covers])
-    ):
-        return None
     if state.get('key') != key:
         return Carried(0, [], state)
     ops = _expanded(history, owner, position, cast('list[object]', ops), set())
