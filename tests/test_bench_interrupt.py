@@ -12,6 +12,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# `make bench` runs the benchmark distribution, whose timing tables import harness.
+pytestmark = [pytest.mark.bench, pytest.mark.harness]
+
 SKIP_TO_SCALE = """
 import sys
 import pydantic_ai_compaction_bench.perf as perf

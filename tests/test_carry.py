@@ -167,3 +167,31 @@ def test_the_newest_record_whose_history_is_unchanged_is_read_and_none_older_tha
     assert earlier.messages == log[:3]
     # Changed within it: none is read.
     assert carry.read(edited(2), 'V', restub) is None
+
+
+def test_a_chain_of_records_a_thousand_deep_is_read_and_a_new_one_is_written_in_full_past_the_bound() -> None:
+    # Written before records were bounded (`MAX_CHAIN`): a chat that only clears names the record before at every
+    # record. Each link was a call: past the interpreter's recursion limit the read failed, and every request of the
+    # chat's later runs went out unprojected (2,403 messages to a 4,000-token window).
+    h = history(800)
+    length = len(h)
+    digest = carry.content_digest(h)
+    log = list(h)
+    previous: str | None = None
+    for count in range(1, 1_501):
+        ops: list[Any] = [[count - 1, count]] if previous is None else [{'base': previous, 'count': count - 1}]
+        if previous is not None:
+            ops.append([count - 1, count])
+        value: dict[str, Any] = {'owner': 'V', 'id': f'r{count}', 'covers': length, 'digest': digest, 'messages': ops}
+        log.append(
+            carry.with_record(ModelResponse(parts=[TextPart('ok')], timestamp=T0), {**value, 'new': {}, 'state': {}})
+        )
+        previous = f'r{count}'
+    carried = carry.read(log, 'V', restub)
+    assert carried is not None and carried.covers == length and carried.messages == h[:1_500]
+    assert carried.base is not None and carried.base.depth == 1_499
+    # The next record starts a chain of its own: it is written in full, and the one after names it.
+    full, base = carry.record('V', length, digest, [[0, 1], [1, 2], [2, 3]], {}, {}, carried.base)
+    assert full['messages'] == [[0, 1], [1, 2], [2, 3]] and base.depth == 0
+    chained, _ = carry.record('V', length, digest, [[0, 1], [1, 2], [2, 3], [3, 4]], {}, {}, base)
+    assert chained['messages'] == [{'base': base.id, 'count': 3}, [3, 4]]

@@ -396,6 +396,57 @@ def test_a_chat_whose_tool_call_was_rejected_once_keeps_updating_its_note() -> N
     assert prefix_breaks(chat.sent) == 5
 
 
+def test_after_a_rejection_early_in_a_long_loop_the_next_run_reads_the_record_before_it() -> None:
+    # The run writes many records after the rejection, none of which the next run's history matches (it holds
+    # pydantic-ai's result for the call): every record is checked, not only the newest few.
+    from pydantic_ai.exceptions import ModelRetry
+    from pydantic_ai.messages import repair_messages
+
+    from pydantic_ai_compaction.processors.views.tiered import CARRY_OWNER, _restub  # pyright: ignore[reportPrivateUsage]
+    from pydantic_ai_compaction.runtime import carry
+
+    turn = [0]
+
+    @dataclass
+    class RejectOnce(AbstractCapability[Any]):
+        done: bool = False
+
+        async def after_model_request(
+            self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
+        ) -> ModelResponse:
+            if turn[0] == 2 and response.tool_calls and not self.done:
+                self.done = True
+                raise ModelRetry('not that call')
+            return response
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        steps = 0
+        for message in reversed(messages):
+            if any(isinstance(p, UserPromptPart) for p in message.parts):
+                break
+            steps += isinstance(message, ModelResponse)
+        if steps >= 40:
+            return ModelResponse(parts=[TextPart('done')])
+        return ModelResponse(parts=[ToolCallPart('read_log', {'index': steps})])
+
+    view = ClearThenSummarize[Any](context_window=12_000, summarize=False)
+    agent = Agent(FunctionModel(respond), capabilities=[RejectOnce(), view])
+
+    @agent.tool_plain
+    def read_log(index: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        return log_text(index, 40)
+
+    history: list[ModelMessage] = []
+    for index in range(3):
+        turn[0] = index
+        history = agent.run_sync(f'turn {index}', message_history=history).all_messages()
+    rejected = next(i for i, m in enumerate(history) if 'not that call' in str(m.parts))
+    later = [i for i, m in enumerate(history) if i > rejected and VIEW_RECORD in str(m.metadata)]
+    assert len(later) > 3
+    carried = carry.read(repair_messages(history, repair_last_response=False), CARRY_OWNER, _restub)
+    assert carried is not None and carried.covers < rejected and cleared(carried.messages) > 0
+
+
 def test_with_memory_in_front_a_reloaded_chat_writes_a_note_per_summary_only() -> None:
     store = InMemoryArchiveStore()
     memory = [Archive(store=store, conversation='c'), Recall(store=store, conversation='c'), Notes(store=store)]
