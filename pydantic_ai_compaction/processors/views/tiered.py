@@ -164,9 +164,8 @@ class _Written:
     id: str
     """The record's id."""
     unwritten: _Unwritten
-    """What it records, to be written again if the response was not saved."""
-    new: frozenset[str]
-    """Keys of the made messages it was the first to write whole."""
+    """What it records, to be written again if the response was not saved (its `new`: the made messages it was the
+    first to write whole, none of which the history held when it was made)."""
     projection: _Projection
     """The projection it records (written again only while the view sends it)."""
 
@@ -453,7 +452,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         if newest is not None and carry.record_id(newest, CARRY_OWNER) == written.id:
             return
         projection = self._projection
-        projection.written.difference_update(written.new)
+        projection.written.difference_update(written.unwritten.new)
         if projection.base is not None and projection.base.id == written.id:
             projection.base = written.unwritten.base
         if self._pending is None and projection is written.projection:
@@ -518,8 +517,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             pending.state,
             pending.base,
         )
-        new = frozenset(value['new']) - self._projection.written
-        self._projection.written.update(new)
+        self._projection.written.update(value['new'])
         self._projection.base = base
         saved = ctx.messages[-1] if ctx.messages else None
         if request_context.streaming and isinstance(saved, ModelRequest):
@@ -527,7 +525,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
             # record goes onto the step's saved request instead (`carry.on_request`), which that history holds.
             carry.on_request(saved, value)
             return response
-        self._written = _Written(base.id, pending, new, self._projection)
+        self._written = _Written(base.id, pending, self._projection)
         return carry.with_record(response, value)
 
     def _tokens(self, view: Sequence[ModelMessage], kept: int = 0) -> int:
