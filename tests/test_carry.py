@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,6 +21,7 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
+    repair_messages,
 )
 
 from pydantic_ai_compaction.protocols.metadata import ResultMarks
@@ -195,3 +198,122 @@ def test_a_chain_of_records_a_thousand_deep_is_read_and_a_new_one_is_written_in_
     assert full['messages'] == [[0, 1], [1, 2], [2, 3]] and base.depth == 0
     chained, _ = carry.record('V', length, digest, [[0, 1], [1, 2], [2, 3], [3, 4]], {}, {}, base)
     assert chained['messages'] == [{'base': base.id, 'count': 3}, [3, 4]]
+
+
+def turns(draw: st.DrawFn) -> list[ModelMessage]:
+    """A chat as one run holds it before the next starts: each turn a prompt, steps whose results may have a user part
+    between them (a `ToolReturn`'s content), and often a structured output's "Final result processed." request,
+    which the next turn's prompt follows (two requests in a row); now and then an empty request, and instructions
+    that differ (pydantic-ai merges requests only when theirs agree)."""
+    out: list[ModelMessage] = []
+    calls = itertools.count()
+    for turn in range(draw(st.integers(1, 4))):
+        instructions = draw(st.sampled_from([None, 'be brief', 'be thorough']))
+        out.append(ModelRequest(parts=[UserPromptPart(f'turn {turn}', timestamp=T0)], instructions=instructions))
+        if draw(st.booleans()):
+            out.append(ModelRequest(parts=[]))
+        for _ in range(draw(st.integers(0, 2))):
+            ids = [f'c{next(calls)}' for _ in range(draw(st.integers(1, 3)))]
+            out.append(ModelResponse(parts=[ToolCallPart('read', {'n': 1}, tool_call_id=i) for i in ids]))
+            parts: list[Any] = []
+            for i in ids:
+                parts.append(ToolReturnPart('read', f'output {i} ' * 20, tool_call_id=i, timestamp=T0))
+                if draw(st.booleans()):
+                    parts.append(UserPromptPart(f'attached to {i}', timestamp=T0))
+            out.append(ModelRequest(parts=parts, instructions=instructions))
+        if draw(st.booleans()):
+            final = f'f{next(calls)}'
+            out.append(ModelResponse(parts=[ToolCallPart('final_result', {'said': 'x'}, tool_call_id=final)]))
+            out.append(
+                ModelRequest(parts=[ToolReturnPart('final_result', 'Final result processed.', tool_call_id=final)])
+            )
+    return out
+
+
+@st.composite
+def settled_cases(draw: st.DrawFn) -> tuple[list[ModelMessage], list[ModelMessage]]:
+    covered = turns(draw)
+    projection: list[ModelMessage] = []
+    for message in covered:
+        if draw(st.integers(0, 5)) == 0:
+            projection.append(ModelRequest(parts=[CompactionPart(content='note')]))
+        action = draw(st.sampled_from(['keep', 'keep', 'drop', 'derive']))
+        if action == 'keep' or (action == 'derive' and (isinstance(message, ModelResponse) or not message.parts)):
+            projection.append(message)
+        elif action == 'derive':
+            chosen = draw(st.lists(st.sampled_from(range(len(message.parts))), min_size=1, unique=True).map(sorted))
+            projection.append(
+                replace(
+                    message,
+                    parts=[
+                        restub(part, f'[cleared {index}]')
+                        if isinstance(part, ToolReturnPart) and draw(st.booleans())
+                        else part
+                        for index, part in ((i, message.parts[i]) for i in chosen)
+                    ],
+                )
+            )
+    return covered, projection
+
+
+def wire(messages: list[ModelMessage]) -> str:
+    """What pydantic-ai sends for *messages* (it makes every request provider-valid first), as the digest reads it."""
+    return carry.content_digest(repair_messages(messages, repair_last_response=False))
+
+
+@settings(max_examples=int(os.environ.get('PAC_EXAMPLES', '300')), deadline=None)
+@given(settled_cases())
+def test_a_record_names_the_messages_as_the_next_run_holds_them_and_sends_what_was_sent(
+    case: tuple[list[ModelMessage], list[ModelMessage]],
+) -> None:
+    covered, projection = case
+    ops, new = carry.encode(projection, covered, restub, set())
+    # The next run holds the history pydantic-ai made provider-valid when it started, saved and loaded back.
+    held = ModelMessagesTypeAdapter.validate_json(
+        ModelMessagesTypeAdapter.dump_json(repair_messages(covered, repair_last_response=False))
+    )
+    result = carry.settled(ops, projection, covered, restub)
+    if result is None:
+        # Only when a merged request's parts are shown apart (a made message between them, or one message in two).
+        assert any(isinstance(m, ModelRequest) and isinstance(n, ModelRequest) for m, n in itertools.pairwise(covered))
+        return
+    settled_ops, settled = result
+    assert len(settled) == len(held) and carry.content_digest(settled) == carry.content_digest(held)
+    value, _ = carry.record('V', len(settled), carry.content_digest(settled), settled_ops, new, {'note': 'n'})
+    log = [*held, carry.with_record(ModelResponse(parts=[TextPart('ok')], timestamp=T0), value)]
+    carried = carry.read(log, 'V', restub)
+    assert carried is not None and carried.covers == len(held)
+    # The next run sends what this one sent, part for part; and a range of messages the history holds as they are.
+    assert wire(carried.messages) == wire(projection)
+    # No message is written whole but the made ones (a user's prompt is never copied into the record).
+    assert all(part['part_kind'] == 'compaction' for dumped in value['new'].values() for part in dumped['parts'])
+
+
+def test_a_structured_output_s_last_request_and_the_next_prompt_are_named_as_one_request() -> None:
+    prompt = ModelRequest(parts=[UserPromptPart('read log 1', timestamp=T0)])
+    call = ModelResponse(parts=[ToolCallPart('final_result', {'said': 'x'}, tool_call_id='f')], timestamp=T0)
+    processed = ModelRequest(parts=[ToolReturnPart('final_result', 'Final result processed.', tool_call_id='f')])
+    nxt = ModelRequest(parts=[UserPromptPart('read log 2', timestamp=T0)], instructions='be brief')
+    covered: list[ModelMessage] = [prompt, call, processed, nxt]
+    boundary = ModelRequest(parts=[CompactionPart(content='note')])
+    # Kept whole: one range; the prompt kept without the output tool's return: that part of the merged request.
+    for projection, expected in [
+        ([prompt, call, processed, nxt], [[0, 3]]),
+        ([boundary, nxt], [{'new': ...}, {'at': 2, 'parts': [1], 'stubs': {}}]),
+        ([prompt, call, replace(processed, parts=[restub(processed.parts[0], '[cleared]')]), nxt], None),
+    ]:
+        ops, _ = carry.encode(projection, covered, restub, set())
+        result = carry.settled(ops, projection, covered, restub)
+        assert result is not None
+        settled_ops, settled = result
+        assert len(settled) == 3 and settled[:2] == covered[:2]
+        assert [p.part_kind for p in settled[2].parts] == ['tool-return', 'user-prompt']
+        if expected is None:
+            assert settled_ops == [[0, 2], {'at': 2, 'parts': [0, 1], 'stubs': {'0': '[cleared]'}}]
+        elif isinstance(expected[0], dict):
+            assert settled_ops[0] == ops[0] and settled_ops[1:] == expected[1:]
+        else:
+            assert settled_ops == expected
+    # Nothing pydantic-ai changes: the record as it is.
+    ops, _ = carry.encode(covered[:3], covered[:3], restub, set())
+    assert carry.settled(ops, covered[:3], covered[:3], restub) == (ops, covered[:3])

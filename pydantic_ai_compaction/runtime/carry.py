@@ -25,10 +25,13 @@ shows, so it stays small:
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
+import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import compress, count
 from typing import Any, cast
 
 from pydantic_ai.messages import (
@@ -40,10 +43,12 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
+    repair_messages,
 )
 
 from pydantic_ai_compaction.protocols.metadata import VIEW_RECORD, ours, str_dict, with_ours
 from pydantic_ai_compaction.runtime.encoding import to_bytes, to_json
+from pydantic_ai_compaction.runtime.pairing import answers_call
 from pydantic_ai_compaction.runtime.tokens import tool_return_text, value_text
 
 Restub = Callable[[BaseToolReturnPart, str], BaseToolReturnPart]
@@ -237,6 +242,261 @@ def _build(entry: dict[str, Any], covered: Sequence[ModelMessage], restub: Restu
             part = restub(part, text)
         parts.append(part)
     return replace(original, parts=parts)
+
+
+def settled(
+    ops: list[Any], projection: Sequence[ModelMessage], covered: Sequence[ModelMessage], restub: Restub
+) -> tuple[list[Any], list[ModelMessage]] | None:
+    """*ops* (the entries of *projection* over *covered*) and *covered* as the next run will hold them, or `None`
+    when that cannot be told part for part (the record is then written as it is, and read only if the next run holds
+    *covered* as is).
+
+    pydantic-ai's next run starts from the history it is given made provider-valid (`repair_messages`): requests in a
+    row become one, its tool results first (a structured output's "Final result processed." and the next prompt),
+    and the parts sitting between a request's tool results go after them (a `ToolReturn`'s content). A record naming
+    the messages as this run holds them would name the wrong ones there. Only the requests where that can happen are
+    given to pydantic-ai, each after a response that makes every call their results answer, so nothing else of the
+    history is read twice; and an entry showing a merged request's parts becomes one showing those parts of the
+    merged request: nothing a message says is copied into the record.
+    """
+    spots = _spots(covered)
+    if not spots:
+        return ops, list(covered)
+    result: list[ModelMessage] = []
+    owner: list[int] = []  # where each message of *covered* goes in *result*
+    done = 0
+    for start, stop in spots:
+        # The messages before the spot, as they are (in C: a history has thousands).
+        owner.extend(range(len(result), len(result) + start - done))
+        result.extend(covered[done:start])
+        run = cast('list[ModelRequest]', covered[start:stop])
+        held = _as_held(run)
+        if held is None:
+            return None
+        first = len(result)
+        kept = {id(request): first + at for at, request in enumerate(held)}
+        where = {id(part): first + at for at, request in enumerate(held) for part in request.parts}
+        for request in run:
+            places = {where[id(part)] for part in request.parts}
+            if id(request) in kept:
+                owner.append(kept[id(request)])
+            elif len(places) == 1:
+                owner.append(places.pop())
+            elif not places:  # empty: merged into the request before it, or (first) the one after
+                owner.append(owner[-1] if len(owner) > start else first)
+            else:
+                return None  # split across two: not a shape pydantic-ai makes
+        result.extend(held)
+        done = stop
+    owner.extend(range(len(result), len(result) + len(covered) - done))
+    result.extend(covered[done:])
+    if len(result) == len(covered) and all(map(operator.is_, result, covered)):
+        return ops, list(covered)
+    translated = _translated(ops, projection, covered, result, owner, spots, restub)
+    return None if translated is None else (translated, result)
+
+
+def _spots(covered: Sequence[ModelMessage]) -> list[tuple[int, int]]:
+    """The runs of requests in a row in *covered* that pydantic-ai's run start may change, in order: two or more,
+    or one with a part between its tool results. Found in C where it can: this runs at every record."""
+    kinds = list(map(_KIND, covered))
+    flagged = [index for index in compress(count(1), map(operator.eq, kinds, kinds[1:])) if kinds[index] == 'request']
+    flagged += [
+        index
+        for index in compress(count(), map((3).__le__, map(len, map(_PARTS, covered))))
+        if kinds[index] == 'request' and _mixed(cast('ModelRequest', covered[index]))
+    ]
+    spots: list[tuple[int, int]] = []
+    for index in sorted(flagged):
+        if spots and index < spots[-1][1]:
+            continue
+        start, stop = index, index + 1
+        while start > 0 and kinds[start - 1] == 'request':
+            start -= 1
+        while stop < len(kinds) and kinds[stop] == 'request':
+            stop += 1
+        spots.append((start, stop))
+    return spots
+
+
+_KIND = operator.attrgetter('kind')
+_PARTS = operator.attrgetter('parts')
+
+
+def _mixed(request: ModelRequest) -> bool:
+    """Whether a part of *request* that answers no tool call sits between two that do (pydantic-ai moves it)."""
+    parts = request.parts
+    if len(parts) < 3:
+        return False
+    answers = [at for at, part in enumerate(parts) if answers_call(part) is not None]
+    return len(answers) > 1 and answers[-1] - answers[0] + 1 > len(answers)
+
+
+def _as_held(run: list[ModelRequest]) -> list[ModelRequest] | None:
+    """*run* (requests in a row) as pydantic-ai's run start leaves them, or `None` if it would drop or add a part.
+
+    Given to `repair_messages` after a response making the calls its results answer: alone, each result would be
+    an orphan and dropped. That response is the last, whose calls pydantic-ai leaves unanswered as they are.
+    """
+    calls = [
+        ToolCallPart(cast('ToolReturnPart', part).tool_name, tool_call_id=call)
+        for request in run
+        for part in request.parts
+        if (call := answers_call(part)) is not None
+    ]
+    lead: list[ModelMessage] = [ModelResponse(parts=calls)] if calls else []
+    held = repair_messages([*lead, *run], repair_last_response=False)[len(lead) :]
+    given = sorted(id(part) for request in run for part in request.parts)
+    if not all(isinstance(message, ModelRequest) for message in held):
+        return None
+    if sorted(id(part) for message in held for part in message.parts) != given:
+        return None
+    return cast('list[ModelRequest]', held)
+
+
+@dataclass
+class _Shown:
+    """The pieces of a merged (or moved) request an entry shows, gathered in order."""
+
+    at: int
+    """Its position in the history as the next run holds it."""
+    sent: list[ModelMessage] = field(default_factory=list[ModelMessage])
+    """The messages the projection sent for them (pydantic-ai merges them when it sends them)."""
+    places: dict[int, int] = field(default_factory=dict[int, int])
+    """Where each of their parts (by id) sits in the merged request."""
+    stubs: dict[str, str] = field(default_factory=dict[str, str])
+    """The stubbed ones, by that place."""
+    requests: list[ModelRequest] = field(default_factory=list[ModelRequest])
+    """The saved requests they come from."""
+    first: int = 0
+    """The position of the first of them in the projection."""
+
+
+def _translated(
+    ops: list[Any],
+    projection: Sequence[ModelMessage],
+    covered: Sequence[ModelMessage],
+    held: list[ModelMessage],
+    owner: list[int],
+    spots: list[tuple[int, int]],
+    restub: Restub,
+) -> list[Any] | None:
+    """*ops* naming the messages of *held* (*covered* as the next run holds it: `owner[i]` is where `covered[i]`
+    goes; *spots*: the runs of requests pydantic-ai may have changed), or `None` when an entry shows a merged request
+    in a way no entry over *held* sends as it was sent."""
+    out: list[Any] = []
+    shown: _Shown | None = None
+    places: dict[int, dict[int, int]] = {}
+    starts = [start for start, _ in spots]
+
+    def add_range(start: int, stop: int) -> None:
+        if out and isinstance(out[-1], list) and cast('list[int]', out[-1])[1] == start:
+            out[-1][1] = stop
+        else:
+            out.append([start, stop])
+
+    def flush() -> bool:
+        """Write the entry of the merged request shown last; `False` if no entry sends it as it was sent."""
+        nonlocal shown
+        if shown is None:
+            return True
+        group, shown = shown, None
+        target = cast('ModelRequest', held[group.at])
+        # As pydantic-ai sends the messages shown (one request, its parts in the order it gives them), part for part.
+        sent = _as_held(cast('list[ModelRequest]', group.sent))
+        if sent is None or len(sent) != 1 or not sent[0].parts:
+            return False  # not merged when sent, or nothing but an empty request
+        order = [group.places[id(part)] for part in sent[0].parts]
+        if order != sorted(order):
+            return False
+        # pydantic-ai merges the requests it sends in a row, those whose instructions agree (or are unset), and the
+        # merged request keeps the first set: sent in its place, the merged request must merge with the requests
+        # around it as the ones shown did. So every request in that row has its instructions, or none.
+        said = target.instructions
+        if said != next((request.instructions for request in group.requests if request.instructions), None):
+            return False
+        before = itertools.takewhile(lambda m: isinstance(m, ModelRequest), reversed(projection[: group.first]))
+        after = itertools.takewhile(lambda m: isinstance(m, ModelRequest), projection[group.first + len(group.sent) :])
+        if any(cast('ModelRequest', m).instructions not in (None, said) for m in [*before, *after, *group.requests]):
+            return False
+        if order == list(range(len(target.parts))) and not group.stubs:
+            add_range(group.at, group.at + 1)
+        else:
+            out.append({'at': group.at, 'parts': order, 'stubs': group.stubs})
+        return True
+
+    def pieces(op: object) -> Iterator[tuple[int, int, list[int] | None, dict[str, str]]]:
+        """The saved messages an entry shows: `(start, stop, parts, stubs)`, a spot's requests one by one, the
+        messages between spots as a whole (`parts` `None`: all of them)."""
+        if isinstance(op, list):
+            start, stop = cast('list[int]', op)
+            while start < stop:
+                spot = bisect.bisect_right(starts, start) - 1
+                if spot >= 0 and start < spots[spot][1]:
+                    yield start, start + 1, None, {}
+                    start += 1
+                else:
+                    until = min(stop, starts[spot + 1]) if spot + 1 < len(starts) else stop
+                    yield start, until, None, {}
+                    start = until
+        else:
+            entry = cast('dict[str, Any]', op)
+            yield entry['at'], entry['at'] + 1, entry['parts'], entry['stubs']
+
+    position = 0  # in the projection, of the next message
+    for op in ops:
+        if isinstance(op, dict) and 'new' in op:
+            if not flush():
+                return None
+            out.append(op)
+            position += 1
+            continue
+        for start, stop, chosen, stubs in pieces(cast('object', op)):
+            message, at = covered[start], owner[start]
+            if held[at] is message:  # as it is (and those after it up to *stop*): the entry as it was, moved
+                if not flush():
+                    return None
+                if chosen is None:
+                    add_range(at, owner[stop - 1] + 1)
+                else:
+                    out.append({'at': at, 'parts': chosen, 'stubs': stubs})
+                position += stop - start
+                continue
+            if not isinstance(message, ModelRequest):
+                return None
+            place = places.get(at)
+            if place is None:
+                place = places[at] = {id(part): where for where, part in enumerate(held[at].parts)}
+            picked = list(range(len(message.parts))) if chosen is None else chosen
+            if any(id(message.parts[p]) not in place for p in picked):
+                return None
+            if shown is None or shown.at != at:
+                if not flush() or any(at <= _last_shown(each) for each in out):
+                    return None  # a merged request shown twice, apart: one message there, not two
+                shown = _Shown(at, first=position)
+            if message in shown.requests:
+                return None  # one request shown in two pieces: merged, they would be one
+            built = (
+                message if chosen is None else _build({'at': start, 'parts': chosen, 'stubs': stubs}, covered, restub)
+            )
+            if built is None:
+                return None
+            shown.requests.append(message)
+            shown.sent.append(built)
+            for p, part in zip(picked, built.parts, strict=True):
+                shown.places[id(part)] = place[id(message.parts[p])]
+                if str(p) in stubs:
+                    shown.stubs[str(place[id(message.parts[p])])] = stubs[str(p)]
+            position += 1
+    return out if flush() else None
+
+
+def _last_shown(entry: object) -> int:
+    """The last position in the history an entry shows (-1 for a made message)."""
+    if isinstance(entry, list):
+        return cast('list[int]', entry)[1] - 1
+    value = str_dict(entry).get('at')
+    return value if isinstance(value, int) else -1
 
 
 def record(

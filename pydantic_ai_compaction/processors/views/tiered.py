@@ -147,6 +147,8 @@ class _Unwritten:
     """How many saved messages, from the first, it stands for."""
     covered: list[ModelMessage]
     """Those saved messages (the same objects: the digest reads them as they are when the response arrives)."""
+    shown: list[ModelMessage]
+    """What is sent in their place."""
     ops: list[Any]
     """Its entries (`carry.encode`)."""
     new: dict[str, Any]
@@ -441,6 +443,8 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
 
         A capability listed before this one (its `after_model_request` runs after this one's) may reject the
         response with `ModelRetry`: pydantic-ai then saves the response as the model sent it, without the record.
+        A record on a streamed step's request that the next run merges into the one before it is lost too (no
+        response holds it: `after_model_request`).
         While the view still sends the projection it records, that record goes with the next response; either way
         the messages it wrote whole are written again by the next record (one naming them, or starting from it,
         could not be read back).
@@ -495,7 +499,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         state: dict[str, Any] = {'note': projection.note} if projection.note is not None else {}
         if self._key is not None:
             state['key'] = self._key
-        self._pending = _Unwritten(covers, covered, ops, new, state, projection.base)
+        self._pending = _Unwritten(covers, covered, messages, ops, new, state, projection.base)
 
     async def after_model_request(
         self, ctx: RunContext[AgentDepsT], *, request_context: ModelRequestContext, response: ModelResponse
@@ -505,28 +509,42 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         pending, self._pending = self._pending, None
         if pending is None:
             return response
+        value, base = self._record(pending)
+        saved = ctx.messages[-1] if ctx.messages else None
+        if request_context.streaming and isinstance(saved, ModelRequest):
+            # `run_stream` ends its history with the response it built from the stream, not with this one: the
+            # record goes onto the step's saved request instead (`carry.on_request`), which that history holds.
+            carry.on_request(saved, value)
+            if len(ctx.messages) > 1 and isinstance(ctx.messages[-2], ModelRequest):
+                # The next run starts by merging this request into the one before it (a structured output's "Final
+                # result processed." and this turn's prompt), keeping the metadata of neither: the record goes again
+                # with the next step (`_confirm` finds no response holding it). When the run makes no other request,
+                # it is lost: the response the run ends with is built after the hooks, from the stream.
+                self._written = _Written(base.id, pending, self._projection)
+            return response
+        self._written = _Written(base.id, pending, self._projection)
+        return carry.with_record(response, value)
+
+    def _record(self, pending: _Unwritten) -> tuple[dict[str, Any], carry.Base]:
+        """The record of *pending*, and the base it is for the next one (the projection's from now on)."""
         # The digest is taken now, not when the projection was made: after the hooks, pydantic-ai adds to the saved
         # request of the step in progress in place (the changes of instructions, tools and settings it records),
-        # and a digest taken before would not match the saved history the next run reads.
+        # and a digest taken before would not match the saved history the next run reads. The record names the
+        # messages as that run will hold them (`carry.settled`); as this run holds them when it cannot tell.
+        settled = carry.settled(pending.ops, pending.shown, pending.covered, _restub)
+        ops, covered = settled or (pending.ops, pending.covered)
         value, base = carry.record(
             CARRY_OWNER,
-            pending.covers,
-            carry.content_digest(pending.covered),
-            pending.ops,
+            len(covered),
+            carry.content_digest(covered),
+            ops,
             pending.new,
             pending.state,
             pending.base,
         )
         self._projection.written.update(value['new'])
         self._projection.base = base
-        saved = ctx.messages[-1] if ctx.messages else None
-        if request_context.streaming and isinstance(saved, ModelRequest):
-            # `run_stream` ends its history with the response it built from the stream, not with this one: the
-            # record goes onto the step's saved request instead (`carry.on_request`), which that history holds.
-            carry.on_request(saved, value)
-            return response
-        self._written = _Written(base.id, pending, self._projection)
-        return carry.with_record(response, value)
+        return value, base
 
     def _tokens(self, view: Sequence[ModelMessage], kept: int = 0) -> int:
         """*view*'s estimate, each file in it counted as `file_tokens`: the run's, carried from the view measured last
