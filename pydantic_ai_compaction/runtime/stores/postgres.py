@@ -371,8 +371,8 @@ class _Breaker:
         self.unanswered: tuple[float, str] = (float('-inf'), '')
         """When (`monotonic()`) an attempt last failed without an answer while a connection worked, and its error."""
         self.begun: list[float] = []
-        """When (`monotonic()`) each attempt under way began: one still under way after an operation waited
-        `connect_timeout` for the pool is no busy pool's growth but a host that does not answer."""
+        """When (`monotonic()`) each attempt under way began: one under way for three quarters of `connect_timeout`
+        or more when an operation's wait for the pool ends is no busy pool's growth but a host that does not answer."""
         self.retry_at = 0.0
         """Until when (`monotonic()`) operations fail at once; the first one after tries to connect."""
         self.interval = _RETRY_FIRST
@@ -751,9 +751,12 @@ class PostgresArchiveStore:
                 empty = not self._pool.get_stats().get('pool_size')
                 now = monotonic()
                 with breaker.lock:
-                    # An attempt under way for as long as this operation waited: a host that does not answer
-                    # (a working connection, not yet seen broken, would otherwise keep this a busy pool).
-                    stuck = any(now - begun >= self.connect_timeout for begun in breaker.begun)
+                    # An attempt under way for three quarters of this operation's wait, or longer: a host that does
+                    # not answer (a working connection, not yet seen broken, would otherwise keep this a busy
+                    # pool). Not the whole wait: the pool starts its attempt a moment after the operation starts
+                    # waiting, and the operation then took a silent host for a busy pool, once in a while. Not much
+                    # less: a busy pool growing on a server slow to connect is no outage.
+                    stuck = any(now - begun >= self.connect_timeout * 0.75 for begun in breaker.begun)
                     # An attempt failed unanswered while this operation waited, and no connection came back.
                     unanswered = breaker.unanswered[0] >= started
                     unreachable = empty or not breaker.working or stuck or unanswered
