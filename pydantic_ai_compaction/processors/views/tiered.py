@@ -143,10 +143,9 @@ class _Projection:
 class _Unwritten:
     """A projection made for the request in progress, to be recorded with its response (`runtime.carry.record`)."""
 
-    covers: int
-    """How many saved messages, from the first, it stands for."""
     covered: list[ModelMessage]
-    """Those saved messages (the same objects: the digest reads them as they are when the response arrives)."""
+    """The saved messages it stands for, from the first (the same objects: the digest reads them as they are when
+    the response arrives)."""
     shown: list[ModelMessage]
     """What is sent in their place."""
     ops: list[Any]
@@ -499,7 +498,7 @@ class ClearThenSummarize(AbstractCapability[AgentDepsT]):
         state: dict[str, Any] = {'note': projection.note} if projection.note is not None else {}
         if self._key is not None:
             state['key'] = self._key
-        self._pending = _Unwritten(covers, covered, messages, ops, new, state, projection.base)
+        self._pending = _Unwritten(covered, messages, ops, new, state, projection.base)
 
     async def after_model_request(
         self, ctx: RunContext[AgentDepsT], *, request_context: ModelRequestContext, response: ModelResponse
